@@ -1,0 +1,24 @@
+# badpoints: `make validate` and `make test` do all set-up on a fresh clone.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+DATA   ?= data/sample
+
+.PHONY: validate test clean
+
+# Install only when the venv is missing or the project's metadata changed (idempotent).
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+validate: $(STAMP)
+	$(BIN)/badpoints validate $(DATA)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .hypothesis
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,277 @@
+"""Find and read the raw tables: the only module that reads input files.
+
+A table is read as text (every needed column ``str``) through pyarrow, with the
+index set to each row's source line number (the header is line 1), so every
+later finding can name the line in the file even when quoted fields span lines.
+File-level problems raise :class:`schemas.StageError` with stage ``load``.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import io
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pv
+
+from schemas.checks import check_info
+from schemas.errors import SAMPLE_CAP, StageError
+from schemas.raw import ADMISSION_CATEGORICALS, ALIASES, OPTIONAL, REQUIRED
+
+TABLES = ("ADMISSIONS", "D_LABITEMS", "LABEVENTS")
+SUFFIXES = (".csv", ".csv.gz")
+SUBFOLDERS = ("", "hosp")
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True)
+class TextTable:
+    """One raw table as text: needed columns under canonical names, index = source line."""
+
+    table: str
+    path: Path
+    sha256: str
+    frame: pd.DataFrame
+
+    @property
+    def rows(self) -> int:
+        return len(self.frame)
+
+
+def candidate_names(table: str) -> list[str]:
+    """The file names tried for a table, relative to DATA_DIR (matched case-insensitively)."""
+    return [str(Path(sub) / f"{table.lower()}{suffix}") for sub in SUBFOLDERS for suffix in SUFFIXES]
+
+
+def locate_table(data_dir: Path, table: str) -> Path:
+    """The file holding ``table`` under ``data_dir`` (MIMIC-III or MIMIC-IV naming, any case)."""
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise _load_error(table, "file_unreadable", detail=f"DATA_DIR {str(data_dir)!r} is not a folder")
+    for sub in SUBFOLDERS:
+        folder = _child_ci(data_dir, sub) if sub else data_dir
+        if folder is None:
+            continue
+        for suffix in SUFFIXES:
+            found = _child_ci(folder, f"{table}{suffix}")
+            if found is not None and found.is_file():
+                return found
+    tried = ", ".join(candidate_names(table))
+    raise _load_error(table, "file_missing", detail=f"Tried (any case) in {str(data_dir)!r}: {tried}")
+
+
+def _child_ci(folder: Path, name: str) -> Path | None:
+    """The entry of ``folder`` named ``name`` case-insensitively (exact match preferred)."""
+    exact = folder / name
+    if exact.exists():
+        return exact
+    matches = sorted(p for p in folder.iterdir() if p.name.lower() == name.lower())
+    return matches[0] if matches else None
+
+
+def read_table(path: Path, table: str) -> TextTable:
+    """Read the needed columns of one raw table as text, keeping each row's source line."""
+    path = Path(path)
+    raw = _read_bytes(path, table)
+    sha256 = hashlib.sha256(raw).hexdigest()
+    data = _decompress(raw, path, table)
+    if not data.strip(b"\r\n\t \xef\xbb\xbf"):
+        raise _load_error(table, "file_empty", path=path)
+    data = _require_utf8(data, path, table)
+    header = _read_header(data)
+    columns = _select_columns(header, path, table)
+    frame = _parse(data, header, columns, path, table)
+    if frame.empty:
+        raise _load_error(table, "table_empty", path=path, detail="Only the header line was found")
+    return TextTable(table=table, path=path, sha256=sha256, frame=frame)
+
+
+def load_text_tables(data_dir: Path) -> tuple[dict[str, TextTable], list[StageError]]:
+    """Read all three tables, collecting file problems instead of stopping at the first."""
+    tables: dict[str, TextTable] = {}
+    problems: list[StageError] = []
+    for table in TABLES:
+        try:
+            tables[table] = read_table(locate_table(data_dir, table), table)
+        except StageError as problem:
+            problems.append(problem)
+    return tables, problems
+
+
+# -- reading ---------------------------------------------------------------------------------
+def _load_error(
+    table: str,
+    check: str,
+    *,
+    path: Path | None = None,
+    lines: list[int] | None = None,
+    count: int = 1,
+    column: str | None = None,
+    detail: str = "",
+) -> StageError:
+    where = f"{path}" if path is not None else table
+    lines = lines or []
+    return StageError(
+        stage="load",
+        side="input",
+        check=check,
+        column=column,
+        count=count,
+        failure_cases=pd.DataFrame({"line": pd.Series(lines[:SAMPLE_CAP], dtype="int64")}),
+        table=table,
+        detail=f"{check_info(check).title} in {where}" + (f". {detail}" if detail else ""),
+        advice=check_info(check).advice,
+    )
+
+
+def _read_bytes(path: Path, table: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise _load_error(table, "file_missing", path=path) from None
+    except OSError as exc:
+        raise _load_error(table, "file_unreadable", path=path, detail=exc.strerror or type(exc).__name__) from None
+
+
+def _decompress(raw: bytes, path: Path, table: str) -> bytes:
+    if path.name.lower().endswith(".gz"):
+        try:
+            return gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            reason = "not a gzip file" if not raw.startswith(_GZIP_MAGIC) else "truncated or corrupt stream"
+            raise _load_error(table, "compression", path=path, detail=f"{reason} ({type(exc).__name__})") from None
+    if raw.startswith(_GZIP_MAGIC):
+        raise _load_error(table, "compression", path=path, detail="the file is gzip-compressed but not named .gz")
+    return raw
+
+
+def _require_utf8(data: bytes, path: Path, table: str) -> bytes:
+    """Strict UTF-8 (a BOM is tolerated); report the lines holding undecodable bytes."""
+    try:
+        pa.array([data], pa.large_binary()).cast(pa.large_string())
+        return data
+    except pa.ArrowInvalid:
+        pass
+    text = data.decode("utf-8", errors="surrogateescape")
+    bad = [m.start() for m in re.finditer("[\udc80-\udcff]+", text)]
+    lines, line, last = [], 1, 0
+    for position in bad[:SAMPLE_CAP]:
+        line += text.count("\n", last, position)
+        last = position
+        lines.append(line)
+    raise _load_error(
+        table, "encoding", path=path, lines=sorted(set(lines)), count=len(bad),
+        detail="Counted are undecodable byte sequences; the table was not read further",
+    )
+
+
+def _read_header(data: bytes) -> list[str]:
+    end = data.find(b"\n")
+    first = data[: end if end >= 0 else len(data)].decode("utf-8-sig").rstrip("\r")
+    return next(csv.reader([first]), [])
+
+
+def _canonical(name: str) -> str:
+    upper = name.strip().upper()
+    return ALIASES.get(upper, upper)
+
+
+def _printable(name: str) -> str:
+    """A header name as shown in a message: identifiers only, never a data value."""
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_ ]{0,39}", name):
+        return name
+    return f"<non-identifier, {len(name)} chars>"
+
+
+def _select_columns(header: list[str], path: Path, table: str) -> dict[str, str]:
+    """Map canonical name -> header name for the columns to read; check duplicates and required."""
+    canonical = [_canonical(name) for name in header]
+    seen = pd.Series(canonical)
+    duplicated = sorted(set(seen[seen.duplicated()]))
+    if duplicated:
+        raise _load_error(
+            table, "duplicate_header", path=path, lines=[1],
+            detail="Duplicated: " + ", ".join(_printable(name) for name in duplicated),
+        )
+    wanted = REQUIRED[table] + OPTIONAL[table] + (ADMISSION_CATEGORICALS if table == "ADMISSIONS" else ())
+    by_name = dict(zip(canonical, header))
+    missing = [name for name in REQUIRED[table] if name not in by_name]
+    if missing:
+        found = ", ".join(_printable(name) for name in header[:30]) or "nothing"
+        hint = ""
+        if len(header) == 1 and re.search(r"[;\t|]", header[0]):
+            hint = " The header has no commas but contains ';', tab or '|': is the file delimited by another character?"
+        raise _load_error(
+            table, "missing_column", path=path, lines=[1], column=", ".join(missing),
+            detail=f"Expected {', '.join(REQUIRED[table])}; found {found}.{hint}",
+        )
+    return {name: by_name[name] for name in wanted if name in by_name}
+
+
+def _parse(data: bytes, header: list[str], columns: dict[str, str], path: Path, table: str) -> pd.DataFrame:
+    """Fast path through pyarrow; exact line numbers through the csv module when rows span lines."""
+    ragged: list[int] = []
+    try:
+        arrow = pv.read_csv(
+            pa.py_buffer(data),
+            read_options=pv.ReadOptions(use_threads=True, block_size=1 << 24),
+            parse_options=pv.ParseOptions(invalid_row_handler=lambda row: ragged.append(1) or "skip"),
+            convert_options=pv.ConvertOptions(
+                include_columns=list(columns.values()),
+                column_types={name: pa.string() for name in columns.values()},
+                null_values=[""],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=True,
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowException):
+        arrow = None
+    physical = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    if arrow is not None and not ragged and physical == arrow.num_rows + 1:
+        frame = arrow.to_pandas()
+        frame.index = pd.RangeIndex(2, arrow.num_rows + 2, name="line")
+        return frame.rename(columns={v: k for k, v in columns.items()})[list(columns)]
+    return _parse_exact(data, header, columns, path, table)
+
+
+def _parse_exact(data: bytes, header: list[str], columns: dict[str, str], path: Path, table: str) -> pd.DataFrame:
+    """Record by record with the csv module: exact start lines, ragged rows and unclosed quotes."""
+    positions = [header.index(name) for name in columns.values()]
+    reader = csv.reader(io.StringIO(data.decode("utf-8-sig"), newline=""), strict=True)
+    records: list[list[str]] = []
+    lines: list[int] = []
+    ragged: list[int] = []
+    end = 0
+    try:
+        next(reader)
+        end = reader.line_num
+        for record in reader:
+            start, end = end + 1, reader.line_num
+            if not record:
+                continue
+            if len(record) != len(header):
+                ragged.append(start)
+                continue
+            records.append([record[i] for i in positions])
+            lines.append(start)
+    except csv.Error:
+        raise _load_error(
+            table, "malformed_row", path=path, lines=[end + 1],
+            detail=f"A quote opened at line {end + 1} never closes; nothing after it could be read",
+        ) from None
+    if ragged:
+        raise _load_error(
+            table, "malformed_row", path=path, lines=ragged, count=len(ragged),
+            detail=f"Rows with a different number of fields than the header's {len(header)}",
+        )
+    values = np.array(records, dtype=object).reshape(len(records), len(positions))
+    frame = pd.DataFrame(values, columns=list(columns), index=pd.Index(lines, name="line", dtype="int64"))
+    return frame.replace("", None).astype("str")

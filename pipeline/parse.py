@@ -1,0 +1,250 @@
+"""Raw stage: check the text tables against ``schemas.raw`` and parse them into typed frames.
+
+Every raw check runs lazily, so one call reports every bad point of every
+table. Rows that fail a check whose severity is ``error`` stay in the typed
+frames with ``REJECT`` naming the first such check; the clean stage quarantines
+them. Nothing here reads or writes files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+import pyarrow as pa_arrow
+import pyarrow.compute as pc
+
+from pipeline.report import Finding, finding_from_mask
+from schemas.checks import CHECKS, ERROR, ID_FLOAT_TEXT, NUMBER_TEXT, parse_datetime_text
+from schemas.errors import StageError, require_validation, value_classes
+from schemas.raw import (
+    DEFAULT_VALUENUM_ABS_BOUND,
+    Admissions,
+    LabEvents,
+    LabItems,
+    RawAdmissions,
+    RawLabItems,
+    raw_labevents_schema,
+)
+
+STAGE = "raw"
+_TIMES = ("ADMITTIME", "DISCHTIME", "CHARTTIME")
+_IDS = ("SUBJECT_ID", "HADM_ID", "ITEMID")
+# Checks whose failing text cannot become a value: the typed column holds null there.
+_UNPARSEABLE = ("id_positive_integer", "datetime_iso", "valuenum_numeric", "valuenum_finite")
+
+
+@dataclass(frozen=True)
+class RawTables:
+    """The typed raw tables (None where the file could not be read), index = source line."""
+
+    admissions: pd.DataFrame | None
+    labitems: pd.DataFrame | None
+    labevents: pd.DataFrame | None
+
+
+@dataclass(frozen=True)
+class RawResult:
+    tables: RawTables
+    findings: list[Finding]
+
+
+def check_raw(
+    text: Mapping[str, pd.DataFrame],
+    *,
+    valuenum_abs_bound: float = DEFAULT_VALUENUM_ABS_BOUND,
+    stay_tolerance_hours: float = 0.0,
+    severity: Mapping[str, str] | None = None,
+    show_values: bool = False,
+    max_lines: int = 20,
+) -> RawResult:
+    """Check and parse the raw text tables ``{"ADMISSIONS": ..., "D_LABITEMS": ..., "LABEVENTS": ...}``."""
+    require_validation()
+    severity = dict(severity or {})
+    findings: list[Finding | None] = []
+
+    def report(table: str, check: str, column: str | None, failed: pd.Series, values=None, what=None):
+        findings.append(finding_from_mask(
+            stage=STAGE, table=table, check=check, column=column, failed=failed, values=values,
+            what=what, show_values=show_values, max_lines=max_lines,
+        ))
+
+    def rejects(check: str) -> bool:
+        return severity.get(check, CHECKS[check].severity) == ERROR
+
+    schemas = {
+        "ADMISSIONS": RawAdmissions.to_schema(),
+        "D_LABITEMS": RawLabItems.to_schema(),
+        "LABEVENTS": raw_labevents_schema(valuenum_abs_bound=valuenum_abs_bound),
+    }
+    typed: dict[str, pd.DataFrame] = {}
+    for table in ("ADMISSIONS", "D_LABITEMS", "LABEVENTS"):
+        frame = text.get(table)
+        if frame is None:
+            continue
+        if table == "LABEVENTS" and "VALUENUM" not in frame:
+            frame = _derive_valuenum(frame)
+            report(table, "valuenum_derived", "VALUENUM", pd.Series(False, index=frame.index))
+            findings.append(_derived_finding(frame))
+        failures = _schema_failures(schemas[table], frame)
+        reject = pd.Series(pd.NA, index=frame.index, dtype="str")
+        for (column, check), lines in failures.groupby(["column", "check"], sort=True)["line"]:
+            failed = pd.Series(frame.index.isin(lines.to_numpy()), index=frame.index)
+            report(table, check, column, failed, values=frame[column])
+            if rejects(check):
+                reject = reject.mask(reject.isna() & failed, check)
+        nulled = failures[failures["check"].isin(_UNPARSEABLE) | (failures["check"].eq("valuenum_bound")
+                                                                    & rejects("valuenum_bound"))]
+        typed[table] = _parse(frame, nulled).assign(REJECT=reject)
+        if table == "LABEVENTS":
+            report(table, "hadm_id_missing", "HADM_ID", frame["HADM_ID"].isna())
+
+    _check_relations(typed, report, rejects, stay_tolerance_hours)
+    tables = RawTables(
+        admissions=_guard(typed.get("ADMISSIONS"), Admissions, "ADMISSIONS"),
+        labitems=_guard(typed.get("D_LABITEMS"), LabItems, "D_LABITEMS"),
+        labevents=_guard(typed.get("LABEVENTS"), LabEvents, "LABEVENTS"),
+    )
+    return RawResult(tables=tables, findings=[f for f in findings if f is not None])
+
+
+# -- schema checks on text --------------------------------------------------------------------
+def _schema_failures(schema: pa.DataFrameSchema, frame: pd.DataFrame) -> pd.DataFrame:
+    """Every failing (column, check, line) of a lazy validation; missing required values get their own ids."""
+    try:
+        schema.validate(frame, lazy=True)
+        return pd.DataFrame({"column": [], "check": [], "line": []}).astype({"line": "int64"})
+    except pa.errors.SchemaErrors as errors:
+        cases = errors.failure_cases
+    unexpected = cases[cases["index"].isna()]
+    if not unexpected.empty:
+        raise RuntimeError(f"raw schema failed at table level: {sorted(set(unexpected['check']))}")
+    check = cases["check"].astype("str")
+    missing = np.where(cases["column"].isin(_TIMES), "datetime_missing", "id_missing")
+    check = check.where(check != "not_nullable", pd.Series(missing, index=cases.index))
+    return pd.DataFrame({
+        "column": cases["column"].astype("str"),
+        "check": check,
+        "line": cases["index"].astype("int64"),
+    })
+
+
+def _derive_valuenum(frame: pd.DataFrame) -> pd.DataFrame:
+    """VALUENUM from VALUE by the strict numeric grammar; censored '<0.01' and text stay text only."""
+    numeric = frame["VALUE"].str.fullmatch(NUMBER_TEXT).fillna(False).astype(bool)
+    return frame.assign(VALUENUM=frame["VALUE"].where(numeric))
+
+
+def _derived_finding(frame: pd.DataFrame) -> Finding:
+    value = frame["VALUE"]
+    numeric = int(frame["VALUENUM"].notna().sum())
+    censored = int(value_classes(value.dropna()).eq("censored number").sum())
+    text = int(value.notna().sum()) - numeric
+    info = CHECKS["valuenum_derived"]
+    return Finding(
+        severity=info.severity, stage=STAGE, table="LABEVENTS", check=info.id, column="VALUENUM",
+        count=numeric, lines=[],
+        message=f"LABEVENTS.VALUENUM: column absent, {numeric} numbers parsed from VALUE; {text} values kept as "
+                f"text ({censored} censored like '<x'). {info.advice}",
+    )
+
+
+# -- parsing ----------------------------------------------------------------------------------
+def _parse(frame: pd.DataFrame, nulled: pd.DataFrame) -> pd.DataFrame:
+    """Typed columns: text that failed a parsing check becomes null, so it can never pass as a value."""
+    parsed = {}
+    for column in frame.columns:
+        bad_lines = nulled.loc[nulled["column"] == column, "line"].to_numpy()
+        ok = ~frame.index.isin(bad_lines)
+        text = frame[column].where(ok)
+        if column in _IDS:
+            parsed[column] = _to_int64(text)
+        elif column in _TIMES:
+            parsed[column] = parse_datetime_text(text)
+        elif column == "VALUENUM":
+            parsed[column] = pd.to_numeric(text.str.strip(), errors="coerce").astype("float64")
+        elif column == "FLAG":
+            parsed[column] = text.str.strip().str.lower()
+        else:
+            parsed[column] = text
+    return pd.DataFrame(parsed, index=frame.index)
+
+
+def _to_int64(text: pd.Series) -> pd.Series:
+    """Validated ID text ('123', '+0123', '123.0') to nullable Int64 without a float round trip."""
+    digits = text.str.strip().str.lstrip("+").str.replace(r"\.0+$", "", regex=True)
+    arrow = pc.cast(pa_arrow.array(digits.to_numpy(object, na_value=None), pa_arrow.string()), pa_arrow.int64())
+    return arrow.to_pandas(types_mapper={pa_arrow.int64(): pd.Int64Dtype()}.get).set_axis(text.index)
+
+
+# -- relational checks ------------------------------------------------------------------------
+def _check_relations(typed: dict[str, pd.DataFrame], report, rejects, stay_tolerance_hours: float) -> None:
+    admissions = typed.get("ADMISSIONS")
+    labitems = typed.get("D_LABITEMS")
+    labevents = typed.get("LABEVENTS")
+
+    def mark(table: str, check: str, failed: pd.Series) -> None:
+        if rejects(check):
+            frame = typed[table]
+            typed[table] = frame.assign(REJECT=frame["REJECT"].mask(frame["REJECT"].isna() & failed, check))
+
+    for table, key in (("ADMISSIONS", "HADM_ID"), ("D_LABITEMS", "ITEMID")):
+        frame = typed.get(table)
+        if frame is not None:
+            duplicated = frame[key].notna() & frame[key].duplicated(keep=False)
+            report(table, "primary_key_unique", key, duplicated, what=f"{key} that appears more than once")
+            mark(table, "primary_key_unique", duplicated)
+
+    if admissions is not None:
+        backwards = admissions["DISCHTIME"] < admissions["ADMITTIME"]
+        report("ADMISSIONS", "discharge_before_admit", "DISCHTIME", backwards)
+        mark("ADMISSIONS", "discharge_before_admit", backwards)
+
+    if labevents is None:
+        return
+    if labitems is not None:
+        unknown = labevents["ITEMID"].notna() & ~labevents["ITEMID"].isin(labitems["ITEMID"].dropna())
+        report("LABEVENTS", "foreign_key", "ITEMID", unknown, what="ITEMID not in D_LABITEMS")
+        mark("LABEVENTS", "foreign_key", unknown)
+    if admissions is None:
+        return
+    unknown = labevents["HADM_ID"].notna() & ~labevents["HADM_ID"].isin(admissions["HADM_ID"].dropna())
+    report("LABEVENTS", "foreign_key", "HADM_ID", unknown, what="HADM_ID not in ADMISSIONS")
+    mark("LABEVENTS", "foreign_key", unknown)
+
+    stays = admissions.dropna(subset=["HADM_ID"]).drop_duplicates("HADM_ID").set_index("HADM_ID")
+    if "SUBJECT_ID" in labevents and "SUBJECT_ID" in stays:
+        subject = labevents["HADM_ID"].map(stays["SUBJECT_ID"])
+        mismatch = (labevents["SUBJECT_ID"] != subject).fillna(False).astype(bool)
+        report("LABEVENTS", "subject_mismatch", "SUBJECT_ID", mismatch,
+               what="SUBJECT_ID other than its admission's")
+        mark("LABEVENTS", "subject_mismatch", mismatch)
+    tolerance = pd.Timedelta(hours=stay_tolerance_hours)
+    charted = labevents["CHARTTIME"]
+    early = (charted < labevents["HADM_ID"].map(stays["ADMITTIME"]) - tolerance).fillna(False).astype(bool)
+    late = (charted > labevents["HADM_ID"].map(stays["DISCHTIME"]) + tolerance).fillna(False).astype(bool)
+    report("LABEVENTS", "charttime_outside_stay", "CHARTTIME", early,
+           what="CHARTTIME before the admission's ADMITTIME")
+    report("LABEVENTS", "charttime_outside_stay", "CHARTTIME", late,
+           what="CHARTTIME after the admission's DISCHTIME")
+
+
+# -- output guard -----------------------------------------------------------------------------
+def _guard(frame: pd.DataFrame | None, model: type[pa.DataFrameModel], table: str) -> pd.DataFrame | None:
+    """Validate what the raw stage hands on; a failure here is a badpoints bug, reported as a StageError."""
+    if frame is None:
+        return None
+    try:
+        return model.validate(frame, lazy=True)
+    except pa.errors.SchemaErrors as errors:
+        cases = errors.failure_cases
+        first = cases.iloc[0]
+        lines = cases["index"].dropna().astype("int64")
+        raise StageError(
+            stage=STAGE, side="output", check=str(first["check"]), column=str(first["column"]),
+            count=len(cases), failure_cases=pd.DataFrame({"line": lines.to_numpy()}), table=table,
+            advice="The parsed table broke its own schema; please report this as a badpoints bug",
+        ) from None

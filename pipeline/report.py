@@ -1,0 +1,165 @@
+"""Findings and the report: what every run produces, as JSON for CI and as text for people.
+
+A finding names the severity, stage, table, check, column, how many rows, the
+first source lines and a message that says what was found and what to do. Raw
+values appear only in ``samples`` and only when ``--show-values`` was given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from schemas.checks import CHECKS, ERROR, OFF, WARNING
+from schemas.errors import SAMPLE_CAP, StageError, format_lines, summarize_classes, value_classes
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str
+    stage: str
+    table: str | None
+    check: str
+    column: str | None
+    count: int
+    lines: list[int]
+    message: str
+    default_severity: str | None = None
+    samples: list[str] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        record = asdict(self)
+        if record["default_severity"] is None or record["default_severity"] == record["severity"]:
+            record.pop("default_severity")
+        if record["samples"] is None:
+            record.pop("samples")
+        return record
+
+
+def finding_from_error(error: StageError) -> Finding:
+    """The report's view of a :class:`StageError`."""
+    return Finding(
+        severity=CHECKS[error.check].severity if error.check in CHECKS else ERROR,
+        stage=error.stage,
+        table=error.table,
+        check=error.check,
+        column=error.column,
+        count=error.count,
+        lines=error.lines,
+        message=str(error),
+    )
+
+
+def finding_from_mask(
+    *,
+    stage: str,
+    table: str,
+    check: str,
+    column: str | None,
+    failed: pd.Series,
+    values: pd.Series | None = None,
+    what: str | None = None,
+    show_values: bool = False,
+    max_lines: int = SAMPLE_CAP,
+) -> Finding | None:
+    """One finding for the rows where ``failed`` is true (index = source line), or None."""
+    failing = failed[failed.fillna(False).astype(bool)].index
+    count = len(failing)
+    if count == 0:
+        return None
+    lines = [int(n) for n in failing[:max_lines]]
+    classes = ""
+    samples = None
+    if values is not None:
+        sample = values.loc[failing[:100_000]]
+        classes = summarize_classes(value_classes(sample))
+        if show_values:
+            samples = [str(v) for v in values.loc[failing[:max_lines]]]
+    info = CHECKS[check]
+    where = f"{table}.{column}" if column else table
+    rows = "row" if count == 1 else "rows"
+    message = f"{where}: {count} {rows} with {what or info.title} ({format_lines(lines, count)})"
+    if classes:
+        message += f": {classes}"
+    message += f". {info.advice}"
+    return Finding(
+        severity=info.severity, stage=stage, table=table, check=check, column=column,
+        count=count, lines=lines, message=message, samples=samples,
+    )
+
+
+@dataclass(frozen=True)
+class InputFile:
+    table: str
+    path: str
+    sha256: str
+    rows: int
+
+
+@dataclass
+class Report:
+    """Everything a run found. Severities from the config are applied by :meth:`with_severities`."""
+
+    inputs: list[InputFile] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        severities = {f.severity for f in self.findings}
+        if ERROR in severities:
+            return "errors"
+        return "warnings" if WARNING in severities else "ok"
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.status == "errors" else 0
+
+    def add(self, findings: Iterable[Finding | None]) -> None:
+        self.findings.extend(f for f in findings if f is not None)
+
+    def with_severities(self, severity: dict[str, str]) -> "Report":
+        """Apply the config's severity changes; changed findings say so, 'off' ones are dropped."""
+        kept = []
+        for finding in self.findings:
+            level = severity.get(finding.check)
+            if level is None or level == finding.severity:
+                kept.append(finding)
+            elif level != OFF:
+                note = f" (severity changed from {finding.severity} to {level} by config)"
+                kept.append(replace(finding, severity=level, default_severity=finding.severity,
+                                    message=finding.message + note))
+        return Report(inputs=list(self.inputs), findings=kept, overrides=dict(severity))
+
+    def findings_frame(self) -> pd.DataFrame:
+        """The findings as a DataFrame (for notebooks)."""
+        columns = ["severity", "stage", "table", "check", "column", "count", "lines", "message"]
+        return pd.DataFrame([asdict(f) for f in self.findings], columns=columns + ["default_severity", "samples"])[
+            columns
+        ]
+
+    def as_json(self) -> dict[str, Any]:
+        order = {ERROR: 0, WARNING: 1}
+        findings = sorted(self.findings, key=lambda f: (order.get(f.severity, 2), f.stage, f.table or "", f.check,
+                                                        f.column or ""))
+        return {
+            "status": self.status,
+            "inputs": [asdict(i) for i in self.inputs],
+            "findings": [f.as_json() for f in findings],
+            "overrides": dict(sorted(self.overrides.items())),
+        }
+
+    def write_json(self, path: Path) -> None:
+        """Write the report atomically (temp file in the same folder, then rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(self.as_json(), indent=2, sort_keys=False) + "\n"
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as tmp:
+            tmp.write(text)
+        os.replace(tmp.name, path)

@@ -1,0 +1,168 @@
+"""The catalogue of checks and the pandera check methods that run on raw text.
+
+Every check has a stable id (used in reports, JUnit files and the config's
+``[severity]`` table), a default severity, a short title and advice that says
+what to do. A new check is one catalogue entry, plus one registered function
+when it runs inside a pandera schema.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+from pandera import extensions
+
+ERROR = "error"
+WARNING = "warning"
+OFF = "off"
+SEVERITIES = (ERROR, WARNING, OFF)
+
+
+@dataclass(frozen=True)
+class CheckInfo:
+    """What a check finds, how bad it is by default, and what the user should do."""
+
+    id: str
+    stage: str
+    severity: str
+    title: str
+    advice: str
+
+
+_CATALOGUE = [
+    # -- files --------------------------------------------------------------------------
+    CheckInfo("file_missing", "load", ERROR, "table file not found",
+              "Put the table in DATA_DIR under one of the names tried (.csv or .csv.gz, any case)."),
+    CheckInfo("file_unreadable", "load", ERROR, "file cannot be read",
+              "Check the file's permissions and that it is a regular file."),
+    CheckInfo("file_empty", "load", ERROR, "file has no bytes",
+              "Re-export or re-download the table; an empty file has not even a header."),
+    CheckInfo("compression", "load", ERROR, "gzip stream is truncated or corrupt",
+              "Re-download the file or re-compress it with gzip; a file named .gz must be gzip."),
+    CheckInfo("encoding", "load", ERROR, "bytes that are not UTF-8",
+              "Re-export the table as UTF-8 (MIMIC ships UTF-8; a spreadsheet save may not)."),
+    CheckInfo("duplicate_header", "load", ERROR, "header names a column twice",
+              "Rename or drop the duplicated column so every header name is unique (case-insensitively)."),
+    CheckInfo("missing_column", "load", ERROR, "required column absent",
+              "Check the delimiter (badpoints reads comma-separated files) and the header names."),
+    CheckInfo("malformed_row", "load", ERROR, "row that is not valid CSV",
+              "Fix the rows: every row needs as many fields as the header, and every quote must close."),
+    CheckInfo("table_empty", "load", ERROR, "table has a header but no rows",
+              "Re-export the table with its rows; an empty table leaves nothing to train on."),
+    # -- values -------------------------------------------------------------------------
+    CheckInfo("id_missing", "raw", ERROR, "an empty required ID",
+              "Every row needs this ID; drop or repair the rows."),
+    CheckInfo("id_positive_integer", "raw", ERROR, "an ID that is not a positive integer",
+              "IDs must be positive integers below 10^18; repair the export (no text, signs, or separators)."),
+    CheckInfo("id_float_format", "raw", WARNING, "an integer ID written as a float ('123.0')",
+              "Read as an integer; re-export with integer IDs (pandas writes 123.0 when the column had NaN)."),
+    CheckInfo("hadm_id_missing", "raw", WARNING, "no HADM_ID (outpatient labs)",
+              "Expected in MIMIC: outpatient labs have no admission. They are kept out of the graphs."),
+    CheckInfo("valuenum_numeric", "raw", ERROR, "VALUENUM that is not a number",
+              "VALUENUM must be a plain decimal number or empty; move text results to VALUE."),
+    CheckInfo("valuenum_finite", "raw", ERROR, "VALUENUM that is inf or NaN",
+              "Non-finite values poison the z-scores and the gradients; repair the export step that wrote them."),
+    CheckInfo("valuenum_bound", "raw", ERROR, "VALUENUM beyond the configured magnitude bound",
+              "No lab measurement is this large; raise [raw] valuenum_abs_bound only if it is real."),
+    CheckInfo("valuenum_derived", "raw", WARNING, "VALUENUM derived from VALUE",
+              "The table has no VALUENUM column; numbers were parsed from VALUE with a strict grammar."),
+    CheckInfo("flag_value", "raw", WARNING, "FLAG other than 'abnormal' or 'delta'",
+              "Unknown flags are treated as abnormal; map them to 'abnormal', 'delta' or empty."),
+    CheckInfo("datetime_missing", "raw", ERROR, "an empty required time",
+              "Every row needs this time; drop or repair the rows."),
+    CheckInfo("datetime_iso", "raw", ERROR, "a time that is not ISO 'YYYY-MM-DD HH:MM:SS'",
+              "Re-export the original file; a spreadsheet re-save rewrites dates and can lose the century."),
+    # -- relations ----------------------------------------------------------------------
+    CheckInfo("primary_key_unique", "raw", ERROR, "a key that appears more than once",
+              "Each admission and lab item must appear once; drop the duplicated rows."),
+    CheckInfo("foreign_key", "raw", ERROR, "a reference to a row that does not exist",
+              "Every LABEVENTS HADM_ID must be in ADMISSIONS and every ITEMID in D_LABITEMS; "
+              "check that the tables come from the same export."),
+    CheckInfo("subject_mismatch", "raw", ERROR, "a SUBJECT_ID other than its admission's",
+              "The lab row names a different patient than its admission; check the join that made it."),
+    CheckInfo("discharge_before_admit", "raw", ERROR, "DISCHTIME earlier than ADMITTIME",
+              "The stay has negative length; repair the admission's times."),
+    CheckInfo("charttime_outside_stay", "raw", WARNING, "CHARTTIME outside the admission's stay",
+              "Common in MIMIC (ED labs before admission, results after discharge); "
+              "the bucket stage quarantines or clips them."),
+]
+
+CHECKS: dict[str, CheckInfo] = {info.id: info for info in _CATALOGUE}
+
+
+def check_info(check_id: str) -> CheckInfo:
+    """The catalogue entry for a check id (KeyError names the known ids)."""
+    try:
+        return CHECKS[check_id]
+    except KeyError:
+        raise KeyError(f"unknown check {check_id!r}; known checks: {', '.join(sorted(CHECKS))}") from None
+
+
+# -- grammars of raw text ------------------------------------------------------------------
+ID_TEXT = r"\s*\+?0*[1-9]\d{0,17}(?:\.0+)?\s*"
+ID_FLOAT_TEXT = r"\s*\+?0*[1-9]\d{0,17}\.0+\s*"
+NUMBER_TEXT = r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*"
+NONFINITE_TEXT = r"(?i)\s*[+-]?(?:inf|infinity|nan)\s*"
+ISO_DATETIME_TEXT = r"\s*\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?\s*"
+FLAGS = ("abnormal", "delta")
+
+
+def _matches(text: pd.Series, pattern: str) -> pd.Series:
+    return text.str.fullmatch(pattern).fillna(False).astype(bool)
+
+
+@extensions.register_check_method(check_type="vectorized")
+def id_positive_integer(text: pd.Series) -> pd.Series:
+    """A positive integer below 10^18, optionally written with a '.0' tail."""
+    return _matches(text, ID_TEXT)
+
+
+@extensions.register_check_method(check_type="vectorized")
+def id_float_format(text: pd.Series) -> pd.Series:
+    """Not an integer written as a float ('123.0')."""
+    return ~_matches(text, ID_FLOAT_TEXT)
+
+
+@extensions.register_check_method(check_type="vectorized")
+def valuenum_numeric(text: pd.Series) -> pd.Series:
+    """A plain decimal number (inf and NaN tokens are left to ``valuenum_finite``)."""
+    return _matches(text, NUMBER_TEXT) | _matches(text, NONFINITE_TEXT)
+
+
+@extensions.register_check_method(check_type="vectorized")
+def valuenum_finite(text: pd.Series) -> pd.Series:
+    """Not inf, -inf, NaN, nor a number that overflows float64 (1e309)."""
+    numeric = _matches(text, NUMBER_TEXT)
+    values = pd.to_numeric(text.where(numeric), errors="coerce").astype("float64")
+    overflow = numeric & pd.Series(~(values.abs() < float("inf")).to_numpy(), index=text.index)
+    return ~(_matches(text, NONFINITE_TEXT) | overflow)
+
+
+@extensions.register_check_method(statistics=["bound"], check_type="vectorized")
+def valuenum_bound(text: pd.Series, *, bound: float) -> pd.Series:
+    """|VALUENUM| within the configured bound (finite overflow is ``valuenum_finite``'s)."""
+    numeric = _matches(text, NUMBER_TEXT)
+    values = pd.to_numeric(text.where(numeric), errors="coerce").astype("float64").abs()
+    return ~(numeric & (values > bound) & (values < float("inf")))
+
+
+def parse_datetime_text(text: pd.Series) -> pd.Series:
+    """ISO text to datetime64[ns]; anything else, impossible dates and years outside 1678-2261 to NaT."""
+    iso = _matches(text, ISO_DATETIME_TEXT)
+    parsed = pd.to_datetime(text.where(iso).str.strip(), format="ISO8601", errors="coerce")
+    year = parsed.dt.year
+    in_range = (year >= 1678) & (year <= 2261)
+    return parsed.where(in_range).astype("datetime64[ns]")
+
+
+@extensions.register_check_method(check_type="vectorized")
+def datetime_iso(text: pd.Series) -> pd.Series:
+    """ISO 8601 'YYYY-MM-DD HH:MM[:SS[.f]]' without a time zone, as MIMIC writes it, and a real date."""
+    return parse_datetime_text(text).notna()
+
+
+@extensions.register_check_method(check_type="vectorized")
+def flag_value(text: pd.Series) -> pd.Series:
+    """FLAG is 'abnormal' or 'delta' (any case); empty means normal."""
+    return text.str.strip().str.lower().isin(FLAGS)

@@ -1,0 +1,144 @@
+"""Schemas for the raw tables: as text straight from the CSV, and as typed frames after parsing.
+
+The ``Raw*`` models describe the text read from the files (every column is
+``str``; the index is the source line number). Their checks are the raw checks
+of the catalogue in ``schemas.checks``, so a lazy validation returns every bad
+point of a table at once. The typed models (``Admissions``, ``LabItems``,
+``LabEvents``) guard what the raw stage hands to the next one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+from pandera.typing import Series
+
+from schemas import checks as _checks  # noqa: F401  (registers the check methods)
+
+DEFAULT_VALUENUM_ABS_BOUND = 1e10
+
+# Columns each table must have (canonical MIMIC-III upper-case names), and those read when present.
+REQUIRED = {
+    "ADMISSIONS": ("HADM_ID", "ADMITTIME", "DISCHTIME"),
+    "D_LABITEMS": ("ITEMID", "FLUID", "CATEGORY"),
+    "LABEVENTS": ("HADM_ID", "ITEMID", "CHARTTIME", "VALUE", "FLAG"),
+}
+OPTIONAL = {
+    "ADMISSIONS": ("SUBJECT_ID",),
+    "D_LABITEMS": (),
+    "LABEVENTS": ("SUBJECT_ID", "VALUENUM"),
+}
+# Categorical admission columns read when present (MIMIC-III has ETHNICITY, MIMIC-IV race).
+ADMISSION_CATEGORICALS = (
+    "ADMISSION_TYPE",
+    "ADMISSION_LOCATION",
+    "DISCHARGE_LOCATION",
+    "INSURANCE",
+    "LANGUAGE",
+    "RELIGION",
+    "MARITAL_STATUS",
+    "ETHNICITY",
+    "RACE",
+)
+# MIMIC-IV names that differ from MIMIC-III's beyond case.
+ALIASES = {"LABEVENT_ID": "ROW_ID"}
+
+
+class _Text(pa.DataFrameModel):
+    class Config:
+        strict = False
+        coerce = False
+
+
+class RawAdmissions(_Text):
+    """ADMISSIONS as text: one row per hospital admission."""
+
+    SUBJECT_ID: Series[str] = pa.Field(nullable=True, id_positive_integer=(), id_float_format=(), required=False)
+    HADM_ID: Series[str] = pa.Field(nullable=False, id_positive_integer=(), id_float_format=())
+    ADMITTIME: Series[str] = pa.Field(nullable=False, datetime_iso=())
+    DISCHTIME: Series[str] = pa.Field(nullable=False, datetime_iso=())
+
+
+class RawLabItems(_Text):
+    """D_LABITEMS as text: one row per lab item."""
+
+    ITEMID: Series[str] = pa.Field(nullable=False, id_positive_integer=(), id_float_format=())
+    FLUID: Series[str] = pa.Field(nullable=True)
+    CATEGORY: Series[str] = pa.Field(nullable=True)
+
+
+class RawLabEvents(_Text):
+    """LABEVENTS as text: one row per lab measurement."""
+
+    SUBJECT_ID: Series[str] = pa.Field(nullable=True, id_positive_integer=(), id_float_format=(), required=False)
+    HADM_ID: Series[str] = pa.Field(nullable=True, id_positive_integer=(), id_float_format=())
+    ITEMID: Series[str] = pa.Field(nullable=False, id_positive_integer=(), id_float_format=())
+    CHARTTIME: Series[str] = pa.Field(nullable=False, datetime_iso=())
+    VALUE: Series[str] = pa.Field(nullable=True)
+    VALUENUM: Series[str] = pa.Field(
+        nullable=True,
+        required=False,
+        valuenum_numeric=(),
+        valuenum_finite=(),
+        valuenum_bound={"bound": DEFAULT_VALUENUM_ABS_BOUND},
+    )
+    FLAG: Series[str] = pa.Field(nullable=True, flag_value=())
+
+
+def raw_labevents_schema(*, valuenum_abs_bound: float = DEFAULT_VALUENUM_ABS_BOUND) -> pa.DataFrameSchema:
+    """``RawLabEvents`` with the configured magnitude bound on VALUENUM."""
+    schema = RawLabEvents.to_schema()
+    column = schema.columns["VALUENUM"]
+    checks = [
+        pa.Check.valuenum_bound(bound=valuenum_abs_bound) if check.name == "valuenum_bound" else check
+        for check in column.checks
+    ]
+    return schema.update_column("VALUENUM", checks=checks)
+
+
+# -- typed frames handed to the next stage --------------------------------------------------
+def _finite(series: pd.Series) -> pd.Series:
+    return pd.Series(np.isfinite(series.to_numpy("float64", na_value=0.0)), index=series.index)
+
+
+class _Typed(pa.DataFrameModel):
+    class Config:
+        strict = False
+        coerce = False
+
+
+class Admissions(_Typed):
+    """Parsed admissions; rows whose key or times failed are kept with ``REJECT`` naming the check."""
+
+    SUBJECT_ID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0, required=False)
+    HADM_ID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    ADMITTIME: Series[pa.DateTime] = pa.Field(nullable=True)
+    DISCHTIME: Series[pa.DateTime] = pa.Field(nullable=True)
+    REJECT: Series[str] = pa.Field(nullable=True)
+
+
+class LabItems(_Typed):
+    """Parsed lab items."""
+
+    ITEMID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    FLUID: Series[str] = pa.Field(nullable=True)
+    CATEGORY: Series[str] = pa.Field(nullable=True)
+    REJECT: Series[str] = pa.Field(nullable=True)
+
+
+class LabEvents(_Typed):
+    """Parsed lab events: VALUENUM finite or null, FLAG normalised to lower case."""
+
+    SUBJECT_ID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0, required=False)
+    HADM_ID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    ITEMID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    CHARTTIME: Series[pa.DateTime] = pa.Field(nullable=True)
+    VALUE: Series[str] = pa.Field(nullable=True)
+    VALUENUM: Series[np.float64] = pa.Field(nullable=True)
+    FLAG: Series[str] = pa.Field(nullable=True)
+    REJECT: Series[str] = pa.Field(nullable=True)
+
+    @pa.check("VALUENUM", name="valuenum_finite")
+    def _valuenum_finite(cls, valuenum: pd.Series) -> pd.Series:
+        return _finite(valuenum) | valuenum.isna()
