@@ -1,0 +1,379 @@
+"""Broken raw datasets made from data/sample, one per problem class, each with what badpoints must say.
+
+Every case starts from a copy of the sample tables, changes as little as
+possible, and returns an :class:`Expect`: the exit code and the finding
+(table, check, column, lines) that the JSON report must hold. ``secret`` is a
+planted raw value that must not appear in any output unless ``--show-values``.
+Nothing here is hand-pasted: each broken file is derived from the sample.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample"
+TABLES = ("ADMISSIONS", "D_LABITEMS", "LABEVENTS")
+CANARY = "CANARY7319"
+
+
+@dataclass(frozen=True)
+class Expect:
+    exit_code: int
+    check: str | None = None
+    table: str | None = None
+    column: str | None = None
+    lines: tuple[int, ...] = ()
+    severity: str = "error"
+    secret: str | None = None
+
+
+@dataclass
+class Dataset:
+    """The sample's tables as header + rows of text, to be changed and written somewhere."""
+
+    header: dict[str, list[str]] = field(default_factory=dict)
+    rows: dict[str, list[list[str]]] = field(default_factory=dict)
+    raw: dict[str, bytes] = field(default_factory=dict)  # replaces a table's bytes entirely
+    names: dict[str, str] = field(default_factory=dict)  # file name per table
+    missing: set[str] = field(default_factory=set)
+
+    @classmethod
+    def sample(cls) -> "Dataset":
+        data = cls()
+        for table in TABLES:
+            with open(SAMPLE / f"{table}.csv", newline="", encoding="utf-8") as handle:
+                records = list(csv.reader(handle))
+            assert not any("\n" in value for record in records for value in record), "sample must be one line a row"
+            data.header[table], data.rows[table] = records[0], records[1:]
+            data.names[table] = f"{table}.csv"
+        return data
+
+    def col(self, table: str, column: str) -> int:
+        return self.header[table].index(column)
+
+    def set(self, table: str, row: int, column: str, value: str) -> int:
+        """Set one field; returns the source line of that row (header = line 1)."""
+        self.rows[table][row][self.col(table, column)] = value
+        return row + 2
+
+    def first(self, table: str, column: str, predicate: Callable[[str], bool]) -> int:
+        """Index of the first row whose ``column`` satisfies ``predicate``."""
+        i = self.col(table, column)
+        return next(n for n, record in enumerate(self.rows[table]) if predicate(record[i]))
+
+    def text(self, table: str, *, delimiter: str = ",") -> str:
+        out = io.StringIO()
+        writer = csv.writer(out, delimiter=delimiter, lineterminator="\n")
+        writer.writerow(self.header[table])
+        writer.writerows(self.rows[table])
+        return out.getvalue()
+
+    def write(self, folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        for table in TABLES:
+            if table in self.missing:
+                continue
+            path = folder / self.names[table]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            data = self.raw.get(table, self.text(table).encode("utf-8"))
+            path.write_bytes(gzip.compress(data, mtime=0) if path.name.endswith(".gz") and table not in self.raw
+                             else data)
+        return folder
+
+
+CASES: dict[str, Callable[[Dataset], Expect]] = {}
+
+
+def case(function: Callable[[Dataset], Expect]) -> Callable[[Dataset], Expect]:
+    CASES[function.__name__] = function
+    return function
+
+
+# -- valid variants -----------------------------------------------------------------------------
+@case
+def sample_as_is(d: Dataset) -> Expect:
+    return Expect(0, "hadm_id_missing", "LABEVENTS", "HADM_ID", severity="warning")
+
+
+@case
+def byte_order_mark(d: Dataset) -> Expect:
+    d.raw["LABEVENTS"] = b"\xef\xbb\xbf" + d.text("LABEVENTS").encode()
+    return Expect(0)
+
+
+@case
+def mimic_iv_names_gzip_in_hosp(d: Dataset) -> Expect:
+    for table in TABLES:
+        d.header[table] = [name.lower() for name in d.header[table]]
+        d.names[table] = f"hosp/{table.lower()}.csv.gz"
+    d.header["LABEVENTS"][d.col("LABEVENTS", "row_id")] = "labevent_id"
+    d.header["ADMISSIONS"][d.col("ADMISSIONS", "ethnicity")] = "race"
+    return Expect(0)
+
+
+@case
+def quoted_newline_keeps_lines(d: Dataset) -> Expect:
+    d.set("LABEVENTS", 3, "VALUE", "line one\nline two")
+    row = 9
+    d.set("LABEVENTS", row, "VALUENUM", "inf")
+    return Expect(1, "valuenum_finite", "LABEVENTS", "VALUENUM", lines=(row + 3,))
+
+
+@case
+def float_formatted_ids(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 4, "ITEMID", d.rows["LABEVENTS"][4][d.col("LABEVENTS", "ITEMID")] + ".0")
+    return Expect(0, "id_float_format", "LABEVENTS", "ITEMID", lines=(line,), severity="warning")
+
+
+@case
+def unknown_flag(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 7, "FLAG", CANARY)
+    return Expect(0, "flag_value", "LABEVENTS", "FLAG", lines=(line,), severity="warning", secret=CANARY)
+
+
+# -- files ---------------------------------------------------------------------------------------
+@case
+def missing_file(d: Dataset) -> Expect:
+    d.missing.add("LABEVENTS")
+    return Expect(2, "file_missing", "LABEVENTS")
+
+
+@case
+def empty_file(d: Dataset) -> Expect:
+    d.raw["D_LABITEMS"] = b""
+    return Expect(1, "file_empty", "D_LABITEMS")
+
+
+@case
+def header_only(d: Dataset) -> Expect:
+    d.rows["ADMISSIONS"] = []
+    return Expect(1, "table_empty", "ADMISSIONS")
+
+
+@case
+def truncated_gzip(d: Dataset) -> Expect:
+    d.names["LABEVENTS"] = "LABEVENTS.csv.gz"
+    whole = gzip.compress(d.text("LABEVENTS").encode(), mtime=0)
+    d.raw["LABEVENTS"] = whole[: len(whole) // 2]
+    return Expect(1, "compression", "LABEVENTS")
+
+
+@case
+def plain_text_named_gz(d: Dataset) -> Expect:
+    d.names["LABEVENTS"] = "LABEVENTS.csv.gz"
+    d.raw["LABEVENTS"] = d.text("LABEVENTS").encode()
+    return Expect(1, "compression", "LABEVENTS")
+
+
+@case
+def gzip_named_csv(d: Dataset) -> Expect:
+    d.raw["D_LABITEMS"] = gzip.compress(d.text("D_LABITEMS").encode(), mtime=0)
+    return Expect(1, "compression", "D_LABITEMS")
+
+
+@case
+def binary_garbage(d: Dataset) -> Expect:
+    d.raw["ADMISSIONS"] = bytes((i * 151 + 7) % 256 for i in range(4096))
+    return Expect(1, "encoding", "ADMISSIONS")
+
+
+@case
+def undecodable_bytes(d: Dataset) -> Expect:
+    text = d.text("LABEVENTS").encode()
+    lines = text.split(b"\n")
+    lines[40] = lines[40].replace(b",", b",\xe9", 1)  # latin-1 'é' in the second field
+    d.raw["LABEVENTS"] = b"\n".join(lines)
+    return Expect(1, "encoding", "LABEVENTS", lines=(41,))
+
+
+@case
+def duplicate_header(d: Dataset) -> Expect:
+    d.header["D_LABITEMS"][d.col("D_LABITEMS", "LABEL")] = "fluid"
+    return Expect(1, "duplicate_header", "D_LABITEMS", lines=(1,))
+
+
+@case
+def missing_required_column(d: Dataset) -> Expect:
+    i = d.col("LABEVENTS", "CHARTTIME")
+    d.header["LABEVENTS"].pop(i)
+    for record in d.rows["LABEVENTS"]:
+        record.pop(i)
+    return Expect(1, "missing_column", "LABEVENTS", "CHARTTIME", lines=(1,))
+
+
+@case
+def wrong_delimiter(d: Dataset) -> Expect:
+    d.raw["ADMISSIONS"] = d.text("ADMISSIONS", delimiter=";").encode()
+    return Expect(1, "missing_column", "ADMISSIONS", "HADM_ID, ADMITTIME, DISCHTIME", lines=(1,))
+
+
+@case
+def ragged_row(d: Dataset) -> Expect:
+    d.rows["LABEVENTS"][11].append(CANARY)
+    return Expect(1, "malformed_row", "LABEVENTS", lines=(13,), secret=CANARY)
+
+
+@case
+def unclosed_quote(d: Dataset) -> Expect:
+    text = d.text("LABEVENTS").split("\n")
+    text[30] = text[30].replace(",", ',"' + CANARY, 1)
+    d.raw["LABEVENTS"] = "\n".join(text).encode()
+    return Expect(1, "malformed_row", "LABEVENTS", lines=(31,), secret=CANARY)
+
+
+# -- values --------------------------------------------------------------------------------------
+@case
+def text_in_itemid(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 5, "ITEMID", CANARY)
+    return Expect(1, "id_positive_integer", "LABEVENTS", "ITEMID", lines=(line,), secret=CANARY)
+
+
+@case
+def negative_hadm_id(d: Dataset) -> Expect:
+    line = d.set("ADMISSIONS", 2, "HADM_ID", "-177013")
+    return Expect(1, "id_positive_integer", "ADMISSIONS", "HADM_ID", lines=(line,), secret="-177013")
+
+
+@case
+def zero_subject_id(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 8, "SUBJECT_ID", "0")
+    return Expect(1, "id_positive_integer", "LABEVENTS", "SUBJECT_ID", lines=(line,))
+
+
+@case
+def overflowing_id(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 12, "HADM_ID", "9" * 25)
+    return Expect(1, "id_positive_integer", "LABEVENTS", "HADM_ID", lines=(line,), secret="9" * 25)
+
+
+@case
+def nul_byte_in_id(d: Dataset) -> Expect:
+    line = d.set("D_LABITEMS", 3, "ITEMID", "509\x0012")
+    return Expect(1, "id_positive_integer", "D_LABITEMS", "ITEMID", lines=(line,))
+
+
+@case
+def empty_itemid(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 14, "ITEMID", "")
+    return Expect(1, "id_missing", "LABEVENTS", "ITEMID", lines=(line,))
+
+
+@case
+def text_in_valuenum(d: Dataset) -> Expect:
+    row = d.first("LABEVENTS", "VALUENUM", lambda v: v != "")
+    line = d.set("LABEVENTS", row, "VALUENUM", CANARY)
+    return Expect(1, "valuenum_numeric", "LABEVENTS", "VALUENUM", lines=(line,), secret=CANARY)
+
+
+@case
+def thousands_separator(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 20, "VALUENUM", "13,448")
+    return Expect(1, "valuenum_numeric", "LABEVENTS", "VALUENUM", lines=(line,), secret="13,448")
+
+
+@case
+def inf_valuenum(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 21, "VALUENUM", "inf")
+    return Expect(1, "valuenum_finite", "LABEVENTS", "VALUENUM", lines=(line,))
+
+
+@case
+def minus_inf_valuenum(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 22, "VALUENUM", "-inf")
+    return Expect(1, "valuenum_finite", "LABEVENTS", "VALUENUM", lines=(line,))
+
+
+@case
+def overflowing_valuenum(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 23, "VALUENUM", "1e309")
+    return Expect(1, "valuenum_finite", "LABEVENTS", "VALUENUM", lines=(line,), secret="1e309")
+
+
+@case
+def nan_token_valuenum(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 24, "VALUENUM", "NaN")
+    return Expect(1, "valuenum_finite", "LABEVENTS", "VALUENUM", lines=(line,))
+
+
+@case
+def huge_valuenum(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 25, "VALUENUM", "7.31e12")
+    return Expect(1, "valuenum_bound", "LABEVENTS", "VALUENUM", lines=(line,), secret="7.31e12")
+
+
+@case
+def two_digit_year(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 26, "CHARTTIME", "10/23/64 21:09")
+    return Expect(1, "datetime_iso", "LABEVENTS", "CHARTTIME", lines=(line,), secret="10/23/64")
+
+
+@case
+def time_zone_offset(d: Dataset) -> Expect:
+    line = d.set("ADMISSIONS", 5, "ADMITTIME", "2162-11-26 18:29:00+02:00")
+    return Expect(1, "datetime_iso", "ADMISSIONS", "ADMITTIME", lines=(line,), secret="+02:00")
+
+
+@case
+def impossible_date(d: Dataset) -> Expect:
+    line = d.set("ADMISSIONS", 6, "DISCHTIME", "2163-02-30 10:00:00")
+    return Expect(1, "datetime_iso", "ADMISSIONS", "DISCHTIME", lines=(line,))
+
+
+@case
+def empty_charttime(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 27, "CHARTTIME", "")
+    return Expect(1, "datetime_missing", "LABEVENTS", "CHARTTIME", lines=(line,))
+
+
+# -- relations -----------------------------------------------------------------------------------
+@case
+def duplicate_admission(d: Dataset) -> Expect:
+    d.rows["ADMISSIONS"].append(list(d.rows["ADMISSIONS"][3]))
+    return Expect(1, "primary_key_unique", "ADMISSIONS", "HADM_ID", lines=(5, len(d.rows["ADMISSIONS"]) + 1))
+
+
+@case
+def duplicate_labitem(d: Dataset) -> Expect:
+    d.rows["D_LABITEMS"].insert(1, list(d.rows["D_LABITEMS"][0]))
+    return Expect(1, "primary_key_unique", "D_LABITEMS", "ITEMID", lines=(2, 3))
+
+
+@case
+def unknown_hadm_id(d: Dataset) -> Expect:
+    row = d.first("LABEVENTS", "HADM_ID", lambda v: v != "")
+    line = d.set("LABEVENTS", row, "HADM_ID", "199999999")
+    return Expect(1, "foreign_key", "LABEVENTS", "HADM_ID", lines=(line,))
+
+
+@case
+def unknown_itemid(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 33, "ITEMID", "99999")
+    return Expect(1, "foreign_key", "LABEVENTS", "ITEMID", lines=(line,))
+
+
+@case
+def subject_mismatch(d: Dataset) -> Expect:
+    row = d.first("LABEVENTS", "HADM_ID", lambda v: v != "")
+    subject = int(d.rows["LABEVENTS"][row][d.col("LABEVENTS", "SUBJECT_ID")])
+    line = d.set("LABEVENTS", row, "SUBJECT_ID", str(subject + 1))
+    return Expect(1, "subject_mismatch", "LABEVENTS", "SUBJECT_ID", lines=(line,))
+
+
+@case
+def discharge_before_admit(d: Dataset) -> Expect:
+    admit = d.rows["ADMISSIONS"][8][d.col("ADMISSIONS", "ADMITTIME")]
+    line = d.set("ADMISSIONS", 8, "DISCHTIME", admit.replace(admit[:4], str(int(admit[:4]) - 1), 1))
+    return Expect(1, "discharge_before_admit", "ADMISSIONS", "DISCHTIME", lines=(line,))
+
+
+def build(name: str, folder: Path) -> Expect:
+    """Write case ``name`` into ``folder`` and return what badpoints must report for it."""
+    data = Dataset.sample()
+    expect = CASES[name](data)
+    data.write(folder)
+    return expect
