@@ -1,0 +1,105 @@
+"""pipeline/cli.py: the command-line contract (exit codes, JSON report, no tracebacks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from schemas.checks import CHECKS
+
+ROOT = Path(__file__).resolve().parents[2]
+BADPOINTS = Path(sys.executable).with_name("badpoints")
+runner = CliRunner()
+
+
+def _badpoints(*args, env=None):
+    return subprocess.run([str(BADPOINTS), *args], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+def test_validate_sample_as_a_subprocess(tmp_path):
+    report_path = tmp_path / "report.json"
+    done = _badpoints("validate", "data/sample", "--json", str(report_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "status: warnings" in done.stdout
+    report = json.loads(report_path.read_text())
+    assert report["status"] == "warnings"
+    assert [i["table"] for i in report["inputs"]] == ["ADMISSIONS", "D_LABITEMS", "LABEVENTS"]
+    for source in report["inputs"]:
+        assert set(source) == {"table", "path", "sha256", "rows"} and source["rows"] > 0
+    for finding in report["findings"]:
+        assert {"severity", "stage", "table", "check", "column", "count", "lines", "message"} <= set(finding)
+        assert finding["lines"] == sorted(finding["lines"]) and len(finding["lines"]) <= 20
+
+
+def test_missing_data_dir_exits_2_without_traceback(tmp_path):
+    done = _badpoints("validate", str(tmp_path / "nowhere"))
+    assert done.returncode == 2
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "nowhere" in done.stdout + done.stderr
+
+
+def test_missing_table_exits_2_and_names_tried_files(tmp_path, sample_dir):
+    for name in ("ADMISSIONS.csv", "D_LABITEMS.csv"):
+        shutil.copy(sample_dir / name, tmp_path / name)
+    result = runner.invoke(app, ["validate", str(tmp_path), "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == 2
+    assert "hosp/labevents.csv.gz" in result.output
+    assert json.loads((tmp_path / "r.json").read_text())["status"] == "errors"
+
+
+def test_pandera_switched_off_refuses_to_run():
+    done = _badpoints("validate", "data/sample", env={"PANDERA_VALIDATION_ENABLED": "False"})
+    assert done.returncode == 2
+    assert "PANDERA_VALIDATION_ENABLED" in done.stderr
+    assert "status:" not in done.stdout
+
+
+def test_config_downgrade_is_applied_and_reported(tmp_path, sample_dir):
+    data = tmp_path / "data"
+    shutil.copytree(sample_dir, data, ignore=shutil.ignore_patterns("*.py"))
+    events = (data / "LABEVENTS.csv").read_text().split("\n")
+    fields = events[5].split(",")
+    fields[6] = "2e11"
+    events[5] = ",".join(fields)
+    (data / "LABEVENTS.csv").write_text("\n".join(events))
+    strict = runner.invoke(app, ["validate", str(data)])
+    assert strict.exit_code == 1
+    config = tmp_path / "quirks.toml"
+    config.write_text('[severity]\nvaluenum_bound = "warning"\n')
+    lenient = runner.invoke(app, ["validate", str(data), "--config", str(config), "--json", str(tmp_path / "r.json")])
+    assert lenient.exit_code == 0, lenient.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    bound = next(f for f in report["findings"] if f["check"] == "valuenum_bound")
+    assert bound["severity"] == "warning" and bound["default_severity"] == "error"
+    assert "changed from error to warning by config" in bound["message"]
+    assert report["overrides"] == {"valuenum_bound": "warning"}
+    assert "2e11" not in lenient.output
+
+
+def test_bad_config_exits_2(tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text('[severity]\nno_such_check = "off"\n')
+    result = runner.invoke(app, ["validate", "data/sample", "--config", str(config)])
+    assert result.exit_code == 2
+    assert "no_such_check" in result.output
+
+
+def test_bad_usage_exits_2():
+    assert runner.invoke(app, ["validate"]).exit_code == 2
+    assert runner.invoke(app, ["validate", "data/sample", "--no-such-flag"]).exit_code == 2
+
+
+def test_checks_command_lists_every_check():
+    result = runner.invoke(app, ["checks"])
+    assert result.exit_code == 0
+    for check in CHECKS:
+        assert check in result.output
