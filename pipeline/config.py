@@ -5,6 +5,7 @@ Only the CLI and ``flow.py`` read the whole config; stages get keyword arguments
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -22,15 +23,29 @@ class ConfigError(ValueError):
     """The config file cannot be used (unknown key, wrong type, unknown check)."""
 
 
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
 @dataclass(frozen=True)
 class RawConfig:
     valuenum_abs_bound: float
     stay_tolerance_hours: float
 
+    def __post_init__(self) -> None:
+        _require(math.isfinite(self.valuenum_abs_bound) and self.valuenum_abs_bound > 0,
+                 f"[raw] valuenum_abs_bound must be a finite number > 0, got {self.valuenum_abs_bound!r}")
+        _require(math.isfinite(self.stay_tolerance_hours) and self.stay_tolerance_hours >= 0,
+                 f"[raw] stay_tolerance_hours must be a finite number >= 0, got {self.stay_tolerance_hours!r}")
+
 
 @dataclass(frozen=True)
 class ReportConfig:
     max_lines: int
+
+    def __post_init__(self) -> None:
+        _require(1 <= self.max_lines <= 10_000, f"[report] max_lines must be between 1 and 10000, got {self.max_lines!r}")
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,8 @@ def _section(cls: type, values: Mapping[str, Any], name: str) -> Any:
         kind = {"float": float, "int": int}.get(str(known[key].type), float)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"[{name}] {key} must be a number, got {value!r}")
+        if kind is int and not float(value).is_integer():
+            raise ConfigError(f"[{name}] {key} must be a whole number, got {value!r}")
         converted[key] = kind(value)
     return cls(**converted)
 

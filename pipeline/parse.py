@@ -18,7 +18,7 @@ import pyarrow as pa_arrow
 import pyarrow.compute as pc
 
 from pipeline.report import Finding, finding_from_mask
-from schemas.checks import CHECKS, ERROR, ID_FLOAT_TEXT, NUMBER_TEXT, parse_datetime_text
+from schemas.checks import CHECKS, ERROR, NUMBER_TEXT, matches, number_values, parse_datetime_text
 from schemas.errors import StageError, require_validation, value_classes
 from schemas.raw import (
     DEFAULT_VALUENUM_ABS_BOUND,
@@ -134,7 +134,7 @@ def _schema_failures(schema: pa.DataFrameSchema, frame: pd.DataFrame) -> pd.Data
 
 def _derive_valuenum(frame: pd.DataFrame) -> pd.DataFrame:
     """VALUENUM from VALUE by the strict numeric grammar; censored '<0.01' and text stay text only."""
-    numeric = frame["VALUE"].str.fullmatch(NUMBER_TEXT).fillna(False).astype(bool)
+    numeric = matches(frame["VALUE"], NUMBER_TEXT)
     return frame.assign(VALUENUM=frame["VALUE"].where(numeric))
 
 
@@ -165,7 +165,7 @@ def _parse(frame: pd.DataFrame, nulled: pd.DataFrame) -> pd.DataFrame:
         elif column in _TIMES:
             parsed[column] = parse_datetime_text(text)
         elif column == "VALUENUM":
-            parsed[column] = pd.to_numeric(text.str.strip(), errors="coerce").astype("float64")
+            parsed[column] = number_values(text)
         elif column == "FLAG":
             parsed[column] = text.str.strip().str.lower()
         else:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
@@ -156,10 +155,23 @@ class Report:
         }
 
     def write_json(self, path: Path) -> None:
-        """Write the report atomically (temp file in the same folder, then rename)."""
+        """Write the report atomically: a temp file in the same folder (umask applies), then rename."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(self.as_json(), indent=2, sort_keys=False) + "\n"
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as tmp:
-            tmp.write(text)
-        os.replace(tmp.name, path)
+        text = json.dumps(self.as_json(), indent=2) + "\n"
+        write_atomic(path, text.encode("utf-8"))
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Readers see the old file or the new one, never half of it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pandera import extensions
 
 ERROR = "error"
@@ -108,48 +110,57 @@ ISO_DATETIME_TEXT = r"\s*\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?
 FLAGS = ("abnormal", "delta")
 
 
-def _matches(text: pd.Series, pattern: str) -> pd.Series:
-    return text.str.fullmatch(pattern).fillna(False).astype(bool)
+def matches(text: pd.Series, pattern: str) -> pd.Series:
+    """Whole-value regex match in pyarrow's RE2 (pandas falls back to Python's re per row); null is False."""
+    arrow = pa.array(text, type=pa.large_string(), from_pandas=True)
+    matched = pc.fill_null(pc.match_substring_regex(arrow, f"^(?:{pattern})$"), False)
+    return pd.Series(matched.to_numpy(zero_copy_only=False), index=text.index, dtype=bool)
+
+
+def number_values(text: pd.Series) -> pd.Series:
+    """float64 of the text that follows the strict numeric grammar (1e309 gives inf); NaN elsewhere."""
+    arrow = pa.array(text, type=pa.large_string(), from_pandas=True)
+    valid = pc.fill_null(pc.match_substring_regex(arrow, f"^(?:{NUMBER_TEXT})$"), False)
+    numbers = pc.cast(pc.utf8_trim_whitespace(pc.if_else(valid, arrow, None)), pa.float64())
+    return pd.Series(numbers.to_numpy(zero_copy_only=False), index=text.index, dtype="float64")
 
 
 @extensions.register_check_method(check_type="vectorized")
 def id_positive_integer(text: pd.Series) -> pd.Series:
     """A positive integer below 10^18, optionally written with a '.0' tail."""
-    return _matches(text, ID_TEXT)
+    return matches(text, ID_TEXT)
 
 
 @extensions.register_check_method(check_type="vectorized")
 def id_float_format(text: pd.Series) -> pd.Series:
     """Not an integer written as a float ('123.0')."""
-    return ~_matches(text, ID_FLOAT_TEXT)
+    return ~matches(text, ID_FLOAT_TEXT)
 
 
 @extensions.register_check_method(check_type="vectorized")
 def valuenum_numeric(text: pd.Series) -> pd.Series:
     """A plain decimal number (inf and NaN tokens are left to ``valuenum_finite``)."""
-    return _matches(text, NUMBER_TEXT) | _matches(text, NONFINITE_TEXT)
+    return matches(text, NUMBER_TEXT) | matches(text, NONFINITE_TEXT)
 
 
 @extensions.register_check_method(check_type="vectorized")
 def valuenum_finite(text: pd.Series) -> pd.Series:
     """Not inf, -inf, NaN, nor a number that overflows float64 (1e309)."""
-    numeric = _matches(text, NUMBER_TEXT)
-    values = pd.to_numeric(text.where(numeric), errors="coerce").astype("float64")
-    overflow = numeric & pd.Series(~(values.abs() < float("inf")).to_numpy(), index=text.index)
-    return ~(_matches(text, NONFINITE_TEXT) | overflow)
+    values = number_values(text)
+    overflow = values.abs() == float("inf")
+    return ~(matches(text, NONFINITE_TEXT) | overflow)
 
 
 @extensions.register_check_method(statistics=["bound"], check_type="vectorized")
 def valuenum_bound(text: pd.Series, *, bound: float) -> pd.Series:
     """|VALUENUM| within the configured bound (finite overflow is ``valuenum_finite``'s)."""
-    numeric = _matches(text, NUMBER_TEXT)
-    values = pd.to_numeric(text.where(numeric), errors="coerce").astype("float64").abs()
-    return ~(numeric & (values > bound) & (values < float("inf")))
+    values = number_values(text).abs()
+    return ~((values > bound) & (values < float("inf")))
 
 
 def parse_datetime_text(text: pd.Series) -> pd.Series:
     """ISO text to datetime64[ns]; anything else, impossible dates and years outside 1678-2261 to NaT."""
-    iso = _matches(text, ISO_DATETIME_TEXT)
+    iso = matches(text, ISO_DATETIME_TEXT)
     parsed = pd.to_datetime(text.where(iso).str.strip(), format="ISO8601", errors="coerce")
     year = parsed.dt.year
     in_range = (year >= 1678) & (year <= 2261)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from schemas.checks import matches, number_values
+
 SAMPLE_CAP = 20
 """How many failing lines (and, with ``show_values``, raw values) an error or finding carries."""
 
@@ -22,15 +24,14 @@ _CLASSES: list[tuple[str, str]] = [
     (r"(?:na|n/a|null|none|#n/a|nil|missing|\?|-|\.)", "NA token"),
     (r"\d{1,2}/\d{1,2}/\d{2}(?:\s+\d{1,2}:\d{2}(?::\d{2})?)?", "2-digit-year date"),
     (r"\d{1,2}/\d{1,2}/\d{4}(?:\s+\d{1,2}:\d{2}(?::\d{2})?)?", "month/day/year date"),
-    (r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?\s*(?:z|[+-]\d{2}:?\d{2})", "date with time zone"),
+    (r"\d{4}-\d{2}-\d{2}[ t]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?\s*(?:z|[+-]\d{2}:?\d{2})", "date with time zone"),
     (r"\d{4}-\d{2}-\d{2}", "date without time"),
-    (r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?", "ISO-shaped datetime (impossible date, or beyond 1677-2262)"),
-    (r"[+-]?(?:\d+\.?\d*|\.\d+)[eE]\+?0*(?:309|3[1-9]\d|[4-9]\d\d|\d{4,})", "number beyond float64"),
+    (r"\d{4}-\d{2}-\d{2}[ t]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?", "ISO-shaped datetime (impossible date, or beyond 1677-2262)"),
     (r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", "number with thousands separator"),
     (r"[<>]=?\s*" + _NUMBER, "censored number"),
     (r"[+-]?0+(?:\.0*)?", "zero"),
     (r"-" + _NUMBER[5:], "negative number"),
-    (r"\+?\d{19,}", "integer beyond int64"),
+    (r"\+?\d{19,}", "integer of 19 or more digits"),
     (r"\+?\d+", "positive integer"),
     (_NUMBER, "decimal number"),
 ]
@@ -40,8 +41,9 @@ def value_classes(values: pd.Series) -> pd.Series:
     """Describe each value by its class, never by its text (vectorized)."""
     text = values.astype("str")
     stripped = text.str.strip().str.lower()
-    conditions = [stripped.str.fullmatch(rx).fillna(False).to_numpy(bool) for rx, _ in _CLASSES]
-    labels = [label for _, label in _CLASSES]
+    overflow = (number_values(text).abs() == np.inf).to_numpy()
+    conditions = [overflow] + [matches(stripped, rx).to_numpy() for rx, _ in _CLASSES]
+    labels = ["number beyond float64"] + [label for _, label in _CLASSES]
     lengths = text.str.len().fillna(0).astype("int64").astype("str")
     fallback = np.where(
         text.str.contains("\x00", regex=False).fillna(False).to_numpy(bool),
@@ -67,7 +69,7 @@ def summarize_classes(classes: pd.Series, *, cap: int = 3) -> str:
 
 
 def format_lines(lines: list[int], total: int) -> str:
-    """'lines 18, 43, 100' or 'lines 18, 43, … (+97 more)'."""
+    """'lines 18, 43, 100' or 'lines 18, 43, 100 (+97 more)'."""
     if not lines:
         return "no line numbers"
     shown = ", ".join(str(n) for n in lines)
@@ -140,8 +142,8 @@ def require_validation() -> None:
             "pandera validation is disabled (PANDERA_VALIDATION_ENABLED=False), so no check would run and every "
             "table would pass. Unset PANDERA_VALIDATION_ENABLED to validate."
         )
-    if config.validation_depth == ValidationDepth.SCHEMA_ONLY:
+    if config.validation_depth not in (None, ValidationDepth.SCHEMA_AND_DATA):
         raise ValidationDisabled(
-            "pandera runs schema-level checks only (PANDERA_VALIDATION_DEPTH=SCHEMA_ONLY), so no value would be "
-            "checked. Unset PANDERA_VALIDATION_DEPTH to validate."
+            f"pandera runs only part of each schema (PANDERA_VALIDATION_DEPTH={config.validation_depth.value}), "
+            "so some checks would silently pass. Unset PANDERA_VALIDATION_DEPTH to validate."
         )

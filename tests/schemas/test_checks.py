@@ -1,0 +1,239 @@
+"""schemas/checks.py: the catalogue is well formed and each registered check accepts and rejects the right text."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+import pandas as pd
+import pandera.pandas as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas.checks import (
+    _CATALOGUE,
+    CHECKS,
+    ERROR,
+    NUMBER_TEXT,
+    SEVERITIES,
+    WARNING,
+    CheckInfo,
+    check_info,
+    matches,
+    number_values,
+    parse_datetime_text,
+)
+
+
+def _passes(check: pa.Check, values: list[str]) -> list[bool]:
+    """Run a registered check on text as pandera does (nulls are dropped before the check)."""
+    return check(pd.Series(values, dtype="str")).check_output.tolist()
+
+
+# -- the catalogue ------------------------------------------------------------------------------
+def test_catalogue_ids_are_unique_and_keyed_by_id():
+    ids = [info.id for info in _CATALOGUE]
+    assert len(ids) == len(set(ids))
+    assert list(CHECKS) == ids
+    assert all(CHECKS[key].id == key for key in CHECKS)
+
+
+@pytest.mark.parametrize("info", _CATALOGUE, ids=lambda info: info.id)
+def test_catalogue_entry_is_complete(info: CheckInfo):
+    assert info.stage in {"load", "raw"}
+    assert info.severity in {ERROR, WARNING}
+    assert info.title.strip() == info.title and info.title
+    assert info.advice.strip() and info.advice.endswith(".")
+
+
+def test_severities_are_error_warning_off():
+    assert SEVERITIES == ("error", "warning", "off")
+
+
+def test_check_info_returns_the_entry():
+    assert check_info("valuenum_finite") is CHECKS["valuenum_finite"]
+    assert check_info("id_float_format").severity == WARNING
+
+
+def test_check_info_names_the_known_checks_on_an_unknown_id():
+    with pytest.raises(KeyError) as excinfo:
+        check_info("valuenum_finit")
+    message = str(excinfo.value)
+    assert "'valuenum_finit'" in message
+    assert "valuenum_finite" in message and "file_missing" in message
+
+
+def test_catalogue_entries_are_frozen():
+    with pytest.raises(AttributeError):
+        CHECKS["id_missing"].severity = WARNING  # type: ignore[misc]
+
+
+# -- matches ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["str", object])
+def test_matches_is_a_whole_value_match_with_null_false(dtype):
+    text = pd.Series(["12", "12a", "a12", None, ""], index=pd.Index([5, 6, 7, 8, 9], name="line"), dtype=dtype)
+    matched = matches(text, r"[0-9]+")
+    assert matched.dtype == bool
+    assert matched.index.equals(text.index)
+    assert matched.tolist() == [True, False, False, False, False]
+
+
+def test_matches_groups_an_alternation_as_a_whole():
+    assert matches(pd.Series(["ab", "abx", "xcd", "cd"], dtype="str"), "ab|cd").tolist() == [True, False, False, True]
+
+
+def test_number_values_reads_only_the_strict_grammar():
+    text = pd.Series(["1.", ".5", "+2E5", " 2 ", "1e309", "-9e308", "1e-400", "1,234", "inf", "abc", None],
+                     index=pd.Index(range(10, 21), name="line"), dtype="str")
+    values = number_values(text)
+    assert values.dtype == "float64"
+    assert values.index.equals(text.index)
+    assert values.iloc[:7].tolist() == [1.0, 0.5, 2e5, 2.0, float("inf"), float("-inf"), 0.0]
+    assert values.iloc[7:].isna().all()
+
+
+_GRAMMAR_NUMBER = st.from_regex(r"[ \t]?[+-]?([0-9]{1,20}\.?[0-9]{0,20}|\.[0-9]{1,20})([eE][+-]?[0-9]{1,3})?[ \t]?",
+                                fullmatch=True)
+
+
+@settings(derandomize=True, max_examples=100, deadline=None)
+@given(st.lists(st.one_of(_GRAMMAR_NUMBER, st.text(max_size=8)), min_size=1, max_size=10))
+def test_number_values_agree_with_python_float(texts):
+    text = pd.Series(texts, dtype="str")
+    numeric = matches(text, NUMBER_TEXT)
+    for raw, ok, value in zip(texts, numeric, number_values(text)):
+        if ok:
+            assert value == float(raw), raw
+        else:
+            assert math.isnan(value), raw
+
+
+# -- registered checks on raw text ----------------------------------------------------------------
+@pytest.mark.parametrize(("text", "ok"), [
+    ("1", True), ("+0123", True), ("123.0", True), (" 7 ", True), ("123.00", True), ("9" * 18, True),
+    ("0", False), ("00", False), ("-3", False), ("1.5", False), ("abc", False), ("1,234", False),
+    ("1" * 19, False), ("1e3", False), ("", False),
+])
+def test_id_positive_integer(text, ok):
+    assert _passes(pa.Check.id_positive_integer(), [text]) == [ok]
+
+
+def test_checks_accept_only_ascii_digits():
+    """Non-ASCII digits ('1\u0661', fullwidth '\uff12') would crash the int64 cast after passing a Unicode \\d."""
+    text = ["1\u0661", "2\uff13", "\u0661"]
+    assert _passes(pa.Check.id_positive_integer(), text) == [False, False, False]
+    assert _passes(pa.Check.valuenum_numeric(), text) == [False, False, False]
+    assert _passes(pa.Check.datetime_iso(), ["2101-10-2\u0661 19:08:00"]) == [False]
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("123", True), ("+0123", True), ("abc", True), ("123.0", False), (" 5.000 ", False), ("1.5", True),
+])
+def test_id_float_format(text, ok):
+    assert _passes(pa.Check.id_float_format(), [text]) == [ok]
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("1", True), ("-1.5", True), (" .5 ", True), ("1.", True), ("1e-3", True), ("+2E5", True),
+    ("inf", True), ("-Infinity", True), ("NaN", True),  # left to valuenum_finite
+    ("1,234", False), ("<0.01", False), ("abc", False), ("0x10", False), ("1_000", False), ("", False), ("-", False),
+])
+def test_valuenum_numeric(text, ok):
+    assert _passes(pa.Check.valuenum_numeric(), [text]) == [ok]
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("1", True), ("-1e300", True), ("1e-400", True), ("abc", True),  # not a number: valuenum_numeric's
+    ("inf", False), ("-INF", False), (" nan ", False), ("+infinity", False), ("1e309", False), ("-9e308", False),
+])
+def test_valuenum_finite(text, ok):
+    assert _passes(pa.Check.valuenum_finite(), [text]) == [ok]
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("5", True), ("-5", True), ("5.0", True), ("0", True), ("6", False), ("-6", False), ("5.0000001", False),
+    ("1e309", True), ("inf", True), ("abc", True),  # non-finite and non-numeric text belong to other checks
+])
+def test_valuenum_bound(text, ok):
+    assert _passes(pa.Check.valuenum_bound(bound=5), [text]) == [ok]
+
+
+def test_valuenum_bound_keeps_its_bound_as_a_statistic():
+    check = pa.Check.valuenum_bound(bound=1e10)
+    assert check.name == "valuenum_bound"
+    assert check.statistics == {"bound": 1e10}
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("2101-10-20 19:08:00", True), ("2101-10-20T19:08", True), ("2101-10-20 19:08:00.123456789", True),
+    ("  2101-10-20 19:08:00 ", True), ("1678-01-01 00:00:00", True), ("2261-12-31 23:59:59", True),
+    ("10/23/64 21:09", False), ("2101-02-30 10:00:00", False), ("2300-01-01 00:00:00", False),
+    ("1677-12-31 00:00:00", False), ("2262-01-01 00:00:00", False), ("2101-10-20 19:08:00+00:00", False),
+    ("2101-10-20 19:08:00Z", False), ("2101-10-20", False), ("2101-10-20 25:00:00", False),
+    ("2101-10-20 19:08:00.1234567890", False), ("", False),
+])
+def test_datetime_iso(text, ok):
+    assert _passes(pa.Check.datetime_iso(), [text]) == [ok]
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("abnormal", True), ("ABNORMAL", True), (" delta ", True), ("high", False), ("", False), ("normal", False),
+])
+def test_flag_value(text, ok):
+    assert _passes(pa.Check.flag_value(), [text]) == [ok]
+
+
+def test_checks_leave_nulls_to_the_schema():
+    values = pd.Series(["abc", None], dtype="str")
+    for check in (pa.Check.id_positive_integer(), pa.Check.valuenum_numeric(), pa.Check.datetime_iso(),
+                  pa.Check.flag_value()):
+        assert check(values).check_output.tolist() == [False]
+
+
+# -- parse_datetime_text ------------------------------------------------------------------------------
+def test_parse_datetime_text_returns_nanoseconds_with_nat_for_bad_text():
+    text = pd.Series(["2101-10-20 19:08:00", "2101-10-20T19:08", "2101-02-30 10:00:00", None, "9999-12-31 23:59:59"],
+                     index=pd.Index([4, 5, 6, 7, 8], name="line"), dtype="str")
+    parsed = parse_datetime_text(text)
+    assert parsed.dtype == "datetime64[ns]"
+    assert parsed.index.equals(text.index)
+    assert parsed.tolist()[:2] == [pd.Timestamp("2101-10-20 19:08:00"), pd.Timestamp("2101-10-20 19:08:00")]
+    assert parsed.iloc[2:].isna().all()
+
+
+def test_parse_datetime_text_of_nothing_is_still_nanoseconds():
+    assert parse_datetime_text(pd.Series([], dtype="str")).dtype == "datetime64[ns]"
+    assert parse_datetime_text(pd.Series([None, None], dtype="str")).dtype == "datetime64[ns]"
+
+
+@settings(derandomize=True, max_examples=100, deadline=None)
+@given(
+    st.datetimes(min_value=datetime(1678, 1, 1), max_value=datetime(2261, 12, 31, 23, 59, 59)),
+    st.sampled_from([" ", "T"]),
+    st.sampled_from(["%Y-%m-%d{}%H:%M:%S.%f", "%Y-%m-%d{}%H:%M:%S", "%Y-%m-%d{}%H:%M"]),
+)
+def test_parse_datetime_text_round_trips_iso_text(moment, sep, pattern):
+    text = moment.strftime(pattern.format(sep))
+    expected = pd.Timestamp(datetime.strptime(text, pattern.format(sep)))
+    parsed = parse_datetime_text(pd.Series([text], dtype="str"))
+    assert parsed.tolist() == [expected]
+    assert _passes(pa.Check.datetime_iso(), [text]) == [True]
+
+
+# -- the strict numeric grammar -------------------------------------------------------------------
+_NUMBERISH = st.from_regex(r"\s?[+-]?([0-9]{0,12}\.?[0-9]{0,6}|inf|nan)([eE][+-]?[0-9]{1,3})?\s?", fullmatch=True)
+_VALUENUM = [pa.Check.valuenum_numeric(), pa.Check.valuenum_finite(), pa.Check.valuenum_bound(bound=1e10)]
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_NUMBERISH, st.text(max_size=12),
+                          st.sampled_from(["1e10", "1e11", "-1e10", "9e308", "1e309", "\uff11\uff12", "1\x1c"])),
+                min_size=1, max_size=10))
+def test_valuenum_checks_never_pass_a_non_finite_or_unparseable_value(texts):
+    values = pd.Series(texts, dtype="str")
+    passed = pd.concat([check(values).check_output for check in _VALUENUM], axis=1).all(axis=1)
+    for text, ok in zip(texts, passed):
+        if ok:
+            number = float(text)
+            assert math.isfinite(number) and abs(number) <= 1e10, text
