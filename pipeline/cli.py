@@ -27,7 +27,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Catch bad points in MIMIC-style CSVs before they reach training.",
 )
-_STYLE = {"error": "bold red", "warning": "yellow"}
+_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 @app.callback()
@@ -49,6 +49,7 @@ def validate(
     try:
         settings = load_config(config)
         result = run_validate(data_dir, settings, show_values=show_values)
+        _print_report(console, result.report)
     except (ConfigError, ValidationDisabled) as exc:
         err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(exc))}")
         raise typer.Exit(2)
@@ -58,7 +59,6 @@ def validate(
         err.print(f"[bold red]badpoints: internal error[/] ({type(exc).__name__}); this is a bug in badpoints. "
                   "Rerun with BADPOINTS_DEBUG=1 for the traceback and report it.")
         raise typer.Exit(2)
-    _print_report(console, result.report)
     if json_path is not None:
         try:
             result.report.write_json(json_path)
@@ -91,7 +91,8 @@ def _print_report(console: Console, report: Report) -> None:
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
     style = {"errors": "bold red", "warnings": "yellow", "ok": "green"}[report.status]
-    console.print(f"[{style}]status: {report.status}[/] ({errors} errors, {warnings} warnings)")
+    console.print(f"[{style}]status: {report.status}[/] ({errors} errors, {warnings} warnings, "
+                  f"{len(report.findings) - errors - warnings} notes)")
     if report.overrides:
         changed = ", ".join(f"{k}={v}" for k, v in sorted(report.overrides.items()))
         console.print(f"severities changed by config: {escape(changed)}")

@@ -14,18 +14,26 @@ from typing import Any, Mapping
 
 from schemas.checks import CHECKS, SEVERITIES
 
-
 DEFAULTS = Path(__file__).with_name("defaults.toml")
 """The documented defaults; a user's file needs only the keys it changes."""
 
+SCALE_POLICIES = ("none", "clip", "log")
+FILL_POLICIES = ("constant", "mean", "median", "drop", "ffill")
+FILL_COLUMNS = ("Z", "CODE")
+LATE_POLICIES = ("quarantine", "clip")
+
 
 class ConfigError(ValueError):
-    """The config file cannot be used (unknown key, wrong type, unknown check)."""
+    """The config file cannot be used (unknown key, wrong type, out-of-range value, unknown check)."""
 
 
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
+
+
+def _finite(value: float) -> bool:
+    return math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -34,10 +42,85 @@ class RawConfig:
     stay_tolerance_hours: float
 
     def __post_init__(self) -> None:
-        _require(math.isfinite(self.valuenum_abs_bound) and self.valuenum_abs_bound > 0,
+        _require(_finite(self.valuenum_abs_bound) and self.valuenum_abs_bound > 0,
                  f"[raw] valuenum_abs_bound must be a finite number > 0, got {self.valuenum_abs_bound!r}")
-        _require(math.isfinite(self.stay_tolerance_hours) and self.stay_tolerance_hours >= 0,
+        _require(_finite(self.stay_tolerance_hours) and self.stay_tolerance_hours >= 0,
                  f"[raw] stay_tolerance_hours must be a finite number >= 0, got {self.stay_tolerance_hours!r}")
+
+
+@dataclass(frozen=True)
+class FiltersConfig:
+    warn_removed_fraction: float
+    error_removed_fraction: float
+
+    def __post_init__(self) -> None:
+        _require(0 <= self.warn_removed_fraction <= self.error_removed_fraction <= 1,
+                 "[filters] need 0 <= warn_removed_fraction <= error_removed_fraction <= 1, got "
+                 f"{self.warn_removed_fraction!r} and {self.error_removed_fraction!r}")
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    train: float
+    val: float
+    test: float
+    seed: int
+
+    def __post_init__(self) -> None:
+        ratios = (self.train, self.val, self.test)
+        _require(all(_finite(r) and r > 0 for r in ratios) and abs(sum(ratios) - 1) < 1e-9,
+                 f"[split] train, val and test must be > 0 and sum to 1, got {ratios}")
+        _require(self.seed >= 0, f"[split] seed must be >= 0, got {self.seed!r}")
+
+
+@dataclass(frozen=True)
+class ScaleConfig:
+    eps: float
+    clip_sigma: float
+    warn_bound: float
+    error_bound: float
+    policy: Mapping[int, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        _require(_finite(self.eps) and 0 < self.eps < 1, f"[scale] eps must be in (0, 1), got {self.eps!r}")
+        _require(_finite(self.clip_sigma) and self.clip_sigma > 0,
+                 f"[scale] clip_sigma must be a finite number > 0, got {self.clip_sigma!r}")
+        _require(_finite(self.warn_bound) and _finite(self.error_bound) and 0 < self.warn_bound <= self.error_bound,
+                 f"[scale] need 0 < warn_bound <= error_bound, both finite, got {self.warn_bound!r} and "
+                 f"{self.error_bound!r}")
+        for item, policy in self.policy.items():
+            _require(policy in SCALE_POLICIES,
+                     f"[scale.policy] {item} must be one of {', '.join(SCALE_POLICIES)}, got {policy!r}")
+
+
+@dataclass(frozen=True)
+class FillPolicy:
+    policy: str
+    value: float | None = None
+    indicator: bool = False
+
+    def __post_init__(self) -> None:
+        _require(self.policy in FILL_POLICIES,
+                 f"[fill] policy must be one of {', '.join(FILL_POLICIES)}, got {self.policy!r}")
+        _require(self.policy != "constant" or (self.value is not None and _finite(self.value)),
+                 "[fill] policy 'constant' needs a finite value")
+
+
+@dataclass(frozen=True)
+class BucketConfig:
+    interval_hours: float
+    max_timestep: int
+    after_discharge_hours: float
+    late_policy: str
+
+    def __post_init__(self) -> None:
+        _require(_finite(self.interval_hours) and self.interval_hours > 0,
+                 f"[bucket] interval_hours must be > 0, got {self.interval_hours!r}")
+        _require(self.max_timestep >= 0, f"[bucket] max_timestep must be >= 0, got {self.max_timestep!r}")
+        _require(_finite(self.after_discharge_hours) and self.after_discharge_hours >= 0,
+                 f"[bucket] after_discharge_hours must be a finite number >= 0, got {self.after_discharge_hours!r}")
+        _require(self.late_policy in LATE_POLICIES,
+                 f"[bucket] late_policy must be one of {', '.join(LATE_POLICIES)}, got {self.late_policy!r}")
 
 
 @dataclass(frozen=True)
@@ -51,6 +134,11 @@ class ReportConfig:
 @dataclass(frozen=True)
 class Config:
     raw: RawConfig
+    filters: FiltersConfig
+    split: SplitConfig
+    scale: ScaleConfig
+    fill: Mapping[str, FillPolicy]
+    bucket: BucketConfig
     report: ReportConfig
     severity: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     source: str | None = None
@@ -59,31 +147,59 @@ class Config:
         """The effective severity of a check: the config's if set, else the catalogue's."""
         return self.severity.get(check, CHECKS[check].severity)
 
+    def as_json(self) -> dict[str, Any]:
+        """The effective config, as plain JSON (saved with every build)."""
+        def plain(value: Any) -> Any:
+            if hasattr(value, "__dataclass_fields__"):
+                return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
+            if isinstance(value, Mapping):
+                return {str(k): plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+            return value
+        return plain(self)
+
 
 def _defaults() -> dict[str, Any]:
-    text = DEFAULTS.read_text(encoding="utf-8")
-    return tomllib.loads(text)
+    return tomllib.loads(DEFAULTS.read_text(encoding="utf-8"))
 
 
-def _section(cls: type, values: Mapping[str, Any], name: str) -> Any:
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ConfigError(f"unknown key(s) in [{name}]: {', '.join(unknown)}; known: {', '.join(known)}")
-    converted = {}
+_KINDS = {"float": (float, "a number"), "int": (int, "a whole number"), "str": (str, "a string"),
+          "bool": (bool, "true or false"), "float | None": (float, "a number")}
+
+
+def _typed(cls: type, values: Mapping[str, Any], name: str, *, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    known = {f.name: f for f in fields(cls) if f.name not in skip}
+    unknown = sorted(set(values) - set(known) - set(skip))
+    _require(not unknown, f"unknown key(s) in [{name}]: {', '.join(unknown)}; known: {', '.join(known)}")
+    out = {}
     for key, value in values.items():
-        kind = {"float": float, "int": int}.get(str(known[key].type), float)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"[{name}] {key} must be a number, got {value!r}")
-        if kind is int and not float(value).is_integer():
-            raise ConfigError(f"[{name}] {key} must be a whole number, got {value!r}")
-        converted[key] = kind(value)
-    return cls(**converted)
+        if key in skip:
+            continue
+        kind, words = _KINDS[str(known[key].type)]
+        if kind in (int, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            _require(ok, f"[{name}] {key} must be {words}, got {value!r}")
+            _require(kind is float or float(value).is_integer(), f"[{name}] {key} must be {words}, got {value!r}")
+            value = kind(value)
+        else:
+            _require(isinstance(value, kind), f"[{name}] {key} must be {words}, got {value!r}")
+        out[key] = value
+    return out
+
+
+def _merge(base: dict[str, Any], user: Mapping[str, Any], where: str = "") -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in user.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merged[key] = _merge(base[key], value, f"{where}{key}.")
+        else:
+            merged[key] = value
+    return merged
 
 
 def load_config(path: Path | None = None) -> Config:
     """Defaults, overridden by the TOML file at ``path`` when given."""
-    merged = _defaults()
+    defaults = _defaults()
+    merged = defaults
     if path is not None:
         try:
             user = tomllib.loads(Path(path).read_text(encoding="utf-8"))
@@ -91,22 +207,38 @@ def load_config(path: Path | None = None) -> Config:
             raise ConfigError(f"cannot read config {str(path)!r}: {exc.strerror}") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config {str(path)!r} is not valid TOML: {exc}") from None
-        unknown = sorted(set(user) - set(merged))
-        if unknown:
-            raise ConfigError(f"unknown section(s) in {str(path)!r}: {', '.join(unknown)}")
+        unknown = sorted(set(user) - set(defaults))
+        _require(not unknown, f"unknown section(s) in {str(path)!r}: {', '.join(unknown)}")
         for section, values in user.items():
-            if not isinstance(values, dict):
-                raise ConfigError(f"[{section}] must be a table")
-            merged[section] = {**merged.get(section, {}), **values}
+            _require(isinstance(values, dict), f"[{section}] must be a table")
+        merged = _merge(defaults, user)
+
     severity = merged.get("severity", {})
     for check, level in severity.items():
-        if check not in CHECKS:
-            raise ConfigError(f"[severity] names unknown check {check!r}; known: {', '.join(sorted(CHECKS))}")
-        if level not in SEVERITIES:
-            raise ConfigError(f"[severity] {check} must be one of {', '.join(SEVERITIES)}, got {level!r}")
+        _require(check in CHECKS, f"[severity] names unknown check {check!r}; known: {', '.join(sorted(CHECKS))}")
+        _require(level in SEVERITIES, f"[severity] {check} must be one of {', '.join(SEVERITIES)}, got {level!r}")
+
+    scale = dict(merged["scale"])
+    policy = scale.get("policy", {})
+    _require(isinstance(policy, dict), "[scale.policy] must be a table of ITEMID = policy")
+    for item in policy:
+        _require(str(item).isdigit() and int(item) > 0, f"[scale.policy] keys must be ITEMIDs, got {item!r}")
+
+    fill = merged["fill"]
+    unknown_fill = sorted(set(fill) - set(FILL_COLUMNS))
+    _require(not unknown_fill, f"[fill] names unknown column(s) {', '.join(unknown_fill)}; "
+                               f"columns that become tensors: {', '.join(FILL_COLUMNS)}")
     return Config(
-        raw=_section(RawConfig, merged.get("raw", {}), "raw"),
-        report=_section(ReportConfig, merged.get("report", {}), "report"),
+        raw=RawConfig(**_typed(RawConfig, merged["raw"], "raw")),
+        filters=FiltersConfig(**_typed(FiltersConfig, merged["filters"], "filters")),
+        split=SplitConfig(**_typed(SplitConfig, merged["split"], "split")),
+        scale=ScaleConfig(**_typed(ScaleConfig, scale, "scale", skip=("policy",)),
+                          policy=MappingProxyType({int(k): v for k, v in policy.items()})),
+        fill=MappingProxyType({
+            column: FillPolicy(**_typed(FillPolicy, values, f"fill.{column}")) for column, values in fill.items()
+        }),
+        bucket=BucketConfig(**_typed(BucketConfig, merged["bucket"], "bucket")),
+        report=ReportConfig(**_typed(ReportConfig, merged["report"], "report")),
         severity=MappingProxyType(dict(severity)),
         source=str(path) if path is not None else None,
     )

@@ -1,24 +1,71 @@
-"""The whole order of badpoints in one place: each run is a straight list of stage calls."""
+"""The whole order of badpoints in one place: each run is a straight list of stage calls.
+
+raw -> clean -> split -> encode -> scale -> fill -> bucket -> dedup (-> graph, in ``build``).
+A stage that raises :class:`StageError` stops the stages after it (their input
+would be corrupt); everything found until then is reported.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
+
+from pipeline import bucket as bucket_stage
+from pipeline import clean, dedup, encode, fill, scale, split
 from pipeline.config import Config
 from pipeline.load import TABLES, load_text_tables
 from pipeline.parse import RawTables, check_raw
-from pipeline.report import InputFile, Report, finding_from_error
-from schemas.errors import require_validation
+from pipeline.quarantine import Kept, Step, combine, empty_quarantine
+from pipeline.report import Finding, InputFile, Report, finding_from_error, finding_from_mask, summary_finding
+from schemas.errors import StageError, require_validation
 
 # Checks that mean the run could not happen at all (exit 2), rather than that the data is bad (exit 1).
 CANNOT_RUN = ("file_missing", "file_unreadable")
+
+# Quarantine reasons and the check that reports them.
+REASON_CHECKS = {
+    clean.OUTPATIENT: "quarantine_outpatient",
+    clean.RAW_ERROR: "quarantine_raw_error",
+    clean.ADMISSION_REJECTED: "quarantine_admission",
+    clean.ITEM_REJECTED: "quarantine_raw_error",
+    clean.MIXED_TEXT: "mixed_item_text",
+    bucket_stage.BEFORE: "before_admission",
+    bucket_stage.LATE: "late_rows",
+}
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the stages made: edge rows, encoded node tables, fitted state, quarantine and ledger."""
+
+    edges: pd.DataFrame | None = None
+    admissions: pd.DataFrame | None = None
+    labitems: pd.DataFrame | None = None
+    splits: pd.DataFrame | None = None
+    vocabularies: encode.Vocabularies | None = None
+    stats: scale.ZScoreStats | None = None
+    fill_values: fill.FillValues | None = None
+    quarantine: pd.DataFrame = field(default_factory=empty_quarantine)
+    steps: tuple[Step, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    stopped_at: str | None = None
+    read: int = 0
+
+    def ledger(self) -> dict[str, int]:
+        """LABEVENTS rows read = kept + quarantined + deduplicated."""
+        quarantined = int((self.quarantine["TABLE"] == "LABEVENTS").sum())
+        merged = sum(step.merged for step in self.steps)
+        kept = 0 if self.edges is None else len(self.edges)
+        return {"read": self.read, "kept": kept, "quarantined": quarantined, "deduplicated": merged}
 
 
 @dataclass(frozen=True)
 class Validation:
     report: Report
     tables: RawTables
+    prepared: Prepared
 
     @property
     def exit_code(self) -> int:
@@ -28,7 +75,7 @@ class Validation:
 
 
 def validate(data_dir: Path, config: Config, *, show_values: bool = False) -> Validation:
-    """Read the raw tables, run every raw check, and collect all findings."""
+    """Read the raw tables, run every raw check and every stage, and collect all findings."""
     require_validation()
     text, problems = load_text_tables(Path(data_dir))
     report = Report(inputs=[
@@ -45,4 +92,141 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False) -> Va
         max_lines=config.report.max_lines,
     )
     report.add(raw.findings)
-    return Validation(report=report.with_severities(dict(config.severity)), tables=raw.tables)
+    prepared = prepare(raw.tables, config)
+    report.add(prepared.findings)
+    return Validation(report=report.with_severities(dict(config.severity)), tables=raw.tables, prepared=prepared)
+
+
+def prepare(tables: RawTables, config: Config) -> Prepared:
+    """Run clean, split, encode, scale, fill, bucket and dedup on the typed raw tables."""
+    if tables.admissions is None or tables.labitems is None or tables.labevents is None:
+        return Prepared()
+    ledger = _Ledger(config)
+    state: dict = {"read": len(tables.labevents)}
+    try:
+        admissions = ledger.take(clean.clean_admissions(tables.admissions))
+        labitems = ledger.take(clean.clean_labitems(tables.labitems))
+        events = ledger.take(clean.clean_events(tables.labevents, admissions, labitems))
+
+        splits = split.assign_splits(admissions, train=config.split.train, val=config.split.val,
+                                     test=config.split.test, seed=config.split.seed)
+        state["splits"] = splits
+        if not split.split_by_subject(admissions):
+            ledger.findings.append(summary_finding(stage="split", check="split_by_admission", table="ADMISSIONS",
+                                                   column="SUBJECT_ID", count=len(admissions),
+                                                   message="SUBJECT_ID is absent or incomplete"))
+        events = split.attach_split(events, splits)
+        admissions = admissions.merge(splits[["HADM_ID", "SPLIT"]], on="HADM_ID", validate="one_to_one")
+
+        vocabularies = encode.fit_vocabularies(events, admissions, labitems)
+        state["vocabularies"] = vocabularies
+        events = encode.encode_events(events, vocabularies)
+        state["admissions"] = encode.encode_admissions(admissions, vocabularies)
+        state["labitems"] = encode.encode_labitems(labitems, vocabularies)
+        ledger.findings.extend(_unseen_findings(events, admissions, state["admissions"], config))
+
+        stats = scale.fit_zscore(events, eps=config.scale.eps, clip_sigma=config.scale.clip_sigma,
+                                 policy=config.scale.policy)
+        state["stats"] = stats
+        events = scale.apply_zscore(events, stats, policy=config.scale.policy,
+                                    warn_bound=config.scale.warn_bound, error_bound=config.scale.error_bound)
+        ledger.findings.extend(scale.scale_findings(events, stats, warn_bound=config.scale.warn_bound,
+                                                    max_lines=config.report.max_lines))
+
+        fill_values = fill.fit_fill(events, config.fill)
+        state["fill_values"] = fill_values
+        ledger.findings.extend(fill.fill_findings(events, config.fill))
+        events = ledger.take(fill.apply_fill(events, fill_values, config.fill))
+
+        events = ledger.take(bucket_stage.bucket(
+            events, admissions, interval_hours=config.bucket.interval_hours,
+            max_timestep=config.bucket.max_timestep, after_discharge_hours=config.bucket.after_discharge_hours,
+            late_policy=config.bucket.late_policy))
+
+        state["edges"] = ledger.take(dedup.dedup(events))
+    except StageError as error:
+        ledger.findings.append(finding_from_error(error))
+        state["stopped_at"] = error.stage
+    prepared = Prepared(quarantine=combine(ledger.quarantines), steps=tuple(ledger.steps), **state)
+    findings = ledger.findings + _quarantine_findings(prepared.quarantine, config) + [_attrition(prepared)]
+    return Prepared(**{**prepared.__dict__, "findings": tuple(findings)})
+
+
+class _Ledger:
+    """Collects each stage's quarantine and steps, and turns empty or near-empty steps into findings."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.quarantines: list[pd.DataFrame] = []
+        self.steps: list[Step] = []
+        self.findings: list[Finding] = []
+
+    def take(self, kept: Kept) -> pd.DataFrame:
+        self.quarantines.append(kept.quarantine)
+        self.steps.extend(kept.steps)
+        for step in kept.steps:
+            self._judge(step)
+        return kept.frame
+
+    def _judge(self, step: Step) -> None:
+        if step.rows_in == 0:
+            return
+        removed = (step.rows_in - step.rows_out) / step.rows_in
+        where = f"{step.stage} step '{step.step}'"
+        if step.rows_out == 0:
+            raise StageError(stage=step.stage, side="output", check="step_empty", column=None, count=step.rows_in,
+                             failure_cases=pd.DataFrame({"line": []}), table="LABEVENTS",
+                             detail=f"{where} removed all {step.rows_in} rows",
+                             advice="Nothing would reach the graphs; check the inputs and this step's settings")
+        filters = self.config.filters
+        check = ("step_removed_nearly_all" if removed > filters.error_removed_fraction
+                 else "step_removed_most" if removed > filters.warn_removed_fraction else None)
+        if check:
+            self.findings.append(summary_finding(
+                stage=step.stage, check=check, table="LABEVENTS", column=None, count=step.rows_in - step.rows_out,
+                message=f"{where} removed {removed:.1%} of its {step.rows_in} rows"))
+
+
+def _quarantine_findings(quarantine: pd.DataFrame, config: Config) -> list[Finding]:
+    """One finding per quarantine reason, with the first source lines (LABEVENTS rows)."""
+    findings = []
+    for (table, stage, reason), rows in quarantine.groupby(["TABLE", "STAGE", "REASON"], sort=True):
+        check = REASON_CHECKS.get(reason, "quarantine_raw_error")
+        items = ""
+        if reason == clean.MIXED_TEXT:
+            items = ": ITEMID " + ", ".join(map(str, sorted(rows["ITEMID"].dropna().unique())))
+        failed = pd.Series(True, index=rows.index)
+        findings.append(finding_from_mask(stage=stage, table=table, check=check, column=None, failed=failed,
+                                          verb="quarantined:", what=f"{reason}{items}",
+                                          max_lines=config.report.max_lines))
+    return [f for f in findings if f is not None]
+
+
+def _unseen_findings(events: pd.DataFrame, admissions: pd.DataFrame, encoded: pd.DataFrame,
+                     config: Config) -> list[Finding]:
+    findings = [finding_from_mask(stage="encode", table="LABEVENTS", check="unseen_category", column="VALUE",
+                                  failed=encode.unseen_lab_values(events),
+                                  what="categorical VALUE unseen in train (code 0)", max_lines=config.report.max_lines)]
+    for column in encode.admission_columns(admissions):
+        unseen = admissions[column].notna() & (encoded[f"{column}_CODE"] == encode.MISSING)
+        if unseen.any():
+            findings.append(summary_finding(stage="encode", check="unseen_category", table="ADMISSIONS",
+                                            column=column, count=int(unseen.sum()),
+                                            message=f"{int(unseen.sum())} admissions with a value unseen in train "
+                                                    "(code 0)"))
+    return [f for f in findings if f is not None]
+
+
+def _attrition(prepared: Prepared) -> Finding:
+    ledger = prepared.ledger()
+    funnel = " -> ".join(f"{s.stage}/{s.step}: {s.rows_out}" for s in prepared.steps if s.quarantined or s.merged)
+    sizes = ""
+    if prepared.splits is not None:
+        counts = prepared.splits["SPLIT"].value_counts()
+        sizes = "; admissions per split: " + ", ".join(f"{name} {int(counts.get(name, 0))}"
+                                                      for name in ("train", "val", "test"))
+    stopped = f"; stopped at stage {prepared.stopped_at}" if prepared.stopped_at else ""
+    return summary_finding(
+        stage="flow", check="attrition", table="LABEVENTS", column=None, count=ledger["read"],
+        message=f"read {ledger['read']} = kept {ledger['kept']} + quarantined {ledger['quarantined']} + "
+                f"deduplicated {ledger['deduplicated']}{stopped}{sizes}; funnel: {funnel or 'no rows removed'}")

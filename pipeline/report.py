@@ -19,6 +19,10 @@ from schemas.checks import CHECKS, ERROR, OFF, WARNING
 from schemas.errors import SAMPLE_CAP, StageError, format_lines, summarize_classes, value_classes
 
 
+STAGE_ORDER = {stage: n for n, stage in enumerate(
+    ("load", "raw", "clean", "split", "encode", "scale", "fill", "bucket", "dedup", "graph", "flow"))}
+
+
 @dataclass(frozen=True)
 class Finding:
     severity: str
@@ -64,6 +68,7 @@ def finding_from_mask(
     failed: pd.Series,
     values: pd.Series | None = None,
     what: str | None = None,
+    verb: str = "with",
     show_values: bool = False,
     max_lines: int = SAMPLE_CAP,
 ) -> Finding | None:
@@ -83,7 +88,7 @@ def finding_from_mask(
     info = CHECKS[check]
     where = f"{table}.{column}" if column else table
     rows = "row" if count == 1 else "rows"
-    message = f"{where}: {count} {rows} with {what or info.title} ({format_lines(lines, count)})"
+    message = f"{where}: {count} {rows} {verb} {what or info.title} ({format_lines(lines, count)})"
     if classes:
         message += f": {classes}"
     message += f". {info.advice}"
@@ -91,6 +96,16 @@ def finding_from_mask(
         severity=info.severity, stage=stage, table=table, check=check, column=column,
         count=count, lines=lines, message=message, samples=samples,
     )
+
+
+def summary_finding(*, stage: str, check: str, table: str | None, column: str | None, count: int, message: str,
+                    lines: list[int] | None = None) -> Finding:
+    """A finding about a whole table or item set rather than failing rows (constant items, fills, attrition)."""
+    info = CHECKS[check]
+    where = ".".join(part for part in (table, column) if part)
+    return Finding(severity=info.severity, stage=stage, table=table, check=check, column=column, count=int(count),
+                   lines=list(lines or []), message=f"{where}: {message}. {info.advice}" if where else
+                   f"{message}. {info.advice}")
 
 
 @dataclass(frozen=True)
@@ -145,8 +160,8 @@ class Report:
 
     def as_json(self) -> dict[str, Any]:
         order = {ERROR: 0, WARNING: 1}
-        findings = sorted(self.findings, key=lambda f: (order.get(f.severity, 2), f.stage, f.table or "", f.check,
-                                                        f.column or ""))
+        findings = sorted(self.findings, key=lambda f: (order.get(f.severity, 2), STAGE_ORDER.get(f.stage, 99),
+                                                        f.table or "", f.check, f.column or ""))
         return {
             "status": self.status,
             "inputs": [asdict(i) for i in self.inputs],

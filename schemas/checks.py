@@ -17,8 +17,9 @@ from pandera import extensions
 
 ERROR = "error"
 WARNING = "warning"
+INFO = "info"  # reported, never changes the status (fills, merges, attrition)
 OFF = "off"
-SEVERITIES = (ERROR, WARNING, OFF)
+SEVERITIES = (ERROR, WARNING, INFO, OFF)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,66 @@ _CATALOGUE = [
     CheckInfo("charttime_outside_stay", "raw", WARNING, "CHARTTIME outside the admission's stay",
               "Common in MIMIC (ED labs before admission, results after discharge); "
               "the bucket stage quarantines or clips them."),
+    # -- every stage ---------------------------------------------------------------------
+    CheckInfo("stage_guard", "all", ERROR, "rows that break the stage's schema",
+              "A stage received or produced data its schema forbids; the message names the column and check."),
+    CheckInfo("step_empty", "all", ERROR, "a filter, join or dedup that left no rows",
+              "Nothing would reach the graphs; check the inputs and the step's settings."),
+    CheckInfo("step_removed_most", "all", WARNING, "a step that removed more than the warning fraction",
+              "Check that the step's settings fit this data ([filters] warn_removed_fraction)."),
+    CheckInfo("step_removed_nearly_all", "all", ERROR, "a step that removed more than the error fraction",
+              "Almost nothing survives this step; check its settings ([filters] error_removed_fraction)."),
+    CheckInfo("attrition", "all", INFO, "rows read, kept, quarantined and merged per step",
+              "Every row read is accounted for; quarantined rows keep their line and reason."),
+    # -- clean ---------------------------------------------------------------------------
+    CheckInfo("quarantine_outpatient", "clean", INFO, "outpatient lab rows (no HADM_ID) quarantined",
+              "Expected in MIMIC; they belong to no admission and so to no graph."),
+    CheckInfo("quarantine_raw_error", "clean", WARNING, "rows quarantined because they failed a raw check",
+              "See the raw findings for each row; repair the export to keep them."),
+    CheckInfo("quarantine_admission", "clean", WARNING, "lab rows of an admission that failed a raw check",
+              "The admission's key or times are unusable; see the ADMISSIONS findings."),
+    CheckInfo("mixed_item_text", "clean", WARNING, "non-numeric value in numeric item",
+              "Mixed items' text rows ('<0.01', 'See Comments') are quarantined; map them to numbers to keep them."),
+    # -- split ---------------------------------------------------------------------------
+    CheckInfo("split_by_admission", "split", WARNING, "split by HADM_ID because SUBJECT_ID is absent",
+              "A patient with several admissions may straddle splits; add SUBJECT_ID to ADMISSIONS."),
+    CheckInfo("split_empty", "split", ERROR, "a split with no admissions",
+              "Too few patients for the ratios; adjust [split] ratios or add data."),
+    CheckInfo("split_overlap", "split", ERROR, "a patient or admission in more than one split",
+              "Splits must be disjoint; this is a badpoints bug if it appears."),
+    # -- encode --------------------------------------------------------------------------
+    CheckInfo("unseen_category", "encode", WARNING, "categorical values not seen in the training split",
+              "They get code 0 (missing/unseen); more training data or a coarser vocabulary avoids it."),
+    # -- scale ---------------------------------------------------------------------------
+    CheckInfo("constant_item", "scale", WARNING, "lab item with constant training values",
+              "Its std is below eps relative to its mean, or it has one normal observation: scale set to 1."),
+    CheckInfo("fallback_item", "scale", WARNING, "lab item without normal training rows",
+              "Its mean and scale were fitted on all its training rows instead of the normal ones."),
+    CheckInfo("unseen_item", "scale", WARNING, "numeric lab item not seen in the training split",
+              "Its rows get z = 0; they carry no information about the value."),
+    CheckInfo("z_finite", "scale", ERROR, "z-score that is inf or NaN",
+              "The scaling produced a non-finite value; check the item's stats in the report."),
+    CheckInfo("z_warn_bound", "scale", WARNING, "|z| above the warning bound",
+              "Heavy tails are real in labs; consider a per-item policy ('clip' or 'log') in [scale.policy]."),
+    CheckInfo("z_error_bound", "scale", ERROR, "|z| above the error bound",
+              "Beyond any real measurement: the mark of a failed std guard or a unit error."),
+    CheckInfo("log_domain", "scale", ERROR, "value <= -1 in an item scaled with the 'log' policy",
+              "log1p needs values above -1; use 'clip' or 'none' for this item."),
+    # -- fill ----------------------------------------------------------------------------
+    CheckInfo("filled", "fill", INFO, "missing values filled by the declared policy",
+              "Declared in [fill]; add an indicator column to let the model see what was filled."),
+    CheckInfo("fill_collides", "fill", ERROR, "fill value that equals a real code",
+              "A filled value must not pose as a real category; fill codes with 0 (reserved)."),
+    CheckInfo("fill_left_nulls", "fill", ERROR, "nulls left in a column that becomes a tensor",
+              "Declare a fill policy for the column in [fill]."),
+    # -- bucket --------------------------------------------------------------------------
+    CheckInfo("before_admission", "bucket", WARNING, "lab rows charted before the admission day",
+              "They have no timestep and are quarantined."),
+    CheckInfo("late_rows", "bucket", WARNING, "lab rows beyond the maximum timestep or after discharge",
+              "Quarantined or clipped by [bucket] late_policy."),
+    # -- dedup ---------------------------------------------------------------------------
+    CheckInfo("merged", "dedup", INFO, "rows merged into one per (HADM_ID, timestep, ITEMID)",
+              "The latest CHARTTIME is kept; ties are broken by value, deterministically."),
 ]
 
 CHECKS: dict[str, CheckInfo] = {info.id: info for info in _CATALOGUE}

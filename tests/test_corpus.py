@@ -29,7 +29,7 @@ def test_case_is_reported_with_table_column_and_lines(tmp_path, name):
     assert report is not None
     if expect.exit_code == 0:
         assert report["status"] in ("ok", "warnings")
-        assert all(f["severity"] == "warning" for f in report["findings"])
+        assert all(f["severity"] != "error" for f in report["findings"])
     if expect.check is None:
         return
     matching = [
@@ -66,5 +66,6 @@ def test_corpus_covers_every_raw_check():
         from tests.corpus import Dataset
 
         covered.add(make(Dataset.sample()).check)
-    not_covered = set(CHECKS) - covered - {"file_unreadable", "valuenum_derived", "charttime_outside_stay"}
+    raw_checks = {check for check, info in CHECKS.items() if info.stage in ("load", "raw")}
+    not_covered = raw_checks - covered - {"file_unreadable", "valuenum_derived", "charttime_outside_stay"}
     assert not not_covered, f"checks without a broken dataset: {sorted(not_covered)}"

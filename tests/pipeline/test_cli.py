@@ -75,6 +75,10 @@ def test_config_downgrade_is_applied_and_reported(tmp_path, sample_dir):
     assert strict.exit_code == 1
     config = tmp_path / "quirks.toml"
     config.write_text('[severity]\nvaluenum_bound = "warning"\n')
+    downgraded = runner.invoke(app, ["validate", str(data), "--config", str(config)])
+    assert downgraded.exit_code == 1  # the value now reaches the scale stage, whose error bound catches it
+    assert "scale/z_error_bound" in downgraded.output and "WARNING raw/valuenum_bound" in downgraded.output
+    config.write_text('[severity]\nvaluenum_bound = "warning"\n[scale]\nerror_bound = 1e12\n')
     lenient = runner.invoke(app, ["validate", str(data), "--config", str(config), "--json", str(tmp_path / "r.json")])
     assert lenient.exit_code == 0, lenient.output
     report = json.loads((tmp_path / "r.json").read_text())

@@ -78,11 +78,11 @@ def test_severity_of_an_unknown_check_is_a_key_error():
     ("[paths]\nroot = 1\n", r"unknown section\(s\) in '.*badpoints.toml': paths"),
     ("[raw]\nvaluenum_bound = 5\n", r"unknown key\(s\) in \[raw\]: valuenum_bound; known: valuenum_abs_bound, "
                                      r"stay_tolerance_hours"),
-    ("[report]\nmax_lines = \"20\"\n", r"\[report\] max_lines must be a number, got '20'"),
+    ("[report]\nmax_lines = \"20\"\n", r"\[report\] max_lines must be a whole number, got '20'"),
     ("[raw]\nvaluenum_abs_bound = true\n", r"\[raw\] valuenum_abs_bound must be a number, got True"),
     ('[severity]\nvaluenum_finit = "off"\n',
      r"\[severity\] names unknown check 'valuenum_finit'; known: .*valuenum_finite"),
-    ('[severity]\nid_missing = "fatal"\n', r"\[severity\] id_missing must be one of error, warning, off, got 'fatal'"),
+    ('[severity]\nid_missing = "fatal"\n', r"\[severity\] id_missing must be one of error, warning, info, off, got 'fatal'"),
     ('[severity]\nid_missing = "Warning"\n', r"got 'Warning'"),
     ('severity = "off"\n', r"\[severity\] must be a table"),
     ("[raw\n", r"config '.*badpoints.toml' is not valid TOML"),

@@ -15,6 +15,7 @@ from schemas.checks import (
     _CATALOGUE,
     CHECKS,
     ERROR,
+    INFO,
     NUMBER_TEXT,
     SEVERITIES,
     WARNING,
@@ -41,14 +42,14 @@ def test_catalogue_ids_are_unique_and_keyed_by_id():
 
 @pytest.mark.parametrize("info", _CATALOGUE, ids=lambda info: info.id)
 def test_catalogue_entry_is_complete(info: CheckInfo):
-    assert info.stage in {"load", "raw"}
-    assert info.severity in {ERROR, WARNING}
+    assert info.stage in {"load", "raw", "all", "clean", "split", "encode", "scale", "fill", "bucket", "dedup"}
+    assert info.severity in {ERROR, WARNING, INFO}
     assert info.title.strip() == info.title and info.title
     assert info.advice.strip() and info.advice.endswith(".")
 
 
-def test_severities_are_error_warning_off():
-    assert SEVERITIES == ("error", "warning", "off")
+def test_severities_are_error_warning_info_off():
+    assert SEVERITIES == ("error", "warning", "info", "off")
 
 
 def test_check_info_returns_the_entry():

@@ -1,0 +1,45 @@
+"""Bucket stage: timestep = whole intervals since the start (midnight) of the admission day.
+
+Vectorized datetime arithmetic, no loop over admissions. Rows charted before
+the admission day have no timestep and are quarantined; rows beyond the
+maximum timestep or too long after discharge are quarantined or clipped to the
+last allowed timestep, per policy, and reported either way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from pipeline.quarantine import Kept, Step, set_aside
+from schemas.bucket import BucketedEvents
+from schemas.fill import FilledEvents
+from schemas.guard import guarded
+
+STAGE = "bucket"
+BEFORE = "charted before the admission day"
+LATE = "beyond the maximum timestep or after discharge"
+
+
+@guarded(stage=STAGE, takes=FilledEvents, gives=BucketedEvents)
+def bucket(events: pd.DataFrame, admissions: pd.DataFrame, *, interval_hours: float = 24.0,
+           max_timestep: int = 99, after_discharge_hours: float = 24.0, late_policy: str = "quarantine") -> Kept:
+    """TIMESTEP for every row; rows before the admission day are quarantined, late rows per ``late_policy``."""
+    stays = admissions.set_index("HADM_ID")
+    start = events["HADM_ID"].map(stays["ADMITTIME"]).dt.floor("D")
+    discharge = events["HADM_ID"].map(stays["DISCHTIME"])
+    interval = pd.Timedelta(hours=interval_hours)
+    elapsed = events["CHARTTIME"] - start
+    step = (elapsed // interval).astype("float64")
+    last = np.minimum(((discharge + pd.Timedelta(hours=after_discharge_hours) - start) // interval)
+                      .astype("float64"), max_timestep)
+    before = elapsed < pd.Timedelta(0)
+    late = (step > max_timestep) | (events["CHARTTIME"] > discharge + pd.Timedelta(hours=after_discharge_hours))
+    if late_policy == "clip":
+        timed = events.assign(TIMESTEP=np.minimum(step, last).where(~before, 0).astype("int64"))
+        kept = set_aside(timed, [(BEFORE, before)], stage=STAGE)
+        note = Step(stage=STAGE, step=f"{LATE} (clipped)", rows_in=len(kept.frame), rows_out=len(kept.frame),
+                    clipped=int((late & ~before).sum()))
+        return Kept(frame=kept.frame, quarantine=kept.quarantine, steps=kept.steps + (note,))
+    timed = events.assign(TIMESTEP=step.where(~(before | late), 0).astype("int64"))
+    return set_aside(timed, [(BEFORE, before), (LATE, late)], stage=STAGE)

@@ -1,0 +1,130 @@
+"""Encode stage: categorical values to integer codes with vocabularies fitted on the training split.
+
+Codes start at 1 and follow frequency (descending), then the value itself, so
+they never depend on row order; 0 is reserved for missing values and for values
+the training split never saw. The vocabularies are a frozen, JSON-serialisable
+object that ``build`` saves and a later run can reuse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from schemas.encode import EncodedAdmissions, EncodedEvents, EncodedLabItems
+from schemas.guard import guarded
+from schemas.raw import ADMISSION_CATEGORICALS
+from schemas.split import SplitEvents
+
+STAGE = "encode"
+MISSING = 0
+
+
+@dataclass(frozen=True)
+class Vocabularies:
+    """Fitted codes: per lab item for categorical VALUEs, per admission column, and for FLUID and CATEGORY.
+
+    ``lab_values_`` holds (ITEMID, VALUE, CODE) rows; the other vocabularies are
+    tuples of values whose code is their position + 1.
+    """
+
+    lab_values_: tuple[tuple[int, str, int], ...]
+    admission_: tuple[tuple[str, tuple[str, ...]], ...]
+    fluid_: tuple[str, ...]
+    category_: tuple[str, ...]
+
+    def lab_table(self) -> pd.DataFrame:
+        """(ITEMID, VALUE) -> CODE."""
+        return pd.DataFrame(list(self.lab_values_), columns=["ITEMID", "VALUE", "CODE"]).astype(
+            {"ITEMID": "int64", "VALUE": "str", "CODE": "int64"})
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "lab_values": [list(row) for row in self.lab_values_],
+            "admission": {column: list(values) for column, values in self.admission_},
+            "fluid": list(self.fluid_),
+            "category": list(self.category_),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Vocabularies":
+        return cls(
+            lab_values_=tuple((int(item), str(value), int(code)) for item, value, code in data["lab_values"]),
+            admission_=tuple((column, tuple(values)) for column, values in data["admission"].items()),
+            fluid_=tuple(data["fluid"]),
+            category_=tuple(data["category"]),
+        )
+
+
+def ordered_vocabulary(values: pd.Series) -> tuple[str, ...]:
+    """Distinct non-null values, most frequent first, ties by value: never by row order."""
+    counts = values.dropna().astype("str").value_counts().rename_axis("value").reset_index(name="n")
+    return tuple(counts.sort_values(["n", "value"], ascending=[False, True])["value"])
+
+
+def admission_columns(admissions: pd.DataFrame) -> list[str]:
+    """The categorical admission columns present, in the catalogue's order."""
+    return [column for column in ADMISSION_CATEGORICALS if column in admissions]
+
+
+def fit_vocabularies(events: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame) -> Vocabularies:
+    """Fit on the training split: lab VALUEs of categorical items, admission columns; FLUID/CATEGORY on the dictionary.
+
+    ``events`` and ``admissions`` carry SPLIT; the lab-item dictionary is not patient data, so
+    its FLUID and CATEGORY vocabularies cover every item (labitem nodes are the whole dictionary).
+    """
+    train = events[(events["SPLIT"] == "train") & (events["KIND"] == "categorical") & events["VALUE"].notna()]
+    counts = train.groupby(["ITEMID", "VALUE"]).size().rename("n").reset_index()
+    counts = counts.sort_values(["ITEMID", "n", "VALUE"], ascending=[True, False, True], kind="stable")
+    counts["CODE"] = counts.groupby("ITEMID").cumcount() + 1
+    lab_values = tuple(zip(counts["ITEMID"].astype("int64").tolist(), counts["VALUE"].astype("str").tolist(),
+                           counts["CODE"].astype("int64").tolist()))
+    train_admissions = admissions[admissions["SPLIT"] == "train"]
+    return Vocabularies(
+        lab_values_=lab_values,
+        admission_=tuple((column, ordered_vocabulary(train_admissions[column]))
+                         for column in admission_columns(admissions)),
+        fluid_=ordered_vocabulary(labitems["FLUID"]),
+        category_=ordered_vocabulary(labitems["CATEGORY"]),
+    )
+
+
+def codes(values: pd.Series, vocabulary: tuple[str, ...]) -> pd.Series:
+    """Code of each value in ``vocabulary`` (position + 1); 0 for missing and unseen values."""
+    lookup = pd.Series(range(1, len(vocabulary) + 1), index=pd.Index(vocabulary, dtype="str"), dtype="int64")
+    return values.astype("str").map(lookup).fillna(MISSING).astype("int64")
+
+
+@guarded(stage=STAGE, takes=SplitEvents, gives=EncodedEvents)
+def encode_events(events: pd.DataFrame, vocabularies: Vocabularies) -> pd.DataFrame:
+    """CODE for categorical rows (0 = missing/unseen); null for rows that carry a number."""
+    table = vocabularies.lab_table()
+    keyed = pd.MultiIndex.from_frame(events[["ITEMID", "VALUE"]].astype({"VALUE": "str"}))
+    lookup = pd.Series(table["CODE"].to_numpy(), index=pd.MultiIndex.from_frame(table[["ITEMID", "VALUE"]]))
+    code = pd.Series(lookup.reindex(keyed).to_numpy(), index=events.index).fillna(MISSING).astype("Int64")
+    return events.assign(CODE=code.where(events["KIND"] == "categorical"))
+
+
+def unseen_lab_values(encoded: pd.DataFrame) -> pd.Series:
+    """Rows of categorical items whose VALUE was present but got code 0 (unseen in train)."""
+    return (encoded["KIND"] == "categorical") & encoded["VALUE"].notna() & (encoded["CODE"] == MISSING)
+
+
+@guarded(stage=STAGE, gives=EncodedAdmissions)
+def encode_admissions(admissions: pd.DataFrame, vocabularies: Vocabularies) -> pd.DataFrame:
+    """Admissions (with SPLIT) plus ``<COLUMN>_CODE`` for each categorical column."""
+    encoded = admissions.copy()
+    for column, vocabulary in vocabularies.admission_:
+        encoded[f"{column}_CODE"] = codes(admissions[column], vocabulary)
+    return encoded
+
+
+@guarded(stage=STAGE, gives=EncodedLabItems)
+def encode_labitems(labitems: pd.DataFrame, vocabularies: Vocabularies) -> pd.DataFrame:
+    """Every lab item with FLUID_CODE and CATEGORY_CODE, sorted by ITEMID (the labitem node order)."""
+    return labitems.assign(
+        FLUID_CODE=codes(labitems["FLUID"], vocabularies.fluid_),
+        CATEGORY_CODE=codes(labitems["CATEGORY"], vocabularies.category_),
+    ).sort_values("ITEMID", kind="stable")

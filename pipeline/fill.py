@@ -1,0 +1,128 @@
+"""Fill stage: declared policies for the columns that become tensors, never a silent ``fillna(0)``.
+
+Each column has a policy in the config (constant, train mean or median, drop
+the row, forward-fill within an admission) and an optional ``<COLUMN>_MISSING``
+indicator. A constant fill of a code column may not pose as a real code. The
+output guard allows no null in any tensor column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from pipeline.config import FillPolicy
+from pipeline.quarantine import Kept, set_aside
+from pipeline.report import Finding, summary_finding
+from schemas.errors import StageError
+from schemas.fill import TENSOR_COLUMNS, FilledEvents
+from schemas.guard import guarded
+from schemas.scale import ScaledEvents
+
+STAGE = "fill"
+CODE_COLUMNS = ("CODE",)
+
+
+@dataclass(frozen=True)
+class FillValues:
+    """The value each column is filled with (fitted on train for 'mean' and 'median')."""
+
+    values_: tuple[tuple[str, float], ...]
+
+    def value(self, column: str) -> float | None:
+        return dict(self.values_).get(column)
+
+    def as_json(self) -> dict[str, Any]:
+        return {column: value for column, value in self.values_}
+
+
+def fit_fill(events: pd.DataFrame, policies: Mapping[str, FillPolicy]) -> FillValues:
+    """Constants as declared; means and medians of the training split."""
+    train = events[events["SPLIT"] == "train"]
+    values = []
+    for column, policy in sorted(policies.items()):
+        if policy.policy == "constant":
+            values.append((column, float(policy.value)))
+        elif policy.policy in ("mean", "median"):
+            ordered = train[column].astype("float64").sort_values(ignore_index=True)  # order-free sums
+            fitted = getattr(ordered, policy.policy)()
+            values.append((column, float(fitted) if np.isfinite(fitted) else 0.0))
+    return FillValues(values_=tuple(values))
+
+
+@guarded(stage=STAGE, takes=ScaledEvents, gives=FilledEvents)
+def apply_fill(events: pd.DataFrame, values: FillValues, policies: Mapping[str, FillPolicy]) -> Kept:
+    """Fill every tensor column by its policy; rows whose policy is 'drop' are quarantined."""
+    missing = {column: events[column].isna() for column in TENSOR_COLUMNS}
+    undeclared = [column for column in TENSOR_COLUMNS if column not in policies and missing[column].any()]
+    if undeclared:
+        column = undeclared[0]
+        raise StageError(
+            stage=STAGE, side="output", check="fill_left_nulls", column=column, count=int(missing[column].sum()),
+            failure_cases=pd.DataFrame({"line": events.index[missing[column]]}), table="LABEVENTS",
+            advice=f"Declare a policy for {column} in [fill.{column}]",
+        )
+    filled = events.copy()
+    for column in sorted(policies):
+        policy = policies[column]
+        if policy.policy in ("constant", "mean", "median"):
+            value = values.value(column)
+            _refuse_collision(events, column, value)
+            filled[column] = filled[column].fillna(_cast(value, events[column]))
+        elif policy.policy == "ffill":
+            order = filled.sort_values(["HADM_ID", "ITEMID", "CHARTTIME"], kind="stable").index
+            filled.loc[order, column] = filled.loc[order, column].groupby(
+                [filled.loc[order, "HADM_ID"], filled.loc[order, "ITEMID"]]).ffill()
+        if policy.indicator:
+            filled[f"{column}_MISSING"] = missing[column].astype("int8")
+    drops = [(f"fill: {column} missing (policy 'drop')", filled[column].isna())
+             for column in sorted(policies) if policies[column].policy == "drop"]
+    kept = set_aside(filled, drops, stage=STAGE)
+    for column in TENSOR_COLUMNS:
+        left = kept.frame[column].isna()
+        if left.any():
+            raise StageError(
+                stage=STAGE, side="output", check="fill_left_nulls", column=column, count=int(left.sum()),
+                failure_cases=pd.DataFrame({"line": kept.frame.index[left]}), table="LABEVENTS",
+                detail=f"policy '{policies[column].policy}' left them (ffill has no earlier value in the admission)",
+                advice="Use a constant, mean or median policy, or 'drop'",
+            )
+    return kept
+
+
+def _cast(value: float | None, column: pd.Series) -> Any:
+    return int(value) if str(column.dtype) == "Int64" else value
+
+
+def _refuse_collision(events: pd.DataFrame, column: str, value: float | None) -> None:
+    """A fill value for a code column must be the reserved code 0, never a code that means a real category."""
+    if column not in CODE_COLUMNS or value is None or value == 0:
+        return
+    real = events[column].dropna()
+    if value != int(value) or value < 0 or (real == value).any():
+        clash = events.index[(events[column] == value).fillna(False).to_numpy(bool)]
+        raise StageError(
+            stage=STAGE, side="input", check="fill_collides", column=column, count=max(len(clash), 1),
+            failure_cases=pd.DataFrame({"line": clash}), table="LABEVENTS",
+            detail=f"fill value {value:g} is also a real code of {column}" if len(clash)
+            else f"fill value {value:g} is not a valid code",
+            advice="Fill code columns with 0, the code reserved for missing values",
+        )
+
+
+def fill_findings(events: pd.DataFrame, policies: Mapping[str, FillPolicy]) -> list[Finding]:
+    """How many values each column had filled, and by which policy."""
+    findings = []
+    for column in TENSOR_COLUMNS:
+        count = int(events[column].isna().sum())
+        if count and column in policies:
+            policy = policies[column]
+            findings.append(summary_finding(
+                stage=STAGE, check="filled", table="LABEVENTS", column=column, count=count,
+                message=f"{count} values filled by policy '{policy.policy}'"
+                        + (f" with {policy.value:g}" if policy.policy == "constant" else "")
+                        + (", with an indicator column" if policy.indicator else "")))
+    return findings

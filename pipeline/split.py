@@ -1,0 +1,55 @@
+"""Split stage: admissions to train/val/test before anything is fitted, one patient in one split.
+
+Groups are SUBJECT_ID when ADMISSIONS has it (else HADM_ID, with a warning);
+the sorted groups are permuted by a seeded generator and cut by the configured
+ratios, so the assignment depends on the data and the seed, never on row order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from schemas.clean import CleanAdmissions, CleanEvents
+from schemas.errors import StageError
+from schemas.guard import guarded
+from schemas.split import SPLITS, SplitAssignment, SplitEvents
+
+STAGE = "split"
+
+
+@guarded(stage=STAGE, takes=CleanAdmissions, gives=SplitAssignment)
+def assign_splits(admissions: pd.DataFrame, *, train: float, val: float, test: float, seed: int) -> pd.DataFrame:
+    """One row per admission: HADM_ID, GROUP (SUBJECT_ID or HADM_ID) and SPLIT."""
+    by_subject = "SUBJECT_ID" in admissions and admissions["SUBJECT_ID"].notna().all()
+    group = (admissions["SUBJECT_ID"] if by_subject else admissions["HADM_ID"]).astype("int64")
+    groups = np.sort(group.unique())
+    if len(groups) < len(SPLITS):
+        raise StageError(
+            stage=STAGE, side="output", check="split_empty", column="SPLIT", count=len(SPLITS) - len(groups),
+            failure_cases=pd.DataFrame({"line": []}), table="ADMISSIONS",
+            detail=f"{len(groups)} patient group(s) cannot fill train, val and test",
+            advice="Add admissions, or validate a larger extract",
+        )
+    order = np.random.default_rng(seed).permutation(groups)
+    cuts = np.round(np.cumsum([train, val]) * len(order)).astype(int)
+    cuts = np.clip(cuts, [1, 2], [len(order) - 2, len(order) - 1])  # every split gets at least one group
+    cuts[1] = max(cuts[1], cuts[0] + 1)
+    split_of = pd.Series(np.repeat(np.array(SPLITS), np.diff([0, *cuts, len(order)])), index=order)
+    return pd.DataFrame({
+        "HADM_ID": admissions["HADM_ID"].astype("int64").to_numpy(),
+        "GROUP": group.to_numpy(),
+        "SPLIT": group.map(split_of).astype("str").to_numpy(),
+    }).sort_values("HADM_ID", ignore_index=True)
+
+
+def split_by_subject(admissions: pd.DataFrame) -> bool:
+    """Whether :func:`assign_splits` can group by patient (else it falls back to HADM_ID)."""
+    return "SUBJECT_ID" in admissions and bool(admissions["SUBJECT_ID"].notna().all())
+
+
+@guarded(stage=STAGE, takes=CleanEvents, gives=SplitEvents)
+def attach_split(events: pd.DataFrame, splits: pd.DataFrame) -> pd.DataFrame:
+    """Each lab row with the split of its admission."""
+    split = events["HADM_ID"].map(splits.set_index("HADM_ID")["SPLIT"])
+    return events.assign(SPLIT=split.astype("str"))

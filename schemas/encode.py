@@ -1,0 +1,44 @@
+"""Encoded lab rows, admissions and lab items: codes are >= 0, 0 meaning missing or unseen in train."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+from pandera.typing import Series
+
+from schemas.split import SplitEvents
+
+
+class EncodedEvents(SplitEvents):
+    """CODE: the categorical VALUE's code for categorical rows (0 = missing/unseen), null for numeric rows."""
+
+    CODE: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+
+    @pa.dataframe_check(name="categorical_rows_have_code")
+    def _coded(cls, frame: pd.DataFrame) -> pd.Series:
+        return (frame["KIND"] != "categorical") | frame["CODE"].notna()
+
+
+class EncodedAdmissions(pa.DataFrameModel):
+    """Admissions with their split; every ``*_CODE`` column is int64 >= 0."""
+
+    HADM_ID: Series[np.int64] = pa.Field(gt=0, unique=True)
+    ADMITTIME: Series[pa.DateTime] = pa.Field(nullable=False)
+    DISCHTIME: Series[pa.DateTime] = pa.Field(nullable=False)
+    SPLIT: Series[str] = pa.Field(nullable=False)
+    CODES: Series[np.int64] = pa.Field(ge=0, alias=r".*_CODE$", regex=True)
+
+    class Config:
+        strict = False
+
+
+class EncodedLabItems(pa.DataFrameModel):
+    """Every lab item of the dictionary with its FLUID and CATEGORY codes."""
+
+    ITEMID: Series[np.int64] = pa.Field(gt=0, unique=True)
+    FLUID_CODE: Series[np.int64] = pa.Field(ge=0)
+    CATEGORY_CODE: Series[np.int64] = pa.Field(ge=0)
+
+    class Config:
+        strict = False

@@ -1,0 +1,37 @@
+"""The split assignment: every admission in exactly one of train/val/test, patients never straddling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+from pandera.typing import Series
+
+from schemas.clean import CleanEvents
+
+SPLITS = ("train", "val", "test")
+
+
+class SplitAssignment(pa.DataFrameModel):
+    """One row per admission: its group (SUBJECT_ID, or HADM_ID as fallback) and split."""
+
+    HADM_ID: Series[np.int64] = pa.Field(gt=0, unique=True)
+    GROUP: Series[np.int64] = pa.Field(gt=0)
+    SPLIT: Series[str] = pa.Field(isin=SPLITS)
+
+    @pa.dataframe_check(name="split_overlap")
+    def _group_in_one_split(cls, frame: pd.DataFrame) -> pd.Series:
+        return frame.groupby("GROUP")["SPLIT"].transform("nunique") == 1
+
+    @pa.dataframe_check(name="split_empty", element_wise=False)
+    def _none_empty(cls, frame: pd.DataFrame) -> bool:
+        return set(frame["SPLIT"]) == set(SPLITS)
+
+    class Config:
+        strict = True
+
+
+class SplitEvents(CleanEvents):
+    """Clean lab rows with the split of their admission."""
+
+    SPLIT: Series[str] = pa.Field(isin=SPLITS)
