@@ -56,9 +56,18 @@ class Prepared:
     def ledger(self) -> dict[str, int]:
         """LABEVENTS rows read = kept + quarantined + deduplicated."""
         quarantined = int((self.quarantine["TABLE"] == "LABEVENTS").sum())
-        merged = sum(step.merged for step in self.steps)
+        merged = sum(step.merged for step in self.steps if step.table == "LABEVENTS")
         kept = 0 if self.edges is None else len(self.edges)
         return {"read": self.read, "kept": kept, "quarantined": quarantined, "deduplicated": merged}
+
+    def attrition(self) -> dict:
+        """The ledger and every step's rows in and out, as plain JSON."""
+        return {
+            "LABEVENTS": self.ledger(),
+            "stopped_at": self.stopped_at,
+            "steps": [dict(table=s.table, stage=s.stage, step=s.step, rows_in=s.rows_in, rows_out=s.rows_out,
+                           quarantined=s.quarantined, merged=s.merged, clipped=s.clipped) for s in self.steps],
+        }
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,7 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False) -> Va
     report.add(raw.findings)
     prepared = prepare(raw.tables, config)
     report.add(prepared.findings)
+    report.attrition = prepared.attrition()
     return Validation(report=report.with_severities(dict(config.severity)), tables=raw.tables, prepared=prepared)
 
 
@@ -144,6 +154,10 @@ def prepare(tables: RawTables, config: Config) -> Prepared:
             late_policy=config.bucket.late_policy))
 
         state["edges"] = ledger.take(dedup.dedup(events))
+        merged = len(events) - len(state["edges"])
+        ledger.findings.append(summary_finding(
+            stage="dedup", check="merged", table="LABEVENTS", column=None, count=merged,
+            message=f"{merged} rows merged into {len(state['edges'])} edge rows, one per (HADM_ID, timestep, ITEMID)"))
     except StageError as error:
         ledger.findings.append(finding_from_error(error))
         state["stopped_at"] = error.stage
@@ -175,7 +189,7 @@ class _Ledger:
         where = f"{step.stage} step '{step.step}'"
         if step.rows_out == 0:
             raise StageError(stage=step.stage, side="output", check="step_empty", column=None, count=step.rows_in,
-                             failure_cases=pd.DataFrame({"line": []}), table="LABEVENTS",
+                             failure_cases=pd.DataFrame({"line": []}), table=step.table,
                              detail=f"{where} removed all {step.rows_in} rows",
                              advice="Nothing would reach the graphs; check the inputs and this step's settings")
         filters = self.config.filters
@@ -183,7 +197,7 @@ class _Ledger:
                  else "step_removed_most" if removed > filters.warn_removed_fraction else None)
         if check:
             self.findings.append(summary_finding(
-                stage=step.stage, check=check, table="LABEVENTS", column=None, count=step.rows_in - step.rows_out,
+                stage=step.stage, check=check, table=step.table, column=None, count=step.rows_in - step.rows_out,
                 message=f"{where} removed {removed:.1%} of its {step.rows_in} rows"))
 
 
@@ -219,7 +233,8 @@ def _unseen_findings(events: pd.DataFrame, admissions: pd.DataFrame, encoded: pd
 
 def _attrition(prepared: Prepared) -> Finding:
     ledger = prepared.ledger()
-    funnel = " -> ".join(f"{s.stage}/{s.step}: {s.rows_out}" for s in prepared.steps if s.quarantined or s.merged)
+    funnel = " -> ".join(f"{s.stage}/{s.step}: {s.rows_out}" for s in prepared.steps
+                         if s.table == "LABEVENTS" and (s.quarantined or s.merged))
     sizes = ""
     if prepared.splits is not None:
         counts = prepared.splits["SPLIT"].value_counts()

@@ -27,6 +27,7 @@ class Step:
     quarantined: int = 0
     merged: int = 0
     clipped: int = 0
+    table: str = "LABEVENTS"
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def set_aside(frame: pd.DataFrame, filters: Sequence[tuple[str, pd.Series]], *, 
         parts.append(quarantine_frame(frame[taken], table, stage, reason))
         remaining &= ~taken
         steps.append(Step(stage=stage, step=reason, rows_in=rows_in, rows_out=int(remaining.sum()),
-                          quarantined=int(taken.sum())))
+                          quarantined=int(taken.sum()), table=table))
     quarantine = pd.concat(parts) if parts else empty_quarantine()
     return Kept(frame=frame[remaining], quarantine=quarantine, steps=tuple(steps))
 

@@ -46,12 +46,13 @@ class Finding:
 
 
 def finding_from_error(error: StageError) -> Finding:
-    """The report's view of a :class:`StageError`."""
+    """The report's view of a :class:`StageError`; a schema's own check is reported as ``stage_guard``."""
+    check = error.check if error.check in CHECKS else "stage_guard"
     return Finding(
-        severity=CHECKS[error.check].severity if error.check in CHECKS else ERROR,
+        severity=CHECKS[check].severity,
         stage=error.stage,
         table=error.table,
-        check=error.check,
+        check=check,
         column=error.column,
         count=error.count,
         lines=error.lines,
@@ -123,6 +124,7 @@ class Report:
     inputs: list[InputFile] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     overrides: dict[str, str] = field(default_factory=dict)
+    attrition: dict[str, Any] = field(default_factory=dict)
 
     @property
     def status(self) -> str:
@@ -149,7 +151,7 @@ class Report:
                 note = f" (severity changed from {finding.severity} to {level} by config)"
                 kept.append(replace(finding, severity=level, default_severity=finding.severity,
                                     message=finding.message + note))
-        return Report(inputs=list(self.inputs), findings=kept, overrides=dict(severity))
+        return Report(inputs=list(self.inputs), findings=kept, overrides=dict(severity), attrition=self.attrition)
 
     def findings_frame(self) -> pd.DataFrame:
         """The findings as a DataFrame (for notebooks)."""
@@ -167,6 +169,7 @@ class Report:
             "inputs": [asdict(i) for i in self.inputs],
             "findings": [f.as_json() for f in findings],
             "overrides": dict(sorted(self.overrides.items())),
+            "attrition": self.attrition,
         }
 
     def write_json(self, path: Path) -> None:
