@@ -107,8 +107,13 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False) -> Va
     return Validation(report=report.with_severities(dict(config.severity)), tables=raw.tables, prepared=prepared)
 
 
-def prepare(tables: RawTables, config: Config) -> Prepared:
-    """Run clean, split, encode, scale, fill, bucket and dedup on the typed raw tables."""
+def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabularies | None = None,
+            stats: scale.ZScoreStats | None = None) -> Prepared:
+    """Run clean, split, encode, scale, fill, bucket and dedup on the typed raw tables.
+
+    ``vocabularies`` and ``stats`` saved by an earlier run (``from_json``) are reused instead of fitted,
+    so new data is transformed with exactly what training saw.
+    """
     if tables.admissions is None or tables.labitems is None or tables.labevents is None:
         return Prepared()
     ledger = _Ledger(config)
@@ -128,15 +133,15 @@ def prepare(tables: RawTables, config: Config) -> Prepared:
         events = split.attach_split(events, splits)
         admissions = admissions.merge(splits[["HADM_ID", "SPLIT"]], on="HADM_ID", validate="one_to_one")
 
-        vocabularies = encode.fit_vocabularies(events, admissions, labitems)
+        vocabularies = vocabularies or encode.fit_vocabularies(events, admissions, labitems)
         state["vocabularies"] = vocabularies
         events = encode.encode_events(events, vocabularies)
         state["admissions"] = encode.encode_admissions(admissions, vocabularies)
         state["labitems"] = encode.encode_labitems(labitems, vocabularies)
         ledger.findings.extend(_unseen_findings(events, admissions, state["admissions"], config))
 
-        stats = scale.fit_zscore(events, eps=config.scale.eps, clip_sigma=config.scale.clip_sigma,
-                                 policy=config.scale.policy)
+        stats = stats or scale.fit_zscore(events, eps=config.scale.eps, clip_sigma=config.scale.clip_sigma,
+                                          policy=config.scale.policy)
         state["stats"] = stats
         events = scale.apply_zscore(events, stats, policy=config.scale.policy,
                                     warn_bound=config.scale.warn_bound, error_bound=config.scale.error_bound)
