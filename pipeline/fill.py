@@ -73,7 +73,9 @@ def apply_fill(events: pd.DataFrame, values: FillValues, policies: Mapping[str, 
             _refuse_collision(events, column, value)
             filled[column] = filled[column].fillna(_cast(value, events[column]))
         elif policy.policy == "ffill":
-            order = filled.sort_values(["HADM_ID", "ITEMID", "CHARTTIME"], kind="stable").index
+            # Ties on CHARTTIME are ordered by value (nulls first), so the fill never depends on row order.
+            order = filled.sort_values(["HADM_ID", "ITEMID", "CHARTTIME", column], kind="stable",
+                                       na_position="first").index
             filled.loc[order, column] = filled.loc[order, column].groupby(
                 [filled.loc[order, "HADM_ID"], filled.loc[order, "ITEMID"]]).ffill()
         if policy.indicator:
@@ -98,19 +100,19 @@ def _cast(value: float | None, column: pd.Series) -> Any:
 
 
 def _refuse_collision(events: pd.DataFrame, column: str, value: float | None) -> None:
-    """A fill value for a code column must be the reserved code 0, never a code that means a real category."""
+    """A code column is filled with the reserved code 0 only: codes 1..K of every item are real categories."""
     if column not in CODE_COLUMNS or value is None or value == 0:
         return
-    real = events[column].dropna()
-    if value != int(value) or value < 0 or (real == value).any():
-        clash = events.index[(events[column] == value).fillna(False).to_numpy(bool)]
-        raise StageError(
-            stage=STAGE, side="input", check="fill_collides", column=column, count=max(len(clash), 1),
-            failure_cases=pd.DataFrame({"line": clash}), table="LABEVENTS",
-            detail=f"fill value {value:g} is also a real code of {column}" if len(clash)
-            else f"fill value {value:g} is not a valid code",
-            advice="Fill code columns with 0, the code reserved for missing values",
-        )
+    clash = events.index[(events[column] == value).fillna(False).to_numpy(bool)]
+    raise StageError(
+        stage=STAGE, side="input", check="fill_collides", column=column, count=max(len(clash), 1),
+        failure_cases=pd.DataFrame({"line": clash}), table="LABEVENTS",
+        detail=(f"fill value {value:g} is not a valid code (codes are whole numbers >= 0)"
+                if value < 0 or value != int(value)
+                else f"fill value {value:g} is a real code in {len(clash)} rows" if len(clash)
+                else f"fill value {value:g} can be a real code of an item's vocabulary"),
+        advice="Fill code columns with 0, the code reserved for missing and unseen values",
+    )
 
 
 def fill_findings(events: pd.DataFrame, policies: Mapping[str, FillPolicy]) -> list[Finding]:

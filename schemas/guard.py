@@ -46,6 +46,8 @@ def stage_error(cases: pd.DataFrame, *, stage: str, side: str, model: type, fram
     same = cases[(cases["check"] == first["check"]) & (cases["column"] == first["column"])]
     lines = pd.to_numeric(same["index"], errors="coerce").dropna().astype("int64")
     column = first["column"] if first["column"] in frame.columns else None
+    if first["check"] == "column_in_dataframe":  # pandera names the model there, the column is the failure case
+        column = str(first["failure_case"])
     classes = (value_classes(frame.loc[lines.to_numpy(), column].astype("str"))
                if column is not None and len(lines) and lines.isin(frame.index).all() else None)
     failure_cases = pd.DataFrame({"line": lines.to_numpy()})

@@ -192,7 +192,7 @@ def test_as_json_shape_and_order():
         overrides={"z_check": "off", "a_check": "warning"},
     )
     record = report.as_json()
-    assert list(record) == ["status", "inputs", "findings", "overrides"]
+    assert list(record) == ["status", "inputs", "findings", "overrides", "attrition"]
     assert record["status"] == "errors"
     assert record["inputs"] == [{"table": "LABEVENTS", "path": "data/LABEVENTS.csv", "sha256": "ab" * 32, "rows": 38}]
     assert [(f["severity"], f["stage"], f["check"]) for f in record["findings"]] == [

@@ -1,0 +1,188 @@
+"""pipeline/encode.py: codes fitted on train, 1.. by frequency then value, 0 for missing and unseen."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline import encode
+from schemas.errors import StageError
+from schemas.raw import ADMISSION_CATEGORICALS
+from tests.pipeline.stages import sample_stages, shuffled
+
+SAMPLE_ADMISSION_COLUMNS = ["ADMISSION_TYPE", "ADMISSION_LOCATION", "DISCHARGE_LOCATION", "INSURANCE", "LANGUAGE",
+                            "RELIGION", "MARITAL_STATUS", "ETHNICITY"]
+
+
+@pytest.fixture(scope="module")
+def sample():
+    return sample_stages()
+
+
+def _fit(stages, events=None, admissions=None, labitems=None) -> encode.Vocabularies:
+    return encode.fit_vocabularies(stages.split_events if events is None else events,
+                                   stages.split_admissions if admissions is None else admissions,
+                                   stages.labitems.frame if labitems is None else labitems)
+
+
+def _row_of(events: pd.DataFrame, item: int, split: str) -> int:
+    rows = events.index[(events["ITEMID"] == item) & (events["SPLIT"] == split) & events["VALUE"].notna()]
+    return int(rows[0])
+
+
+# -- ordered_vocabulary ------------------------------------------------------------------------------
+def test_ordered_vocabulary_is_by_frequency_then_value():
+    values = pd.Series(["b", "c", None, "b", "a", "c", "a", "d", "b"], dtype="str")
+    assert encode.ordered_vocabulary(values) == ("b", "a", "c", "d")
+    assert encode.ordered_vocabulary(pd.Series([], dtype="str")) == ()
+
+
+@settings(max_examples=50)
+@given(data=st.data(), values=st.lists(st.one_of(st.none(), st.sampled_from(["NEG", "TR", "1+", "neg", "ÿ", "Z"])),
+                                       max_size=40))
+def test_ordered_vocabulary_does_not_depend_on_row_order(data, values):
+    permuted = data.draw(st.permutations(values))
+    vocabulary = encode.ordered_vocabulary(pd.Series(values, dtype="str"))
+    assert encode.ordered_vocabulary(pd.Series(permuted, dtype="str")) == vocabulary
+    present = [v for v in values if v is not None]
+    assert vocabulary == tuple(sorted(set(present), key=lambda v: (-present.count(v), v)))
+
+
+# -- fit on train, apply everywhere ------------------------------------------------------------------
+def test_lab_codes_start_at_one_by_train_frequency(sample):
+    vocabularies = sample.vocabularies
+    table = vocabularies.lab_table()
+    assert set(table["ITEMID"]) == set(sample.split_events.loc[sample.split_events["KIND"] == "categorical", "ITEMID"])
+    for item, codes in table.groupby("ITEMID"):
+        assert sorted(codes["CODE"]) == list(range(1, len(codes) + 1)), item
+    events = sample.split_events
+    train = events[(events["SPLIT"] == "train") & (events["ITEMID"] == 51492)]
+    counts = train["VALUE"].value_counts()
+    expected = tuple(sorted(counts.index, key=lambda v: (-counts[v], v)))
+    codes = table[table["ITEMID"] == 51492].sort_values("CODE")
+    assert tuple(codes["VALUE"]) == expected and expected[0] == "NEG"
+
+
+def test_codes_of_the_sample_events(sample):
+    encoded = sample.encoded
+    categorical = encoded["KIND"] == "categorical"
+    assert encoded.loc[~categorical, "CODE"].isna().all()
+    assert (encoded.loc[categorical, "CODE"] >= 1).all()  # every value of the sample is seen in train
+    table = sample.vocabularies.lab_table().set_index(["ITEMID", "VALUE"])["CODE"]
+    rows = encoded[categorical]
+    expected = table.reindex(pd.MultiIndex.from_frame(rows[["ITEMID", "VALUE"]])).to_numpy()
+    assert (rows["CODE"].to_numpy("int64") == expected).all()
+    assert encode.unseen_lab_values(encoded).sum() == 0
+    pd.testing.assert_frame_equal(encoded.drop(columns="CODE"), sample.split_events)
+
+
+def test_a_value_seen_only_outside_train_gets_code_zero_and_is_counted(sample):
+    events = sample.split_events.copy()
+    line = _row_of(events, 51487, "val")
+    events.loc[line, "VALUE"] = "PURPLE"
+    vocabularies = _fit(sample, events=events)
+    assert "PURPLE" not in {value for _, value, _ in vocabularies.lab_values_}
+    encoded = encode.encode_events(events, vocabularies)
+    assert encoded.loc[line, "CODE"] == encode.MISSING
+    unseen = encode.unseen_lab_values(encoded)
+    assert unseen.sum() == 1 and unseen[line]
+
+
+def test_the_same_value_in_train_gets_a_code(sample):
+    events = sample.split_events.copy()
+    line = _row_of(events, 51487, "train")
+    events.loc[line, "VALUE"] = "PURPLE"
+    vocabularies = _fit(sample, events=events)
+    assert (51487, "PURPLE", 3) in vocabularies.lab_values_  # NEG and POS are more frequent
+    encoded = encode.encode_events(events, vocabularies)
+    assert encoded.loc[line, "CODE"] == 3 and encode.unseen_lab_values(encoded).sum() == 0
+
+
+def test_a_missing_categorical_value_gets_code_zero_and_is_not_unseen(sample):
+    events = sample.split_events.copy()
+    line = _row_of(events, 51486, "train")
+    events.loc[line, "VALUE"] = pd.NA
+    encoded = encode.encode_events(events, _fit(sample, events=events))
+    assert encoded.loc[line, "CODE"] == encode.MISSING
+    assert not encode.unseen_lab_values(encoded)[line]
+
+
+def test_admissions_get_an_int64_code_per_categorical_column(sample):
+    admissions = sample.split_admissions
+    assert encode.admission_columns(admissions) == SAMPLE_ADMISSION_COLUMNS
+    encoded = encode.encode_admissions(admissions, sample.vocabularies)
+    train = admissions[admissions["SPLIT"] == "train"]
+    for column in SAMPLE_ADMISSION_COLUMNS:
+        code = encoded[f"{column}_CODE"]
+        assert code.dtype == np.int64, column
+        seen = admissions[column].isin(train[column].dropna())
+        assert ((code == 0) == ~seen).all(), column  # 0: missing, or a value train never saw
+        assert (code[seen] >= 1).all() and code.max() == len(dict(sample.vocabularies.admission_)[column])
+    assert (encoded["ETHNICITY_CODE"] == 0).any()  # the sample has an ethnicity seen only outside train
+    vocabulary = dict(sample.vocabularies.admission_)["INSURANCE"]
+    assert vocabulary == encode.ordered_vocabulary(train["INSURANCE"])
+    assert (encoded["INSURANCE_CODE"] == admissions["INSURANCE"].map(
+        {v: i + 1 for i, v in enumerate(vocabulary)})).all()
+    pd.testing.assert_frame_equal(encoded[admissions.columns], admissions)
+
+
+def test_admission_value_seen_only_outside_train_gets_code_zero(sample):
+    admissions = sample.split_admissions.copy()
+    line = admissions.index[admissions["SPLIT"] == "test"][0]
+    admissions.loc[line, "RELIGION"] = "PASTAFARIAN"
+    vocabularies = _fit(sample, admissions=admissions)
+    assert "PASTAFARIAN" not in dict(vocabularies.admission_)["RELIGION"]
+    assert encode.encode_admissions(admissions, vocabularies).loc[line, "RELIGION_CODE"] == 0
+
+
+def test_labitems_one_row_per_item_sorted_by_itemid(sample):
+    labitems = sample.labitems.frame
+    encoded = encode.encode_labitems(shuffled(labitems), sample.vocabularies)
+    assert encoded["ITEMID"].tolist() == sorted(labitems["ITEMID"])
+    for column in ("FLUID", "CATEGORY"):
+        code = encoded[f"{column}_CODE"]
+        assert code.dtype == np.int64
+        assert ((code == 0) == encoded[column].isna()).all()
+    assert sample.vocabularies.fluid_[0] == labitems["FLUID"].value_counts().idxmax()
+
+
+def test_events_without_split_are_refused(sample):
+    with pytest.raises(StageError) as caught:
+        encode.encode_events(sample.events.frame, sample.vocabularies)
+    error = caught.value
+    assert (error.stage, error.side, error.check) == ("encode", "input", "column_in_dataframe")
+
+
+def test_admission_codes_must_be_int64_on_output(sample):
+    vocabularies = sample.vocabularies
+    admissions = sample.split_admissions.assign(EXTRA_CODE=-1)
+    with pytest.raises(StageError) as caught:
+        encode.encode_admissions(admissions, vocabularies)
+    error = caught.value
+    assert (error.stage, error.side, error.column) == ("encode", "output", "EXTRA_CODE")
+    assert "greater_than_or_equal_to(0)" in error.check and error.count == len(admissions)
+
+
+# -- fitted state ------------------------------------------------------------------------------------
+def test_vocabularies_round_trip_through_json(sample):
+    vocabularies = sample.vocabularies
+    text = json.dumps(vocabularies.as_json())
+    again = encode.Vocabularies.from_json(json.loads(text))
+    assert again == vocabularies
+    assert json.dumps(again.as_json()) == text
+    assert set(vocabularies.as_json()) == {"lab_values", "admission", "fluid", "category"}
+    assert [column for column, _ in again.admission_] == SAMPLE_ADMISSION_COLUMNS
+    assert set(SAMPLE_ADMISSION_COLUMNS) <= set(ADMISSION_CATEGORICALS)
+
+
+def test_shuffled_rows_give_equal_vocabularies(sample):
+    again = _fit(sample, events=shuffled(sample.split_events, 11), admissions=shuffled(sample.split_admissions, 12),
+                 labitems=shuffled(sample.labitems.frame, 13))
+    assert again == sample.vocabularies
+    pd.testing.assert_frame_equal(encode.encode_events(shuffled(sample.split_events, 11), again).sort_index(),
+                                  sample.encoded)
