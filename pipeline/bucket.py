@@ -17,6 +17,7 @@ from schemas.fill import FilledEvents
 from schemas.guard import guarded
 
 STAGE = "bucket"
+NO_ADMISSION = "admission not among the clean admissions"
 BEFORE = "charted before the admission day"
 LATE = "beyond the maximum timestep or after discharge"
 
@@ -33,13 +34,14 @@ def bucket(events: pd.DataFrame, admissions: pd.DataFrame, *, interval_hours: fl
     step = (elapsed // interval).astype("float64")
     last = np.minimum(((discharge + pd.Timedelta(hours=after_discharge_hours) - start) // interval)
                       .astype("float64"), max_timestep)
+    unknown = start.isna()
     before = elapsed < pd.Timedelta(0)
     late = (step > max_timestep) | (events["CHARTTIME"] > discharge + pd.Timedelta(hours=after_discharge_hours))
     if late_policy == "clip":
-        timed = events.assign(TIMESTEP=np.minimum(step, last).where(~before, 0).astype("int64"))
-        kept = set_aside(timed, [(BEFORE, before)], stage=STAGE)
+        timed = events.assign(TIMESTEP=np.minimum(step, last).where(~(before | unknown), 0).astype("int64"))
+        kept = set_aside(timed, [(NO_ADMISSION, unknown), (BEFORE, before)], stage=STAGE)
         note = Step(stage=STAGE, step=f"{LATE} (clipped)", rows_in=len(kept.frame), rows_out=len(kept.frame),
-                    clipped=int((late & ~before).sum()))
+                    clipped=int((late & ~before & ~unknown).sum()))
         return Kept(frame=kept.frame, quarantine=kept.quarantine, steps=kept.steps + (note,))
-    timed = events.assign(TIMESTEP=step.where(~(before | late), 0).astype("int64"))
-    return set_aside(timed, [(BEFORE, before), (LATE, late)], stage=STAGE)
+    timed = events.assign(TIMESTEP=step.where(~(before | late | unknown), 0).astype("int64"))
+    return set_aside(timed, [(NO_ADMISSION, unknown), (BEFORE, before), (LATE, late)], stage=STAGE)

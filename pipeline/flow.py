@@ -31,6 +31,7 @@ REASON_CHECKS = {
     clean.ADMISSION_REJECTED: "quarantine_admission",
     clean.ITEM_REJECTED: "quarantine_raw_error",
     clean.MIXED_TEXT: "mixed_item_text",
+    bucket_stage.NO_ADMISSION: "quarantine_admission",
     bucket_stage.BEFORE: "before_admission",
     bucket_stage.LATE: "late_rows",
 }

@@ -50,6 +50,16 @@ class ZScoreStats:
             "fallback_items": list(self.fallback_items_), "log_items": list(self.log_items_), "eps": self.eps,
         }
 
+    def __post_init__(self) -> None:
+        sizes = {len(self.items_), len(self.mean_), len(self.scale_), len(self.count_)}
+        if len(sizes) != 1:
+            raise ValueError(f"ZScoreStats: items, mean, scale and count differ in length ({sorted(sizes)})")
+        bad = [item for item, m, s in zip(self.items_, self.mean_, self.scale_)
+               if not (np.isfinite(m) and np.isfinite(s) and s > 0)]
+        if bad:
+            raise ValueError(f"ZScoreStats: non-finite mean or non-positive scale for ITEMID {bad[:10]}; "
+                             "refit the stats instead of editing them")
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ZScoreStats":
         return cls(
@@ -91,7 +101,7 @@ def _transformed(events: pd.DataFrame, log_items: list[int]) -> pd.Series:
     return values.where(~logged, np.log1p(values.where(logged, 0.0)))
 
 
-def fit_zscore(events: pd.DataFrame, *, eps: float = 1e-6, clip_sigma: float = 3.0,
+def fit_zscore(events: pd.DataFrame, *, eps: float = 1e-12, clip_sigma: float = 3.0,
                policy: Mapping[int, str] | None = None) -> ZScoreStats:
     """Fit per-item stats on the training rows that carry a number (``events`` has SPLIT and FLAG)."""
     policy = dict(policy or {})
@@ -133,7 +143,8 @@ def apply_zscore(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[in
         z = ((values - mean) / scale).where(mean.notna(), 0.0)
     clipped = events["ITEMID"].isin(_policy_items(policy, "clip"))
     z = z.where(~clipped, z.clip(-warn_bound, warn_bound)).where(number)
-    _raise_if(number & ~np.isfinite(z.fillna(0.0)), events, "z_finite",
+    nonfinite = number & pd.Series(~np.isfinite(z.to_numpy("float64", na_value=np.nan)), index=z.index)
+    _raise_if(nonfinite, events, "z_finite",
               "z-score that is inf or NaN", "Check the item's mean and scale in stats.json")
     _raise_if(z.abs() > error_bound, events, "z_error_bound", f"|z| above the error bound {error_bound:g}",
               "Beyond any real measurement: the mark of a failed std guard or a unit error")

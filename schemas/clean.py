@@ -20,7 +20,7 @@ class CleanAdmissions(pa.DataFrameModel):
     DISCHTIME: Series[pa.DateTime] = pa.Field(nullable=False)
 
     @pa.dataframe_check(name="discharge_after_admit")
-    def _forward(cls, frame: pd.DataFrame) -> pd.Series:
+    def discharge_after_admit(cls, frame: pd.DataFrame) -> pd.Series:
         return frame["DISCHTIME"] >= frame["ADMITTIME"]
 
     class Config:
@@ -50,7 +50,7 @@ class CleanEvents(pa.DataFrameModel):
     KIND: Series[str] = pa.Field(isin=KINDS)
 
     @pa.dataframe_check(name="numeric_rows_have_valuenum")
-    def _numeric_rows(cls, frame: pd.DataFrame) -> pd.Series:
+    def numeric_rows_have_valuenum(cls, frame: pd.DataFrame) -> pd.Series:
         return (frame["KIND"] == "categorical") | frame["VALUENUM"].notna()
 
     class Config:

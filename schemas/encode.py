@@ -16,7 +16,7 @@ class EncodedEvents(SplitEvents):
     CODE: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
 
     @pa.dataframe_check(name="categorical_rows_have_code")
-    def _coded(cls, frame: pd.DataFrame) -> pd.Series:
+    def categorical_rows_have_code(cls, frame: pd.DataFrame) -> pd.Series:
         return (frame["KIND"] != "categorical") | frame["CODE"].notna()
 
 
@@ -27,7 +27,7 @@ class EncodedAdmissions(pa.DataFrameModel):
     ADMITTIME: Series[pa.DateTime] = pa.Field(nullable=False)
     DISCHTIME: Series[pa.DateTime] = pa.Field(nullable=False)
     SPLIT: Series[str] = pa.Field(nullable=False)
-    CODES: Series[np.int64] = pa.Field(ge=0, alias=r".*_CODE$", regex=True)
+    CODES: Series[np.int64] = pa.Field(ge=0, alias=r".*_CODE$", regex=True, required=False)
 
     class Config:
         strict = False

@@ -42,6 +42,11 @@ def check_frame(model: type[pa.DataFrameModel], frame: pd.DataFrame, *, stage: s
 def stage_error(cases: pd.DataFrame, *, stage: str, side: str, model: type, frame: pd.DataFrame,
                 table: str | None) -> StageError:
     cases = cases.assign(check=cases["check"].astype("str"), column=cases["column"].astype("str"))
+    whole_frame = cases["schema_context"].astype("str").eq("DataFrameSchema") & cases["check"].ne(
+        "column_in_dataframe")
+    # A dataframe-wide check is listed once per column of each failing row: count rows, name no column.
+    cases = cases.assign(column=cases["column"].where(~whole_frame, ""))
+    cases = cases.drop_duplicates(["column", "check", "index"])
     first = cases.iloc[0]
     same = cases[(cases["check"] == first["check"]) & (cases["column"] == first["column"])]
     lines = pd.to_numeric(same["index"], errors="coerce").dropna().astype("int64")

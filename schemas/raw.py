@@ -140,5 +140,5 @@ class LabEvents(_Typed):
     REJECT: Series[str] = pa.Field(nullable=True)
 
     @pa.check("VALUENUM", name="valuenum_finite")
-    def _valuenum_finite(cls, valuenum: pd.Series) -> pd.Series:
+    def valuenum_finite(cls, valuenum: pd.Series) -> pd.Series:
         return _finite(valuenum) | valuenum.isna()

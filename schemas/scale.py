@@ -15,5 +15,5 @@ class ScaledEvents(EncodedEvents):
     Z: Series[float] = pa.Field(nullable=True, finite=())
 
     @pa.dataframe_check(name="numbers_have_z")
-    def _scaled(cls, frame: pd.DataFrame) -> pd.Series:
+    def numbers_have_z(cls, frame: pd.DataFrame) -> pd.Series:
         return frame["VALUENUM"].isna() | frame["Z"].notna()

@@ -20,11 +20,11 @@ class SplitAssignment(pa.DataFrameModel):
     SPLIT: Series[str] = pa.Field(isin=SPLITS)
 
     @pa.dataframe_check(name="split_overlap")
-    def _group_in_one_split(cls, frame: pd.DataFrame) -> pd.Series:
+    def split_overlap(cls, frame: pd.DataFrame) -> pd.Series:
         return frame.groupby("GROUP")["SPLIT"].transform("nunique") == 1
 
     @pa.dataframe_check(name="split_empty", element_wise=False)
-    def _none_empty(cls, frame: pd.DataFrame) -> bool:
+    def split_empty(cls, frame: pd.DataFrame) -> bool:
         return set(frame["SPLIT"]) == set(SPLITS)
 
     class Config:

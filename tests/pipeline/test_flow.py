@@ -1,0 +1,286 @@
+"""pipeline/flow.py: ``prepare`` runs every stage in order, stops at a StageError, and accounts for every row.
+
+The ledger must close (read = kept + quarantined + deduplicated), every stage's
+findings must reach the report, and no input, however broken, may reach the
+edges with a non-finite z-score or make ``prepare`` raise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from pipeline import encode, scale
+from pipeline.config import load_config
+from pipeline.flow import prepare
+from pipeline.load import load_text_tables
+from pipeline.parse import RawTables, check_raw
+
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
+CONSTANT_ITEMS = (50963, 51100)  # one normal observation; every normal value 20
+
+
+# -- inputs ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def config():
+    return load_config()
+
+
+@pytest.fixture(scope="module")
+def text() -> dict[str, pd.DataFrame]:
+    tables, problems = load_text_tables(SAMPLE)
+    assert not problems
+    return {name: table.frame for name, table in tables.items()}
+
+
+@pytest.fixture(scope="module")
+def tables(text, config) -> RawTables:
+    return check_raw(text, valuenum_abs_bound=config.raw.valuenum_abs_bound,
+                     stay_tolerance_hours=config.raw.stay_tolerance_hours).tables
+
+
+@pytest.fixture(scope="module")
+def prepared(tables, config):
+    return prepare(tables, config)
+
+
+def checks_of(prepared) -> dict[str, list]:
+    found: dict[str, list] = {}
+    for finding in prepared.findings:
+        found.setdefault(finding.check, []).append(finding)
+    return found
+
+
+def closes(prepared) -> bool:
+    ledger = prepared.ledger()
+    return ledger["read"] == ledger["kept"] + ledger["quarantined"] + ledger["deduplicated"]
+
+
+def with_events(tables: RawTables, events: pd.DataFrame) -> RawTables:
+    return dataclasses.replace(tables, labevents=events)
+
+
+# -- the sample ---------------------------------------------------------------------------------------
+def test_sample_ledger_closes_and_every_kept_row_is_an_edge(prepared, tables):
+    ledger = prepared.ledger()
+    assert prepared.stopped_at is None
+    assert ledger["read"] == len(tables.labevents) == prepared.read
+    assert ledger["kept"] == len(prepared.edges) > 0
+    assert ledger["quarantined"] > 0 and ledger["deduplicated"] > 0
+    assert closes(prepared)
+    quarantined = prepared.quarantine.index[prepared.quarantine["TABLE"] == "LABEVENTS"]
+    lines = pd.Index(prepared.edges.index).append(quarantined)
+    assert lines.is_unique and lines.isin(tables.labevents.index).all()  # no row counted twice
+
+
+def test_sample_edges_are_finite_and_complete(prepared):
+    edges = prepared.edges
+    assert edges["Z"].dtype == np.float64 and np.isfinite(edges["Z"]).all()
+    assert edges["CODE"].notna().all() and (edges["CODE"] >= 0).all()
+    assert not edges.duplicated(["HADM_ID", "TIMESTEP", "ITEMID"]).any()
+    assert set(edges["SPLIT"]) == {"train", "val", "test"}
+    assert set(CONSTANT_ITEMS) <= set(edges["ITEMID"])  # the seed's bug items made it through, finite
+
+
+def test_sample_fitted_state_is_kept(prepared):
+    assert prepared.stats is not None and set(CONSTANT_ITEMS) <= set(prepared.stats.constant_items_)
+    assert prepared.vocabularies is not None and prepared.fill_values is not None
+    assert prepared.splits is not None and len(prepared.splits) == len(prepared.admissions)
+    assert prepared.labitems is not None
+
+
+def test_sample_findings_of_every_stage_are_present(prepared):
+    found = checks_of(prepared)
+    expected = {"attrition", "unseen_category", "constant_item", "unseen_item", "z_warn_bound", "filled",
+                "mixed_item_text", "quarantine_outpatient", "before_admission", "late_rows", "merged"}
+    assert expected <= set(found)
+    assert {f.stage for f in prepared.findings} >= {"clean", "encode", "scale", "fill", "bucket", "flow"}
+    assert not [f for f in prepared.findings if f.severity == "error"]
+    (attrition,) = found["attrition"]
+    ledger = prepared.ledger()
+    assert attrition.severity == "info" and attrition.count == ledger["read"]
+    assert attrition.message.startswith(
+        f"LABEVENTS: read {ledger['read']} = kept {ledger['kept']} + quarantined {ledger['quarantined']} + "
+        f"deduplicated {ledger['deduplicated']}")
+    assert "51100" in found["constant_item"][0].message and "50963" in found["constant_item"][0].message
+    (merged,) = found["merged"]
+    assert merged.stage == "dedup" and merged.count == ledger["deduplicated"]
+
+
+def test_sample_quarantine_findings_count_the_quarantined_rows(prepared):
+    found = checks_of(prepared)
+    reasons = prepared.quarantine.groupby("REASON").size()
+    assert found["before_admission"][0].count == reasons["charted before the admission day"]
+    assert found["late_rows"][0].count == reasons["beyond the maximum timestep or after discharge"]
+    assert found["quarantine_outpatient"][0].count == reasons["outpatient lab (no HADM_ID)"]
+    assert "51003" in found["mixed_item_text"][0].message
+
+
+def test_clip_policy_keeps_late_rows_and_the_ledger_still_closes(tables, config, prepared):
+    clip = dataclasses.replace(config, bucket=dataclasses.replace(config.bucket, late_policy="clip"))
+    clipped = prepare(tables, clip)
+    assert clipped.stopped_at is None and closes(clipped)
+    assert "late_rows" not in checks_of(clipped)
+    assert sum(step.clipped for step in clipped.steps) == checks_of(prepared)["late_rows"][0].count
+    assert clipped.edges["TIMESTEP"].max() <= config.bucket.max_timestep
+
+
+def test_saved_stats_and_vocabularies_are_reused_not_refitted(tables, config, prepared):
+    again = prepare(tables, config, stats=scale.ZScoreStats.from_json(prepared.stats.as_json()),
+                    vocabularies=encode.Vocabularies.from_json(prepared.vocabularies.as_json()))
+    assert again.stats == prepared.stats and again.vocabularies == prepared.vocabularies
+    pd.testing.assert_frame_equal(again.edges, prepared.edges)
+    # Stats fitted elsewhere are used as they are: an item they do not know gets z = 0.
+    without_ast = dataclasses.replace(prepared.stats, **{
+        name: tuple(v for i, v in zip(prepared.stats.items_, getattr(prepared.stats, name)) if i != 50878)
+        for name in ("items_", "mean_", "scale_", "count_")})
+    reused = prepare(tables, config, stats=without_ast)
+    assert (reused.edges.loc[reused.edges["ITEMID"] == 50878, "Z"] == 0.0).all()
+    assert "50878" in next(f for f in reused.findings if f.check == "unseen_item").message
+
+
+# -- a stage that fails stops the flow ----------------------------------------------------------------
+def test_a_stage_error_stops_the_flow_and_is_reported(tables, config):
+    strict = dataclasses.replace(config, scale=dataclasses.replace(config.scale, warn_bound=10.0, error_bound=50.0))
+    stopped = prepare(tables, strict)
+    assert stopped.stopped_at == "scale"
+    assert stopped.edges is None and stopped.fill_values is None
+    assert stopped.stats is not None  # fitted before apply failed: what was found until then is kept
+    found = checks_of(stopped)
+    (error,) = found["z_error_bound"]
+    assert (error.severity, error.stage, error.column) == ("error", "scale", "Z")
+    assert error.lines and "ITEMID" in error.message and "50878" in error.message
+    assert not {"filled", "before_admission", "late_rows"} & set(found)  # later stages never ran
+    assert "stopped at stage scale" in found["attrition"][0].message
+
+
+def test_every_row_outpatient_is_an_empty_step(tables, config):
+    events = tables.labevents.assign(HADM_ID=pd.Series(pd.NA, index=tables.labevents.index, dtype="Int64"))
+    stopped = prepare(with_events(tables, events), config)
+    assert stopped.stopped_at == "clean" and stopped.edges is None
+    (empty,) = checks_of(stopped)["step_empty"]
+    assert (empty.severity, empty.stage, empty.count) == ("error", "clean", len(events))
+    assert "outpatient lab (no HADM_ID)" in empty.message and "removed all" in empty.message
+
+
+def test_a_step_removing_most_rows_is_a_warning(tables, config):
+    events = tables.labevents.copy()
+    outpatient = events.index[: int(len(events) * 0.6)]
+    events.loc[outpatient, "HADM_ID"] = pd.NA
+    result = prepare(with_events(tables, events), config)
+    assert result.stopped_at is None and closes(result)
+    most = [f for f in checks_of(result)["step_removed_most"] if "outpatient" in f.message]
+    assert len(most) == 1 and most[0].severity == "warning" and most[0].stage == "clean"
+    assert most[0].count == int(events["HADM_ID"].isna().sum())
+    assert "step_removed_nearly_all" not in checks_of(result)
+
+
+def test_missing_tables_give_nothing_to_prepare(tables, config):
+    empty = prepare(dataclasses.replace(tables, admissions=None), config)
+    assert empty.edges is None and empty.findings == () and empty.read == 0
+
+
+def test_admissions_with_only_the_required_columns_are_prepared(tables, config):
+    minimal = tables.admissions[["HADM_ID", "ADMITTIME", "DISCHTIME", "SUBJECT_ID", "REJECT"]]
+    result = prepare(dataclasses.replace(tables, admissions=minimal), config)
+    assert result.stopped_at is None, [f.message for f in result.findings if f.severity == "error"]
+    assert closes(result) and len(result.edges) > 0
+
+
+# -- determinism --------------------------------------------------------------------------------------
+def test_shuffled_raw_rows_give_identical_outputs(text, config, prepared):
+    shuffled = {}
+    for number, (name, frame) in enumerate(text.items()):
+        frame = frame.sample(frac=1.0, random_state=number + 1)
+        frame.index = pd.RangeIndex(2, len(frame) + 2, name="line")  # the file's rows in another order
+        shuffled[name] = frame
+    again = prepare(check_raw(shuffled).tables, config)
+    pd.testing.assert_frame_equal(again.edges.reset_index(drop=True), prepared.edges.reset_index(drop=True))
+    assert again.stats == prepared.stats
+    assert again.vocabularies == prepared.vocabularies
+    pd.testing.assert_frame_equal(again.splits, prepared.splits)
+    assert again.ledger() == prepared.ledger()
+    assert sorted((f.check, f.count) for f in again.findings) == sorted((f.check, f.count) for f in prepared.findings)
+
+
+# -- property: any small dataset --------------------------------------------------------------------
+SHAPES = ("spread", "constant", "extreme", "categorical", "mixed")
+BAD_VALUENUM = ("inf", "-inf", "nan", "1e400", "12abc")
+
+
+@st.composite
+def datasets(draw) -> dict[str, pd.DataFrame]:
+    """ADMISSIONS, D_LABITEMS and LABEVENTS as text, a few admissions and items, some rows broken."""
+    subjects = draw(st.integers(3, 5))
+    stays = []  # (SUBJECT_ID, HADM_ID, ADMITTIME)
+    for subject in range(subjects):
+        for k in range(draw(st.integers(1, 2))):
+            admit = pd.Timestamp("2150-01-01") + pd.Timedelta(days=40 * subject + 10 * k,
+                                                                minutes=draw(st.integers(0, 1439)))
+            stays.append((1000 + subject, 100000 + 10 * subject + k, admit,
+                          admit + pd.Timedelta(hours=draw(st.integers(0, 150)))))
+    shapes = draw(st.lists(st.sampled_from(SHAPES), min_size=1, max_size=4))
+    items = [50800 + i for i in range(len(shapes))]
+    rows = []
+    for _ in range(draw(st.integers(2, 40))):
+        stay = draw(st.sampled_from(stays))
+        i = draw(st.integers(0, len(items) - 1))
+        shape = shapes[i]
+        noise = draw(st.floats(-3.0, 3.0))
+        flag = draw(st.sampled_from([None, None, None, "abnormal", "delta"]))
+        if shape == "categorical" or (shape == "mixed" and noise > 1.5):
+            value, valuenum = draw(st.sampled_from(["NEG", "TR", "1+", "<0.01"])), None
+        else:
+            number = {"spread": 10.0 + 2.0 * noise, "extreme": 1e6 + 1e-3 * noise, "mixed": noise,
+                      "constant": 20.0 if flag is None else 20.0 + 50.0 * noise}[shape]  # the seed's bug
+            value = valuenum = repr(number)
+        if draw(st.integers(0, 9)) == 0:
+            value = valuenum = draw(st.sampled_from(BAD_VALUENUM))
+        outpatient = draw(st.integers(0, 9)) == 0
+        minutes = draw(st.one_of(st.integers(-3000, 9000), st.sampled_from([0, 60, 1440])))  # ties: re-run panels
+        charttime = stay[2] + pd.Timedelta(minutes=minutes)
+        rows.append({
+            "HADM_ID": None if outpatient else str(stay[1]), "ITEMID": str(items[i]),
+            "CHARTTIME": charttime.strftime("%Y-%m-%d %H:%M:%S"), "VALUE": value, "FLAG": flag,
+            "SUBJECT_ID": str(stay[0]), "VALUENUM": valuenum,
+        })
+
+    def frame(records: list[dict]) -> pd.DataFrame:
+        out = pd.DataFrame(records).astype("str")
+        out = out.where(pd.DataFrame(records).notna())
+        out.index = pd.RangeIndex(2, len(out) + 2, name="line")
+        return out.astype("str")
+
+    ethnicity = st.sampled_from(["WHITE", "BLACK/AFRICAN AMERICAN", "UNKNOWN/NOT SPECIFIED", None])
+    admissions = frame([{"HADM_ID": str(h), "ADMITTIME": a.strftime("%Y-%m-%d %H:%M:%S"),
+                         "DISCHTIME": d.strftime("%Y-%m-%d %H:%M:%S"), "SUBJECT_ID": str(s),
+                         "ETHNICITY": draw(ethnicity)} for s, h, a, d in stays])
+    labitems = frame([{"ITEMID": str(item), "FLUID": "Blood", "CATEGORY": "Chemistry"} for item in items])
+    return {"ADMISSIONS": admissions, "D_LABITEMS": labitems, "LABEVENTS": frame(rows)}
+
+
+@settings(max_examples=20)
+@given(data=datasets())
+def test_any_small_dataset_stops_with_an_error_or_gives_finite_edges(data):
+    config = load_config()
+    raw = check_raw(data, valuenum_abs_bound=config.raw.valuenum_abs_bound)
+    result = prepare(raw.tables, config)  # must never raise
+    if result.stopped_at is not None:
+        event(f"stopped at {result.stopped_at}")
+        assert result.edges is None
+        assert any(f.severity == "error" and f.stage == result.stopped_at for f in result.findings)
+        return
+    event("edges")
+    edges = result.edges
+    assert np.isfinite(edges["Z"].to_numpy("float64")).all()
+    assert edges["CODE"].notna().all()
+    assert closes(result) and result.ledger()["kept"] == len(edges)
+    assert result.read == len(data["LABEVENTS"])
+    bad = raw.tables.labevents.index[raw.tables.labevents["REJECT"].notna()]
+    assert not edges.index.isin(bad).any()  # a rejected row never reaches a graph

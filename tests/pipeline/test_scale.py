@@ -1,0 +1,406 @@
+"""pipeline/scale.py: per-item z-scores fitted on normal training rows, with a principled std guard.
+
+The seed researcher's bug was an item whose normal training values were all
+equal (std 0), so ``(x - mean) / std`` gave inf and every loss went NaN. Sample
+items 51100 (every normal value 20) and 50963 (one normal observation) carry
+that bug; their z-scores must come out finite, within the error bound, and the
+items must be reported as constant.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from pipeline import clean, encode, scale, split
+from pipeline.config import load_config
+from pipeline.load import load_text_tables
+from pipeline.parse import check_raw
+from schemas.errors import StageError
+from schemas.guard import check_frame
+from schemas.scale import ScaledEvents
+
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
+SODIUM_URINE = 51100  # every normal value is 20, abnormal values differ
+NTPROBNP = 50963  # one normal observation, the other rows abnormal
+AST = 50878  # heavy-tailed: mostly 15-40 IU/L, a few in the thousands
+LIPASE, POTASSIUM_FLUID = 50956, 51041  # one row each, in the test split
+HADM_OF_SPLIT = {"train": 100, "val": 200, "test": 300}
+
+
+# -- inputs ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def config():
+    return load_config()
+
+
+@pytest.fixture(scope="module")
+def encoded(config) -> pd.DataFrame:
+    """The sample's lab rows as the scale stage receives them: clean, split and encoded."""
+    text, problems = load_text_tables(SAMPLE)
+    assert not problems
+    raw = check_raw({name: table.frame for name, table in text.items()}).tables
+    admissions = clean.clean_admissions(raw.admissions).frame
+    labitems = clean.clean_labitems(raw.labitems).frame
+    events = clean.clean_events(raw.labevents, admissions, labitems).frame
+    splits = split.assign_splits(admissions, train=config.split.train, val=config.split.val,
+                                 test=config.split.test, seed=config.split.seed)
+    events = split.attach_split(events, splits)
+    admissions = admissions.merge(splits[["HADM_ID", "SPLIT"]], on="HADM_ID", validate="one_to_one")
+    return encode.encode_events(events, encode.fit_vocabularies(events, admissions, labitems))
+
+
+@pytest.fixture(scope="module")
+def fitted(encoded, config) -> scale.ZScoreStats:
+    return scale.fit_zscore(encoded, eps=config.scale.eps, clip_sigma=config.scale.clip_sigma)
+
+
+@pytest.fixture(scope="module")
+def scaled(encoded, fitted) -> pd.DataFrame:
+    return scale.apply_zscore(encoded, fitted)
+
+
+def lab_rows(rows: list[tuple]) -> pd.DataFrame:
+    """EncodedEvents from ``(ITEMID, VALUENUM, FLAG, SPLIT)`` tuples; lines 2, 3, ...
+
+    A row with VALUENUM None is a categorical row (VALUE 'NEG', CODE 1); an item's
+    KIND follows clean.item_kinds.
+    """
+    items = [int(r[0]) for r in rows]
+    values = pd.Series([np.nan if r[1] is None else float(r[1]) for r in rows], dtype="float64")
+    frame = pd.DataFrame({
+        "HADM_ID": pd.Series([HADM_OF_SPLIT[r[3]] for r in rows], dtype="int64"),
+        "ITEMID": pd.Series(items, dtype="int64"),
+        "CHARTTIME": pd.Series(pd.Timestamp("2150-01-01 08:00") + pd.to_timedelta(range(len(rows)), unit="min"))
+        .astype("datetime64[ns]"),
+        "VALUE": pd.Series(["NEG" if np.isnan(v) else repr(v) for v in values], dtype="str"),
+        "FLAG": pd.Series([r[2] for r in rows], dtype="str"),
+        "VALUENUM": values,
+        "SPLIT": pd.Series([r[3] for r in rows], dtype="str"),
+    })
+    frame.index = pd.RangeIndex(2, len(rows) + 2, name="line")
+    frame.insert(6, "KIND", clean.item_kinds(frame))
+    frame["CODE"] = pd.Series(1, index=frame.index, dtype="Int64").where(frame["KIND"] == "categorical")
+    return frame
+
+
+# -- centred_stats ------------------------------------------------------------------------------------
+def test_centred_stats_match_numpy_two_pass_sample_std():
+    rng = np.random.default_rng(7)
+    values = pd.Series(np.concatenate([rng.normal(5, 2, 40), rng.normal(-300, 0.5, 9), [42.0]]))
+    items = pd.Series(np.repeat([1, 2, 3], [40, 9, 1]))
+    stats = scale.centred_stats(values, items)
+    for item, group in values.groupby(items):
+        assert stats.loc[item, "mean"] == pytest.approx(np.mean(group.to_numpy()), rel=1e-12)
+        assert stats.loc[item, "count"] == len(group)
+    assert stats.loc[1, "std"] == pytest.approx(np.std(values[items == 1].to_numpy(), ddof=1), rel=1e-12)
+    assert stats.loc[2, "std"] == pytest.approx(np.std(values[items == 2].to_numpy(), ddof=1), rel=1e-12)
+    assert np.isnan(stats.loc[3, "std"])  # one observation has no sample std
+
+
+def test_centred_stats_ignore_missing_values():
+    values = pd.Series([1.0, np.nan, 3.0])
+    stats = scale.centred_stats(values, pd.Series([9, 9, 9]))
+    assert (stats.loc[9, "mean"], stats.loc[9, "count"]) == (2.0, 2)
+    assert stats.loc[9, "std"] == pytest.approx(np.sqrt(2.0))
+
+
+def test_centred_stats_stay_right_where_a_sum_of_squares_formula_fails():
+    rng = np.random.default_rng(11)
+    values = pd.Series(1e6 + 1e-3 * rng.standard_normal(2_000))
+    n = len(values)
+    centred = values.to_numpy() - values.to_numpy().mean()
+    reference = np.std(centred, ddof=1)
+    std = scale.centred_stats(values, pd.Series(np.zeros(n, dtype="int64"))).loc[0, "std"]
+    assert abs(std - reference) <= 1e-6 * reference
+    # The one-pass formula the module refuses to use: catastrophic cancellation at mean 1e6, std 1e-3.
+    squares = np.sum(values.to_numpy() ** 2)
+    one_pass_variance = (squares - n * values.mean() ** 2) / (n - 1)
+    one_pass = np.sqrt(one_pass_variance) if one_pass_variance >= 0 else np.nan
+    assert not (abs(one_pass - reference) <= 1e-6 * reference)
+
+
+# -- fit_zscore ---------------------------------------------------------------------------------------
+def test_fit_uses_the_training_split_only():
+    events = lab_rows([(1, v, None, "train") for v in (1.0, 2.0, 3.0)]
+                      + [(1, 1000.0, None, "val"), (1, -1000.0, None, "test"), (2, 5.0, None, "val")])
+    table = scale.fit_zscore(events).table()
+    assert list(table.index) == [1]  # item 2 has no training row
+    assert (table.loc[1, "mean"], table.loc[1, "scale"], table.loc[1, "count"]) == (2.0, 1.0, 3)
+
+
+def test_fit_uses_normal_rows_only():
+    events = lab_rows([(1, v, None, "train") for v in (10.0, 11.0, 12.0)]
+                      + [(1, 400.0, "abnormal", "train"), (1, -90.0, "delta", "train")])
+    stats = scale.fit_zscore(events)
+    assert (stats.table().loc[1, "mean"], stats.table().loc[1, "scale"]) == (11.0, 1.0)
+    assert stats.fallback_items_ == ()
+
+
+def test_fit_clips_normal_rows_beyond_three_sigma():
+    normal = [10.0 + 0.1 * k for k in range(-10, 11)]  # 21 values, mean 10
+    events = lab_rows([(1, v, None, "train") for v in normal] + [(1, 1000.0, None, "train")])
+    table = scale.fit_zscore(events, clip_sigma=3.0).table()
+    assert table.loc[1, "mean"] == pytest.approx(10.0, rel=1e-12)
+    assert table.loc[1, "scale"] == pytest.approx(np.std(normal, ddof=1), rel=1e-12)
+    assert table.loc[1, "count"] == 21
+    # Without clipping the outlier would have pulled the mean to about 55.
+    loose = scale.fit_zscore(events, clip_sigma=100.0).table()
+    assert loose.loc[1, "mean"] == pytest.approx(np.mean(normal + [1000.0]))
+
+
+def test_sample_items_with_zero_normal_std_are_constant_with_scale_one(fitted):
+    table = fitted.table()
+    assert {SODIUM_URINE, NTPROBNP} <= set(fitted.constant_items_)
+    assert (table.loc[SODIUM_URINE, "mean"], table.loc[SODIUM_URINE, "scale"]) == (20.0, 1.0)
+    assert table.loc[NTPROBNP, "scale"] == 1.0 and table.loc[NTPROBNP, "count"] == 1
+    assert not set(fitted.constant_items_) - {SODIUM_URINE, NTPROBNP}
+    assert (table["scale"] > 0).all() and np.isfinite(table.to_numpy()).all()
+
+
+def test_the_seed_bug_constant_items_get_finite_bounded_z_and_are_reported(encoded, fitted, scaled, config):
+    rows = scaled["ITEMID"].isin([SODIUM_URINE, NTPROBNP])
+    assert rows.sum() > 20 and scaled.loc[rows, "VALUENUM"].nunique() > 2  # abnormal values differ
+    z = scaled.loc[rows, "Z"]
+    assert np.isfinite(z).all() and (z.abs() <= config.scale.error_bound).all()
+    mean = scaled.loc[rows, "ITEMID"].map(fitted.table()["mean"])
+    pd.testing.assert_series_equal(z, scaled.loc[rows, "VALUENUM"] - mean, check_names=False)
+    findings = {f.check: f for f in scale.scale_findings(scaled, fitted, warn_bound=config.scale.warn_bound)}
+    constant = findings["constant_item"]
+    assert (constant.stage, constant.count, constant.severity) == ("scale", 2, "warning")
+    assert f"ITEMID {NTPROBNP}, {SODIUM_URINE}" in constant.message
+
+
+def test_hand_built_constant_items_get_scale_one():
+    events = lab_rows([(1, 5.0, None, "train")] * 4 + [(1, 9.0, "abnormal", "train"), (1, 1.0, "abnormal", "train")]
+                      + [(2, 7.0, None, "train"), (2, 70.0, "abnormal", "train"), (2, 700.0, "abnormal", "val")]
+                      + [(3, 0.0, None, "train")] * 3 + [(3, 0.5, "abnormal", "test")])
+    stats = scale.fit_zscore(events)
+    assert stats.constant_items_ == (1, 2, 3)
+    assert stats.table()["scale"].tolist() == [1.0, 1.0, 1.0]
+    z = scale.apply_zscore(events, stats)["Z"]
+    assert z.tolist() == [0.0] * 4 + [4.0, -4.0, 0.0, 63.0, 693.0, 0.0, 0.0, 0.0, 0.5]
+
+
+def test_tiny_relative_std_is_constant_but_a_real_spread_is_not():
+    tiny = [1e6 + 1e-3 * k for k in range(5)]  # std 1.6e-3 <= 1e-6 * 1e6
+    real = [1.0, 2.0, 3.0]
+    events = lab_rows([(1, v, None, "train") for v in tiny] + [(2, v, None, "train") for v in real])
+    stats = scale.fit_zscore(events, eps=1e-6)
+    assert stats.constant_items_ == (1,)
+    assert stats.table().loc[2, "scale"] == 1.0 and 2 not in stats.constant_items_
+    assert 1 not in scale.fit_zscore(events, eps=1e-12).constant_items_
+
+
+def test_item_without_normal_training_rows_falls_back_to_all_its_training_rows(config):
+    events = lab_rows([(1, v, "abnormal", "train") for v in (2.0, 4.0, 6.0)]
+                      + [(1, 3.0, None, "val"), (2, 1.0, None, "train"), (2, 3.0, None, "train")])
+    stats = scale.fit_zscore(events)
+    assert stats.fallback_items_ == (1,)
+    assert (stats.table().loc[1, "mean"], stats.table().loc[1, "scale"]) == (4.0, 2.0)
+    scaled = scale.apply_zscore(events, stats)
+    fallback = next(f for f in scale.scale_findings(scaled, stats, warn_bound=config.scale.warn_bound)
+                    if f.check == "fallback_item")
+    assert fallback.count == 1 and "ITEMID 1" in fallback.message
+
+
+def test_items_unseen_in_train_get_zero_and_are_reported(scaled, fitted, config):
+    unseen = scaled["ITEMID"].isin([LIPASE, POTASSIUM_FLUID])
+    assert unseen.sum() == 2 and not {LIPASE, POTASSIUM_FLUID} & set(fitted.items_)
+    assert (scaled.loc[unseen, "Z"] == 0.0).all()
+    finding = next(f for f in scale.scale_findings(scaled, fitted, warn_bound=config.scale.warn_bound)
+                   if f.check == "unseen_item")
+    assert finding.count == 2 and finding.lines == sorted(int(n) for n in scaled.index[unseen])
+    assert f"{LIPASE} (1 row)" in finding.message and f"{POTASSIUM_FLUID} (1 row)" in finding.message
+
+
+def test_categorical_rows_keep_a_null_z(scaled):
+    categorical = scaled["VALUENUM"].isna()
+    assert categorical.any() and scaled.loc[categorical, "Z"].isna().all()
+    assert scaled.loc[~categorical, "Z"].notna().all()
+
+
+def test_apply_leaves_its_input_unchanged(encoded, fitted):
+    before = encoded.copy()
+    scale.apply_zscore(encoded, fitted)
+    pd.testing.assert_frame_equal(encoded, before)
+
+
+# -- per-item policies --------------------------------------------------------------------------------
+def test_clip_policy_clips_z_at_the_warning_bound(encoded, fitted, scaled):
+    assert scaled.loc[scaled["ITEMID"] == AST, "Z"].abs().max() > 100  # heavy tail, unclipped
+    clipped = scale.apply_zscore(encoded, fitted, policy={AST: "clip"}, warn_bound=100.0)
+    ast = clipped["ITEMID"] == AST
+    assert clipped.loc[ast, "Z"].abs().max() == 100.0
+    assert (clipped.loc[ast, "Z"] == scaled.loc[ast, "Z"].clip(-100.0, 100.0)).all()
+    pd.testing.assert_series_equal(clipped.loc[~ast, "Z"], scaled.loc[~ast, "Z"])
+    beyond = next(f for f in scale.scale_findings(clipped, fitted, warn_bound=100.0) if f.check == "z_warn_bound")
+    assert f"{AST} (" not in beyond.message
+
+
+def test_log_policy_scales_log1p_of_the_value():
+    values = [0.0, 9.0, 99.0, 999.0]
+    events = lab_rows([(1, v, None, "train") for v in values] + [(1, 9999.0, None, "test")])
+    stats = scale.fit_zscore(events, policy={1: "log"}, clip_sigma=10.0)
+    logs = np.log1p(values)
+    assert stats.log_items_ == (1,)
+    assert stats.table().loc[1, "mean"] == pytest.approx(logs.mean(), rel=1e-12)
+    assert stats.table().loc[1, "scale"] == pytest.approx(np.std(logs, ddof=1), rel=1e-12)
+    z = scale.apply_zscore(events, stats)["Z"]
+    expected = (np.log1p(values + [9999.0]) - logs.mean()) / np.std(logs, ddof=1)
+    np.testing.assert_allclose(z.to_numpy(), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("split_name", ["train", "val"])
+def test_log_policy_refuses_values_at_or_below_minus_one(split_name):
+    events = lab_rows([(7, 1.0, None, "train"), (7, 2.0, None, "train"), (7, -1.0, None, split_name),
+                       (8, -5.0, None, "train")])
+    with pytest.raises(StageError) as caught:
+        stats = scale.fit_zscore(events, policy={7: "log"})
+        scale.apply_zscore(events, stats)
+    error = caught.value
+    assert (error.stage, error.check, error.column, error.count, error.lines) == (
+        "scale", "log_domain", "VALUENUM", 1, [4])
+    assert "ITEMID 7" in str(error) and "'clip' or 'none'" in str(error)
+
+
+# -- bounds -------------------------------------------------------------------------------------------
+def test_sample_warning_bound_names_items_and_counts(scaled, fitted, config):
+    beyond = scaled["Z"].abs() > config.scale.warn_bound
+    finding = next(f for f in scale.scale_findings(scaled, fitted, warn_bound=config.scale.warn_bound)
+                   if f.check == "z_warn_bound")
+    assert finding.severity == "warning" and finding.count == int(beyond.sum()) > 0
+    counts = scaled.loc[beyond, "ITEMID"].value_counts()
+    assert AST in counts.index  # AST's shock-liver values reach z ~ 2,000
+    for item, n in counts.items():
+        assert f"{item} ({n} row{'s' if n != 1 else ''})" in finding.message
+
+
+def test_z_above_the_error_bound_stops_the_stage_naming_items_and_lines(encoded, fitted):
+    bound = 500.0
+    with pytest.raises(StageError) as caught:
+        scale.apply_zscore(encoded, fitted, error_bound=bound)
+    error = caught.value
+    z = scale.apply_zscore(encoded, fitted)["Z"]
+    over = z.abs() > bound
+    assert (error.stage, error.side, error.check, error.column) == ("scale", "output", "z_error_bound", "Z")
+    assert error.count == int(over.sum()) > 0
+    assert error.lines == [int(n) for n in z.index[over]][: len(error.lines)]
+    for item in sorted(encoded.loc[over[over].index, "ITEMID"].unique()):
+        assert str(item) in str(error)
+    assert "above the error bound 500" in str(error)
+
+
+def _zero_scale(mean: float) -> scale.ZScoreStats:
+    """Stats as memory corruption could hold them (the constructor refuses scale 0): the output guard still holds."""
+    stats = scale.ZScoreStats(items_=(1,), mean_=(mean,), scale_=(1.0,), count_=(2,), constant_items_=(),
+                              fallback_items_=(), log_items_=(), eps=1e-6)
+    object.__setattr__(stats, "scale_", (0.0,))
+    return stats
+
+
+@pytest.mark.parametrize(("mean", "scale_"), [(float("nan"), 1.0), (1.0, 0.0), (1.0, -2.0), (1.0, float("inf"))])
+def test_stats_refuse_non_finite_means_and_non_positive_scales(mean, scale_):
+    record = {"items": [7], "mean": [mean], "scale": [scale_], "count": [3], "constant_items": [],
+              "fallback_items": [], "log_items": [], "eps": 1e-12}
+    with pytest.raises(ValueError, match="ITEMID \\[7\\]"):
+        scale.ZScoreStats.from_json(record)
+
+
+def test_corrupt_stats_with_zero_scale_are_caught_as_infinite_z():
+    events = lab_rows([(1, 1.0, None, "train"), (1, 2.0, None, "train")])
+    with pytest.raises(StageError) as caught:
+        scale.apply_zscore(events, _zero_scale(0.0))
+    error = caught.value
+    assert (error.stage, error.side, error.check, error.column) == ("scale", "output", "z_finite", "Z")
+    assert (error.count, error.lines) == (2, [2, 3])
+    assert "ITEMID 1 (2)" in str(error) and "stats.json" in str(error)
+
+
+def test_corrupt_stats_giving_nan_z_are_caught_as_non_finite_z():
+    events = lab_rows([(1, 1.0, None, "train"), (1, 1.0, None, "train")])
+    with pytest.raises(StageError) as caught:
+        scale.apply_zscore(events, _zero_scale(1.0))  # (1 - 1) / 0 = NaN
+    assert (caught.value.check, caught.value.column, caught.value.lines) == ("z_finite", "Z", [2, 3])
+
+
+def test_input_that_breaks_the_encoded_schema_is_refused():
+    events = lab_rows([(1, 1.0, None, "train"), (1, 2.0, None, "train")])
+    events.loc[3, "VALUENUM"] = np.inf
+    with pytest.raises(StageError) as caught:
+        scale.apply_zscore(events, scale.fit_zscore(events.iloc[:1]))
+    assert (caught.value.stage, caught.value.side, caught.value.column) == ("scale", "input", "VALUENUM")
+    assert caught.value.lines == [3]
+
+
+def test_scaled_events_schema_refuses_an_infinite_z(scaled):
+    broken = scaled.copy()
+    line = broken.index[broken["VALUENUM"].notna()][0]
+    broken.loc[line, "Z"] = np.inf
+    with pytest.raises(StageError) as caught:
+        check_frame(ScaledEvents, broken, stage="scale", side="output")
+    assert (caught.value.column, caught.value.lines) == ("Z", [int(line)])
+
+
+# -- fitted state -------------------------------------------------------------------------------------
+def test_stats_round_trip_through_json(fitted):
+    text = json.dumps(fitted.as_json())
+    assert scale.ZScoreStats.from_json(json.loads(text)) == fitted
+    again = scale.ZScoreStats.from_json(json.loads(text))
+    assert again.table().equals(fitted.table())
+
+
+# -- determinism --------------------------------------------------------------------------------------
+def test_shuffled_rows_give_identical_stats_and_z(encoded, fitted, scaled):
+    shuffled = encoded.sample(frac=1.0, random_state=5)
+    stats = scale.fit_zscore(shuffled)
+    assert stats == fitted  # bit-identical, not approximately equal
+    pd.testing.assert_frame_equal(scale.apply_zscore(shuffled, stats).sort_index(), scaled)
+
+
+# -- property: no inf ever leaves the stage -----------------------------------------------------------
+def _item_rows(item: int):
+    """Rows of one item, in one of the shapes that break naive z-scoring."""
+    flag = st.sampled_from([None, None, "abnormal", "delta"])
+    split_name = st.sampled_from(["train", "train", "val", "test"])
+    value = st.one_of(
+        st.floats(-1e4, 1e4, allow_nan=False),
+        st.builds(lambda e: 1e6 + 1e-3 * e, st.floats(-3, 3)),  # huge mean, tiny noise
+        st.sampled_from([0.0, 20.0, -0.999, 1e10, -1e10, 5e-324]),
+    )
+    constant = st.builds(lambda v, n: [v] * n, value, st.integers(1, 6))
+    spread = st.lists(value, min_size=1, max_size=8)
+    categorical = st.builds(lambda n: [None] * n, st.integers(1, 3))
+    values = st.one_of(constant, spread, categorical)
+    return values.flatmap(lambda vs: st.tuples(*[
+        st.tuples(st.just(item), st.just(v), flag, split_name) for v in vs]))
+
+
+@settings(max_examples=40)
+@given(items=st.lists(st.integers(1, 6), min_size=1, max_size=4, unique=True).flatmap(
+    lambda ids: st.tuples(*[_item_rows(i) for i in ids])),
+    log_item=st.sampled_from([None, 1, 2]), clip_item=st.sampled_from([None, 3]))
+def test_z_is_finite_for_every_row_with_a_number_or_the_stage_says_why(items, log_item, clip_item):
+    events = lab_rows([row for rows in items for row in rows])
+    policy = {i: p for i, p in ((log_item, "log"), (clip_item, "clip")) if i is not None}
+    try:
+        stats = scale.fit_zscore(events, policy=policy)
+        scaled = scale.apply_zscore(events, stats, policy=policy)
+    except StageError as error:
+        assert error.stage == "scale" and error.check in {"log_domain", "z_error_bound", "z_finite"}
+        assert error.count > 0 and error.lines
+        event(f"stopped: {error.check}")
+        return
+    event("scaled" + (" with a constant item" if stats.constant_items_ else ""))
+    number = scaled["VALUENUM"].notna()
+    assert np.isfinite(scaled.loc[number, "Z"]).all()
+    assert (scaled.loc[number, "Z"].abs() <= 1e6).all()
+    assert scaled.loc[~number, "Z"].isna().all()
+    constant = scaled["ITEMID"].isin(stats.constant_items_) & number
+    assert np.isfinite(scaled.loc[constant, "Z"]).all()
