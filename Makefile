@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DATA   ?= data/sample
 
-.PHONY: validate test clean
+.PHONY: validate build test clean
 
 # Install only when the venv is missing or the project's metadata changed (idempotent).
 $(STAMP): pyproject.toml
@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml
 
 validate: $(STAMP)
 	$(BIN)/badpoints validate $(DATA)
+
+build: $(STAMP)
+	$(BIN)/badpoints build $(DATA) --out out/sample
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -7,19 +7,26 @@ Notebook use::
 """
 
 from pipeline.config import Config, load_config
-from pipeline.flow import Validation, validate
+from pipeline.flow import Build, Validation, build, validate
 from pipeline.load import load_text_tables, locate_table, read_table
 from pipeline.parse import RawResult, RawTables, check_raw
+from pipeline.preflight import Preflight, preflight
 from pipeline.report import Finding, Report
+from pipeline.write import load_graphs
 
 __all__ = [
+    "Build",
+    "build",
     "Config",
     "Finding",
     "RawResult",
     "RawTables",
     "Report",
     "Validation",
+    "Preflight",
     "check_raw",
+    "load_graphs",
+    "preflight",
     "load_config",
     "load_text_tables",
     "locate_table",

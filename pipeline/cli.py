@@ -16,7 +16,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from pipeline.config import ConfigError, load_config
+from pipeline.flow import build as run_build
 from pipeline.flow import validate as run_validate
+from pipeline.write import OutputError
 from pipeline.report import Report
 from schemas.checks import CHECKS
 from schemas.errors import ValidationDisabled
@@ -43,14 +45,57 @@ def validate(
     show_values: Annotated[bool, typer.Option("--show-values", help="Include capped raw values (off by default: "
                                                                     "MIMIC's data use agreement).")] = False,
 ) -> None:
-    """Validate the raw tables and report every finding at once."""
+    """Validate the raw tables, run every stage, and report every finding at once."""
     console = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    result = _guarded_run(err, lambda: run_validate(data_dir, load_config(config), show_values=show_values))
+    _print_report(console, result.report)
+    _write_json(err, result.report, json_path)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def build(
+    data_dir: Annotated[Path, typer.Argument(help="Folder with ADMISSIONS, D_LABITEMS and LABEVENTS (.csv or .csv.gz).")],
+    out: Annotated[Path, typer.Option("--out", help="Folder for the graphs, manifest, stats and report.")],
+    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file overriding the defaults.")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the report here.")] = None,
+    show_values: Annotated[bool, typer.Option("--show-values", help="Include capped raw values.")] = False,
+) -> None:
+    """Validate, run every stage, and write guarded graphs only if nothing is an error."""
+    console = Console(highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    result = _guarded_run(err, lambda: run_build(data_dir, out, load_config(config), show_values=show_values))
+    _print_report(console, result.report)
+    if result.out_dir is not None:
+        console.print(f"wrote {len(list((result.out_dir / 'graphs').rglob('*.pt')))} graphs to "
+                      f"{escape(str(result.out_dir))}")
+    else:
+        console.print("[bold red]no graphs written[/]: fix the errors above first")
+    _write_json(err, result.report, json_path)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `badpoints build`.")]) -> None:
+    """Re-check every graph and the manifest's hashes, and summarise the build."""
+    from pipeline.inspect import inspect_build
+
+    console = Console(highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    summary = _guarded_run(err, lambda: inspect_build(out_dir))
+    for line in summary.lines:
+        console.print(escape(line))
+    for problem in summary.problems:
+        console.print(f"[bold red]ERROR[/]   {escape(str(problem))}")
+    console.print(f"status: {'errors' if summary.problems else 'ok'}")
+    raise typer.Exit(1 if summary.problems else 0)
+
+
+def _guarded_run(err: Console, run):
     try:
-        settings = load_config(config)
-        result = run_validate(data_dir, settings, show_values=show_values)
-        _print_report(console, result.report)
-    except (ConfigError, ValidationDisabled) as exc:
+        return run()
+    except (ConfigError, ValidationDisabled, OutputError) as exc:
         err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(exc))}")
         raise typer.Exit(2)
     except Exception as exc:  # noqa: BLE001 - never a traceback for a user; the type is enough to report
@@ -59,13 +104,16 @@ def validate(
         err.print(f"[bold red]badpoints: internal error[/] ({type(exc).__name__}); this is a bug in badpoints. "
                   "Rerun with BADPOINTS_DEBUG=1 for the traceback and report it.")
         raise typer.Exit(2)
-    if json_path is not None:
-        try:
-            result.report.write_json(json_path)
-        except OSError as exc:
-            err.print(f"[bold red]badpoints: cannot write {escape(str(json_path))}:[/] {escape(exc.strerror or '')}")
-            raise typer.Exit(2)
-    raise typer.Exit(result.exit_code)
+
+
+def _write_json(err: Console, report: Report, json_path: Optional[Path]) -> None:
+    if json_path is None:
+        return
+    try:
+        report.write_json(json_path)
+    except OSError as exc:
+        err.print(f"[bold red]badpoints: cannot write {escape(str(json_path))}:[/] {escape(exc.strerror or '')}")
+        raise typer.Exit(2)
 
 
 @app.command()

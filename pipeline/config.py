@@ -124,6 +124,21 @@ class BucketConfig:
 
 
 @dataclass(frozen=True)
+class GraphConfig:
+    batch_size: int
+    labels: bool
+    hidden: int
+    layers: int
+    memory_budget_mb: float
+
+    def __post_init__(self) -> None:
+        _require(self.batch_size >= 1, f"[graph] batch_size must be >= 1, got {self.batch_size!r}")
+        _require(self.hidden >= 1 and self.layers >= 1, "[graph] hidden and layers must be >= 1")
+        _require(_finite(self.memory_budget_mb) and self.memory_budget_mb > 0,
+                 f"[graph] memory_budget_mb must be a finite number > 0, got {self.memory_budget_mb!r}")
+
+
+@dataclass(frozen=True)
 class ReportConfig:
     max_lines: int
 
@@ -139,6 +154,7 @@ class Config:
     scale: ScaleConfig
     fill: Mapping[str, FillPolicy]
     bucket: BucketConfig
+    graph: GraphConfig
     report: ReportConfig
     severity: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     source: str | None = None
@@ -238,6 +254,7 @@ def load_config(path: Path | None = None) -> Config:
             column: FillPolicy(**_typed(FillPolicy, values, f"fill.{column}")) for column, values in fill.items()
         }),
         bucket=BucketConfig(**_typed(BucketConfig, merged["bucket"], "bucket")),
+        graph=GraphConfig(**_typed(GraphConfig, merged["graph"], "graph")),
         report=ReportConfig(**_typed(ReportConfig, merged["report"], "report")),
         severity=MappingProxyType(dict(severity)),
         source=str(path) if path is not None else None,

@@ -1,6 +1,6 @@
 """The whole order of badpoints in one place: each run is a straight list of stage calls.
 
-raw -> clean -> split -> encode -> scale -> fill -> bucket -> dedup (-> graph, in ``build``).
+raw -> clean -> split -> encode -> scale -> fill -> bucket -> dedup -> graph (``build`` only).
 A stage that raises :class:`StageError` stops the stages after it (their input
 would be corrupt); everything found until then is reported.
 """
@@ -10,16 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from pipeline import bucket as bucket_stage
-from pipeline import clean, dedup, encode, fill, scale, split
+from pipeline import clean, dedup, encode, fill, graph, scale, split, write
 from pipeline.config import Config
 from pipeline.load import TABLES, load_text_tables
 from pipeline.parse import RawTables, check_raw
 from pipeline.quarantine import Kept, Step, combine, empty_quarantine
 from pipeline.report import Finding, InputFile, Report, finding_from_error, finding_from_mask, summary_finding
 from schemas.errors import StageError, require_validation
+from schemas.graph import EDGE
 
 # Checks that mean the run could not happen at all (exit 2), rather than that the data is bad (exit 1).
 CANNOT_RUN = ("file_missing", "file_unreadable")
@@ -251,3 +253,74 @@ def _attrition(prepared: Prepared) -> Finding:
         stage="flow", check="attrition", table="LABEVENTS", column=None, count=ledger["read"],
         message=f"read {ledger['read']} = kept {ledger['kept']} + quarantined {ledger['quarantined']} + "
                 f"deduplicated {ledger['deduplicated']}{stopped}{sizes}; funnel: {funnel or 'no rows removed'}")
+
+
+@dataclass(frozen=True)
+class Build:
+    """A build's report, and where its outputs went (None when errors kept it from writing)."""
+
+    validation: Validation
+    report: Report
+    out_dir: Path | None
+
+    @property
+    def exit_code(self) -> int:
+        return self.validation.exit_code if self.validation.exit_code else self.report.exit_code
+
+
+def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = False) -> Build:
+    """Validate, run every stage, build and guard the graphs, and write them only if nothing is an error."""
+    out = write.check_output_dir(out_dir, data_dir)
+    validation = validate(data_dir, config, show_values=show_values)
+    report = validation.report
+    prepared = validation.prepared
+    if validation.exit_code or prepared.edges is None:
+        return Build(validation=validation, report=report, out_dir=None)
+
+    graphs = graph.build_graphs(prepared.edges, prepared.admissions, prepared.labitems,
+                                batch_size=config.graph.batch_size, labels=config.graph.labels)
+    lab_codes = max((code for _, _, code in prepared.vocabularies.lab_values_), default=0)
+    limits = graph.graph_limits(prepared.edges, prepared.admissions, prepared.labitems,
+                                max_timestep=config.bucket.max_timestep, lab_codes=lab_codes)
+    findings = [finding_from_error(problem) for problem in graph.check_graphs(graphs, limits)]
+    memory = {g.where: graph.memory_estimate(g.data, hidden=config.graph.hidden, layers=config.graph.layers)
+              for g in graphs}
+    budget = config.graph.memory_budget_mb * 2**20
+    over = {where: m["total"] for where, m in memory.items() if m["total"] > budget}
+    if over:
+        largest = max(over, key=over.get)
+        findings.append(summary_finding(
+            stage="graph", check="graph_memory", table=None, column=None, count=len(over),
+            message=f"{len(over)} batch(es) above {config.graph.memory_budget_mb:g} MB, largest {largest} at "
+                    f"{over[largest] / 2**20:.1f} MB (hidden {config.graph.hidden}, {config.graph.layers} layers)"))
+    edges_in_graphs = sum(int(g.data[EDGE].edge_index.shape[1]) for g in graphs)
+    ledger = prepared.ledger()
+    if edges_in_graphs != ledger["kept"]:
+        raise RuntimeError(f"graphs hold {edges_in_graphs} edges but {ledger['kept']} rows were kept")
+    report = Report(inputs=report.inputs, findings=report.findings, overrides=report.overrides,
+                    attrition=report.attrition)
+    report.add(findings)
+    report = report.with_severities(dict(config.severity))
+    if report.exit_code:
+        return Build(validation=validation, report=report, out_dir=None)
+
+    index = pd.DataFrame({
+        "split": np.concatenate([np.repeat(g.split, g.data["admission"].num_nodes) for g in graphs]),
+        "batch": np.concatenate([np.repeat(g.batch, g.data["admission"].num_nodes) for g in graphs]),
+        "node": np.concatenate([np.arange(g.data["admission"].num_nodes) for g in graphs]),
+        "HADM_ID": np.concatenate([g.data["admission"].node_id.numpy() for g in graphs]),
+    }).astype({"split": "str", "batch": "int64", "node": "int64", "HADM_ID": "int64"})
+    splits = {name: {"admissions": int((index["split"] == name).sum()),
+                     "graphs": sum(g.split == name for g in graphs),
+                     "edges": sum(int(g.data[EDGE].edge_index.shape[1]) for g in graphs if g.split == name)}
+              for name in ("train", "val", "test")}
+    outputs = write.build_outputs(
+        graphs=graphs, limits=limits, config=config.as_json(),
+        inputs=[{"table": i.table, "sha256": i.sha256, "rows": i.rows, "file": Path(i.path).name}
+                for i in report.inputs],
+        fitted={"scale": prepared.stats.as_json(), "vocabularies": prepared.vocabularies.as_json(),
+                "fill": prepared.fill_values.as_json()},
+        quarantine=prepared.quarantine, index=index, report=report.as_json(), accounting=ledger,
+        splits=splits, memory=memory)
+    write.write_build(out, outputs)
+    return Build(validation=validation, report=report, out_dir=out)

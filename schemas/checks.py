@@ -149,6 +149,34 @@ _CATALOGUE = [
     # -- dedup ---------------------------------------------------------------------------
     CheckInfo("merged", "dedup", INFO, "rows merged into one per (HADM_ID, timestep, ITEMID)",
               "The latest CHARTTIME is kept; ties are broken by value, deterministically."),
+    # -- graph ---------------------------------------------------------------------------
+    CheckInfo("graph_finite", "graph", ERROR, "float tensor with inf or NaN",
+              "A non-finite feature poisons every loss it touches; find the stage that let it through."),
+    CheckInfo("graph_edge_index", "graph", ERROR, "edge_index that is not int64 of shape [2, E]",
+              "PyG expects int64 [2, E]; rebuild the graph with badpoints or fix the code that made it."),
+    CheckInfo("graph_index_bounds", "graph", ERROR, "edge_index outside the node counts",
+              "An index past the node count (or negative) reads another node's memory or crashes scatter."),
+    CheckInfo("graph_empty", "graph", ERROR, "graph without edges",
+              "A batch with no edges trains nothing; check the batching and the stages' attrition."),
+    CheckInfo("graph_edge_rows", "graph", ERROR, "per-edge tensor whose rows do not match the edges",
+              "edge_attr, timestep and the other per-edge tensors need one row per edge."),
+    CheckInfo("graph_node_rows", "graph", ERROR, "node features whose rows do not match the node count",
+              "x needs one row per node."),
+    CheckInfo("graph_timestep_range", "graph", ERROR, "timestep outside [0, max_timestep]",
+              "Timesteps come from the bucket stage; check [bucket] max_timestep."),
+    CheckInfo("graph_code_range", "graph", ERROR, "category code outside its vocabulary",
+              "Codes index embeddings: one past the vocabulary crashes or reads garbage."),
+    CheckInfo("graph_label_range", "graph", ERROR, "label outside {0, 1}",
+              "Multi-hot labels must be 0 or 1."),
+    CheckInfo("graph_pyg", "graph", ERROR, "graph that HeteroData.validate() rejects",
+              "PyG's own validation failed; the message names the store."),
+    CheckInfo("graph_memory", "graph", WARNING, "batch whose memory estimate exceeds the budget",
+              "Lower [graph] batch_size or raise memory_budget_mb; whole-graph node counts are what ran "
+              "the seed out of memory."),
+    CheckInfo("graph_manifest", "graph", ERROR, "output file missing or different from the manifest",
+              "Rebuild: the folder holds a half-written or altered build."),
+    CheckInfo("graph_unsafe", "graph", ERROR, "graph file that does not load with weights_only=True",
+              "Refused: it needs unsafe unpickling. Never load it; rebuild the graphs."),
 ]
 
 CHECKS: dict[str, CheckInfo] = {info.id: info for info in _CATALOGUE}

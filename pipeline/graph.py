@@ -1,0 +1,135 @@
+"""Graph stage: deduplicated edge rows to PyTorch Geometric heterographs, one per batch of admissions.
+
+Per split, admissions are taken in HADM_ID order and batched; each batch is a
+``HeteroData`` with ``admission`` nodes (x = encoded admission columns),
+``labitem`` nodes (x = FLUID and CATEGORY codes; the whole dictionary in every
+graph, so an index means the same item everywhere), ``(admission, did,
+labitem)`` edges with ``edge_attr`` = [category code, z-score] and
+``timestep``, and the reverse ``(labitem, rev_did, admission)``. The edge rows
+are sorted once and sliced by offsets: no rescan per batch. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from torch_geometric.data import HeteroData
+
+from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
+from schemas.split import SPLITS
+
+STAGE = "graph"
+
+
+@dataclass(frozen=True)
+class GraphBatch:
+    split: str
+    batch: int
+    data: HeteroData
+
+    @property
+    def where(self) -> str:
+        return f"{self.split}/batch {self.batch}"
+
+
+def admission_feature_columns(admissions: pd.DataFrame) -> list[str]:
+    """The encoded admission columns that make up admission x, in a fixed order."""
+    return sorted(column for column in admissions.columns if column.endswith("_CODE"))
+
+
+def graph_limits(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
+                 max_timestep: int, lab_codes: int) -> GraphLimits:
+    """The largest legal code per tensor, from the fitted vocabularies' sizes."""
+    columns = admission_feature_columns(admissions)
+    admission_top = int(admissions[columns].to_numpy().max()) if columns and len(admissions) else 0
+    item_top = int(labitems[["FLUID_CODE", "CATEGORY_CODE"]].to_numpy().max()) if len(labitems) else 0
+    return GraphLimits(max_timestep=int(max_timestep), max_code=int(lab_codes),
+                       max_node_code={"admission": admission_top, "labitem": item_top})
+
+
+def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
+                 batch_size: int = 128, labels: bool = True) -> list[GraphBatch]:
+    """One HeteroData per batch of ``batch_size`` admissions, per split, in a deterministic order."""
+    items = labitems.sort_values("ITEMID")
+    item_ids = items["ITEMID"].to_numpy("int64")
+    item_x = torch.from_numpy(items[["FLUID_CODE", "CATEGORY_CODE"]].to_numpy("float32"))
+    features = admission_feature_columns(admissions)
+    by_hadm = admissions.set_index("HADM_ID").sort_index()
+
+    order = edges.assign(_SPLIT=edges["SPLIT"].map({s: n for n, s in enumerate(SPLITS)}))
+    order = order.sort_values(["_SPLIT", "HADM_ID", "TIMESTEP", "ITEMID"], kind="stable")
+    hadm = order["HADM_ID"].to_numpy("int64")
+    item = np.searchsorted(item_ids, order["ITEMID"].to_numpy("int64"))
+    attr = np.column_stack([order["CODE"].to_numpy("float64"), order["Z"].to_numpy("float64")]).astype("float32")
+    timestep = order["TIMESTEP"].to_numpy("int64")
+    last = order.groupby("HADM_ID")["TIMESTEP"].transform("max").to_numpy("int64")
+    split_code = order["_SPLIT"].to_numpy("int64")
+
+    graphs: list[GraphBatch] = []
+    split_bounds = np.searchsorted(split_code, np.arange(len(SPLITS) + 1))
+    for s, name in enumerate(SPLITS):
+        lo, hi = split_bounds[s], split_bounds[s + 1]
+        if lo == hi:
+            continue
+        admitted = np.unique(hadm[lo:hi])  # sorted HADM_IDs of this split
+        position = np.searchsorted(admitted, hadm[lo:hi])
+        batch_of_edge = position // batch_size
+        n_batches = int(batch_of_edge[-1]) + 1
+        edge_bounds = lo + np.searchsorted(batch_of_edge, np.arange(n_batches + 1))
+        for b in range(n_batches):
+            e0, e1 = edge_bounds[b], edge_bounds[b + 1]
+            nodes = admitted[b * batch_size:(b + 1) * batch_size]
+            local = position[e0 - lo:e1 - lo] - b * batch_size
+            graphs.append(GraphBatch(split=name, batch=b, data=_graph(
+                nodes=nodes, x=by_hadm.loc[nodes, features].to_numpy("float32").reshape(len(nodes), len(features)),
+                item_ids=item_ids, item_x=item_x, source=local, target=item[e0:e1], attr=attr[e0:e1],
+                timestep=timestep[e0:e1], last=last[e0:e1], labels=labels)))
+    return graphs
+
+
+def _graph(*, nodes: np.ndarray, x: np.ndarray, item_ids: np.ndarray, item_x: torch.Tensor, source: np.ndarray,
+           target: np.ndarray, attr: np.ndarray, timestep: np.ndarray, last: np.ndarray, labels: bool) -> HeteroData:
+    data = HeteroData()
+    data["admission"].x = torch.from_numpy(np.ascontiguousarray(x))
+    data["admission"].node_id = torch.from_numpy(nodes.astype("int64"))  # graph index -> HADM_ID
+    data["labitem"].x = item_x.clone()
+    data["labitem"].node_id = torch.from_numpy(item_ids.copy())  # graph index -> ITEMID
+    index = torch.from_numpy(np.vstack([source, target]).astype("int64"))
+    edge_attr = torch.from_numpy(np.ascontiguousarray(attr))
+    steps = torch.from_numpy(timestep.astype("int64"))
+    data[EDGE].edge_index = index
+    data[EDGE].edge_attr = edge_attr
+    data[EDGE].timestep = steps
+    data[REVERSE].edge_index = index.flip(0).contiguous()
+    data[REVERSE].edge_attr = edge_attr.clone()
+    data[REVERSE].timestep = steps.clone()
+    if labels:
+        # Next-timestep target: the items measured at each admission's last timestep (multi-hot);
+        # is_history marks the edges before it, the input a model may see when predicting it.
+        at_last = timestep == last
+        y = torch.zeros((len(nodes), len(item_ids)), dtype=torch.float32)
+        y[torch.from_numpy(source[at_last].astype("int64")), torch.from_numpy(target[at_last].astype("int64"))] = 1.0
+        label_step = torch.full((len(nodes),), -1, dtype=torch.int64)
+        label_step[torch.from_numpy(source.astype("int64"))] = torch.from_numpy(last.astype("int64"))
+        data["admission"].y = y
+        data["admission"].y_timestep = label_step
+        data[EDGE].is_history = torch.from_numpy(~at_last)
+    return data
+
+
+def memory_estimate(data: HeteroData, *, hidden: int, layers: int) -> dict[str, int]:
+    """Bytes of the graph's tensors, and of a float32 GNN's activations and messages at ``hidden`` width."""
+    tensors = sum(value.numel() * value.element_size() for store in data.stores for value in store.values()
+                  if isinstance(value, torch.Tensor))
+    nodes = sum(data[t].num_nodes for t in data.node_types)
+    edges = sum(data[t].edge_index.shape[1] for t in data.edge_types)
+    activations = 4 * hidden * layers * (nodes + edges)
+    return {"tensors": int(tensors), "activations": int(activations), "total": int(tensors + activations)}
+
+
+def check_graphs(graphs: list[GraphBatch], limits: GraphLimits) -> list:
+    """Every problem of every graph, as StageErrors naming split, batch and edge type."""
+    return [problem for g in graphs for problem in graph_problems(g.data, limits, where=g.where)]

@@ -1,0 +1,128 @@
+"""The graph guard: what every built heterograph must satisfy before it may be saved or trained on.
+
+Beyond ``HeteroData.validate()``: every float tensor finite; ``edge_index``
+int64 of shape [2, E], inside the node counts and non-empty; every per-edge
+tensor with E rows; node features with one row per node; timesteps within
+[0, max_timestep]; category codes within their vocabulary; labels 0 or 1.
+Each problem is a :class:`StageError` of stage ``graph`` naming the split,
+batch and edge or node type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from torch_geometric.data import HeteroData
+
+from schemas.checks import check_info
+from schemas.errors import StageError
+
+EDGE = ("admission", "did", "labitem")
+REVERSE = ("labitem", "rev_did", "admission")
+
+
+@dataclass(frozen=True)
+class GraphLimits:
+    """What the graph's values must stay within: the vocabularies' sizes and the last timestep."""
+
+    max_timestep: int
+    max_code: int  # the largest category code in edge_attr[:, 0]
+    max_node_code: dict[str, int]  # per node type, the largest code in x
+
+
+def _store_name(key: str | tuple[str, str, str]) -> str:
+    return "__".join(key) if isinstance(key, tuple) else key
+
+
+def _positions(mask: torch.Tensor, cap: int = 10) -> str:
+    where = torch.nonzero(mask.reshape(mask.shape[0], -1).any(dim=1) if mask.dim() > 1 else mask).flatten()
+    shown = ", ".join(str(int(i)) for i in where[:cap])
+    more = f" (+{len(where) - cap} more)" if len(where) > cap else ""
+    return f"at rows {shown}{more}"
+
+
+def graph_problems(data: HeteroData, limits: GraphLimits, *, where: str) -> list[StageError]:
+    """Every problem of one graph (empty when it is sound); ``where`` names it, e.g. 'train/batch 3'."""
+    problems: list[StageError] = []
+
+    def problem(check: str, store: str, count: int, detail: str) -> None:
+        problems.append(StageError(
+            stage="graph", side="output", check=check, column=store, count=count,
+            failure_cases=pd.DataFrame({"line": pd.Series([], dtype="int64")}), table=where,
+            detail=detail, advice=check_info(check).advice,
+        ))
+
+    for store in data.stores:
+        key = store._key if store._key is not None else "global"
+        name = _store_name(key)
+        for attr, value in store.items():
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                bad = ~torch.isfinite(value)
+                if bad.any():
+                    problem("graph_finite", f"{name}.{attr}", int(bad.sum()),
+                            f"{int(bad.sum())} non-finite values {_positions(bad)}")
+    for node_type in data.node_types:
+        store = data[node_type]
+        count = store.num_nodes
+        x = store.get("x")
+        if x is not None and x.shape[0] != count:
+            problem("graph_node_rows", f"{node_type}.x", abs(x.shape[0] - count),
+                    f"x has {x.shape[0]} rows for {count} nodes")
+        top = limits.max_node_code.get(node_type)
+        if x is not None and top is not None and x.numel():
+            bad = (x < 0) | (x > top) | (x != torch.round(x))
+            if bad.any():
+                problem("graph_code_range", f"{node_type}.x", int(bad.sum()),
+                        f"codes outside 0..{top} {_positions(bad)}")
+        y = store.get("y")
+        if y is not None:
+            bad = (y != 0) & (y != 1)
+            if bad.any():
+                problem("graph_label_range", f"{node_type}.y", int(bad.sum()), f"labels not 0 or 1 {_positions(bad)}")
+    for edge_type in data.edge_types:
+        store = data[edge_type]
+        name = _store_name(edge_type)
+        index = store.get("edge_index")
+        if index is None or index.dtype != torch.int64 or index.dim() != 2 or index.shape[0] != 2:
+            shape = "missing" if index is None else f"{str(index.dtype).removeprefix('torch.')} {list(index.shape)}"
+            problem("graph_edge_index", f"{name}.edge_index", 1, f"edge_index is {shape}, not int64 [2, E]")
+            continue
+        edges = index.shape[1]
+        if edges == 0:
+            problem("graph_empty", f"{name}.edge_index", 1, "no edges")
+        source, _, target = edge_type
+        for row, node_type in ((0, source), (1, target)):
+            nodes = data[node_type].num_nodes or 0
+            bad = (index[row] < 0) | (index[row] >= nodes)
+            if bad.any():
+                problem("graph_index_bounds", f"{name}.edge_index", int(bad.sum()),
+                        f"{int(bad.sum())} {'source' if row == 0 else 'target'} indices outside 0..{nodes - 1} "
+                        f"({node_type} nodes) {_positions(bad)}")
+        for attr, value in store.items():
+            if attr == "edge_index" or not isinstance(value, torch.Tensor):
+                continue
+            if value.dim() == 0 or value.shape[0] != edges:
+                rows = value.shape[0] if value.dim() else 0
+                problem("graph_edge_rows", f"{name}.{attr}", abs(rows - edges) or 1,
+                        f"{attr} has {rows} rows for {edges} edges")
+        timestep = store.get("timestep")
+        if timestep is not None:
+            bad = (timestep < 0) | (timestep > limits.max_timestep)
+            if bad.any():
+                problem("graph_timestep_range", f"{name}.timestep", int(bad.sum()),
+                        f"timesteps outside 0..{limits.max_timestep} {_positions(bad)}")
+        attr = store.get("edge_attr")
+        if attr is not None and attr.dim() == 2 and attr.shape[1] >= 1 and attr.shape[0] == edges:
+            codes = attr[:, 0]
+            bad = (codes < 0) | (codes > limits.max_code) | (codes != torch.round(codes))
+            if bad.any():
+                problem("graph_code_range", f"{name}.edge_attr", int(bad.sum()),
+                        f"category codes outside 0..{limits.max_code} {_positions(bad)}")
+    if not problems:
+        try:
+            data.validate(raise_on_error=True)
+        except ValueError as exc:
+            problem("graph_pyg", "graph", 1, str(exc).splitlines()[0][:300])
+    return problems
