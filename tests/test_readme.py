@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_readme_python_blocks_run(capsys, monkeypatch):
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
-    assert len(blocks) >= 4
+    assert len(blocks) >= 5
     monkeypatch.chdir(ROOT)
     namespace: dict = {}
     for block in blocks:
@@ -22,6 +22,8 @@ def test_readme_python_blocks_run(capsys, monkeypatch):
     assert "(50963, 51100)" in out  # the seed's zero-std items are caught as constant
     assert "[scale:output] LABEVENTS.Z z_error_bound" in out
     assert namespace["validation"].exit_code == 0
+    assert namespace["check"].ok, namespace["check"].problems  # the documented model passes preflight
+    assert "True []" in out
 
 
 def test_readme_documents_every_check():
