@@ -279,9 +279,7 @@ def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = 
 
     graphs = graph.build_graphs(prepared.edges, prepared.admissions, prepared.labitems,
                                 batch_size=config.graph.batch_size, labels=config.graph.labels)
-    lab_codes = max((code for _, _, code in prepared.vocabularies.lab_values_), default=0)
-    limits = graph.graph_limits(prepared.edges, prepared.admissions, prepared.labitems,
-                                max_timestep=config.bucket.max_timestep, lab_codes=lab_codes)
+    limits = graph.graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=config.bucket.max_timestep)
     findings = [finding_from_error(problem) for problem in graph.check_graphs(graphs, limits)]
     memory = {g.where: graph.memory_estimate(g.data, hidden=config.graph.hidden, layers=config.graph.layers)
               for g in graphs}

@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 from torch_geometric.data import HeteroData
 
+from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
 from schemas.split import SPLITS
 
@@ -40,29 +41,39 @@ def admission_feature_columns(admissions: pd.DataFrame) -> list[str]:
     return sorted(column for column in admissions.columns if column.endswith("_CODE"))
 
 
-def graph_limits(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
-                 max_timestep: int, lab_codes: int) -> GraphLimits:
-    """The largest legal code per tensor, from the fitted vocabularies' sizes."""
+def graph_limits(vocabularies, admissions: pd.DataFrame, *, max_timestep: int) -> GraphLimits:
+    """The largest legal code of every tensor column, from the fitted vocabularies' sizes."""
+    sizes = dict(vocabularies.admission_)
     columns = admission_feature_columns(admissions)
-    admission_top = int(admissions[columns].to_numpy().max()) if columns and len(admissions) else 0
-    item_top = int(labitems[["FLUID_CODE", "CATEGORY_CODE"]].to_numpy().max()) if len(labitems) else 0
-    return GraphLimits(max_timestep=int(max_timestep), max_code=int(lab_codes),
-                       max_node_code={"admission": admission_top, "labitem": item_top})
+    return GraphLimits(
+        max_timestep=int(max_timestep),
+        max_code=max((code for _, _, code in vocabularies.lab_values_), default=0),
+        max_node_code={"admission": tuple(len(sizes.get(c.removesuffix("_CODE"), ())) for c in columns),
+                       "labitem": (len(vocabularies.fluid_), len(vocabularies.category_))},
+    )
 
 
 def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
                  batch_size: int = 128, labels: bool = True) -> list[GraphBatch]:
     """One HeteroData per batch of ``batch_size`` admissions, per split, in a deterministic order."""
     items = labitems.sort_values("ITEMID")
-    item_ids = items["ITEMID"].to_numpy("int64")
-    item_x = torch.from_numpy(items[["FLUID_CODE", "CATEGORY_CODE"]].to_numpy("float32"))
+    item_ids = items["ITEMID"].to_numpy("int64").copy()
+    item_x = torch.from_numpy(items[["FLUID_CODE", "CATEGORY_CODE"]].to_numpy("float32").copy())
     features = admission_feature_columns(admissions)
     by_hadm = admissions.set_index("HADM_ID").sort_index()
 
     order = edges.assign(_SPLIT=edges["SPLIT"].map({s: n for n, s in enumerate(SPLITS)}))
     order = order.sort_values(["_SPLIT", "HADM_ID", "TIMESTEP", "ITEMID"], kind="stable")
     hadm = order["HADM_ID"].to_numpy("int64")
-    item = np.searchsorted(item_ids, order["ITEMID"].to_numpy("int64"))
+    item = pd.Index(item_ids).get_indexer(order["ITEMID"].to_numpy("int64"))
+    if (item < 0).any():
+        unknown = np.unique(order["ITEMID"].to_numpy("int64")[item < 0])
+        raise StageError(
+            stage=STAGE, side="input", check="graph_index_bounds", column="ITEMID", count=int((item < 0).sum()),
+            failure_cases=pd.DataFrame({"line": order.index[item < 0]}), table="LABEVENTS",
+            detail=f"ITEMID {', '.join(map(str, unknown[:10]))} not among the lab-item nodes",
+            advice="Every edge's ITEMID must be in the encoded D_LABITEMS; check the clean stage's item filter",
+        )
     attr = np.column_stack([order["CODE"].to_numpy("float64"), order["Z"].to_numpy("float64")]).astype("float32")
     timestep = order["TIMESTEP"].to_numpy("int64")
     last = order.groupby("HADM_ID")["TIMESTEP"].transform("max").to_numpy("int64")
@@ -93,6 +104,8 @@ def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Dat
 def _graph(*, nodes: np.ndarray, x: np.ndarray, item_ids: np.ndarray, item_x: torch.Tensor, source: np.ndarray,
            target: np.ndarray, attr: np.ndarray, timestep: np.ndarray, last: np.ndarray, labels: bool) -> HeteroData:
     data = HeteroData()
+    data["admission"].num_nodes = len(nodes)
+    data["labitem"].num_nodes = len(item_ids)
     data["admission"].x = torch.from_numpy(np.ascontiguousarray(x))
     data["admission"].node_id = torch.from_numpy(nodes.astype("int64"))  # graph index -> HADM_ID
     data["labitem"].x = item_x.clone()

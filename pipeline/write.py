@@ -115,7 +115,7 @@ def build_outputs(*, graphs: list[GraphBatch], limits: GraphLimits, config: dict
                     "edges": int(g.data["admission", "did", "labitem"].edge_index.shape[1]),
                     "memory": memory[g.where]} for g in graphs],
         "limits": {"max_timestep": limits.max_timestep, "max_code": limits.max_code,
-                   "max_node_code": dict(sorted(limits.max_node_code.items()))},
+                   "max_node_code": {k: list(v) for k, v in sorted(limits.max_node_code.items())}},
         "splits": splits,
         "accounting": {"LABEVENTS": accounting},
     }
@@ -187,7 +187,7 @@ def load_graph_file(path: Path) -> HeteroData:
 def limits_of(manifest: dict[str, Any]) -> GraphLimits:
     raw = manifest["limits"]
     return GraphLimits(max_timestep=int(raw["max_timestep"]), max_code=int(raw["max_code"]),
-                       max_node_code={k: int(v) for k, v in raw["max_node_code"].items()})
+                       max_node_code={k: tuple(int(c) for c in v) for k, v in raw["max_node_code"].items()})
 
 
 def load_graphs(out_dir: Path, split: str) -> list[HeteroData]:

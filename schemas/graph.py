@@ -29,7 +29,7 @@ class GraphLimits:
 
     max_timestep: int
     max_code: int  # the largest category code in edge_attr[:, 0]
-    max_node_code: dict[str, int]  # per node type, the largest code in x
+    max_node_code: dict[str, tuple[int, ...]]  # per node type, the largest code of each column of x
 
 
 def _store_name(key: str | tuple[str, str, str]) -> str:
@@ -61,26 +61,34 @@ def graph_problems(data: HeteroData, limits: GraphLimits, *, where: str) -> list
             if isinstance(value, torch.Tensor) and value.is_floating_point():
                 bad = ~torch.isfinite(value)
                 if bad.any():
-                    problem("graph_finite", f"{name}.{attr}", int(bad.sum()),
+                    rows = int(bad.reshape(bad.shape[0], -1).any(dim=1).sum()) if bad.dim() else 1
+                    problem("graph_finite", f"{name}.{attr}", rows,
                             f"{int(bad.sum())} non-finite values {_positions(bad)}")
     for node_type in data.node_types:
         store = data[node_type]
         count = store.num_nodes
+        for attr, value in store.items():
+            if isinstance(value, torch.Tensor) and (value.dim() == 0 or value.shape[0] != count):
+                rows = value.shape[0] if value.dim() else 0
+                problem("graph_node_rows", f"{node_type}.{attr}", abs(rows - (count or 0)) or 1,
+                        f"{attr} has {rows} rows for {count} nodes")
         x = store.get("x")
-        if x is not None and x.shape[0] != count:
-            problem("graph_node_rows", f"{node_type}.x", abs(x.shape[0] - count),
-                    f"x has {x.shape[0]} rows for {count} nodes")
-        top = limits.max_node_code.get(node_type)
-        if x is not None and top is not None and x.numel():
-            bad = (x < 0) | (x > top) | (x != torch.round(x))
+        tops = limits.max_node_code.get(node_type)
+        if x is not None and tops is not None and x.dim() == 2 and x.shape[1] == len(tops) and x.numel():
+            top = torch.tensor(tops, dtype=x.dtype)
+            bad = torch.isfinite(x) & ((x < 0) | (x > top) | (x != torch.round(x)))
             if bad.any():
-                problem("graph_code_range", f"{node_type}.x", int(bad.sum()),
-                        f"codes outside 0..{top} {_positions(bad)}")
+                problem("graph_code_range", f"{node_type}.x", int(bad.any(dim=1).sum()),
+                        f"codes outside their vocabularies (0..{list(tops)} per column) {_positions(bad)}")
+        elif x is not None and tops is not None and (x.dim() != 2 or x.shape[1] != len(tops)):
+            problem("graph_node_rows", f"{node_type}.x", 1,
+                    f"x has shape {list(x.shape)}, expected {len(tops)} columns")
         y = store.get("y")
         if y is not None:
             bad = (y != 0) & (y != 1)
             if bad.any():
-                problem("graph_label_range", f"{node_type}.y", int(bad.sum()), f"labels not 0 or 1 {_positions(bad)}")
+                problem("graph_label_range", f"{node_type}.y", int(bad.any(dim=-1).sum() if bad.dim() > 1 else bad.sum()),
+                        f"labels not 0 or 1 {_positions(bad)}")
     for edge_type in data.edge_types:
         store = data[edge_type]
         name = _store_name(edge_type)
@@ -93,6 +101,11 @@ def graph_problems(data: HeteroData, limits: GraphLimits, *, where: str) -> list
         if edges == 0:
             problem("graph_empty", f"{name}.edge_index", 1, "no edges")
         source, _, target = edge_type
+        missing = [t for t in (source, target) if t not in data.node_types]
+        if missing:
+            problem("graph_index_bounds", f"{name}.edge_index", 1,
+                    f"indices into node type(s) {', '.join(missing)} that the graph does not have")
+            continue
         for row, node_type in ((0, source), (1, target)):
             nodes = data[node_type].num_nodes or 0
             bad = (index[row] < 0) | (index[row] >= nodes)
@@ -116,7 +129,7 @@ def graph_problems(data: HeteroData, limits: GraphLimits, *, where: str) -> list
         attr = store.get("edge_attr")
         if attr is not None and attr.dim() == 2 and attr.shape[1] >= 1 and attr.shape[0] == edges:
             codes = attr[:, 0]
-            bad = (codes < 0) | (codes > limits.max_code) | (codes != torch.round(codes))
+            bad = torch.isfinite(codes) & ((codes < 0) | (codes > limits.max_code) | (codes != torch.round(codes)))
             if bad.any():
                 problem("graph_code_range", f"{name}.edge_attr", int(bad.sum()),
                         f"category codes outside 0..{limits.max_code} {_positions(bad)}")

@@ -1,0 +1,289 @@
+"""pipeline/graph.py: the sample's edge rows become one sound HeteroData per batch, holding every edge once.
+
+Graphs come per split in train/val/test order, admissions in HADM_ID order;
+every tensor can be joined back through ``node_id`` to the edge row it came
+from, labels are the items of each admission's last timestep, and the same
+rows in any order give byte-identical graphs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from pipeline.config import load_config
+from pipeline.flow import prepare
+from pipeline.graph import GraphBatch, admission_feature_columns, build_graphs, graph_limits, memory_estimate
+from pipeline.load import load_text_tables
+from pipeline.parse import check_raw
+from pipeline.write import graph_bytes
+from schemas.graph import EDGE, REVERSE, graph_problems
+from schemas.split import SPLITS
+
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
+BATCH = 16
+
+
+# -- inputs ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def config():
+    return load_config()
+
+
+@pytest.fixture(scope="module")
+def tables(config):
+    text, problems = load_text_tables(SAMPLE)
+    assert not problems
+    return check_raw({name: table.frame for name, table in text.items()}).tables
+
+
+@pytest.fixture(scope="module")
+def prepared(tables, config):
+    result = prepare(tables, config)
+    assert result.stopped_at is None
+    return result
+
+
+@pytest.fixture(scope="module")
+def graphs(prepared) -> list[GraphBatch]:
+    return build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=BATCH)
+
+
+@pytest.fixture(scope="module")
+def joined(graphs, prepared) -> pd.DataFrame:
+    """Every did-edge of every graph joined back, through node_id, to the edge row it came from."""
+    columns = ["HADM_ID", "ITEMID", "TIMESTEP", "SPLIT", "CODE", "Z"]
+    return edge_frame(graphs).merge(prepared.edges[columns], on=["HADM_ID", "ITEMID", "TIMESTEP"], how="outer",
+                                    suffixes=("", "_ROW"), validate="one_to_one", indicator=True)
+
+
+def edge_frame(graphs: list[GraphBatch]) -> pd.DataFrame:
+    """The did-edges of ``graphs`` as rows: split, batch, HADM_ID, ITEMID, the attrs and the timestep."""
+    parts = []
+    for g in graphs:
+        data = g.data
+        index = data[EDGE].edge_index
+        attr = data[EDGE].edge_attr.numpy()
+        parts.append(pd.DataFrame({
+            "GRAPH_SPLIT": g.split, "BATCH": g.batch,
+            "HADM_ID": data["admission"].node_id[index[0]].numpy(),
+            "ITEMID": data["labitem"].node_id[index[1]].numpy(),
+            "TIMESTEP": data[EDGE].timestep.numpy(), "GRAPH_CODE": attr[:, 0], "GRAPH_Z": attr[:, 1],
+        }))
+    return pd.concat(parts, ignore_index=True)
+
+
+def last_timesteps(edges: pd.DataFrame) -> pd.Series:
+    return edges.groupby("HADM_ID")["TIMESTEP"].max()
+
+
+# -- batching and order --------------------------------------------------------------------------------
+def test_one_graph_per_batch_of_admissions_per_split_in_split_order(graphs, prepared):
+    admitted = prepared.edges.groupby("SPLIT")["HADM_ID"].nunique()
+    expected = [(split, b) for split in SPLITS for b in range(-(-int(admitted.get(split, 0)) // BATCH))]
+    assert [(g.split, g.batch) for g in graphs] == expected
+    assert len(graphs) > len(SPLITS)  # several batches in train at this size
+    assert [g.where for g in graphs][:2] == ["train/batch 0", "train/batch 1"]
+    for split in SPLITS:
+        sizes = [g.data["admission"].num_nodes for g in graphs if g.split == split]
+        assert all(size == BATCH for size in sizes[:-1]) and 0 < sizes[-1] <= BATCH
+
+
+def test_admissions_are_in_hadm_id_order_and_each_in_one_graph_of_its_split(graphs, prepared):
+    split_of = prepared.edges.drop_duplicates("HADM_ID").set_index("HADM_ID")["SPLIT"]
+    seen = []
+    for split in SPLITS:
+        ids = np.concatenate([g.data["admission"].node_id.numpy() for g in graphs if g.split == split])
+        assert (np.diff(ids) > 0).all()  # sorted within and across the split's batches: none twice
+        assert (split_of.loc[ids] == split).all()
+        seen.append(ids)
+    seen = np.concatenate(seen)
+    assert len(seen) == len(set(seen)) and set(seen) == set(prepared.edges["HADM_ID"])
+
+
+def test_admission_nodes_carry_their_hadm_id_and_encoded_columns(graphs, prepared):
+    features = admission_feature_columns(prepared.admissions)
+    assert features == sorted(c for c in prepared.admissions.columns if c.endswith("_CODE")) and features
+    by_hadm = prepared.admissions.set_index("HADM_ID")
+    for g in graphs:
+        store = g.data["admission"]
+        assert store.node_id.dtype == torch.int64 and store.x.dtype == torch.float32
+        assert store.x.shape == (len(store.node_id), len(features))
+        expected = by_hadm.loc[store.node_id.numpy(), features].to_numpy("float32")
+        np.testing.assert_array_equal(store.x.numpy(), expected)
+
+
+def test_every_graph_holds_the_whole_lab_item_dictionary(graphs, tables, prepared):
+    item_ids = np.sort(tables.labitems["ITEMID"].to_numpy("int64"))  # every D_LABITEMS item, not only the measured
+    assert len(item_ids) > prepared.edges["ITEMID"].nunique()
+    codes = prepared.labitems.set_index("ITEMID").loc[item_ids, ["FLUID_CODE", "CATEGORY_CODE"]].to_numpy("float32")
+    first = graphs[0].data["labitem"]
+    for g in graphs:
+        store = g.data["labitem"]
+        assert store.node_id.dtype == torch.int64
+        np.testing.assert_array_equal(store.node_id.numpy(), item_ids)
+        np.testing.assert_array_equal(store.x.numpy(), codes)
+        assert torch.equal(store.x, first.x) and torch.equal(store.node_id, first.node_id)
+
+
+# -- edges ---------------------------------------------------------------------------------------------
+def test_edge_tensors_have_the_types_and_shapes_of_pyg(graphs):
+    for g in graphs:
+        store = g.data[EDGE]
+        edges = store.edge_index.shape[1]
+        assert store.edge_index.dtype == torch.int64 and store.edge_index.shape == (2, edges) and edges > 0
+        assert store.edge_attr.dtype == torch.float32 and store.edge_attr.shape == (edges, 2)
+        assert store.timestep.dtype == torch.int64 and store.timestep.shape == (edges,)
+        assert store.is_history.dtype == torch.bool and store.is_history.shape == (edges,)
+
+
+def test_every_edge_row_is_in_exactly_one_graph_with_its_code_z_and_timestep(joined, prepared, graphs):
+    assert (joined["_merge"] == "both").all()  # no edge row left out, no graph edge without its row
+    assert len(joined) == len(prepared.edges) == prepared.ledger()["kept"]
+    assert sum(g.data[EDGE].edge_index.shape[1] for g in graphs) == len(prepared.edges)
+    assert (joined["GRAPH_SPLIT"] == joined["SPLIT"]).all()
+    np.testing.assert_array_equal(joined["GRAPH_CODE"].to_numpy(), joined["CODE"].to_numpy("float32"))
+    np.testing.assert_array_equal(joined["GRAPH_Z"].to_numpy(), joined["Z"].to_numpy("float32"))
+
+
+def test_edges_run_in_hadm_id_timestep_itemid_order(graphs):
+    for g in graphs:
+        index, step = g.data[EDGE].edge_index, g.data[EDGE].timestep
+        keys = np.column_stack([index[0].numpy(), step.numpy(), index[1].numpy()])
+        assert np.lexsort(keys.T[::-1]).tolist() == list(range(len(keys)))
+        assert not pd.DataFrame(keys).duplicated().any()
+
+
+def test_the_reverse_edge_type_is_the_flipped_edge_index_with_the_same_attrs(graphs):
+    for g in graphs:
+        forward, backward = g.data[EDGE], g.data[REVERSE]
+        assert torch.equal(backward.edge_index, forward.edge_index.flip(0))
+        assert backward.edge_index.is_contiguous()
+        assert torch.equal(backward.edge_attr, forward.edge_attr) and torch.equal(backward.timestep, forward.timestep)
+        assert set(backward.keys()) == {"edge_index", "edge_attr", "timestep"}
+
+
+def test_every_graph_is_sound(graphs, prepared, config):
+    lab_codes = max(code for _, _, code in prepared.vocabularies.lab_values_)
+    limits = graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=config.bucket.max_timestep)
+    for g in graphs:
+        assert g.data.validate(raise_on_error=True)
+        assert graph_problems(g.data, limits, where=g.where) == []
+
+
+# -- labels --------------------------------------------------------------------------------------------
+def test_labels_are_the_items_measured_at_each_admissions_last_timestep(graphs, prepared):
+    edges = prepared.edges
+    last = last_timesteps(edges)
+    at_last = edges[edges["TIMESTEP"] == edges["HADM_ID"].map(last)]
+    expected = set(zip(at_last["HADM_ID"], at_last["ITEMID"]))
+    labelled = set()
+    for g in graphs:
+        store = g.data["admission"]
+        y = store.y
+        assert y.dtype == torch.float32 and y.shape == (store.num_nodes, g.data["labitem"].num_nodes)
+        assert ((y == 0) | (y == 1)).all()
+        rows, cols = torch.nonzero(y, as_tuple=True)
+        labelled |= set(zip(store.node_id[rows].tolist(), g.data["labitem"].node_id[cols].tolist()))
+        assert store.y_timestep.dtype == torch.int64
+        np.testing.assert_array_equal(store.y_timestep.numpy(), last.loc[store.node_id.numpy()].to_numpy())
+    assert labelled == expected
+
+
+def test_is_history_marks_the_edges_before_the_label_timestep(graphs):
+    for g in graphs:
+        store = g.data[EDGE]
+        label_step = g.data["admission"].y_timestep[store.edge_index[0]]
+        assert torch.equal(store.is_history, store.timestep < label_step)
+        assert not (store.timestep > label_step).any()
+    assert any(g.data[EDGE].is_history.any() for g in graphs) and not all(g.data[EDGE].is_history.all()
+                                                                          for g in graphs)
+
+
+def test_labels_false_leaves_the_labels_out(prepared, graphs):
+    plain = build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=BATCH, labels=False)
+    assert [(g.split, g.batch) for g in plain] == [(g.split, g.batch) for g in graphs]
+    for g, labelled in zip(plain, graphs):
+        assert set(g.data["admission"].keys()) == {"x", "node_id", "num_nodes"}
+        assert set(g.data[EDGE].keys()) == {"edge_index", "edge_attr", "timestep"}
+        assert torch.equal(g.data[EDGE].edge_index, labelled.data[EDGE].edge_index)
+        assert torch.equal(g.data[EDGE].edge_attr, labelled.data[EDGE].edge_attr)
+        assert g.data.validate(raise_on_error=True)
+
+
+# -- memory ----------------------------------------------------------------------------------------------
+def test_memory_estimate_counts_every_tensor_byte(graphs):
+    for g in graphs:
+        data = g.data
+        tensors = [value for store in data.stores for value in store.values() if isinstance(value, torch.Tensor)]
+        stored = sum(value.untyped_storage().nbytes() for value in tensors)
+        by_hand = sum(value.numel() * value.element_size() for value in tensors)
+        estimate = memory_estimate(data, hidden=64, layers=2)
+        assert estimate["tensors"] == stored == by_hand
+        assert estimate["total"] == estimate["tensors"] + estimate["activations"]
+
+
+def test_memory_estimate_grows_with_hidden_width_and_layers(graphs):
+    data = graphs[0].data
+    nodes = data["admission"].num_nodes + data["labitem"].num_nodes
+    edges = 2 * data[EDGE].edge_index.shape[1]
+    base = memory_estimate(data, hidden=64, layers=2)
+    assert base["activations"] == 4 * 64 * 2 * (nodes + edges)
+    wider = memory_estimate(data, hidden=128, layers=2)
+    deeper = memory_estimate(data, hidden=64, layers=3)
+    assert wider["tensors"] == deeper["tensors"] == base["tensors"]
+    assert wider["activations"] == 2 * base["activations"]
+    assert deeper["activations"] * 2 == 3 * base["activations"]
+    assert base["total"] < deeper["total"] < wider["total"]
+
+
+def test_a_larger_batch_makes_fewer_larger_graphs(prepared, graphs):
+    whole = build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=1000)
+    assert [g.where for g in whole] == [f"{split}/batch 0" for split in SPLITS]
+    train = [g for g in graphs if g.split == "train"]
+    assert whole[0].data[EDGE].edge_index.shape[1] == sum(g.data[EDGE].edge_index.shape[1] for g in train)
+    estimate = memory_estimate(whole[0].data, hidden=64, layers=2)["total"]
+    assert estimate > max(memory_estimate(g.data, hidden=64, layers=2)["total"] for g in train)
+
+
+# -- bad input -----------------------------------------------------------------------------------------
+def test_an_edge_of_an_item_missing_from_labitems_is_refused(prepared):
+    measured = prepared.edges["ITEMID"].value_counts().index
+    missing = int(np.sort(measured)[0])  # the first item: its edges would otherwise land on the second
+    labitems = prepared.labitems[prepared.labitems["ITEMID"] != missing]
+    with pytest.raises(ValueError, match=str(missing)):
+        build_graphs(prepared.edges, prepared.admissions, labitems, batch_size=BATCH)
+
+
+def test_an_edge_of_an_admission_missing_from_admissions_is_refused(prepared):
+    missing = int(prepared.edges["HADM_ID"].iloc[0])
+    admissions = prepared.admissions[prepared.admissions["HADM_ID"] != missing]
+    with pytest.raises(KeyError, match=str(missing)):
+        build_graphs(prepared.edges, admissions, prepared.labitems, batch_size=BATCH)
+
+
+# -- determinism ---------------------------------------------------------------------------------------
+def test_rows_in_any_order_give_identical_graphs_and_bytes(prepared, graphs):
+    again = build_graphs(prepared.edges.sample(frac=1.0, random_state=7),
+                         prepared.admissions.sample(frac=1.0, random_state=8),
+                         prepared.labitems.sample(frac=1.0, random_state=9), batch_size=BATCH)
+    assert [g.where for g in again] == [g.where for g in graphs]
+    for g, h in zip(graphs, again):
+        assert g.data.node_types == h.data.node_types and g.data.edge_types == h.data.edge_types
+        for store, other in zip(g.data.stores, h.data.stores):
+            assert list(store.keys()) == list(other.keys())
+            assert all(torch.equal(value, other[key]) and value.dtype == other[key].dtype
+                       if isinstance(value, torch.Tensor) else value == other[key] for key, value in store.items())
+        assert graph_bytes(g.data) == graph_bytes(h.data)
+
+
+def test_building_does_not_change_its_inputs(prepared):
+    edges, admissions, labitems = (prepared.edges.copy(), prepared.admissions.copy(), prepared.labitems.copy())
+    build_graphs(edges, admissions, labitems, batch_size=BATCH)
+    pd.testing.assert_frame_equal(edges, prepared.edges)
+    pd.testing.assert_frame_equal(admissions, prepared.admissions)
+    pd.testing.assert_frame_equal(labitems, prepared.labitems)

@@ -1,0 +1,362 @@
+"""schemas/graph.py: ``graph_problems`` passes a sound graph and names every bad point of a broken one.
+
+Each test starts from a real graph built from the sample (the first training
+batch), breaks one thing in a deep copy, and asserts the StageError: stage
+``graph``, the check id, the store and attribute as column, the batch as table,
+and a message that names the offending rows or counts.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+from torch_geometric.data import HeteroData
+
+from pipeline.config import load_config
+from pipeline.flow import prepare
+from pipeline.graph import build_graphs, graph_limits
+from pipeline.load import load_text_tables
+from pipeline.parse import check_raw
+from schemas.checks import check_info
+from schemas.errors import StageError
+from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
+
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
+WHERE = "train/batch 0"
+FORWARD = "admission__did__labitem"
+BACKWARD = "labitem__rev_did__admission"
+
+
+# -- inputs ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def built() -> tuple[HeteroData, GraphLimits]:
+    """The sample's first training graph and the limits ``flow.build`` would check it against."""
+    config = load_config()
+    text, problems = load_text_tables(SAMPLE)
+    assert not problems
+    prepared = prepare(check_raw({name: table.frame for name, table in text.items()}).tables, config)
+    assert prepared.stopped_at is None
+    graphs = build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=16)
+    lab_codes = max(code for _, _, code in prepared.vocabularies.lab_values_)
+    limits = graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=config.bucket.max_timestep)
+    assert graphs[0].where == WHERE
+    return graphs[0].data, limits
+
+
+@pytest.fixture
+def data(built) -> HeteroData:
+    """A deep copy of the sound graph: a test may break it."""
+    return copy.deepcopy(built[0])
+
+
+@pytest.fixture(scope="module")
+def limits(built) -> GraphLimits:
+    return built[1]
+
+
+def only(data: HeteroData, limits: GraphLimits, check: str) -> StageError:
+    """The one problem of ``check`` (others may be reported alongside it); its common fields are checked."""
+    problems = graph_problems(data, limits, where=WHERE)
+    assert all(isinstance(p, StageError) for p in problems)
+    found = [p for p in problems if p.check == check]
+    assert len(found) == 1, [str(p) for p in problems]
+    (error,) = found
+    assert (error.stage, error.side, error.table) == ("graph", "output", WHERE)
+    assert error.advice == check_info(check).advice
+    assert str(error).startswith(f"[graph:output] {WHERE}.{error.column} {check} failed on {error.count} row")
+    return error
+
+
+def checks(data: HeteroData, limits: GraphLimits) -> list[tuple[str, str]]:
+    return sorted((p.check, p.column) for p in graph_problems(data, limits, where=WHERE))
+
+
+# -- the sound graph -----------------------------------------------------------------------------------
+def test_the_sample_graph_has_no_problems(built, limits):
+    data, _ = built
+    assert graph_problems(data, limits, where=WHERE) == []
+    assert data[EDGE].edge_index.shape[1] > 0 and data["admission"].num_nodes == 16
+    assert limits.max_code >= int(data[EDGE].edge_attr[:, 0].max())
+    assert limits.max_timestep >= int(data[EDGE].timestep.max())
+
+
+def test_graph_problems_does_not_mutate_its_input(data, limits):
+    data[EDGE].edge_attr[0, 1] = float("inf")
+    before = copy.deepcopy(data)
+    assert graph_problems(data, limits, where=WHERE)
+    assert data.node_types == before.node_types and data.edge_types == before.edge_types
+    for store, original in zip(data.stores, before.stores):
+        assert list(store.keys()) == list(original.keys())
+        assert all(torch.equal(store[key], value) if isinstance(value, torch.Tensor) else store[key] == value
+                   for key, value in original.items())
+
+
+# -- graph_finite ------------------------------------------------------------------------------------
+def test_inf_and_nan_in_edge_attr(data, limits):
+    data[EDGE].edge_attr[5, 1] = float("inf")
+    data[EDGE].edge_attr[7, 1] = float("nan")
+    data[EDGE].edge_attr[9, 1] = float("-inf")
+    error = only(data, limits, "graph_finite")
+    assert error.column == f"{FORWARD}.edge_attr" and error.count == 3
+    assert "3 non-finite values at rows 5, 7, 9" in str(error)
+    assert checks(data, limits) == [("graph_finite", f"{FORWARD}.edge_attr")]  # the z column: no code problem
+
+
+def test_nan_and_inf_in_admission_x(data, limits):
+    data["admission"].x[3, 2] = float("nan")
+    data["admission"].x[11, 0] = float("inf")
+    error = only(data, limits, "graph_finite")
+    assert error.column == "admission.x" and error.count == 2
+    assert "2 non-finite values at rows 3, 11" in str(error)
+
+
+def test_many_non_finite_values_are_capped_in_the_message(data, limits):
+    data[REVERSE].edge_attr[:25, 1] = float("nan")
+    error = only(data, limits, "graph_finite")
+    assert error.column == f"{BACKWARD}.edge_attr" and error.count == 25
+    assert "25 non-finite values at rows 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 (+15 more)" in str(error)
+
+
+# -- graph_index_bounds --------------------------------------------------------------------------------
+def test_target_index_past_the_labitems(data, limits):
+    items = data["labitem"].num_nodes
+    data[EDGE].edge_index[1, 10] = items
+    error = only(data, limits, "graph_index_bounds")
+    assert error.column == f"{FORWARD}.edge_index" and error.count == 1
+    assert f"1 target indices outside 0..{items - 1} (labitem nodes) at rows 10" in str(error)
+
+
+def test_negative_source_index(data, limits):
+    data[EDGE].edge_index[0, [4, 20]] = -1
+    error = only(data, limits, "graph_index_bounds")
+    assert error.column == f"{FORWARD}.edge_index" and error.count == 2
+    assert "2 source indices outside 0..15 (admission nodes) at rows 4, 20" in str(error)
+
+
+def test_target_index_past_the_admissions_on_the_reverse_edge(data, limits):
+    data[REVERSE].edge_index[1, 3] = 16
+    error = only(data, limits, "graph_index_bounds")
+    assert error.column == f"{BACKWARD}.edge_index" and error.count == 1
+    assert "1 target indices outside 0..15 (admission nodes) at rows 3" in str(error)
+
+
+def test_negative_source_index_on_the_reverse_edge(data, limits):
+    items = data["labitem"].num_nodes
+    data[REVERSE].edge_index[0, 8] = -5
+    error = only(data, limits, "graph_index_bounds")
+    assert error.column == f"{BACKWARD}.edge_index" and error.count == 1
+    assert f"1 source indices outside 0..{items - 1} (labitem nodes) at rows 8" in str(error)
+
+
+# -- graph_edge_index ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(("breaking", "shown"), [
+    (lambda index: index.float(), "float32 [2, {E}]"),
+    (lambda index: index.int(), "int32 [2, {E}]"),
+    (lambda index: torch.cat([index, index[:1]]), "int64 [3, {E}]"),
+], ids=["float", "int32", "three-rows"])
+def test_edge_index_not_int64_two_by_e(data, limits, breaking, shown):
+    edges = data[EDGE].edge_index.shape[1]
+    data[EDGE].edge_index = breaking(data[EDGE].edge_index)
+    error = only(data, limits, "graph_edge_index")
+    assert error.column == f"{FORWARD}.edge_index" and error.count == 1
+    assert f"edge_index is {shown.format(E=edges)}, not int64 [2, E]" in str(error)
+
+
+def test_missing_edge_index(data, limits):
+    del data[REVERSE].edge_index
+    error = only(data, limits, "graph_edge_index")
+    assert error.column == f"{BACKWARD}.edge_index" and "edge_index is missing" in str(error)
+
+
+# -- graph_edge_rows -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(("attr", "change"), [
+    ("edge_attr", -1), ("timestep", +1), ("is_history", -3), ("is_history", +2),
+])
+def test_per_edge_tensor_with_other_rows_than_edges(data, limits, attr, change):
+    edges = data[EDGE].edge_index.shape[1]
+    value = data[EDGE][attr]
+    data[EDGE][attr] = value[:edges + change] if change < 0 else torch.cat([value, value[:change]])
+    error = only(data, limits, "graph_edge_rows")
+    assert error.column == f"{FORWARD}.{attr}" and error.count == abs(change)
+    assert f"{attr} has {edges + change} rows for {edges} edges" in str(error)
+
+
+def test_scalar_per_edge_tensor(data, limits):
+    data[REVERSE].timestep = torch.tensor(3)
+    error = only(data, limits, "graph_edge_rows")
+    assert error.column == f"{BACKWARD}.timestep" and "timestep has 0 rows for" in str(error)
+
+
+# -- graph_node_rows -----------------------------------------------------------------------------------
+def test_admission_x_with_one_row_too_few(data, limits):
+    data["admission"].x = data["admission"].x[:-1]
+    error = only(data, limits, "graph_node_rows")
+    assert error.column == "admission.x" and error.count == 1
+    assert "x has 15 rows for 16 nodes" in str(error)
+
+
+@pytest.mark.parametrize("breaking", [
+    lambda store: setattr(store, "x", torch.cat([store.x, store.x[:1]])),
+    lambda store: setattr(store, "y", store.y[:-1]),
+    lambda store: setattr(store, "node_id", store.node_id[:-1]),
+], ids=["x-extra-row", "y-short", "node_id-short"])
+def test_node_tensor_with_other_rows_than_nodes_is_reported(data, limits, breaking):
+    breaking(data["admission"])
+    assert "graph_node_rows" in {check for check, _ in checks(data, limits)}
+
+
+# -- graph_timestep_range ------------------------------------------------------------------------------
+def test_timestep_below_zero(data, limits):
+    data[EDGE].timestep[[2, 30]] = -1
+    error = only(data, limits, "graph_timestep_range")
+    assert error.column == f"{FORWARD}.timestep" and error.count == 2
+    assert f"timesteps outside 0..{limits.max_timestep} at rows 2, 30" in str(error)
+
+
+def test_timestep_past_the_last(data, limits):
+    data[REVERSE].timestep[6] = limits.max_timestep + 1
+    error = only(data, limits, "graph_timestep_range")
+    assert error.column == f"{BACKWARD}.timestep" and error.count == 1
+    assert f"timesteps outside 0..{limits.max_timestep} at rows 6" in str(error)
+
+
+def test_timestep_at_the_last_is_allowed(data, limits):
+    data[EDGE].timestep[6] = limits.max_timestep
+    data[REVERSE].timestep[6] = 0
+    assert graph_problems(data, limits, where=WHERE) == []
+
+
+# -- graph_code_range ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("code", ["past", -1.0, 1.5], ids=["one-past-max", "negative", "fractional"])
+def test_category_code_outside_the_vocabulary(data, limits, code):
+    data[EDGE].edge_attr[12, 0] = limits.max_code + 1 if code == "past" else code
+    error = only(data, limits, "graph_code_range")
+    assert error.column == f"{FORWARD}.edge_attr" and error.count == 1
+    assert f"category codes outside 0..{limits.max_code} at rows 12" in str(error)
+    assert checks(data, limits) == [("graph_code_range", f"{FORWARD}.edge_attr")]
+
+
+def test_category_code_at_max_code_is_allowed(data, limits):
+    data[EDGE].edge_attr[12, 0] = limits.max_code
+    data[REVERSE].edge_attr[12, 0] = limits.max_code
+    assert graph_problems(data, limits, where=WHERE) == []
+
+
+def test_category_code_on_the_reverse_edge(data, limits):
+    data[REVERSE].edge_attr[[0, 1, 2], 0] = limits.max_code + 3
+    error = only(data, limits, "graph_code_range")
+    assert error.column == f"{BACKWARD}.edge_attr" and error.count == 3
+    assert "at rows 0, 1, 2" in str(error)
+
+
+def test_labitem_code_past_its_max_node_code(data, limits):
+    tops = limits.max_node_code["labitem"]
+    data["labitem"].x[4, 1] = tops[1] + 1
+    error = only(data, limits, "graph_code_range")
+    assert error.column == "labitem.x" and error.count == 1
+    assert f"codes outside their vocabularies (0..{list(tops)} per column) at rows 4" in str(error)
+
+
+def test_each_column_has_its_own_vocabulary_bound(data, limits):
+    tops = limits.max_node_code["admission"]
+    narrow = min(range(len(tops)), key=lambda column: tops[column])
+    assert max(tops) > tops[narrow]
+    data["admission"].x[0, narrow] = max(tops)  # legal in the widest column, not in this one
+    assert only(data, limits, "graph_code_range").column == "admission.x"
+
+
+def test_admission_code_negative_or_fractional(data, limits):
+    top = list(limits.max_node_code["admission"])
+    data["admission"].x[1, 0] = -1.0
+    data["admission"].x[9, 3] = 0.5
+    error = only(data, limits, "graph_code_range")
+    assert error.column == "admission.x" and error.count == 2
+    assert f"codes outside their vocabularies (0..{top} per column) at rows 1, 9" in str(error)
+
+
+# -- graph_label_range ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("label", [2.0, 0.5, -1.0])
+def test_label_not_zero_or_one(data, limits, label):
+    data["admission"].y[7, 3] = label
+    error = only(data, limits, "graph_label_range")
+    assert error.column == "admission.y" and error.count == 1
+    assert "labels not 0 or 1 at rows 7" in str(error)
+    assert checks(data, limits) == [("graph_label_range", "admission.y")]
+
+
+# -- graph_empty ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("edge_type", "name"), [(EDGE, FORWARD), (REVERSE, BACKWARD)])
+def test_edge_type_with_no_edges(data, limits, edge_type, name):
+    store = data[edge_type]
+    for attr in list(store.keys()):
+        store[attr] = store[attr][:, :0] if attr == "edge_index" else store[attr][:0]
+    error = only(data, limits, "graph_empty")
+    assert error.column == f"{name}.edge_index" and error.count == 1
+    assert "no edges" in str(error)
+    assert checks(data, limits) == [("graph_empty", f"{name}.edge_index")]
+
+
+# -- graph_pyg -----------------------------------------------------------------------------------------
+def test_what_only_pyg_validate_rejects_is_reported(data, limits, monkeypatch):
+    # Every case validate() knows is caught by a check above first, so its verdict is stood in for here.
+    def rejects(self, raise_on_error=True):
+        raise ValueError("'edge_index' of edge type ('admission', 'did', 'labitem') is odd\nsecond line")
+
+    monkeypatch.setattr(HeteroData, "validate", rejects)
+    problems = graph_problems(data, limits, where=WHERE)
+    assert [p.check for p in problems] == ["graph_pyg"]
+    assert (problems[0].column, problems[0].table, problems[0].count) == ("graph", WHERE, 1)
+    assert "('admission', 'did', 'labitem') is odd" in str(problems[0]) and "second line" not in str(problems[0])
+
+
+def test_pyg_validate_does_not_run_on_a_graph_with_problems(data, limits, monkeypatch):
+    monkeypatch.setattr(HeteroData, "validate", lambda self, raise_on_error=True: pytest.fail("validate ran"))
+    data[EDGE].timestep[0] = -1
+    assert [p.check for p in graph_problems(data, limits, where=WHERE)] == ["graph_timestep_range"]
+
+
+def test_an_edge_type_naming_an_absent_node_type_is_reported_without_changing_the_graph(data, limits):
+    data["admission", "in", "ward"].edge_index = torch.zeros((2, 1), dtype=torch.int64)
+    before = list(data.node_types)
+    problems = graph_problems(data, limits, where=WHERE)
+    assert list(data.node_types) == before
+    assert [(p.check, p.column) for p in problems] == [("graph_index_bounds", "admission__in__ward.edge_index")]
+
+
+# -- every problem, not only the first -------------------------------------------------------------------
+def test_several_problems_in_one_graph_are_all_reported(data, limits):
+    data[EDGE].edge_attr[5, 1] = float("nan")
+    data["admission"].x[2, 0] = float("inf")
+    data[EDGE].edge_index[1, 10] = data["labitem"].num_nodes
+    data[REVERSE].edge_index[0, 11] = -1
+    data[EDGE].timestep[3] = limits.max_timestep + 1
+    data[REVERSE].edge_attr[4, 0] = limits.max_code + 1
+    data["labitem"].x[0, 0] = limits.max_node_code["labitem"][0] + 1
+    data["admission"].y[1, 1] = 2.0
+    data[EDGE].is_history = data[EDGE].is_history[:-1]
+    found = checks(data, limits)
+    assert {
+        ("graph_finite", f"{FORWARD}.edge_attr"),
+        ("graph_finite", "admission.x"),
+        ("graph_index_bounds", f"{FORWARD}.edge_index"),
+        ("graph_index_bounds", f"{BACKWARD}.edge_index"),
+        ("graph_timestep_range", f"{FORWARD}.timestep"),
+        ("graph_code_range", f"{BACKWARD}.edge_attr"),
+        ("graph_code_range", "labitem.x"),
+        ("graph_label_range", "admission.y"),
+        ("graph_edge_rows", f"{FORWARD}.is_history"),
+    } <= set(found)
+    assert "graph_pyg" not in {check for check, _ in found}  # validate() runs only on an otherwise sound graph
+
+
+# -- determinism ---------------------------------------------------------------------------------------
+def test_problems_are_the_same_on_every_call(data, limits):
+    data[EDGE].edge_attr[5, 1] = float("nan")
+    data[REVERSE].timestep[3] = -1
+    data["admission"].y[1, 1] = 0.5
+    first = [str(p) for p in graph_problems(data, limits, where=WHERE)]
+    again = [str(p) for p in graph_problems(copy.deepcopy(data), limits, where=WHERE)]
+    assert first == again and len(first) == 3
