@@ -43,7 +43,7 @@ class Vocabularies:
     def as_json(self) -> dict[str, Any]:
         return {
             "lab_values": [list(row) for row in self.lab_values_],
-            "admission": {column: list(values) for column, values in self.admission_},
+            "admission": [[column, list(values)] for column, values in self.admission_],
             "fluid": list(self.fluid_),
             "category": list(self.category_),
         }
@@ -52,7 +52,7 @@ class Vocabularies:
     def from_json(cls, data: dict[str, Any]) -> "Vocabularies":
         return cls(
             lab_values_=tuple((int(item), str(value), int(code)) for item, value, code in data["lab_values"]),
-            admission_=tuple((column, tuple(values)) for column, values in data["admission"].items()),
+            admission_=tuple((column, tuple(values)) for column, values in data["admission"]),
             fluid_=tuple(data["fluid"]),
             category_=tuple(data["category"]),
         )

@@ -7,6 +7,7 @@ built but never used) and gradients that are not finite.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -45,14 +46,31 @@ def default_loss(output, graph: HeteroData) -> torch.Tensor:
     return torch.stack([tensor.float().mean() for _, tensor in _outputs(output)]).mean()
 
 
+def default_forward(model: torch.nn.Module, graph: HeteroData):
+    """``model(x_dict, edge_index_dict)``, plus ``edge_attr_dict`` when the model's forward takes a third argument."""
+    parameters = [p for p in inspect.signature(model.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(parameters) >= 3:
+        return model(graph.x_dict, graph.edge_index_dict, graph.edge_attr_dict)
+    return model(graph.x_dict, graph.edge_index_dict)
+
+
 def preflight(model: torch.nn.Module, graph: HeteroData,
-              loss_fn: Callable[[object, HeteroData], torch.Tensor] = default_loss) -> Preflight:
-    """Run ``model(graph.x_dict, graph.edge_index_dict)`` and a backward pass; report what would poison training."""
+              loss_fn: Callable[[object, HeteroData], torch.Tensor] = default_loss,
+              forward: Callable[[torch.nn.Module, HeteroData], object] = default_forward) -> Preflight:
+    """One forward (``forward(model, graph)``) and backward pass; report what would poison training."""
+    problems = []
+    for store in graph.stores:
+        key = store._key if store._key is not None else "graph"
+        name = "__".join(key) if isinstance(key, tuple) else key
+        for attr, value in store.items():
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and not torch.isfinite(value).all():
+                problems.append(f"input {name}.{attr} has {int((~torch.isfinite(value)).sum())} non-finite values")
     model.train()
     model.zero_grad(set_to_none=True)
-    output = model(graph.x_dict, graph.edge_index_dict)
-    problems = [f"{name} has {int((~torch.isfinite(t)).sum())} non-finite values"
-                for name, t in _outputs(output) if t.is_floating_point() and not torch.isfinite(t).all()]
+    output = forward(model, graph)
+    problems += [f"{name} has {int((~torch.isfinite(t)).sum())} non-finite values"
+                 for name, t in _outputs(output) if t.is_floating_point() and not torch.isfinite(t).all()]
     loss = loss_fn(output, graph)
     if not torch.isfinite(loss):
         problems.append(f"loss is {float(loss)}")

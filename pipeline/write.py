@@ -28,7 +28,7 @@ from torch_geometric.data import HeteroData
 from pipeline.graph import GraphBatch
 from pipeline.report import write_atomic
 from schemas.errors import StageError
-from schemas.graph import GraphLimits, graph_problems
+from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
 
 MANIFEST = "manifest.json"
 MARKER = ".badpoints"  # says the folder holds a badpoints build, so a rebuild may replace its files
@@ -50,6 +50,9 @@ def check_output_dir(out_dir: Path, data_dir: Path) -> Path:
     out, data = Path(out_dir).resolve(), Path(data_dir).resolve()
     if out == data or data in out.parents:
         raise OutputError(f"output folder {str(out)!r} is inside the input folder {str(data)!r}; choose another")
+    if out in data.parents:
+        raise OutputError(f"input folder {str(data)!r} is inside the output folder {str(out)!r}; a build replaces "
+                          "its output folder's files, so choose an output folder outside the input")
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
         raise OutputError(f"{str(out)!r} exists and is not a badpoints build folder; badpoints will not "
                           "overwrite it. Choose an empty or new folder")
@@ -132,24 +135,51 @@ def write_build(out_dir: Path, outputs: BuildOutputs) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, data)
     keep = set(outputs.files) | {MANIFEST, MARKER}
-    for path in sorted(out_dir.rglob("*"), reverse=True):
-        relative = path.relative_to(out_dir).as_posix()
-        if path.is_file() and relative not in keep:
+    for path in _owned(out_dir):
+        if path.relative_to(out_dir).as_posix() not in keep:
             path.unlink()  # stale graphs of an earlier build, temp files of a killed one
-        elif path.is_dir() and not any(path.iterdir()):
-            path.rmdir()
+    for folder in sorted((out_dir / "graphs").glob("*"), reverse=True):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
     write_atomic(out_dir / MANIFEST, _json_bytes(outputs.manifest))
+
+
+def _owned(out_dir: Path) -> list[Path]:
+    """The files a build may replace or remove: its own names only, never anything else in the folder."""
+    known = [out_dir / name for name in ("stats.json", "quarantine.parquet", "index.parquet", "report.json")]
+    graphs = list(out_dir.glob("graphs/*/batch_*.pt"))
+    temps = list(out_dir.glob(".*.tmp")) + list(out_dir.glob("graphs/*/.*.tmp"))
+    return sorted(p for p in known + graphs + temps if p.is_file())
 
 
 # -- reading back ---------------------------------------------------------------------------------
 def read_manifest(out_dir: Path) -> dict[str, Any]:
+    """The manifest, checked for the shape ``load_graphs`` and ``inspect`` rely on."""
     path = Path(out_dir) / MANIFEST
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise _problem("graph_manifest", MANIFEST, "no manifest: the folder holds no finished build") from None
     except (OSError, ValueError) as exc:
         raise _problem("graph_manifest", MANIFEST, f"unreadable manifest ({type(exc).__name__})") from None
+    if not _manifest_shape_ok(manifest):
+        raise _problem("graph_manifest", MANIFEST, "the manifest lacks the outputs, graphs, limits or accounting "
+                                                   "of a badpoints build")
+    return manifest
+
+
+def _manifest_shape_ok(manifest: Any) -> bool:
+    try:
+        outputs = manifest["outputs"]
+        ok = isinstance(outputs, dict) and all(isinstance(v["sha256"], str) for v in outputs.values())
+        ok &= all(isinstance(g["split"], str) and isinstance(g["batch"], int) and g["path"] in outputs
+                  and isinstance(g["memory"]["total"], int) for g in manifest["graphs"])
+        limits_of(manifest)
+        ledger = manifest["accounting"]["LABEVENTS"]
+        ok &= all(isinstance(ledger[k], int) for k in ("read", "kept", "quarantined", "deduplicated"))
+        return bool(ok)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
 
 
 def _problem(check: str, where: str, detail: str) -> StageError:
@@ -172,16 +202,48 @@ def verify_outputs(out_dir: Path, manifest: dict[str, Any]) -> list[StageError]:
     return problems
 
 
-def load_graph_file(path: Path) -> HeteroData:
-    """One graph, loaded with weights_only=True (no allow-list): anything needing unsafe unpickling is refused."""
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _plain(value: Any) -> bool:
+    """Only plain containers, scalars and exact torch.Tensor: no PyG class, no tensor subclass."""
+    if type(value) is torch.Tensor or isinstance(value, _PLAIN):
+        return True
+    if type(value) in (dict, tuple, list):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        return all(isinstance(k, (str, int, tuple)) and _plain(v) for k, v in items)
+    return False
+
+
+def _graph_shaped(record: dict) -> bool:
+    stores = [record.get(key) for key in ("admission", "labitem", EDGE, REVERSE)]
+    return all(isinstance(store, dict) for store in stores) and all(
+        type(record[edge].get("edge_index")) is torch.Tensor for edge in (EDGE, REVERSE))
+
+
+def load_graph_bytes(data: bytes, name: str) -> HeteroData:
+    """A graph from its bytes, loaded with weights_only=True and then required to be plain graph data."""
     try:
-        record = torch.load(path, weights_only=True, map_location="cpu")
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
-        raise _problem("graph_unsafe", str(path), f"refused by torch.load(weights_only=True) "
-                                                  f"({type(exc).__name__})") from None
-    if not isinstance(record, dict):
-        raise _problem("graph_unsafe", str(path), f"holds a {type(record).__name__}, not a graph dictionary")
+        record = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError, AttributeError, TypeError) as exc:
+        raise _problem("graph_unsafe", name, f"refused by torch.load(weights_only=True) "
+                                             f"({type(exc).__name__})") from None
+    if not isinstance(record, dict) or not _plain(record):
+        raise _problem("graph_unsafe", name, "holds objects other than plain tensors, numbers, strings and "
+                                             "containers")
+    if not _graph_shaped(record):
+        raise _problem("graph_unsafe", name, "is not a badpoints graph (admission and labitem nodes, did and "
+                                             "rev_did edges)")
     return HeteroData.from_dict(record)
+
+
+def load_graph_file(path: Path) -> HeteroData:
+    """One graph file, loaded safely (see :func:`load_graph_bytes`)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise _problem("graph_manifest", str(path), f"unreadable ({exc.strerror})") from None
+    return load_graph_bytes(data, str(path))
 
 
 def limits_of(manifest: dict[str, Any]) -> GraphLimits:
@@ -201,9 +263,10 @@ def load_graphs(out_dir: Path, split: str) -> list[HeteroData]:
             continue
         path = out_dir / entry["path"]
         expected = manifest["outputs"][entry["path"]]["sha256"]
-        if not path.is_file() or _sha256(path.read_bytes()) != expected:
+        content = path.read_bytes() if path.is_file() else b""
+        if _sha256(content) != expected:
             raise _problem("graph_manifest", entry["path"], "missing or differs from the manifest: rebuild")
-        data = load_graph_file(path)
+        data = load_graph_bytes(content, entry["path"])  # the bytes that were hashed, not a second read
         problems = graph_problems(data, limits, where=f"{split}/batch {entry['batch']}")
         if problems:
             raise problems[0]
