@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 
 from pipeline.report import Finding, finding_from_mask
 from schemas.checks import CHECKS, ERROR, NUMBER_TEXT, matches, number_values, parse_datetime_text
-from schemas.errors import StageError, require_validation, value_classes
+from schemas.errors import require_validation, value_classes
+from schemas.guard import check_frame
 from schemas.raw import (
     DEFAULT_VALUENUM_ABS_BOUND,
     Admissions,
@@ -104,9 +105,9 @@ def check_raw(
 
     _check_relations(typed, report, rejects, stay_tolerance_hours)
     tables = RawTables(
-        admissions=_guard(typed.get("ADMISSIONS"), Admissions, "ADMISSIONS"),
-        labitems=_guard(typed.get("D_LABITEMS"), LabItems, "D_LABITEMS"),
-        labevents=_guard(typed.get("LABEVENTS"), LabEvents, "LABEVENTS"),
+        admissions=_guard(typed.get("ADMISSIONS"), Admissions),
+        labitems=_guard(typed.get("D_LABITEMS"), LabItems),
+        labevents=_guard(typed.get("LABEVENTS"), LabEvents),
     )
     return RawResult(tables=tables, findings=[f for f in findings if f is not None])
 
@@ -232,19 +233,6 @@ def _check_relations(typed: dict[str, pd.DataFrame], report, rejects, stay_toler
            what="CHARTTIME after the admission's DISCHTIME")
 
 
-# -- output guard -----------------------------------------------------------------------------
-def _guard(frame: pd.DataFrame | None, model: type[pa.DataFrameModel], table: str) -> pd.DataFrame | None:
-    """Validate what the raw stage hands on; a failure here is a badpoints bug, reported as a StageError."""
-    if frame is None:
-        return None
-    try:
-        return model.validate(frame, lazy=True)
-    except pa.errors.SchemaErrors as errors:
-        cases = errors.failure_cases
-        first = cases.iloc[0]
-        lines = cases["index"].dropna().astype("int64")
-        raise StageError(
-            stage=STAGE, side="output", check=str(first["check"]), column=str(first["column"]),
-            count=len(cases), failure_cases=pd.DataFrame({"line": lines.to_numpy()}), table=table,
-            advice="The parsed table broke its own schema; please report this as a badpoints bug",
-        ) from None
+def _guard(frame: pd.DataFrame | None, model: type[pa.DataFrameModel]) -> pd.DataFrame | None:
+    """What the raw stage hands on must pass its typed schema; a failure here is a badpoints bug."""
+    return None if frame is None else check_frame(model, frame, stage=STAGE, side="output")

@@ -15,6 +15,7 @@ import pandera.pandas as pa
 from pandera.typing import Series
 
 from schemas import checks as _checks  # noqa: F401  (registers the check methods)
+from schemas import guard as _guard  # noqa: F401  (registers the 'finite' check)
 
 DEFAULT_VALUENUM_ABS_BOUND = 1e10
 
@@ -98,10 +99,6 @@ def raw_labevents_schema(*, valuenum_abs_bound: float = DEFAULT_VALUENUM_ABS_BOU
 
 
 # -- typed frames handed to the next stage --------------------------------------------------
-def _finite(series: pd.Series) -> pd.Series:
-    return pd.Series(np.isfinite(series.to_numpy("float64", na_value=0.0)), index=series.index)
-
-
 class _Typed(pa.DataFrameModel):
     class Config:
         strict = False
@@ -135,10 +132,6 @@ class LabEvents(_Typed):
     ITEMID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
     CHARTTIME: Series[pa.DateTime] = pa.Field(nullable=True)
     VALUE: Series[str] = pa.Field(nullable=True)
-    VALUENUM: Series[np.float64] = pa.Field(nullable=True)
+    VALUENUM: Series[np.float64] = pa.Field(nullable=True, finite=())
     FLAG: Series[str] = pa.Field(nullable=True)
     REJECT: Series[str] = pa.Field(nullable=True)
-
-    @pa.check("VALUENUM", name="valuenum_finite")
-    def valuenum_finite(cls, valuenum: pd.Series) -> pd.Series:
-        return _finite(valuenum) | valuenum.isna()

@@ -183,9 +183,9 @@ def test_input_with_infinite_valuenum_is_refused_naming_the_column(sample):
     with pytest.raises(StageError) as caught:
         clean.clean_events(events, sample.admissions.frame, sample.labitems.frame)
     error = caught.value
-    assert (error.stage, error.side, error.check, error.column) == ("clean", "input", "valuenum_finite", "VALUENUM")
+    assert (error.stage, error.side, error.check, error.column) == ("clean", "input", "finite", "VALUENUM")
     assert error.lines == [line] and error.count == 1
-    assert str(error).startswith("[clean:input] LabEvents.VALUENUM valuenum_finite failed on 1 row (line ")
+    assert str(error).startswith("[clean:input] LabEvents.VALUENUM finite failed on 1 row (line ")
     assert "inf ×1" in str(error)
 
 

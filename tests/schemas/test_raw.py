@@ -175,7 +175,7 @@ def test_typed_labevents_accept_finite_and_null_values():
 @pytest.mark.parametrize("bad", [np.inf, -np.inf])
 def test_typed_labevents_reject_an_infinite_valuenum(bad):
     frame = _typed_labevents([1.2, bad, -300.0])
-    assert _failures(LabEvents, frame) == [("VALUENUM", "valuenum_finite", 3)]
+    assert _failures(LabEvents, frame) == [("VALUENUM", "finite", 3)]
 
 
 def test_typed_labevents_reject_wrong_dtypes_and_nonpositive_ids():
