@@ -371,6 +371,84 @@ def discharge_before_admit(d: Dataset) -> Expect:
     return Expect(1, "discharge_before_admit", "ADMISSIONS", "DISCHTIME", lines=(line,))
 
 
+# -- more type and value classes ----------------------------------------------------------------------
+@case
+def date_beyond_pandas_range(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 28, "CHARTTIME", "2300-01-01 00:00:00")
+    return Expect(1, "datetime_iso", "LABEVENTS", "CHARTTIME", lines=(line,))
+
+
+@case
+def leading_zeros_in_itemid(d: Dataset) -> Expect:
+    itemid = d.rows["LABEVENTS"][29][d.col("LABEVENTS", "ITEMID")]
+    d.set("LABEVENTS", 29, "ITEMID", "00" + itemid)  # the same item: read as an integer, not rejected
+    return Expect(0)
+
+
+@case
+def na_token_in_valuenum(d: Dataset) -> Expect:
+    row = d.first("LABEVENTS", "VALUENUM", lambda v: v != "")
+    line = d.set("LABEVENTS", row + 1, "VALUENUM", "N/A")
+    return Expect(1, "valuenum_numeric", "LABEVENTS", "VALUENUM", lines=(line,))
+
+
+@case
+def largest_finite_double(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 31, "VALUENUM", "1e308")
+    return Expect(1, "valuenum_bound", "LABEVENTS", "VALUENUM", lines=(line,))
+
+
+@case
+def all_null_valuenum_column(d: Dataset) -> Expect:
+    i = d.col("LABEVENTS", "VALUENUM")
+    for record in d.rows["LABEVENTS"]:
+        record[i] = ""
+    return Expect(0)  # every item is then categorical: still a valid (if odd) dataset
+
+
+@case
+def every_lab_outpatient(d: Dataset) -> Expect:
+    i = d.col("LABEVENTS", "HADM_ID")
+    for record in d.rows["LABEVENTS"]:
+        record[i] = ""
+    return Expect(1, "step_empty", "LABEVENTS")
+
+
+@case
+def labs_long_after_discharge(d: Dataset) -> Expect:
+    row = d.first("LABEVENTS", "HADM_ID", lambda v: v != "")
+    hadm = d.rows["LABEVENTS"][row][d.col("LABEVENTS", "HADM_ID")]
+    admission = next(r for r in d.rows["ADMISSIONS"] if r[d.col("ADMISSIONS", "HADM_ID")] == hadm)
+    discharge = admission[d.col("ADMISSIONS", "DISCHTIME")]
+    later = f"{int(discharge[:4]) + 1}{discharge[4:]}"
+    d.set("LABEVENTS", row, "CHARTTIME", later)
+    return Expect(0, "late_rows", "LABEVENTS", severity="warning")
+
+
+@case
+def huge_text_field(d: Dataset) -> Expect:
+    d.set("ADMISSIONS", 10, "DIAGNOSIS", CANARY + "x" * 200_000)
+    return Expect(0, secret=CANARY)
+
+
+@case
+def tab_delimited(d: Dataset) -> Expect:
+    d.raw["D_LABITEMS"] = d.text("D_LABITEMS", delimiter="\t").encode()
+    return Expect(1, "missing_column", "D_LABITEMS", lines=(1,))
+
+
+@case
+def crlf_line_endings_and_bom(d: Dataset) -> Expect:
+    d.raw["ADMISSIONS"] = b"\xef\xbb\xbf" + d.text("ADMISSIONS").replace("\n", "\r\n").encode()
+    return Expect(0)
+
+
+@case
+def header_only_labevents(d: Dataset) -> Expect:
+    d.rows["LABEVENTS"] = []
+    return Expect(1, "table_empty", "LABEVENTS")
+
+
 def build(name: str, folder: Path) -> Expect:
     """Write case ``name`` into ``folder`` and return what badpoints must report for it."""
     data = Dataset.sample()
