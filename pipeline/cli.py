@@ -18,7 +18,7 @@ from rich.table import Table
 from pipeline.config import ConfigError, load_config
 from pipeline.flow import build as run_build
 from pipeline.flow import validate as run_validate
-from pipeline.write import OutputError
+from pipeline.paths import OutputError
 from pipeline.report import Report
 from schemas.checks import CHECKS
 from schemas.errors import ValidationDisabled

@@ -14,14 +14,14 @@ import numpy as np
 import pandas as pd
 
 from pipeline import bucket as bucket_stage
-from pipeline import clean, dedup, encode, fill, graph, scale, split, write
+from pipeline import clean, dedup, encode, fill, scale, split
+from pipeline.paths import check_output_dir
 from pipeline.config import Config
 from pipeline.load import TABLES, load_text_tables
 from pipeline.parse import RawTables, check_raw
 from pipeline.quarantine import Kept, Step, combine, empty_quarantine
 from pipeline.report import Finding, InputFile, Report, finding_from_error, finding_from_mask, summary_finding
 from schemas.errors import StageError, require_validation
-from schemas.graph import EDGE
 
 # Checks that mean the run could not happen at all (exit 2), rather than that the data is bad (exit 1).
 CANNOT_RUN = ("file_missing", "file_unreadable")
@@ -270,7 +270,10 @@ class Build:
 
 def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = False) -> Build:
     """Validate, run every stage, build and guard the graphs, and write them only if nothing is an error."""
-    out = write.check_output_dir(out_dir, data_dir)
+    from pipeline import graph, write  # torch and PyG load only when graphs are built
+    from schemas.graph import EDGE
+
+    out = check_output_dir(out_dir, data_dir)
     validation = validate(data_dir, config, show_values=show_values)
     report = validation.report
     prepared = validation.prepared

@@ -11,8 +11,11 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
-import torch
-from torch_geometric.data import HeteroData
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch loads when a model is checked, not when badpoints starts
+    import torch
+    from torch_geometric.data import HeteroData
 
 
 @dataclass
@@ -28,6 +31,8 @@ class Preflight:
 
 
 def _outputs(value) -> list[tuple[str, torch.Tensor]]:
+    import torch
+
     if isinstance(value, torch.Tensor):
         return [("output", value)]
     if isinstance(value, dict):
@@ -39,6 +44,8 @@ def _outputs(value) -> list[tuple[str, torch.Tensor]]:
 
 def default_loss(output, graph: HeteroData) -> torch.Tensor:
     """BCE against admission.y when the model returns admission logits of that shape, else the outputs' mean."""
+    import torch
+
     logits = output.get("admission") if isinstance(output, dict) else output
     y = graph["admission"].get("y") if "admission" in graph.node_types else None
     if isinstance(logits, torch.Tensor) and y is not None and logits.shape == y.shape:
@@ -59,6 +66,8 @@ def preflight(model: torch.nn.Module, graph: HeteroData,
               loss_fn: Callable[[object, HeteroData], torch.Tensor] = default_loss,
               forward: Callable[[torch.nn.Module, HeteroData], object] = default_forward) -> Preflight:
     """One forward (``forward(model, graph)``) and backward pass; report what would poison training."""
+    import torch
+
     problems = []
     for store in graph.stores:
         key = store._key if store._key is not None else "graph"

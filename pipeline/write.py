@@ -26,37 +26,19 @@ import torch
 from torch_geometric.data import HeteroData
 
 from pipeline.graph import GraphBatch
+from pipeline.paths import MARKER, OutputError, check_output_dir  # noqa: F401  (re-exported)
 from pipeline.report import write_atomic
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
 
 MANIFEST = "manifest.json"
-MARKER = ".badpoints"  # says the folder holds a badpoints build, so a rebuild may replace its files
 FORMAT = 1
 PACKAGES = ("badpoints", "pandas", "pandera", "numpy", "pyarrow", "torch", "torch_geometric")
-
-
-class OutputError(ValueError):
-    """The output folder cannot be used (inside the input, or someone else's folder)."""
 
 
 def graph_path(split: str, batch: int) -> str:
     """A graph's path relative to OUT_DIR: names come from the split and batch number, never from data."""
     return f"graphs/{split}/batch_{batch:05d}.pt"
-
-
-def check_output_dir(out_dir: Path, data_dir: Path) -> Path:
-    """The resolved output folder, refused if it is or sits inside the input, or holds someone else's files."""
-    out, data = Path(out_dir).resolve(), Path(data_dir).resolve()
-    if out == data or data in out.parents:
-        raise OutputError(f"output folder {str(out)!r} is inside the input folder {str(data)!r}; choose another")
-    if out in data.parents:
-        raise OutputError(f"input folder {str(data)!r} is inside the output folder {str(out)!r}; a build replaces "
-                          "its output folder's files, so choose an output folder outside the input")
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
-        raise OutputError(f"{str(out)!r} exists and is not a badpoints build folder; badpoints will not "
-                          "overwrite it. Choose an empty or new folder")
-    return out
 
 
 def graph_bytes(data: HeteroData) -> bytes:
