@@ -86,7 +86,7 @@ def read_table(path: Path, table: str) -> TextTable:
     if not data.strip(b"\r\n\t \xef\xbb\xbf"):
         raise _load_error(table, "file_empty", path=path)
     data = _require_utf8(data, path, table)
-    header = _read_header(data)
+    header = _read_header(data, path, table)
     columns = _select_columns(header, path, table)
     frame = _parse(data, header, columns, path, table)
     if frame.empty:
@@ -173,10 +173,14 @@ def _require_utf8(data: bytes, path: Path, table: str) -> bytes:
     )
 
 
-def _read_header(data: bytes) -> list[str]:
-    end = data.find(b"\n")
-    first = data[: end if end >= 0 else len(data)].decode("utf-8-sig").rstrip("\r")
-    return next(csv.reader([first]), [])
+def _read_header(data: bytes, path: Path, table: str) -> list[str]:
+    """The header record, whatever the line endings (LF, CRLF or a lone CR)."""
+    text = data[: 1 << 16].decode("utf-8-sig", errors="replace")
+    try:
+        return next(csv.reader(io.StringIO(text, newline=""), strict=True), [])
+    except csv.Error:
+        raise _load_error(table, "malformed_row", path=path, lines=[1],
+                          detail="The header line is not valid CSV (a quote that never closes?)") from None
 
 
 def _canonical(name: str) -> str:
@@ -208,10 +212,10 @@ def _select_columns(header: list[str], path: Path, table: str) -> dict[str, str]
         found = ", ".join(_printable(name) for name in header[:30]) or "nothing"
         hint = ""
         if len(header) == 1 and re.search(r"[;\t|]", header[0]):
-            hint = " The header has no commas but contains ';', tab or '|': is the file delimited by another character?"
+            hint = ". The header has no commas but contains ';', tab or '|': is the file delimited by another character?"
         raise _load_error(
             table, "missing_column", path=path, lines=[1], column=", ".join(missing),
-            detail=f"Expected {', '.join(REQUIRED[table])}; found {found}.{hint}",
+            detail=f"Expected {', '.join(REQUIRED[table])}; found {found}{hint}",
         )
     return {name: by_name[name] for name in wanted if name in by_name}
 
