@@ -29,14 +29,15 @@ def bucket(events: pd.DataFrame, admissions: pd.DataFrame, *, interval_hours: fl
     stays = admissions.set_index("HADM_ID")
     start = events["HADM_ID"].map(stays["ADMITTIME"]).dt.floor("D")
     discharge = events["HADM_ID"].map(stays["DISCHTIME"])
-    interval = pd.Timedelta(hours=interval_hours)
-    elapsed = events["CHARTTIME"] - start
-    step = (elapsed // interval).astype("float64")
-    last = np.minimum(((discharge + pd.Timedelta(hours=after_discharge_hours) - start) // interval)
-                      .astype("float64"), max_timestep)
+    interval = interval_hours * 3600.0
+    # Whole seconds since the start of the admission day: nanosecond differences overflow past 292 years.
+    elapsed = _seconds(events["CHARTTIME"]) - _seconds(start)
+    step = np.floor(elapsed / interval)
+    last = np.minimum(np.floor((_seconds(discharge) + after_discharge_hours * 3600.0 - _seconds(start)) / interval),
+                      max_timestep)
     unknown = start.isna()
-    before = elapsed < pd.Timedelta(0)
-    late = (step > max_timestep) | (events["CHARTTIME"] > discharge + pd.Timedelta(hours=after_discharge_hours))
+    before = elapsed < 0
+    late = (step > max_timestep) | (_seconds(events["CHARTTIME"]) > _seconds(discharge) + after_discharge_hours * 3600.0)
     if late_policy == "clip":
         timed = events.assign(TIMESTEP=np.minimum(step, last).where(~(before | unknown), 0).astype("int64"))
         kept = set_aside(timed, [(NO_ADMISSION, unknown), (BEFORE, before)], stage=STAGE)
@@ -45,3 +46,8 @@ def bucket(events: pd.DataFrame, admissions: pd.DataFrame, *, interval_hours: fl
         return Kept(frame=kept.frame, quarantine=kept.quarantine, steps=kept.steps + (note,))
     timed = events.assign(TIMESTEP=step.where(~(before | late | unknown), 0).astype("int64"))
     return set_aside(timed, [(NO_ADMISSION, unknown), (BEFORE, before), (LATE, late)], stage=STAGE)
+
+
+def _seconds(times: pd.Series) -> pd.Series:
+    """Seconds since the epoch as float64 (exact for whole seconds), NaN for NaT."""
+    return times.astype("datetime64[s]").astype("int64").where(times.notna()).astype("float64")
