@@ -6,7 +6,6 @@ Exit codes: 0 = no errors (warnings allowed), 1 = the data has errors, 2 = it co
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 

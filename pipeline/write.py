@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import pickle
 from dataclasses import dataclass
 from importlib import metadata

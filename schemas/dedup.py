@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pandera.pandas as pa
 
 from schemas.bucket import BucketedEvents
 

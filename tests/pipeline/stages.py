@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline import clean, encode, scale, split
+from pipeline import clean, encode, fill, scale, split
 from pipeline.config import Config, load_config
 from pipeline.load import load_text_tables
 from pipeline.parse import RawTables, check_raw
@@ -74,6 +74,13 @@ def run_stages(tables: RawTables, config: Config | None = None) -> Stages:
 def sample_stages() -> Stages:
     """The sample through every stage up to fill, with the default config (fresh copies)."""
     return _fresh(_sample_stages())
+
+
+def sample_filled() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The sample's lab rows after fill (the bucket stage's input), and the admissions with SPLIT."""
+    stages, config = sample_stages(), load_config()
+    filled = fill.apply_fill(stages.scaled, fill.fit_fill(stages.scaled, config.fill), config.fill).frame
+    return filled, stages.split_admissions
 
 
 def shuffled(frame: pd.DataFrame, seed: int = 7) -> pd.DataFrame:

@@ -13,12 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.pipeline.stages import sample_filled
+
 from pipeline import bucket as bucket_stage
-from pipeline import clean, encode, fill, scale, split
 from pipeline.bucket import BEFORE, LATE, bucket
 from pipeline.config import load_config
-from pipeline.load import load_text_tables
-from pipeline.parse import check_raw
 from schemas.errors import StageError
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
@@ -34,20 +33,7 @@ def config():
 @pytest.fixture(scope="module")
 def sample(config) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The sample's lab rows as the bucket stage receives them (filled), and the clean admissions."""
-    text, problems = load_text_tables(SAMPLE)
-    assert not problems
-    raw = check_raw({name: table.frame for name, table in text.items()}).tables
-    admissions = clean.clean_admissions(raw.admissions).frame
-    labitems = clean.clean_labitems(raw.labitems).frame
-    events = clean.clean_events(raw.labevents, admissions, labitems).frame
-    splits = split.assign_splits(admissions, train=config.split.train, val=config.split.val,
-                                 test=config.split.test, seed=config.split.seed)
-    events = split.attach_split(events, splits)
-    admissions = admissions.merge(splits[["HADM_ID", "SPLIT"]], on="HADM_ID", validate="one_to_one")
-    events = encode.encode_events(events, encode.fit_vocabularies(events, admissions, labitems))
-    events = scale.apply_zscore(events, scale.fit_zscore(events))
-    events = fill.apply_fill(events, fill.fit_fill(events, config.fill), config.fill).frame
-    return events, admissions
+    return sample_filled()
 
 
 def admissions_frame(stays: dict[int, tuple[str, str]] | None = None) -> pd.DataFrame:

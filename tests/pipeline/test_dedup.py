@@ -8,12 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.pipeline.stages import sample_filled
+
 from pipeline import bucket as bucket_stage
-from pipeline import clean, encode, fill, scale, split
-from pipeline.config import load_config
 from pipeline.dedup import KEY, dedup
-from pipeline.load import load_text_tables
-from pipeline.parse import check_raw
 from schemas.dedup import EdgeRows
 from schemas.errors import StageError
 from schemas.guard import check_frame
@@ -25,20 +23,7 @@ SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
 @pytest.fixture(scope="module")
 def bucketed() -> pd.DataFrame:
     """The sample's lab rows as the dedup stage receives them (bucketed)."""
-    config = load_config()
-    text, problems = load_text_tables(SAMPLE)
-    assert not problems
-    raw = check_raw({name: table.frame for name, table in text.items()}).tables
-    admissions = clean.clean_admissions(raw.admissions).frame
-    labitems = clean.clean_labitems(raw.labitems).frame
-    events = clean.clean_events(raw.labevents, admissions, labitems).frame
-    splits = split.assign_splits(admissions, train=config.split.train, val=config.split.val,
-                                 test=config.split.test, seed=config.split.seed)
-    events = split.attach_split(events, splits)
-    admissions = admissions.merge(splits[["HADM_ID", "SPLIT"]], on="HADM_ID", validate="one_to_one")
-    events = encode.encode_events(events, encode.fit_vocabularies(events, admissions, labitems))
-    events = scale.apply_zscore(events, scale.fit_zscore(events))
-    events = fill.apply_fill(events, fill.fit_fill(events, config.fill), config.fill).frame
+    events, admissions = sample_filled()
     return bucket_stage.bucket(events, admissions).frame
 
 

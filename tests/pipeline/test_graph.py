@@ -168,7 +168,6 @@ def test_the_reverse_edge_type_is_the_flipped_edge_index_with_the_same_attrs(gra
 
 
 def test_every_graph_is_sound(graphs, prepared, config):
-    lab_codes = max(code for _, _, code in prepared.vocabularies.lab_values_)
     limits = graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=config.bucket.max_timestep)
     for g in graphs:
         assert g.data.validate(raise_on_error=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-from pathlib import Path
 
 import pandas as pd
 import pytest

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+
+from tests.pipeline.stages import sample_stages
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from pipeline import clean, encode, scale, split
+from pipeline import clean, scale
 from pipeline.config import load_config
-from pipeline.load import load_text_tables
-from pipeline.parse import check_raw
 from schemas.errors import StageError
 from schemas.guard import check_frame
 from schemas.scale import ScaledEvents
@@ -43,17 +43,7 @@ def config():
 @pytest.fixture(scope="module")
 def encoded(config) -> pd.DataFrame:
     """The sample's lab rows as the scale stage receives them: clean, split and encoded."""
-    text, problems = load_text_tables(SAMPLE)
-    assert not problems
-    raw = check_raw({name: table.frame for name, table in text.items()}).tables
-    admissions = clean.clean_admissions(raw.admissions).frame
-    labitems = clean.clean_labitems(raw.labitems).frame
-    events = clean.clean_events(raw.labevents, admissions, labitems).frame
-    splits = split.assign_splits(admissions, train=config.split.train, val=config.split.val,
-                                 test=config.split.test, seed=config.split.seed)
-    events = split.attach_split(events, splits)
-    admissions = admissions.merge(splits[["HADM_ID", "SPLIT"]], on="HADM_ID", validate="one_to_one")
-    return encode.encode_events(events, encode.fit_vocabularies(events, admissions, labitems))
+    return sample_stages().encoded
 
 
 @pytest.fixture(scope="module")
