@@ -27,6 +27,7 @@ from torch_geometric.data import HeteroData
 from pipeline.graph import GraphBatch
 from pipeline.paths import MARKER, OutputError, check_output_dir  # noqa: F401  (re-exported)
 from pipeline.report import write_atomic
+from schemas.checks import check_info
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
 
@@ -164,22 +165,32 @@ def _manifest_shape_ok(manifest: Any) -> bool:
 
 
 def _problem(check: str, where: str, detail: str) -> StageError:
-    from schemas.checks import check_info
-
     return StageError(stage="graph", side="input", check=check, column=None, count=1,
                       failure_cases=pd.DataFrame({"line": pd.Series([], dtype="int64")}), table=where,
                       detail=detail, advice=check_info(check).advice)
 
 
-def verify_outputs(out_dir: Path, manifest: dict[str, Any]) -> list[StageError]:
-    """Every output file missing or differing from the manifest's hash."""
+def verified_bytes(out_dir: Path, manifest: dict[str, Any], name: str) -> bytes:
+    """An output's bytes, read once, refused unless they match the manifest's sha256."""
+    path = Path(out_dir) / name
+    if not path.is_file():
+        raise _problem("graph_manifest", name, "listed in the manifest but missing")
+    data = path.read_bytes()
+    if _sha256(data) != manifest["outputs"][name]["sha256"]:
+        raise _problem("graph_manifest", name, "sha256 differs from the manifest's")
+    return data
+
+
+def verify_outputs(out_dir: Path, manifest: dict[str, Any], *, skip: frozenset[str] = frozenset()) -> list[StageError]:
+    """Every output file (but those in ``skip``) missing or differing from the manifest's hash."""
     problems = []
-    for name, expected in manifest["outputs"].items():
-        path = Path(out_dir) / name
-        if not path.is_file():
-            problems.append(_problem("graph_manifest", name, "listed in the manifest but missing"))
-        elif _sha256(path.read_bytes()) != expected["sha256"]:
-            problems.append(_problem("graph_manifest", name, "sha256 differs from the manifest's"))
+    for name in manifest["outputs"]:
+        if name in skip:
+            continue
+        try:
+            verified_bytes(out_dir, manifest, name)
+        except StageError as problem:
+            problems.append(problem)
     return problems
 
 
@@ -242,11 +253,7 @@ def load_graphs(out_dir: Path, split: str) -> list[HeteroData]:
     for entry in manifest["graphs"]:
         if entry["split"] != split:
             continue
-        path = out_dir / entry["path"]
-        expected = manifest["outputs"][entry["path"]]["sha256"]
-        content = path.read_bytes() if path.is_file() else b""
-        if _sha256(content) != expected:
-            raise _problem("graph_manifest", entry["path"], "missing or differs from the manifest: rebuild")
+        content = verified_bytes(out_dir, manifest, entry["path"])
         data = load_graph_bytes(content, entry["path"])  # the bytes that were hashed, not a second read
         problems = graph_problems(data, limits, where=f"{split}/batch {entry['batch']}")
         if problems:

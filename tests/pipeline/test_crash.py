@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -28,6 +27,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from tests.pipeline.allow_list import empty_allow_list
 from pipeline.cli import app
 from pipeline.write import MANIFEST, MARKER, load_graphs, verify_outputs
 
@@ -61,17 +61,6 @@ for _ in sys.stdin:
     print(pid, flush=True)
     print(os.waitpid(pid, 0)[1], flush=True)
 """
-
-
-@contextmanager
-def empty_allow_list():
-    """weights_only with nothing allowed beyond torch's own types (torch_geometric's import adds its classes)."""
-    saved = torch.serialization.get_safe_globals()
-    torch.serialization.clear_safe_globals()
-    try:
-        yield
-    finally:
-        torch.serialization.add_safe_globals(saved)
 
 
 def check_consistent(out: Path) -> str:

@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import tokenize
-from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -26,6 +25,7 @@ import torch
 from torch_geometric.data import HeteroData
 from typer.testing import CliRunner
 
+from tests.pipeline.allow_list import empty_allow_list
 from pipeline.cli import app
 from pipeline.config import load_config
 from pipeline.encode import Vocabularies
@@ -108,21 +108,6 @@ def test_build_writes_every_output_and_the_marker(out, manifest):
     expected = graphs | {"stats.json", "quarantine.parquet", "index.parquet", "report.json"}
     assert set(manifest["outputs"]) == expected
     assert _final_files(out) == expected | {MANIFEST, MARKER}
-
-
-@contextmanager
-def empty_allow_list():
-    """weights_only with nothing allowed beyond torch's own tensors and containers.
-
-    Importing torch_geometric adds its classes (HeteroData, EdgeIndex, Index, ...) to torch's process-wide
-    allow-list, so a plain ``torch.load(weights_only=True)`` in this process is not allow-list free.
-    """
-    saved = torch.serialization.get_safe_globals()
-    torch.serialization.clear_safe_globals()
-    try:
-        yield
-    finally:
-        torch.serialization.add_safe_globals(saved)
 
 
 def test_every_graph_file_is_a_plain_dict_under_weights_only(out, manifest):
