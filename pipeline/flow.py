@@ -17,8 +17,10 @@ from pipeline import bucket as bucket_stage
 from pipeline import clean, dedup, encode, fill, scale, split
 from pipeline.paths import check_output_dir
 from pipeline.config import Config
-from pipeline.load import TABLES, load_text_tables
-from pipeline.parse import RawTables, check_raw
+from pipeline.cache import Cache
+from pipeline.cache import key_of as cache_key
+from pipeline.load import TABLES, file_sha256, locate_tables, read_table
+from pipeline.parse import RawTables, check_relations, check_table
 from pipeline.quarantine import Kept, Step, combine, empty_quarantine
 from pipeline.report import Finding, InputFile, Report, finding_from_error, finding_from_mask, summary_finding
 from schemas.errors import StageError, require_validation
@@ -78,6 +80,7 @@ class Validation:
     report: Report
     tables: RawTables
     prepared: Prepared
+    cached: bool = False
 
     @property
     def exit_code(self) -> int:
@@ -86,28 +89,58 @@ class Validation:
         return self.report.exit_code
 
 
-def validate(data_dir: Path, config: Config, *, show_values: bool = False) -> Validation:
-    """Read the raw tables, run every raw check and every stage, and collect all findings."""
+def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache: Cache | None = None,
+             reuse_report: bool = True) -> Validation:
+    """Read the raw tables, run every raw check and every stage, and collect all findings.
+
+    With a ``cache``, tables whose file, settings and checking code are unchanged are taken from it
+    already parsed and checked; with ``reuse_report`` too, a run whose inputs and config are all
+    unchanged returns the earlier report (its ``tables`` and ``prepared`` are then empty).
+    """
     require_validation()
-    text, problems = load_text_tables(Path(data_dir))
-    report = Report(inputs=[
-        InputFile(table=t.table, path=str(t.path), sha256=t.sha256, rows=t.rows)
-        for t in (text[name] for name in TABLES if name in text)
-    ])
-    report.add(finding_from_error(problem) for problem in problems)
-    raw = check_raw(
-        {name: table.frame for name, table in text.items()},
-        valuenum_abs_bound=config.raw.valuenum_abs_bound,
-        stay_tolerance_hours=config.raw.stay_tolerance_hours,
-        severity=config.severity,
-        show_values=show_values,
-        max_lines=config.report.max_lines,
-    )
+    located, problems = locate_tables(Path(data_dir))
+    digests = {table: file_sha256(path, table) for table, path in located.items()} if cache else {}
+    report_key = None
+    if cache is not None and reuse_report and not problems:
+        report_key = cache_key("report", digests, config.as_json(), show_values)
+        inputs = [InputFile(table=t, path=str(p), sha256=digests[t], rows=0) for t, p in located.items()]
+        cached = cache.get_report(report_key, inputs)
+        if cached is not None:
+            return Validation(report=cached, tables=RawTables(), prepared=Prepared(), cached=True)
+
+    settings = dict(valuenum_abs_bound=config.raw.valuenum_abs_bound, severity=config.severity,
+                    show_values=show_values, max_lines=config.report.max_lines)
+    checked, inputs = {}, []
+    for table, path in located.items():
+        key = cache_key("table", table, digests.get(table), settings) if cache else None
+        result = cache.get_table(table, key) if cache else None
+        sha256 = digests.get(table)
+        if result is None:
+            try:
+                text = read_table(path, table)
+            except StageError as problem:
+                problems.append(problem)
+                continue
+            result = check_table(table, text.frame, **settings)
+            sha256 = text.sha256
+            if cache is not None and sha256 == digests[table]:
+                cache.put_table(table, key, result)
+        checked[table] = result
+        rows = len(getattr(result.tables, RawTables.field_of(table)))
+        inputs.append(InputFile(table=table, path=str(path), sha256=sha256, rows=rows))
+    report = Report(inputs=inputs)
+    report.add(finding_from_error(problem) for problem in sorted(problems, key=lambda p: TABLES.index(p.table)))
+    raw = check_relations(checked, stay_tolerance_hours=config.raw.stay_tolerance_hours, severity=config.severity,
+                          show_values=show_values, max_lines=config.report.max_lines)
     report.add(raw.findings)
     prepared = prepare(raw.tables, config)
     report.add(prepared.findings)
     report.attrition = prepared.attrition()
-    return Validation(report=report.with_severities(dict(config.severity)), tables=raw.tables, prepared=prepared)
+    validation = Validation(report=report.with_severities(dict(config.severity)), tables=raw.tables,
+                            prepared=prepared)
+    if report_key is not None and validation.exit_code != 2:
+        cache.put_report(report_key, validation.report)
+    return validation
 
 
 def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabularies | None = None,
@@ -268,13 +301,17 @@ class Build:
         return self.validation.exit_code if self.validation.exit_code else self.report.exit_code
 
 
-def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = False) -> Build:
-    """Validate, run every stage, build and guard the graphs, and write them only if nothing is an error."""
+def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = False,
+          cache: Cache | None = None) -> Build:
+    """Validate, run every stage, build and guard the graphs, and write them only if nothing is an error.
+
+    ``cache`` serves the raw-checked tables as in :func:`validate`; the stages always run.
+    """
     from pipeline import graph, write  # torch and PyG load only when graphs are built
     from schemas.graph import EDGE
 
     out = check_output_dir(out_dir, data_dir)
-    validation = validate(data_dir, config, show_values=show_values)
+    validation = validate(data_dir, config, show_values=show_values, cache=cache, reuse_report=False)
     report = validation.report
     prepared = validation.prepared
     if validation.exit_code or prepared.edges is None:

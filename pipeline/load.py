@@ -94,16 +94,37 @@ def read_table(path: Path, table: str) -> TextTable:
     return TextTable(table=table, path=path, sha256=sha256, frame=frame)
 
 
-def load_text_tables(data_dir: Path) -> tuple[dict[str, TextTable], list[StageError]]:
-    """Read all three tables, collecting file problems instead of stopping at the first."""
-    tables: dict[str, TextTable] = {}
+def locate_tables(data_dir: Path) -> tuple[dict[str, Path], list[StageError]]:
+    """Where each table is, collecting the tables that could not be found."""
+    found: dict[str, Path] = {}
     problems: list[StageError] = []
     for table in TABLES:
         try:
-            tables[table] = read_table(locate_table(data_dir, table), table)
+            found[table] = locate_table(data_dir, table)
         except StageError as problem:
             problems.append(problem)
-    return tables, problems
+    return found, problems
+
+
+def file_sha256(path: Path, table: str) -> str:
+    """The content hash of a raw file, streamed (the file is not held in memory)."""
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError as exc:
+        raise _load_error(table, "file_unreadable", path=path, detail=exc.strerror or type(exc).__name__) from None
+
+
+def load_text_tables(data_dir: Path) -> tuple[dict[str, TextTable], list[StageError]]:
+    """Read all three tables, collecting file problems instead of stopping at the first."""
+    located, problems = locate_tables(data_dir)
+    tables: dict[str, TextTable] = {}
+    for table, path in located.items():
+        try:
+            tables[table] = read_table(path, table)
+        except StageError as problem:
+            problems.append(problem)
+    return tables, sorted(problems, key=lambda p: TABLES.index(p.table))
 
 
 # -- reading ---------------------------------------------------------------------------------

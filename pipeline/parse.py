@@ -42,9 +42,14 @@ _UNPARSEABLE = ("id_positive_integer", "datetime_iso", "valuenum_numeric", "valu
 class RawTables:
     """The typed raw tables (None where the file could not be read), index = source line."""
 
-    admissions: pd.DataFrame | None
-    labitems: pd.DataFrame | None
-    labevents: pd.DataFrame | None
+    admissions: pd.DataFrame | None = None
+    labitems: pd.DataFrame | None = None
+    labevents: pd.DataFrame | None = None
+
+    @staticmethod
+    def field_of(table: str) -> str:
+        """The field holding ``table`` ("LABEVENTS" -> "labevents")."""
+        return _FIELDS[table]
 
 
 @dataclass(frozen=True)
@@ -63,53 +68,93 @@ def check_raw(
     max_lines: int = 20,
 ) -> RawResult:
     """Check and parse the raw text tables ``{"ADMISSIONS": ..., "D_LABITEMS": ..., "LABEVENTS": ...}``."""
-    require_validation()
-    severity = dict(severity or {})
-    findings: list[Finding | None] = []
-
-    def report(table: str, check: str, column: str | None, failed: pd.Series, values=None, what=None):
-        findings.append(finding_from_mask(
-            stage=STAGE, table=table, check=check, column=column, failed=failed, values=values,
-            what=what, show_values=show_values, max_lines=max_lines,
-        ))
-
-    def rejects(check: str) -> bool:
-        return severity.get(check, CHECKS[check].severity) == ERROR
-
-    schemas = {
-        "ADMISSIONS": RawAdmissions.to_schema(),
-        "D_LABITEMS": RawLabItems.to_schema(),
-        "LABEVENTS": raw_labevents_schema(valuenum_abs_bound=valuenum_abs_bound),
+    checked = {
+        table: check_table(table, frame, valuenum_abs_bound=valuenum_abs_bound, severity=severity,
+                           show_values=show_values, max_lines=max_lines)
+        for table, frame in text.items() if frame is not None
     }
-    typed: dict[str, pd.DataFrame] = {}
-    for table in ("ADMISSIONS", "D_LABITEMS", "LABEVENTS"):
-        frame = text.get(table)
-        if frame is None:
-            continue
-        if table == "LABEVENTS" and "VALUENUM" not in frame:
-            frame = _derive_valuenum(frame)
-            report(table, "valuenum_derived", "VALUENUM", pd.Series(False, index=frame.index))
-            findings.append(_derived_finding(frame))
-        failures = _schema_failures(schemas[table], frame)
-        reject = pd.Series(pd.NA, index=frame.index, dtype="str")
-        for (column, check), lines in failures.groupby(["column", "check"], sort=True)["line"]:
-            failed = pd.Series(frame.index.isin(lines.to_numpy()), index=frame.index)
-            report(table, check, column, failed, values=frame[column])
-            if rejects(check):
-                reject = reject.mask(reject.isna() & failed, check)
-        nulled = failures[failures["check"].isin(_UNPARSEABLE) | (failures["check"].eq("valuenum_bound")
-                                                                    & rejects("valuenum_bound"))]
-        typed[table] = _parse(frame, nulled).assign(REJECT=reject)
-        if table == "LABEVENTS":
-            report(table, "hadm_id_missing", "HADM_ID", frame["HADM_ID"].isna())
+    return check_relations(checked, stay_tolerance_hours=stay_tolerance_hours, severity=severity,
+                           show_values=show_values, max_lines=max_lines)
 
-    _check_relations(typed, report, rejects, stay_tolerance_hours)
+
+def check_table(
+    table: str,
+    frame: pd.DataFrame,
+    *,
+    valuenum_abs_bound: float = DEFAULT_VALUENUM_ABS_BOUND,
+    severity: Mapping[str, str] | None = None,
+    show_values: bool = False,
+    max_lines: int = 20,
+) -> RawResult:
+    """One table's own checks and parse: the part that depends on this file alone (and so can be cached).
+
+    The result's ``tables`` holds only this table; :func:`check_relations` joins the tables afterwards.
+    """
+    require_validation()
+    findings: list[Finding | None] = []
+    rejects = _rejects(severity)
+    report = _reporter(findings, show_values=show_values, max_lines=max_lines)
+    schemas = {
+        "ADMISSIONS": RawAdmissions.to_schema,
+        "D_LABITEMS": RawLabItems.to_schema,
+        "LABEVENTS": lambda: raw_labevents_schema(valuenum_abs_bound=valuenum_abs_bound),
+    }
+    if table == "LABEVENTS" and "VALUENUM" not in frame:
+        frame = _derive_valuenum(frame)
+        report(table, "valuenum_derived", "VALUENUM", pd.Series(False, index=frame.index))
+        findings.append(_derived_finding(frame))
+    failures = _schema_failures(schemas[table](), frame)
+    reject = pd.Series(pd.NA, index=frame.index, dtype="str")
+    for (column, check), lines in failures.groupby(["column", "check"], sort=True)["line"]:
+        failed = pd.Series(frame.index.isin(lines.to_numpy()), index=frame.index)
+        report(table, check, column, failed, values=frame[column])
+        if rejects(check):
+            reject = reject.mask(reject.isna() & failed, check)
+    nulled = failures[failures["check"].isin(_UNPARSEABLE) | (failures["check"].eq("valuenum_bound")
+                                                                & rejects("valuenum_bound"))]
+    typed = _parse(frame, nulled).assign(REJECT=reject)
+    if table == "LABEVENTS":
+        report(table, "hadm_id_missing", "HADM_ID", frame["HADM_ID"].isna())
+    return RawResult(tables=RawTables(**{RawTables.field_of(table): typed}), findings=[f for f in findings if f is not None])
+
+
+def check_relations(
+    checked: Mapping[str, RawResult],
+    *,
+    stay_tolerance_hours: float = 0.0,
+    severity: Mapping[str, str] | None = None,
+    show_values: bool = False,
+    max_lines: int = 20,
+) -> RawResult:
+    """Keys, foreign keys and stays across the tables checked by :func:`check_table`, then the typed guard."""
+    findings: list[Finding | None] = [f for result in checked.values() for f in result.findings]
+    typed = {table: getattr(result.tables, RawTables.field_of(table)) for table, result in checked.items()}
+    _check_relations(typed, _reporter(findings, show_values=show_values, max_lines=max_lines), _rejects(severity),
+                     stay_tolerance_hours)
     tables = RawTables(
         admissions=_guard(typed.get("ADMISSIONS"), Admissions),
         labitems=_guard(typed.get("D_LABITEMS"), LabItems),
         labevents=_guard(typed.get("LABEVENTS"), LabEvents),
     )
     return RawResult(tables=tables, findings=[f for f in findings if f is not None])
+
+
+_FIELDS = {"ADMISSIONS": "admissions", "D_LABITEMS": "labitems", "LABEVENTS": "labevents"}
+
+
+def _rejects(severity: Mapping[str, str] | None):
+    """Whether a failing check sends its rows to quarantine (its severity, after the config, is error)."""
+    severity = dict(severity or {})
+    return lambda check: severity.get(check, CHECKS[check].severity) == ERROR
+
+
+def _reporter(findings: list, *, show_values: bool, max_lines: int):
+    def report(table: str, check: str, column: str | None, failed: pd.Series, values=None, what=None):
+        findings.append(finding_from_mask(
+            stage=STAGE, table=table, check=check, column=column, failed=failed, values=values,
+            what=what, show_values=show_values, max_lines=max_lines,
+        ))
+    return report
 
 
 # -- schema checks on text --------------------------------------------------------------------

@@ -1,0 +1,154 @@
+"""The cache: raw-checked tables as Parquet, and whole reports, keyed by what produced them.
+
+A table entry is keyed by the file's content hash, the checks' settings and the
+code that checks it (badpoints' version and a digest of its source), so a
+changed input invalidates only its own table and a changed badpoints
+invalidates everything. A report entry is keyed by every input's hash and the
+whole effective config: ``badpoints validate`` of unchanged inputs returns the
+report at once. Entries are written atomically and verified by hash when read;
+an entry that fails is ignored and rebuilt. The cache holds parsed copies of
+the data: keep it where the data may live (``--cache-dir``), or use
+``--no-cache``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.parse import RawResult, RawTables
+from pipeline.report import Finding, InputFile, Report, write_atomic
+
+ENV = "BADPOINTS_CACHE_DIR"
+FORMAT = 1
+
+
+def default_dir() -> Path:
+    """``$BADPOINTS_CACHE_DIR``, else ``$XDG_CACHE_HOME/badpoints``, else ``~/.cache/badpoints``."""
+    if os.environ.get(ENV):
+        return Path(os.environ[ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "badpoints"
+
+
+@lru_cache(maxsize=1)
+def code_digest() -> str:
+    """badpoints' version and a hash of every source file that checks or parses data."""
+    digest = hashlib.sha256()
+    try:
+        digest.update(metadata.version("badpoints").encode())
+    except metadata.PackageNotFoundError:
+        digest.update(b"unknown")
+    root = Path(__file__).resolve().parents[1]
+    for folder in ("pipeline", "schemas"):
+        for path in sorted((root / folder).rglob("*")):
+            if path.suffix in (".py", ".toml") and path.is_file():
+                digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def key_of(*parts: Any) -> str:
+    """A stable key for JSON-able parts."""
+    text = json.dumps([FORMAT, code_digest(), *parts], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Cache:
+    """A cache folder; ``max_bytes`` bounds it (least recently used entries go first)."""
+
+    root: Path
+    max_bytes: int = 8 * 2**30
+
+    # -- raw-checked tables ------------------------------------------------------------------
+    def get_table(self, table: str, key: str) -> RawResult | None:
+        meta = self._read_json(self.root / "tables" / f"{key}.json")
+        path = self.root / "tables" / f"{key}.parquet"
+        if meta is None or meta.get("table") != table:
+            return None
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        if hashlib.sha256(data).hexdigest() != meta.get("parquet_sha256"):
+            return None
+        try:
+            frame = pq.read_table(pa.BufferReader(data)).to_pandas()
+        except (pa.ArrowException, ValueError):
+            return None
+        _touch(path)
+        findings = [Finding(**record) for record in meta["findings"]]
+        return RawResult(tables=RawTables(**{RawTables.field_of(table): frame}), findings=findings)
+
+    def put_table(self, table: str, key: str, result: RawResult) -> None:
+        frame = getattr(result.tables, RawTables.field_of(table))
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=True), sink, compression="zstd")
+        data = sink.getvalue().to_pybytes()
+        meta = {"table": table, "parquet_sha256": hashlib.sha256(data).hexdigest(),
+                "findings": [asdict(f) for f in result.findings]}
+        folder = self._folder("tables")
+        write_atomic(folder / f"{key}.parquet", data)
+        write_atomic(folder / f"{key}.json", json.dumps(meta).encode())
+        self.prune()
+
+    # -- whole reports -------------------------------------------------------------------------
+    def get_report(self, key: str, inputs: list[InputFile]) -> Report | None:
+        record = self._read_json(self.root / "reports" / f"{key}.json")
+        if record is None:
+            return None
+        paths = {i.table: i.path for i in inputs}
+        report = Report(
+            inputs=[InputFile(**{**i, "path": paths.get(i["table"], i["path"])}) for i in record["inputs"]],
+            findings=[Finding(**f) for f in record["findings"]],
+            overrides=dict(record["overrides"]),
+            attrition=record["attrition"],
+        )
+        _touch(self.root / "reports" / f"{key}.json")
+        return report
+
+    def put_report(self, key: str, report: Report) -> None:
+        record = {"inputs": [asdict(i) for i in report.inputs], "findings": [asdict(f) for f in report.findings],
+                  "overrides": report.overrides, "attrition": report.attrition}
+        write_atomic(self._folder("reports") / f"{key}.json", json.dumps(record).encode())
+        self.prune()
+
+    # -- housekeeping --------------------------------------------------------------------------
+    def prune(self) -> None:
+        """Drop the least recently used entries until the cache fits ``max_bytes``."""
+        entries = [(p.stat().st_mtime, p.stat().st_size, p) for p in self.root.glob("*/*") if p.is_file()]
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in sorted(entries, key=lambda e: (e[0], str(e[2]))):
+            if total <= self.max_bytes:
+                break
+            path.unlink(missing_ok=True)
+            total -= size
+
+    def _folder(self, name: str) -> Path:
+        folder = self.root / name
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return folder
+
+    @staticmethod
+    def _read_json(path: Path) -> Mapping[str, Any] | None:
+        try:
+            return json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            return None
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        pass
