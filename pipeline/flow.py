@@ -24,6 +24,7 @@ from pipeline.parse import RawTables, check_relations, check_table
 from pipeline.quarantine import Kept, Step, combine, empty_quarantine
 from pipeline.report import Finding, InputFile, Report, finding_from_error, finding_from_mask, summary_finding
 from schemas.errors import StageError, require_validation
+from schemas.guard import trusted_chain
 
 # Checks that mean the run could not happen at all (exit 2), rather than that the data is bad (exit 1).
 CANNOT_RUN = ("file_missing", "file_unreadable")
@@ -154,54 +155,56 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
         return Prepared()
     ledger = _Ledger(config)
     state: dict = {"read": len(tables.labevents)}
-    try:
-        admissions = ledger.take(clean.clean_admissions(tables.admissions))
-        labitems = ledger.take(clean.clean_labitems(tables.labitems))
-        events = ledger.take(clean.clean_events(tables.labevents, admissions, labitems))
+    with trusted_chain():  # each stage's output goes straight to the next: its guard ran already
+        try:
+            admissions = ledger.take(clean.clean_admissions(tables.admissions))
+            labitems = ledger.take(clean.clean_labitems(tables.labitems))
+            events = ledger.take(clean.clean_events(tables.labevents, admissions, labitems))
 
-        splits = split.assign_splits(admissions, train=config.split.train, val=config.split.val,
-                                     test=config.split.test, seed=config.split.seed)
-        state["splits"] = splits
-        if not split.split_by_subject(admissions):
-            ledger.findings.append(summary_finding(stage="split", check="split_by_admission", table="ADMISSIONS",
-                                                   column="SUBJECT_ID", count=len(admissions),
-                                                   message="SUBJECT_ID is absent or incomplete"))
-        events = split.attach_split(events, splits)
-        admissions = admissions.merge(splits[["HADM_ID", "SPLIT"]], on="HADM_ID", validate="one_to_one")
+            splits = split.assign_splits(admissions, train=config.split.train, val=config.split.val,
+                                         test=config.split.test, seed=config.split.seed)
+            state["splits"] = splits
+            if not split.split_by_subject(admissions):
+                ledger.findings.append(summary_finding(stage="split", check="split_by_admission", table="ADMISSIONS",
+                                                       column="SUBJECT_ID", count=len(admissions),
+                                                       message="SUBJECT_ID is absent or incomplete"))
+            events = split.attach_split(events, splits)
+            admissions = admissions.merge(splits[["HADM_ID", "SPLIT"]], on="HADM_ID", validate="one_to_one")
 
-        vocabularies = vocabularies or encode.fit_vocabularies(events, admissions, labitems)
-        state["vocabularies"] = vocabularies
-        events = encode.encode_events(events, vocabularies)
-        state["admissions"] = encode.encode_admissions(admissions, vocabularies)
-        state["labitems"] = encode.encode_labitems(labitems, vocabularies)
-        ledger.findings.extend(_unseen_findings(events, admissions, state["admissions"], config))
+            vocabularies = vocabularies or encode.fit_vocabularies(events, admissions, labitems)
+            state["vocabularies"] = vocabularies
+            events = encode.encode_events(events, vocabularies)
+            state["admissions"] = encode.encode_admissions(admissions, vocabularies)
+            state["labitems"] = encode.encode_labitems(labitems, vocabularies)
+            ledger.findings.extend(_unseen_findings(events, admissions, state["admissions"], config))
 
-        stats = stats or scale.fit_zscore(events, eps=config.scale.eps, clip_sigma=config.scale.clip_sigma,
-                                          policy=config.scale.policy)
-        state["stats"] = stats
-        events = scale.apply_zscore(events, stats, policy=config.scale.policy,
-                                    warn_bound=config.scale.warn_bound, error_bound=config.scale.error_bound)
-        ledger.findings.extend(scale.scale_findings(events, stats, warn_bound=config.scale.warn_bound,
-                                                    max_lines=config.report.max_lines))
+            stats = stats or scale.fit_zscore(events, eps=config.scale.eps, clip_sigma=config.scale.clip_sigma,
+                                              policy=config.scale.policy)
+            state["stats"] = stats
+            events = scale.apply_zscore(events, stats, policy=config.scale.policy,
+                                        warn_bound=config.scale.warn_bound, error_bound=config.scale.error_bound)
+            ledger.findings.extend(scale.scale_findings(events, stats, warn_bound=config.scale.warn_bound,
+                                                        max_lines=config.report.max_lines))
 
-        fill_values = fill.fit_fill(events, config.fill)
-        state["fill_values"] = fill_values
-        ledger.findings.extend(fill.fill_findings(events, config.fill))
-        events = ledger.take(fill.apply_fill(events, fill_values, config.fill))
+            fill_values = fill.fit_fill(events, config.fill)
+            state["fill_values"] = fill_values
+            ledger.findings.extend(fill.fill_findings(events, config.fill))
+            events = ledger.take(fill.apply_fill(events, fill_values, config.fill))
 
-        events = ledger.take(bucket_stage.bucket(
-            events, admissions, interval_hours=config.bucket.interval_hours,
-            max_timestep=config.bucket.max_timestep, after_discharge_hours=config.bucket.after_discharge_hours,
-            late_policy=config.bucket.late_policy))
+            events = ledger.take(bucket_stage.bucket(
+                events, admissions, interval_hours=config.bucket.interval_hours,
+                max_timestep=config.bucket.max_timestep, after_discharge_hours=config.bucket.after_discharge_hours,
+                late_policy=config.bucket.late_policy))
 
-        state["edges"] = ledger.take(dedup.dedup(events))
-        merged = len(events) - len(state["edges"])
-        ledger.findings.append(summary_finding(
-            stage="dedup", check="merged", table="LABEVENTS", column=None, count=merged,
-            message=f"{merged} rows merged into {len(state['edges'])} edge rows, one per (HADM_ID, timestep, ITEMID)"))
-    except StageError as error:
-        ledger.findings.append(finding_from_error(error))
-        state["stopped_at"] = error.stage
+            state["edges"] = ledger.take(dedup.dedup(events))
+            merged = len(events) - len(state["edges"])
+            ledger.findings.append(summary_finding(
+                stage="dedup", check="merged", table="LABEVENTS", column=None, count=merged,
+                message=f"{merged} rows merged into {len(state['edges'])} edge rows, "
+                        "one per (HADM_ID, timestep, ITEMID)"))
+        except StageError as error:
+            ledger.findings.append(finding_from_error(error))
+            state["stopped_at"] = error.stage
     prepared = Prepared(quarantine=combine(ledger.quarantines), steps=tuple(ledger.steps), **state)
     findings = ledger.findings + _quarantine_findings(prepared.quarantine, config) + [_attrition(prepared)]
     return Prepared(**{**prepared.__dict__, "findings": tuple(findings)})

@@ -8,8 +8,10 @@ stage made the bad point.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -68,6 +70,31 @@ def stage_error(cases: pd.DataFrame, *, stage: str, side: str, model: type, fram
     )
 
 
+# Inside ``trusted_chain``: the frame a guard last passed as output, and the schema it passed.
+_OUTSIDE = object()
+_LAST_OUTPUT: contextvars.ContextVar[Any] = contextvars.ContextVar("badpoints_last_output", default=_OUTSIDE)
+
+
+@contextlib.contextmanager
+def trusted_chain() -> Iterator[None]:
+    """Stages called in a chain: a frame that one stage's guard has just passed as output is not validated again
+    as the next stage's input against the same (or a looser) schema.
+
+    Only for code that hands a stage's output straight to the next stage without touching it (``flow.prepare``);
+    every other call validates its input.
+    """
+    token = _LAST_OUTPUT.set(None)
+    try:
+        yield
+    finally:
+        _LAST_OUTPUT.reset(token)
+
+
+def _passed_as_output(frame: pd.DataFrame, model: type) -> bool:
+    last = _LAST_OUTPUT.get()
+    return isinstance(last, tuple) and last[0] is frame and issubclass(last[1], model)
+
+
 def guarded(*, stage: str, takes: type[pa.DataFrameModel] | None = None,
             gives: type[pa.DataFrameModel] | None = None) -> Callable[[F], F]:
     """Validate the first argument against ``takes`` and the returned frame against ``gives``.
@@ -79,12 +106,14 @@ def guarded(*, stage: str, takes: type[pa.DataFrameModel] | None = None,
     def decorate(function: F) -> F:
         @functools.wraps(function)
         def wrapper(frame: pd.DataFrame, *args: Any, **kwargs: Any) -> Any:
-            if takes is not None:
+            if takes is not None and not _passed_as_output(frame, takes):
                 check_frame(takes, frame, stage=stage, side="input")
             result = function(frame, *args, **kwargs)
             if gives is not None:
                 out = result.frame if hasattr(result, "frame") else result
                 check_frame(gives, out, stage=stage, side="output")
+                if _LAST_OUTPUT.get() is not _OUTSIDE:
+                    _LAST_OUTPUT.set((out, gives))
             return result
 
         wrapper.stage = stage  # type: ignore[attr-defined]
