@@ -63,6 +63,8 @@ def clean_events(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd
 
 def item_kinds(events: pd.DataFrame) -> pd.Series:
     """Per row, the kind of its item: numeric (every row has VALUENUM), categorical (none) or mixed."""
-    share = events["VALUENUM"].notna().groupby(events["ITEMID"]).transform("mean")
-    kind = np.select([share == 1.0, share == 0.0], ["numeric", "categorical"], default="mixed")
+    share = events["VALUENUM"].notna().groupby(events["ITEMID"]).mean()
+    per_item = pd.array(np.select([share == 1.0, share == 0.0], ["numeric", "categorical"], default="mixed"),
+                        dtype="str")
+    kind = per_item.take(share.index.get_indexer(events["ITEMID"]))
     return pd.Series(kind, index=events.index, dtype="str")

@@ -22,7 +22,8 @@ SPLIT_ORDER = {"train": 0, "val": 1, "test": 2}
 @guarded(stage=STAGE, takes=BucketedEvents, gives=EdgeRows)
 def dedup(events: pd.DataFrame) -> Kept:
     """The latest row of each (HADM_ID, TIMESTEP, ITEMID); merged rows are counted, not quarantined."""
-    ordered = events.assign(_SPLIT=events["SPLIT"].map(SPLIT_ORDER)).sort_values(
+    split_order = pd.Categorical(events["SPLIT"], categories=list(SPLIT_ORDER)).codes
+    ordered = events.assign(_SPLIT=split_order).sort_values(
         ["_SPLIT", *KEY, "CHARTTIME", "VALUENUM", "VALUE", "FLAG"], kind="stable", na_position="first")
     latest = ordered[~ordered.duplicated(KEY, keep="last")].drop(columns="_SPLIT")
     merged = len(events) - len(latest)

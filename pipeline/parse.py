@@ -221,9 +221,11 @@ def _parse(frame: pd.DataFrame, nulled: pd.DataFrame) -> pd.DataFrame:
 
 def _to_int64(text: pd.Series) -> pd.Series:
     """Validated ID text ('123', '+0123', '123.0') to nullable Int64 without a float round trip."""
-    digits = text.str.strip().str.lstrip("+").str.replace(r"\.0+$", "", regex=True)
-    arrow = pc.cast(pa_arrow.array(digits.to_numpy(object, na_value=None), pa_arrow.string()), pa_arrow.int64())
-    return arrow.to_pandas(types_mapper={pa_arrow.int64(): pd.Int64Dtype()}.get).set_axis(text.index)
+    arrow = pa_arrow.array(text, pa_arrow.large_string())
+    digits = pc.replace_substring_regex(pc.utf8_ltrim(pc.utf8_trim_whitespace(arrow), characters="+"),
+                                        pattern=r"\.0+$", replacement="")
+    return pc.cast(digits, pa_arrow.int64()).to_pandas(
+        types_mapper={pa_arrow.int64(): pd.Int64Dtype()}.get).set_axis(text.index)
 
 
 # -- relational checks ------------------------------------------------------------------------
