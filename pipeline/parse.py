@@ -17,7 +17,7 @@ import pandera.pandas as pa
 import pyarrow as pa_arrow
 import pyarrow.compute as pc
 
-from pipeline.report import Finding, finding_from_mask
+from pipeline.report import CLASS_SAMPLE, Finding, finding_from_mask
 from schemas.checks import CHECKS, ERROR, NUMBER_TEXT, matches, number_values, parse_datetime_text
 from schemas.errors import require_validation, value_classes
 from schemas.guard import check_frame
@@ -90,32 +90,102 @@ def check_table(
 
     The result's ``tables`` holds only this table; :func:`check_relations` joins the tables afterwards.
     """
+    part = check_part(table, frame, valuenum_abs_bound=valuenum_abs_bound, severity=severity)
+    return RawResult(tables=RawTables(**{RawTables.field_of(table): part.typed}),
+                     findings=part_findings(part, show_values=show_values, max_lines=max_lines))
+
+
+@dataclass(frozen=True)
+class PartCheck:
+    """A table's (or a slice of its rows') own check results as data, before they become findings.
+
+    ``failures`` has one row per failing (column, check, line); ``values`` the failing text of the first
+    :data:`CLASS_SAMPLE` failures of each (column, check). Slices of one table :func:`combine_parts` into the
+    result of checking the whole table, so the rows can be checked anywhere (for example on Dask workers).
+    """
+
+    table: str
+    typed: pd.DataFrame
+    failures: pd.DataFrame
+    values: pd.DataFrame
+    derived: tuple[int, int, int] | None = None  # VALUENUM derived from VALUE: (numbers, censored, text)
+
+
+def check_part(table: str, frame: pd.DataFrame, *, valuenum_abs_bound: float = DEFAULT_VALUENUM_ABS_BOUND,
+               severity: Mapping[str, str] | None = None) -> PartCheck:
+    """Run one table's schema checks on ``frame`` (the whole table or any slice of its rows) and parse it."""
     require_validation()
-    findings: list[Finding | None] = []
     rejects = _rejects(severity)
-    report = _reporter(findings, show_values=show_values, max_lines=max_lines)
     schemas = {
         "ADMISSIONS": RawAdmissions.to_schema,
         "D_LABITEMS": RawLabItems.to_schema,
         "LABEVENTS": lambda: raw_labevents_schema(valuenum_abs_bound=valuenum_abs_bound),
     }
+    derived = None
     if table == "LABEVENTS" and "VALUENUM" not in frame:
         frame = _derive_valuenum(frame)
-        report(table, "valuenum_derived", "VALUENUM", pd.Series(False, index=frame.index))
-        findings.append(_derived_finding(frame))
+        derived = _derived_counts(frame)
     failures = _schema_failures(schemas[table](), frame)
     reject = pd.Series(pd.NA, index=frame.index, dtype="str")
-    for (column, check), lines in failures.groupby(["column", "check"], sort=True)["line"]:
-        failed = pd.Series(frame.index.isin(lines.to_numpy()), index=frame.index)
-        report(table, check, column, failed, values=frame[column])
+    for check, lines in failures.groupby("check", sort=True)["line"]:
         if rejects(check):
+            failed = pd.Series(frame.index.isin(lines.to_numpy()), index=frame.index)
             reject = reject.mask(reject.isna() & failed, check)
     nulled = failures[failures["check"].isin(_UNPARSEABLE) | (failures["check"].eq("valuenum_bound")
                                                                 & rejects("valuenum_bound"))]
     typed = _parse(frame, nulled).assign(REJECT=reject)
     if table == "LABEVENTS":
-        report(table, "hadm_id_missing", "HADM_ID", frame["HADM_ID"].isna())
-    return RawResult(tables=RawTables(**{RawTables.field_of(table): typed}), findings=[f for f in findings if f is not None])
+        missing = frame.index[frame["HADM_ID"].isna()]
+        failures = pd.concat([failures, pd.DataFrame({"column": "HADM_ID", "check": "hadm_id_missing",
+                                                      "line": missing.to_numpy("int64")})], ignore_index=True)
+    return PartCheck(table=table, typed=typed, failures=failures, values=_failing_values(failures, frame),
+                     derived=derived)
+
+
+def combine_parts(parts: list[PartCheck]) -> PartCheck:
+    """The check of a whole table from the checks of its row slices (in any order)."""
+    parts = sorted(parts, key=lambda p: p.typed.index.min() if len(p.typed) else 0)
+    failures = pd.concat([p.failures for p in parts], ignore_index=True)
+    values = pd.concat([p.values for p in parts], ignore_index=True)
+    derived = None
+    if parts[0].derived is not None:
+        derived = tuple(int(sum(counts)) for counts in zip(*(p.derived for p in parts)))
+    return PartCheck(table=parts[0].table, typed=pd.concat([p.typed for p in parts]).sort_index(kind="stable"),
+                     failures=failures.sort_values(["column", "check", "line"], kind="stable", ignore_index=True),
+                     values=_cap_values(values), derived=derived)
+
+
+def part_findings(part: PartCheck, *, show_values: bool = False, max_lines: int = 20) -> list[Finding]:
+    """The findings of a checked table: one per failing (column, check), plus the derived-VALUENUM note."""
+    findings: list[Finding | None] = []
+    report = _reporter(findings, show_values=show_values, max_lines=max_lines)
+    if part.derived is not None:
+        findings.append(_derived_finding(*part.derived))
+    order = part.failures["check"].eq("hadm_id_missing")  # after the schema checks, as they always were
+    for (_, column, check), lines in part.failures.groupby([order, "column", "check"], sort=True)["line"]:
+        lines = np.sort(lines.to_numpy())
+        failed = pd.Series(True, index=pd.Index(lines, name="line"))
+        shown = None
+        if check != "hadm_id_missing":
+            chosen = part.values[(part.values["column"] == column) & (part.values["check"] == check)]
+            shown = pd.Series(chosen["value"].to_numpy(), index=pd.Index(chosen["line"].to_numpy(), name="line"),
+                              dtype="str")
+        report(part.table, check, column, failed, values=shown)
+    return [f for f in findings if f is not None]
+
+
+def _failing_values(failures: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+    """The text of the first failures of each (column, check): what a finding describes by value class."""
+    chosen = _cap_values(failures[failures["check"] != "hadm_id_missing"])
+    value = pd.Series(pd.NA, index=chosen.index, dtype="str")
+    for column, rows in chosen.groupby("column", sort=True):
+        value.loc[rows.index] = frame.loc[rows["line"].to_numpy(), column].to_numpy()
+    return chosen.assign(value=value)
+
+
+def _cap_values(values: pd.DataFrame) -> pd.DataFrame:
+    ordered = values.sort_values(["column", "check", "line"], kind="stable", ignore_index=True)
+    return ordered[ordered.groupby(["column", "check"]).cumcount() < CLASS_SAMPLE].reset_index(drop=True)
 
 
 def check_relations(
@@ -184,11 +254,14 @@ def _derive_valuenum(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(VALUENUM=frame["VALUE"].where(numeric))
 
 
-def _derived_finding(frame: pd.DataFrame) -> Finding:
+def _derived_counts(frame: pd.DataFrame) -> tuple[int, int, int]:
     value = frame["VALUE"]
     numeric = int(frame["VALUENUM"].notna().sum())
     censored = int(value_classes(value.dropna()).eq("censored number").sum())
-    text = int(value.notna().sum()) - numeric
+    return numeric, censored, int(value.notna().sum()) - numeric
+
+
+def _derived_finding(numeric: int, censored: int, text: int) -> Finding:
     info = CHECKS["valuenum_derived"]
     return Finding(
         severity=info.severity, stage=STAGE, table="LABEVENTS", check=info.id, column="VALUENUM",

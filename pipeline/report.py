@@ -19,6 +19,9 @@ from schemas.checks import CHECKS, ERROR, OFF, WARNING
 from schemas.errors import SAMPLE_CAP, StageError, format_lines, summarize_classes, value_classes
 
 
+# How many failing values a finding reads to describe them by class ("inf ×2, non-numeric text").
+CLASS_SAMPLE = 100_000
+
 STAGE_ORDER = {stage: n for n, stage in enumerate(
     ("load", "raw", "clean", "split", "encode", "scale", "fill", "bucket", "dedup", "graph", "flow"))}
 
@@ -82,7 +85,7 @@ def finding_from_mask(
     classes = ""
     samples = None
     if values is not None:
-        sample = values.loc[failing[:100_000]]
+        sample = values.loc[failing[:CLASS_SAMPLE]]
         classes = summarize_classes(value_classes(sample))
         if show_values:
             samples = [str(v) for v in values.loc[failing[:max_lines]]]
