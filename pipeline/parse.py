@@ -9,7 +9,7 @@ them. Nothing here reads or writes files.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping, Protocol
 
 import numpy as np
 import pandas as pd
@@ -85,14 +85,23 @@ def check_table(
     severity: Mapping[str, str] | None = None,
     show_values: bool = False,
     max_lines: int = 20,
+    engine: Engine | None = None,
 ) -> RawResult:
     """One table's own checks and parse: the part that depends on this file alone (and so can be cached).
 
     The result's ``tables`` holds only this table; :func:`check_relations` joins the tables afterwards.
+    An ``engine`` (see ``pipeline.engine``) may check slices of the rows elsewhere; the result is the same.
     """
-    part = check_part(table, frame, valuenum_abs_bound=valuenum_abs_bound, severity=severity)
+    run = check_part if engine is None else engine.check_part
+    part = run(table, frame, valuenum_abs_bound=valuenum_abs_bound, severity=severity)
     return RawResult(tables=RawTables(**{RawTables.field_of(table): part.typed}),
                      findings=part_findings(part, show_values=show_values, max_lines=max_lines))
+
+
+class Engine(Protocol):
+    """Runs :func:`check_part` on a table, in any number of row slices, and combines the results."""
+
+    def check_part(self, table: str, frame: pd.DataFrame, **settings: Any) -> "PartCheck": ...
 
 
 @dataclass(frozen=True)
