@@ -4,8 +4,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DATA   ?= data/sample
+# make bench: LABEVENTS rows to generate (27800000 = MIMIC-III), where results go, and optionally
+# where the generated data is kept (default $(BENCH_OUT)/data/...; reused while it matches ROWS).
+ROWS      ?= 2000000
+BENCH_OUT ?= out/bench
+BENCH_DATA ?=
 
-.PHONY: validate build test clean
+.PHONY: validate build test bench clean
 
 # Install only when the venv is missing or the project's metadata changed (idempotent).
 $(STAMP): pyproject.toml
@@ -21,6 +26,9 @@ build: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m pipeline.bench --rows $(ROWS) --out $(BENCH_OUT) $(if $(BENCH_DATA),--data $(BENCH_DATA))
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

@@ -5,19 +5,25 @@ Exit codes: 0 = no errors (warnings allowed), 1 = the data has errors, 2 = it co
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Iterator, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pipeline.config import ConfigError, load_config
+from pipeline.cache import Cache
+from pipeline.cache import default_dir as default_cache_dir
+from pipeline.config import Config, ConfigError, load_config
 from pipeline.flow import build as run_build
 from pipeline.flow import validate as run_validate
 from pipeline.paths import OutputError
+
+ENGINES = ("pandas", "dask")
+from pipeline.progress import BUILD_STEPS, VALIDATE_STEPS, progress_for
 from pipeline.report import Report
 from schemas.checks import CHECKS
 from schemas.errors import ValidationDisabled
@@ -29,6 +35,9 @@ app = typer.Typer(
     help="Catch bad points in MIMIC-style CSVs before they reach training.",
 )
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+_NOUN = {"error": "error", "warning": "warning", "info": "note"}
+_RANK = {"error": 0, "warning": 1, "info": 2}
+REPORT_HTML = "report.html"
 
 
 @app.callback()
@@ -36,42 +45,129 @@ def _main() -> None:
     """badpoints: validate raw clinical tables and build guarded PyTorch Geometric graphs."""
 
 
+_DATA_DIR = typer.Argument(help="Folder with ADMISSIONS, D_LABITEMS and LABEVENTS (.csv or .csv.gz).")
+_CONFIG = typer.Option("--config", help="TOML file overriding the defaults.")
+_HTML = typer.Option("--html", help="Write the HTML report (one self-contained file) here.")
+_JUNIT = typer.Option("--junit", help="Write JUnit XML here (one test case per check) for CI.")
+_QUIET = typer.Option("--quiet", "-q", help="No progress; print only errors and the summary.")
+_CACHE_DIR = typer.Option("--cache-dir", help="Cache of raw-checked tables (default $BADPOINTS_CACHE_DIR or "
+                                              "~/.cache/badpoints). It holds parsed copies of the data.")
+_NO_CACHE = typer.Option("--no-cache", help="Neither read nor write the cache.")
+_ENGINE = typer.Option("--engine", help="Where LABEVENTS' raw checks run: pandas (this process) or dask.")
+_SCHEDULER = typer.Option("--scheduler", help="With --engine dask: an existing scheduler's address "
+                                              "(default: a LocalCluster on loopback).")
+_WORKERS = typer.Option("--workers", min=1, help="With --engine dask and no --scheduler: worker processes.")
+_MEMORY = typer.Option("--memory-limit", help="With --engine dask and no --scheduler: memory per worker.")
+_PARTITIONS = typer.Option("--partitions", min=1, help="With --engine dask: row slices of LABEVENTS "
+                                                      "(default: two per worker).")
+
+
+@contextlib.contextmanager
+def _where(err: Console, *, cache_dir: Optional[Path], no_cache: bool, engine: str, scheduler: Optional[str],
+           workers: int, memory_limit: str, partitions: Optional[int]) -> Iterator[tuple]:
+    """The cache and the engine a run uses; a Dask cluster that cannot start is a 'cannot run' (exit 2)."""
+    cache = None if no_cache else Cache(cache_dir or default_cache_dir())
+    if engine == "pandas":
+        yield cache, None
+        return
+    if engine != "dask":
+        err.print(f"[bold red]badpoints: cannot run:[/] --engine must be one of {', '.join(ENGINES)}, "
+                  f"got {escape(engine)!r}")
+        raise typer.Exit(2)
+    from pipeline.engine import dask_engine
+
+    try:
+        context = dask_engine(scheduler, workers=workers, memory_limit=memory_limit, partitions=partitions)
+        running = context.__enter__()
+    except Exception as exc:  # noqa: BLE001 - a cluster that cannot start: say why, no traceback
+        err.print(f"[bold red]badpoints: cannot run:[/] the Dask cluster did not start ({type(exc).__name__}: "
+                  f"{escape(str(exc)[:200])})")
+        raise typer.Exit(2)
+    try:
+        yield cache, running
+    finally:
+        context.__exit__(None, None, None)
+
+
 @app.command()
 def validate(
-    data_dir: Annotated[Path, typer.Argument(help="Folder with ADMISSIONS, D_LABITEMS and LABEVENTS (.csv or .csv.gz).")],
-    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file overriding the defaults.")] = None,
+    data_dir: Annotated[Path, _DATA_DIR],
+    config: Annotated[Optional[Path], _CONFIG] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the machine-readable report here.")] = None,
+    html_path: Annotated[Optional[Path], _HTML] = None,
+    junit_path: Annotated[Optional[Path], _JUNIT] = None,
     show_values: Annotated[bool, typer.Option("--show-values", help="Include capped raw values (off by default: "
                                                                     "MIMIC's data use agreement).")] = False,
+    quiet: Annotated[bool, _QUIET] = False,
+    cache_dir: Annotated[Optional[Path], _CACHE_DIR] = None,
+    no_cache: Annotated[bool, _NO_CACHE] = False,
+    engine: Annotated[str, _ENGINE] = "pandas",
+    scheduler: Annotated[Optional[str], _SCHEDULER] = None,
+    workers: Annotated[int, _WORKERS] = 2,
+    memory_limit: Annotated[str, _MEMORY] = "4GB",
+    partitions: Annotated[Optional[int], _PARTITIONS] = None,
 ) -> None:
-    """Validate the raw tables, run every stage, and report every finding at once."""
-    console = Console(highlight=False, soft_wrap=True)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
-    result = _guarded_run(err, lambda: run_validate(data_dir, load_config(config), show_values=show_values))
-    _print_report(console, result.report)
+    """Validate the raw tables, run every stage, and report every finding at once.
+
+    Unchanged inputs are read from the cache; when the config is unchanged too, the earlier report is reused
+    (except with --html, which needs the stages' data).
+    """
+    console, err = _consoles()
+    settings = _guarded_run(err, lambda: load_config(config))
+    where = _where(err, cache_dir=cache_dir, no_cache=no_cache, engine=engine, scheduler=scheduler,
+                   workers=workers, memory_limit=memory_limit, partitions=partitions)
+    with where as (cache, running), \
+            progress_for(err, quiet=quiet, steps=len(VALIDATE_STEPS), title="validate") as progress:
+        result = _guarded_run(err, lambda: run_validate(data_dir, settings, show_values=show_values,
+                                                        progress=progress, cache=cache, engine=running,
+                                                        reuse_report=html_path is None))
+    if result.cached:
+        err.print("report reused from the cache: inputs, config and badpoints unchanged (--no-cache to rerun)")
+    _print_report(console, result.report, quiet=quiet)
+    _print_summary(console, result.report, result.prepared)
     _write_json(err, result.report, json_path)
+    _write_html(err, result, settings, html_path, show_values=show_values)
+    _write_junit(err, result.report, junit_path, name="badpoints validate")
     raise typer.Exit(result.exit_code)
 
 
 @app.command()
 def build(
-    data_dir: Annotated[Path, typer.Argument(help="Folder with ADMISSIONS, D_LABITEMS and LABEVENTS (.csv or .csv.gz).")],
+    data_dir: Annotated[Path, _DATA_DIR],
     out: Annotated[Path, typer.Option("--out", help="Folder for the graphs, manifest, stats and report.")],
-    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file overriding the defaults.")] = None,
+    config: Annotated[Optional[Path], _CONFIG] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the report here.")] = None,
+    html_path: Annotated[Optional[Path], _HTML] = None,
+    junit_path: Annotated[Optional[Path], _JUNIT] = None,
     show_values: Annotated[bool, typer.Option("--show-values", help="Include capped raw values.")] = False,
+    quiet: Annotated[bool, _QUIET] = False,
+    cache_dir: Annotated[Optional[Path], _CACHE_DIR] = None,
+    no_cache: Annotated[bool, _NO_CACHE] = False,
+    engine: Annotated[str, _ENGINE] = "pandas",
+    scheduler: Annotated[Optional[str], _SCHEDULER] = None,
+    workers: Annotated[int, _WORKERS] = 2,
+    memory_limit: Annotated[str, _MEMORY] = "4GB",
+    partitions: Annotated[Optional[int], _PARTITIONS] = None,
 ) -> None:
     """Validate, run every stage, and write guarded graphs only if nothing is an error."""
-    console = Console(highlight=False, soft_wrap=True)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
-    result = _guarded_run(err, lambda: run_build(data_dir, out, load_config(config), show_values=show_values))
-    _print_report(console, result.report)
+    console, err = _consoles()
+    settings = _guarded_run(err, lambda: load_config(config))
+    where = _where(err, cache_dir=cache_dir, no_cache=no_cache, engine=engine, scheduler=scheduler,
+                   workers=workers, memory_limit=memory_limit, partitions=partitions)
+    with where as (cache, running), \
+            progress_for(err, quiet=quiet, steps=len(BUILD_STEPS), title="build") as progress:
+        result = _guarded_run(err, lambda: run_build(data_dir, out, settings, show_values=show_values,
+                                                     progress=progress, cache=cache, engine=running))
+    _print_report(console, result.report, quiet=quiet)
+    _print_summary(console, result.report, result.validation.prepared)
     if result.out_dir is not None:
-        console.print(f"wrote {len(list((result.out_dir / 'graphs').rglob('*.pt')))} graphs to "
-                      f"{escape(str(result.out_dir))}")
+        console.print(f"wrote {len(list((result.out_dir / 'graphs').rglob('*.pt')))} graphs and the report "
+                      f"{escape(str(result.out_dir / REPORT_HTML))}")
     else:
         console.print("[bold red]no graphs written[/]: fix the errors above first")
     _write_json(err, result.report, json_path)
+    _write_html(err, result, settings, html_path, show_values=show_values)
+    _write_junit(err, result.report, junit_path, name="badpoints build")
     raise typer.Exit(result.exit_code)
 
 
@@ -89,6 +185,11 @@ def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `b
         console.print(f"[bold red]ERROR[/]   {escape(str(problem))}")
     console.print(f"status: {'errors' if summary.problems else 'ok'}")
     raise typer.Exit(1 if summary.problems else 0)
+
+
+def _consoles() -> tuple[Console, Console]:
+    """stdout for the report, stderr for progress and problems; no colour where they are not terminals."""
+    return Console(highlight=False, soft_wrap=True), Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _guarded_run(err: Console, run):
@@ -115,6 +216,48 @@ def _write_json(err: Console, report: Report, json_path: Optional[Path]) -> None
         raise typer.Exit(2)
 
 
+def _write_html(err: Console, result, config: Config, html_path: Optional[Path], *, show_values: bool) -> None:
+    """The HTML report at ``html_path``. A build's own OUT_DIR/report.html (listed in the manifest) never shows
+    raw values; with --show-values, ``html_path`` gets a page that does."""
+    if html_path is None:
+        return
+    written = getattr(result, "out_dir", None)
+    if written is not None and (written / REPORT_HTML).resolve() == Path(html_path).resolve():
+        return  # the build wrote this very file
+    from pipeline.html import HtmlReport, render
+
+    def write() -> None:
+        if written is not None and not show_values:  # the build's page: the same bytes, not rendered twice
+            HtmlReport((written / REPORT_HTML).read_text(encoding="utf-8")).write(html_path)
+        else:
+            HtmlReport(render(result, config, show_values=show_values)).write(html_path)
+
+    _write_file(err, html_path, write)
+
+
+def _write_junit(err: Console, report: Report, junit_path: Optional[Path], *, name: str) -> None:
+    if junit_path is None:
+        return
+    from pipeline.junit import write_junit
+
+    _write_file(err, junit_path, lambda: write_junit(report, junit_path, name=name))
+
+
+def _write_file(err: Console, path: Path, write) -> None:
+    """Run ``write``: a file that cannot be written exits 2 with the reason, anything else is a bug."""
+    def attempt() -> OSError | None:
+        try:
+            write()
+        except OSError as exc:
+            return exc
+        return None
+
+    problem = _guarded_run(err, attempt)
+    if problem is not None:
+        err.print(f"[bold red]badpoints: cannot write {escape(str(path))}:[/] {escape(problem.strerror or '')}")
+        raise typer.Exit(2)
+
+
 @app.command()
 def checks() -> None:
     """List every check with its id and default severity (ids are what [severity] in the config takes)."""
@@ -124,10 +267,14 @@ def checks() -> None:
     Console().print(table)
 
 
-def _print_report(console: Console, report: Report) -> None:
-    for source in report.inputs:
-        console.print(f"read {source.table:<10} {source.rows:>10,} rows  {escape(source.path)}")
+def _print_report(console: Console, report: Report, *, quiet: bool = False) -> None:
+    """Every finding with its message (errors only when quiet), then the status line."""
+    if not quiet:
+        for source in report.inputs:
+            console.print(f"read {source.table:<10} {source.rows:>10,} rows  {escape(source.path)}")
     for finding in report.as_json()["findings"]:
+        if quiet and finding["severity"] != "error":
+            continue
         style = _STYLE.get(finding["severity"], "")
         where = ".".join(p for p in (finding["table"], finding["column"]) if p)
         console.print(f"[{style}]{finding['severity'].upper():<7}[/] {finding['stage']}/{finding['check']} "
@@ -135,6 +282,36 @@ def _print_report(console: Console, report: Report) -> None:
         console.print(f"        {escape(finding['message'])}")
         if finding.get("samples"):
             console.print(f"        values: {escape(', '.join(repr(v) for v in finding['samples']))}")
+
+
+def _print_summary(console: Console, report: Report, prepared) -> None:
+    """The compact end: findings by stage, the LABEVENTS ledger and funnel, constant and fallback items, status."""
+    console.print("[bold]summary[/]")
+    counts = report.stage_counts()
+    if counts:
+        by_stage = " · ".join(
+            f"{stage} " + ", ".join(f"[{_STYLE.get(sev, '')}]{n} {_NOUN.get(sev, sev)}{'s' if n != 1 else ''}[/]"
+                                    for sev, n in sorted(levels.items(), key=lambda kv: _RANK.get(kv[0], 3)))
+            for stage, levels in counts.items())
+        console.print(f"  findings  {by_stage}")
+    attrition = report.attrition or {}
+    ledger = attrition.get("LABEVENTS")
+    if ledger:
+        console.print(f"  LABEVENTS read {ledger['read']:,} = kept {ledger['kept']:,} + quarantined "
+                      f"{ledger['quarantined']:,} + deduplicated {ledger['deduplicated']:,}")
+        funnel = [f"read {ledger['read']:,}"]
+        last = ledger["read"]
+        for stage, rows_out in _funnel(attrition.get("steps") or []):
+            funnel.append(f"{stage} {rows_out:,} (-{last - rows_out:,})")
+            last = rows_out
+        stopped = f"  [bold red]stopped at {escape(str(attrition['stopped_at']))}[/]" \
+            if attrition.get("stopped_at") else ""
+        console.print(f"  funnel    {' -> '.join(funnel)}{stopped}")
+    stats = getattr(prepared, "stats", None)
+    if stats is not None:
+        for name, items in (("constant", stats.constant_items_), ("fallback", stats.fallback_items_)):
+            listed = ", ".join(map(str, items[:20])) + (f" and {len(items) - 20} more" if len(items) > 20 else "")
+            console.print(f"  {name:<9} {'ITEMID ' + listed if items else 'none'}")
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
     style = {"errors": "bold red", "warnings": "yellow", "ok": "green"}[report.status]
@@ -143,6 +320,19 @@ def _print_report(console: Console, report: Report) -> None:
     if report.overrides:
         changed = ", ".join(f"{k}={v}" for k, v in sorted(report.overrides.items()))
         console.print(f"severities changed by config: {escape(changed)}")
+
+
+def _funnel(steps: list[dict]) -> list[tuple[str, int]]:
+    """LABEVENTS rows after each stage that removed or merged some (the stage's last step)."""
+    after: dict[str, int] = {}
+    changed: set[str] = set()
+    for step in steps:
+        if step["table"] != "LABEVENTS":
+            continue
+        after[step["stage"]] = step["rows_out"]
+        if step["rows_in"] != step["rows_out"]:
+            changed.add(step["stage"])
+    return [(stage, rows) for stage, rows in after.items() if stage in changed]
 
 
 def main() -> None:

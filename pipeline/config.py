@@ -139,6 +139,15 @@ class GraphConfig:
 
 
 @dataclass(frozen=True)
+class EncodeConfig:
+    min_admissions: int
+
+    def __post_init__(self) -> None:
+        _require(self.min_admissions >= 1,
+                 f"[encode] min_admissions must be at least 1, got {self.min_admissions!r}")
+
+
+@dataclass(frozen=True)
 class ReportConfig:
     max_lines: int
 
@@ -151,6 +160,7 @@ class Config:
     raw: RawConfig
     filters: FiltersConfig
     split: SplitConfig
+    encode: EncodeConfig
     scale: ScaleConfig
     fill: Mapping[str, FillPolicy]
     bucket: BucketConfig
@@ -248,6 +258,7 @@ def load_config(path: Path | None = None) -> Config:
         raw=RawConfig(**_typed(RawConfig, merged["raw"], "raw")),
         filters=FiltersConfig(**_typed(FiltersConfig, merged["filters"], "filters")),
         split=SplitConfig(**_typed(SplitConfig, merged["split"], "split")),
+        encode=EncodeConfig(**_typed(EncodeConfig, merged["encode"], "encode")),
         scale=ScaleConfig(**_typed(ScaleConfig, scale, "scale", skip=("policy",)),
                           policy=MappingProxyType({int(k): v for k, v in policy.items()})),
         fill=MappingProxyType({

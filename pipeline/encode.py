@@ -58,9 +58,11 @@ class Vocabularies:
         )
 
 
-def ordered_vocabulary(values: pd.Series) -> tuple[str, ...]:
-    """Distinct non-null values, most frequent first, ties by value: never by row order."""
+def ordered_vocabulary(values: pd.Series, *, min_count: int = 1) -> tuple[str, ...]:
+    """Distinct non-null values seen at least ``min_count`` times, most frequent first, ties by value:
+    never by row order."""
     counts = values.dropna().astype("str").value_counts().rename_axis("value").reset_index(name="n")
+    counts = counts[counts["n"] >= min_count]
     return tuple(counts.sort_values(["n", "value"], ascending=[False, True])["value"])
 
 
@@ -69,22 +71,27 @@ def admission_columns(admissions: pd.DataFrame) -> list[str]:
     return [column for column in ADMISSION_CATEGORICALS if column in admissions]
 
 
-def fit_vocabularies(events: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame) -> Vocabularies:
+def fit_vocabularies(events: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
+                     min_admissions: int = 1) -> Vocabularies:
     """Fit on the training split: lab VALUEs of categorical items, admission columns; FLUID/CATEGORY on the dictionary.
 
-    ``events`` and ``admissions`` carry SPLIT; the lab-item dictionary is not patient data, so
-    its FLUID and CATEGORY vocabularies cover every item (labitem nodes are the whole dictionary).
+    ``events`` and ``admissions`` carry SPLIT. A lab VALUE or admission value enters a vocabulary only when
+    at least ``min_admissions`` training admissions have it (rarer ones get code 0, as unseen ones do), so no
+    value that could single out a patient is saved. The lab-item dictionary is not patient data, so its FLUID
+    and CATEGORY vocabularies cover every item (labitem nodes are the whole dictionary).
     """
     train = events[(events["SPLIT"] == "train") & (events["KIND"] == "categorical") & events["VALUE"].notna()]
-    counts = train.groupby(["ITEMID", "VALUE"]).size().rename("n").reset_index()
+    grouped = train.groupby(["ITEMID", "VALUE"])
+    counts = pd.DataFrame({"n": grouped.size(), "admissions": grouped["HADM_ID"].nunique()}).reset_index()
+    counts = counts[counts["admissions"] >= min_admissions]
     counts = counts.sort_values(["ITEMID", "n", "VALUE"], ascending=[True, False, True], kind="stable")
     counts["CODE"] = counts.groupby("ITEMID").cumcount() + 1
     lab_values = tuple(zip(counts["ITEMID"].astype("int64").tolist(), counts["VALUE"].astype("str").tolist(),
                            counts["CODE"].astype("int64").tolist()))
-    train_admissions = admissions[admissions["SPLIT"] == "train"]
+    train_admissions = admissions[admissions["SPLIT"] == "train"].drop_duplicates("HADM_ID")
     return Vocabularies(
         lab_values_=lab_values,
-        admission_=tuple((column, ordered_vocabulary(train_admissions[column]))
+        admission_=tuple((column, ordered_vocabulary(train_admissions[column], min_count=min_admissions))
                          for column in admission_columns(admissions)),
         fluid_=ordered_vocabulary(labitems["FLUID"]),
         category_=ordered_vocabulary(labitems["CATEGORY"]),

@@ -20,7 +20,8 @@ from pipeline.config import Config
 from pipeline.cache import Cache
 from pipeline.cache import key_of as cache_key
 from pipeline.load import TABLES, file_sha256, locate_tables, read_table
-from pipeline.parse import RawTables, check_relations, check_table
+from pipeline.parse import Engine, RawTables, check_relations, check_table
+from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.quarantine import Kept, Step, combine, empty_quarantine
 from pipeline.report import Finding, InputFile, Report, finding_from_error, finding_from_mask, summary_finding
 from schemas.errors import StageError, require_validation
@@ -91,19 +92,23 @@ class Validation:
 
 
 def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache: Cache | None = None,
-             reuse_report: bool = True) -> Validation:
+             reuse_report: bool = True, progress: Progress | None = None,
+             engine: Engine | None = None) -> Validation:
     """Read the raw tables, run every raw check and every stage, and collect all findings.
 
     With a ``cache``, tables whose file, settings and checking code are unchanged are taken from it
     already parsed and checked; with ``reuse_report`` too, a run whose inputs and config are all
-    unchanged returns the earlier report (its ``tables`` and ``prepared`` are then empty).
+    unchanged returns the earlier report (its ``tables`` and ``prepared`` are then empty). An ``engine``
+    (``pipeline.engine.dask_engine``) runs LABEVENTS' raw checks on a Dask cluster, with the same result.
     """
     require_validation()
+    progress = progress or NO_PROGRESS
     located, problems = locate_tables(Path(data_dir))
     digests = {table: file_sha256(path, table) for table, path in located.items()} if cache else {}
     report_key = None
     if cache is not None and reuse_report and not problems:
-        report_key = cache_key("report", digests, config.as_json(), show_values)
+        report_key = cache_key("report", digests, {t: p.name.lower() for t, p in located.items()},
+                               config.as_json(), show_values)
         inputs = [InputFile(table=t, path=str(p), sha256=digests[t], rows=0) for t, p in located.items()]
         cached = cache.get_report(report_key, inputs)
         if cached is not None:
@@ -113,28 +118,37 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
                     show_values=show_values, max_lines=config.report.max_lines)
     checked, inputs = {}, []
     for table, path in located.items():
-        key = cache_key("table", table, digests.get(table), settings) if cache else None
+        # The file name says how the bytes are read (.gz or not): the same bytes under another name differ.
+        key = cache_key("table", table, digests.get(table), path.name.lower().endswith(".gz"), settings) \
+            if cache else None
         result = cache.get_table(table, key) if cache else None
         sha256 = digests.get(table)
         if result is None:
+            progress.step(f"read {table}")
             try:
                 text = read_table(path, table)
             except StageError as problem:
                 problems.append(problem)
                 continue
-            result = check_table(table, text.frame, **settings)
+            progress.rows(text.rows)
+            progress.step(f"check {table}", rows=text.rows)
+            result = check_table(table, text.frame, engine=engine, **settings)
             sha256 = text.sha256
             if cache is not None and sha256 == digests[table]:
                 cache.put_table(table, key, result)
+        else:
+            progress.step(f"cached {table}", rows=len(getattr(result.tables, RawTables.field_of(table))))
         checked[table] = result
         rows = len(getattr(result.tables, RawTables.field_of(table)))
         inputs.append(InputFile(table=table, path=str(path), sha256=sha256, rows=rows))
     report = Report(inputs=inputs)
     report.add(finding_from_error(problem) for problem in sorted(problems, key=lambda p: TABLES.index(p.table)))
+    progress.step("relations", rows=sum(i.rows for i in inputs))
     raw = check_relations(checked, stay_tolerance_hours=config.raw.stay_tolerance_hours, severity=config.severity,
                           show_values=show_values, max_lines=config.report.max_lines)
     report.add(raw.findings)
-    prepared = prepare(raw.tables, config)
+    prepared = prepare(raw.tables, config, progress=progress)
+    progress.end()
     report.add(prepared.findings)
     report.attrition = prepared.attrition()
     validation = Validation(report=report.with_severities(dict(config.severity)), tables=raw.tables,
@@ -145,7 +159,7 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
 
 
 def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabularies | None = None,
-            stats: scale.ZScoreStats | None = None) -> Prepared:
+            stats: scale.ZScoreStats | None = None, progress: Progress | None = None) -> Prepared:
     """Run clean, split, encode, scale, fill, bucket and dedup on the typed raw tables.
 
     ``vocabularies`` and ``stats`` saved by an earlier run (``from_json``) are reused instead of fitted,
@@ -155,12 +169,15 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
         return Prepared()
     ledger = _Ledger(config)
     state: dict = {"read": len(tables.labevents)}
+    progress = progress or NO_PROGRESS
     with trusted_chain():  # each stage's output goes straight to the next: its guard ran already
         try:
+            progress.step("clean", rows=len(tables.labevents))
             admissions = ledger.take(clean.clean_admissions(tables.admissions))
             labitems = ledger.take(clean.clean_labitems(tables.labitems))
             events = ledger.take(clean.clean_events(tables.labevents, admissions, labitems))
 
+            progress.step("split", rows=len(events))
             splits = split.assign_splits(admissions, train=config.split.train, val=config.split.val,
                                          test=config.split.test, seed=config.split.seed)
             state["splits"] = splits
@@ -171,13 +188,16 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
             events = split.attach_split(events, splits)
             admissions = admissions.merge(splits[["HADM_ID", "SPLIT"]], on="HADM_ID", validate="one_to_one")
 
-            vocabularies = vocabularies or encode.fit_vocabularies(events, admissions, labitems)
+            progress.step("encode", rows=len(events))
+            vocabularies = vocabularies or encode.fit_vocabularies(
+                    events, admissions, labitems, min_admissions=config.encode.min_admissions)
             state["vocabularies"] = vocabularies
             events = encode.encode_events(events, vocabularies)
             state["admissions"] = encode.encode_admissions(admissions, vocabularies)
             state["labitems"] = encode.encode_labitems(labitems, vocabularies)
             ledger.findings.extend(_unseen_findings(events, admissions, state["admissions"], config))
 
+            progress.step("scale", rows=len(events))
             stats = stats or scale.fit_zscore(events, eps=config.scale.eps, clip_sigma=config.scale.clip_sigma,
                                               policy=config.scale.policy)
             state["stats"] = stats
@@ -186,16 +206,19 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
             ledger.findings.extend(scale.scale_findings(events, stats, warn_bound=config.scale.warn_bound,
                                                         max_lines=config.report.max_lines))
 
+            progress.step("fill", rows=len(events))
             fill_values = fill.fit_fill(events, config.fill)
             state["fill_values"] = fill_values
             ledger.findings.extend(fill.fill_findings(events, config.fill))
             events = ledger.take(fill.apply_fill(events, fill_values, config.fill))
 
+            progress.step("bucket", rows=len(events))
             events = ledger.take(bucket_stage.bucket(
                 events, admissions, interval_hours=config.bucket.interval_hours,
                 max_timestep=config.bucket.max_timestep, after_discharge_hours=config.bucket.after_discharge_hours,
                 late_policy=config.bucket.late_policy))
 
+            progress.step("dedup", rows=len(events))
             state["edges"] = ledger.take(dedup.dedup(events))
             merged = len(events) - len(state["edges"])
             ledger.findings.append(summary_finding(
@@ -262,16 +285,32 @@ def _quarantine_findings(quarantine: pd.DataFrame, config: Config) -> list[Findi
 
 def _unseen_findings(events: pd.DataFrame, admissions: pd.DataFrame, encoded: pd.DataFrame,
                      config: Config) -> list[Finding]:
-    findings = [finding_from_mask(stage="encode", table="LABEVENTS", check="unseen_category", column="VALUE",
-                                  failed=encode.unseen_lab_values(events),
-                                  what="categorical VALUE unseen in train (code 0)", max_lines=config.report.max_lines)]
+    """Categorical values that got code 0: unseen in train (a warning), or too rare there to be coded (a note)."""
+    k = config.encode.min_admissions
+    coded_zero = encode.unseen_lab_values(events)
+    train = events[(events["SPLIT"] == "train") & (events["KIND"] == "categorical") & events["VALUE"].notna()]
+    seen = pd.MultiIndex.from_frame(train[["ITEMID", "VALUE"]].astype({"VALUE": "str"}))
+    in_train = pd.Series(pd.MultiIndex.from_frame(events[["ITEMID", "VALUE"]].astype({"VALUE": "str"})).isin(seen),
+                         index=events.index)
+    lines = config.report.max_lines
+    findings = [
+        finding_from_mask(stage="encode", table="LABEVENTS", check="unseen_category", column="VALUE",
+                          failed=coded_zero & ~in_train, what="categorical VALUE unseen in train (code 0)",
+                          max_lines=lines),
+        finding_from_mask(stage="encode", table="LABEVENTS", check="rare_category", column="VALUE",
+                          failed=coded_zero & in_train, max_lines=lines,
+                          what=f"categorical VALUE seen in fewer than {k} train admissions (code 0)"),
+    ]
+    train_admissions = admissions[admissions["SPLIT"] == "train"]
     for column in encode.admission_columns(admissions):
-        unseen = admissions[column].notna() & (encoded[f"{column}_CODE"] == encode.MISSING)
-        if unseen.any():
-            findings.append(summary_finding(stage="encode", check="unseen_category", table="ADMISSIONS",
-                                            column=column, count=int(unseen.sum()),
-                                            message=f"{int(unseen.sum())} admissions with a value unseen in train "
-                                                    "(code 0)"))
+        zero = admissions[column].notna() & (encoded[f"{column}_CODE"] == encode.MISSING)
+        rare = zero & admissions[column].isin(train_admissions[column].dropna())
+        for check, failed, what in (("unseen_category", zero & ~rare, "a value unseen in train"),
+                                    ("rare_category", rare, f"a value seen in fewer than {k} train admissions")):
+            if failed.any():
+                findings.append(summary_finding(stage="encode", check=check, table="ADMISSIONS", column=column,
+                                                count=int(failed.sum()),
+                                                message=f"{int(failed.sum())} admissions with {what} (code 0)"))
     return [f for f in findings if f is not None]
 
 
@@ -298,6 +337,7 @@ class Build:
     validation: Validation
     report: Report
     out_dir: Path | None
+    graphs: tuple[dict, ...] = ()  # per graph: split, batch, admissions, labitems, edges, memory
 
     @property
     def exit_code(self) -> int:
@@ -305,27 +345,34 @@ class Build:
 
 
 def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = False,
-          cache: Cache | None = None) -> Build:
+          cache: Cache | None = None, progress: Progress | None = None, engine: Engine | None = None) -> Build:
     """Validate, run every stage, build and guard the graphs, and write them only if nothing is an error.
 
     ``cache`` serves the raw-checked tables as in :func:`validate`; the stages always run.
     """
-    from pipeline import graph, write  # torch and PyG load only when graphs are built
+    from pipeline import graph, html, write  # torch, PyG and matplotlib load only when graphs are built
     from schemas.graph import EDGE
 
     out = check_output_dir(out_dir, data_dir)
-    validation = validate(data_dir, config, show_values=show_values, cache=cache, reuse_report=False)
+    progress = progress or NO_PROGRESS
+    validation = validate(data_dir, config, show_values=show_values, cache=cache, reuse_report=False, engine=engine,
+                          progress=progress)
     report = validation.report
     prepared = validation.prepared
     if validation.exit_code or prepared.edges is None:
         return Build(validation=validation, report=report, out_dir=None)
 
+    progress.step("graphs", rows=len(prepared.edges))
     graphs = graph.build_graphs(prepared.edges, prepared.admissions, prepared.labitems,
                                 batch_size=config.graph.batch_size, labels=config.graph.labels)
     limits = graph.graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=config.bucket.max_timestep)
+    progress.step("guard", rows=len(graphs), unit="graphs")
     findings = [finding_from_error(problem) for problem in graph.check_graphs(graphs, limits)]
     memory = {g.where: graph.memory_estimate(g.data, hidden=config.graph.hidden, layers=config.graph.layers)
               for g in graphs}
+    summaries = tuple({"split": g.split, "batch": g.batch, "admissions": int(g.data["admission"].num_nodes),
+                       "labitems": int(g.data["labitem"].num_nodes), "edges": int(g.data[EDGE].edge_index.shape[1]),
+                       "memory": memory[g.where]} for g in graphs)
     budget = config.graph.memory_budget_mb * 2**20
     over = {where: m["total"] for where, m in memory.items() if m["total"] > budget}
     if over:
@@ -343,7 +390,8 @@ def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = 
     report.add(findings)
     report = report.with_severities(dict(config.severity))
     if report.exit_code:
-        return Build(validation=validation, report=report, out_dir=None)
+        progress.end()
+        return Build(validation=validation, report=report, out_dir=None, graphs=summaries)
 
     index = pd.DataFrame({
         "split": np.concatenate([np.repeat(g.split, g.data["admission"].num_nodes) for g in graphs]),
@@ -355,6 +403,9 @@ def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = 
                      "graphs": sum(g.split == name for g in graphs),
                      "edges": sum(int(g.data[EDGE].edge_index.shape[1]) for g in graphs if g.split == name)}
               for name in ("train", "val", "test")}
+    built = Build(validation=validation, report=report, out_dir=out, graphs=summaries)
+    progress.step("report")
+    page = html.render(built, config)  # OUT_DIR/report.html, in the manifest; no raw values even with show_values
     outputs = write.build_outputs(
         graphs=graphs, limits=limits, config=config.as_json(),
         inputs=[{"table": i.table, "sha256": i.sha256, "rows": i.rows, "file": Path(i.path).name}
@@ -362,6 +413,8 @@ def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = 
         fitted={"scale": prepared.stats.as_json(), "vocabularies": prepared.vocabularies.as_json(),
                 "fill": prepared.fill_values.as_json()},
         quarantine=prepared.quarantine, index=index, report=report.as_json(), accounting=ledger,
-        splits=splits, memory=memory)
+        splits=splits, memory=memory, report_html=page.encode("utf-8"))
+    progress.step("write", rows=len(outputs.files), unit="files")
     write.write_build(out, outputs)
-    return Build(validation=validation, report=report, out_dir=out)
+    progress.end()
+    return built

@@ -163,6 +163,27 @@ class Report:
             columns
         ]
 
+    def attrition_frame(self) -> pd.DataFrame:
+        """Every filter, join and dedup with its rows in and out, as a DataFrame (for notebooks).
+
+        The LABEVENTS ledger (read = kept + quarantined + deduplicated) is in ``frame.attrs["ledger"]``.
+        """
+        columns = ["table", "stage", "step", "rows_in", "rows_out", "quarantined", "merged", "clipped"]
+        steps = (self.attrition or {}).get("steps") or []
+        frame = pd.DataFrame(steps, columns=columns).astype(
+            {c: "int64" for c in columns[3:]} if steps else {})
+        frame["removed"] = frame["rows_in"] - frame["rows_out"]
+        frame.attrs["ledger"] = dict((self.attrition or {}).get("LABEVENTS") or {})
+        return frame
+
+    def stage_counts(self) -> dict[str, dict[str, int]]:
+        """Findings per stage (in flow order) and severity: ``{"raw": {"error": 2, "warning": 1}, ...}``."""
+        counts: dict[str, dict[str, int]] = {}
+        for finding in sorted(self.findings, key=lambda f: STAGE_ORDER.get(f.stage, 99)):
+            by_severity = counts.setdefault(finding.stage, {})
+            by_severity[finding.severity] = by_severity.get(finding.severity, 0) + 1
+        return counts
+
     def as_json(self) -> dict[str, Any]:
         order = {ERROR: 0, WARNING: 1}
         findings = sorted(self.findings, key=lambda f: (order.get(f.severity, 2), STAGE_ORDER.get(f.stage, 99),

@@ -82,13 +82,15 @@ class BuildOutputs:
 
 def build_outputs(*, graphs: list[GraphBatch], limits: GraphLimits, config: dict, inputs: list[dict],
                   fitted: dict, quarantine: pd.DataFrame, index: pd.DataFrame, report: dict,
-                  accounting: dict, splits: dict, memory: dict) -> BuildOutputs:
+                  accounting: dict, splits: dict, memory: dict, report_html: bytes | None = None) -> BuildOutputs:
     """Serialise every output and the manifest that names their hashes (pure: no I/O)."""
     files = {graph_path(g.split, g.batch): graph_bytes(g.data) for g in graphs}
     files["stats.json"] = _json_bytes(fitted)
     files["quarantine.parquet"] = _parquet_bytes(quarantine.reset_index())
     files["index.parquet"] = _parquet_bytes(index)
     files["report.json"] = _json_bytes(report)
+    if report_html is not None:
+        files["report.html"] = report_html
     manifest = {
         "format": FORMAT,
         "config": config,
@@ -128,7 +130,8 @@ def write_build(out_dir: Path, outputs: BuildOutputs) -> None:
 
 def _owned(out_dir: Path) -> list[Path]:
     """The files a build may replace or remove: its own names only, never anything else in the folder."""
-    known = [out_dir / name for name in ("stats.json", "quarantine.parquet", "index.parquet", "report.json")]
+    known = [out_dir / name for name in ("stats.json", "quarantine.parquet", "index.parquet", "report.json",
+                                         "report.html")]
     graphs = list(out_dir.glob("graphs/*/batch_*.pt"))
     temps = list(out_dir.glob(".*.tmp")) + list(out_dir.glob("graphs/*/.*.tmp"))
     return sorted(p for p in known + graphs + temps if p.is_file())

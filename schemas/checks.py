@@ -119,6 +119,9 @@ _CATALOGUE = [
     # -- encode --------------------------------------------------------------------------
     CheckInfo("unseen_category", "encode", WARNING, "categorical values not seen in the training split",
               "They get code 0 (missing/unseen); more training data or a coarser vocabulary avoids it."),
+    CheckInfo("rare_category", "encode", INFO, "categorical values too rare in the training split to be coded",
+              "Seen in fewer than [encode] min_admissions training admissions, they get code 0 and stay out "
+              "of stats.json, so no value that could single out a patient is saved."),
     # -- scale ---------------------------------------------------------------------------
     CheckInfo("constant_item", "scale", WARNING, "lab item with constant training values",
               "Its std is below eps relative to its mean, or it has one normal observation: scale set to 1."),

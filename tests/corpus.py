@@ -4,6 +4,11 @@ Every case starts from a copy of the sample tables, changes as little as
 possible, and returns an :class:`Expect`: the exit code and the finding
 (table, check, column, lines) that the JSON report must hold. ``secret`` is a
 planted raw value that must not appear in any output unless ``--show-values``.
+Every case also plants :data:`CANARY` in its data: as the broken value itself
+where the problem allows text, else in a field of the broken row (LABEVENTS
+VALUE of a numeric row, ADMISSIONS DIAGNOSIS, D_LABITEMS LABEL) or, where the
+broken table has no rows, in another table (``tests/test_canary.py`` checks
+that neither ever reaches an output).
 Nothing here is hand-pasted: each broken file is derived from the sample.
 """
 
@@ -61,6 +66,12 @@ class Dataset:
         self.rows[table][row][self.col(table, column)] = value
         return row + 2
 
+    def plant(self, table: str, row: int, column: str, prefix: str = "") -> str:
+        """Write ``prefix`` + CANARY into one field (header matched case-insensitively); returns the value."""
+        i = [name.upper() for name in self.header[table]].index(column.upper())
+        self.rows[table][row][i] = prefix + CANARY
+        return self.rows[table][row][i]
+
     def first(self, table: str, column: str, predicate: Callable[[str], bool]) -> int:
         """Index of the first row whose ``column`` satisfies ``predicate``."""
         i = self.col(table, column)
@@ -97,13 +108,15 @@ def case(function: Callable[[Dataset], Expect]) -> Callable[[Dataset], Expect]:
 # -- valid variants -----------------------------------------------------------------------------
 @case
 def sample_as_is(d: Dataset) -> Expect:
-    return Expect(0, "hadm_id_missing", "LABEVENTS", "HADM_ID", severity="warning")
+    d.plant("LABEVENTS", 0, "VALUE")  # a numeric row's VALUE: carried through every stage, never output
+    return Expect(0, "hadm_id_missing", "LABEVENTS", "HADM_ID", severity="warning", secret=CANARY)
 
 
 @case
 def byte_order_mark(d: Dataset) -> Expect:
+    d.plant("LABEVENTS", 1, "VALUE")
     d.raw["LABEVENTS"] = b"\xef\xbb\xbf" + d.text("LABEVENTS").encode()
-    return Expect(0)
+    return Expect(0, secret=CANARY)
 
 
 @case
@@ -113,21 +126,23 @@ def mimic_iv_names_gzip_in_hosp(d: Dataset) -> Expect:
         d.names[table] = f"hosp/{table.lower()}.csv.gz"
     d.header["LABEVENTS"][d.col("LABEVENTS", "row_id")] = "labevent_id"
     d.header["ADMISSIONS"][d.col("ADMISSIONS", "ethnicity")] = "race"
-    return Expect(0)
+    d.plant("LABEVENTS", 2, "value")  # inside the gzip stream
+    return Expect(0, secret=CANARY)
 
 
 @case
 def quoted_newline_keeps_lines(d: Dataset) -> Expect:
-    d.set("LABEVENTS", 3, "VALUE", "line one\nline two")
+    d.plant("LABEVENTS", 3, "VALUE", prefix="line one\n")
     row = 9
     d.set("LABEVENTS", row, "VALUENUM", "inf")
-    return Expect(1, "valuenum_finite", "LABEVENTS", "VALUENUM", lines=(row + 3,))
+    return Expect(1, "valuenum_finite", "LABEVENTS", "VALUENUM", lines=(row + 3,), secret=CANARY)
 
 
 @case
 def float_formatted_ids(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 4, "ITEMID", d.rows["LABEVENTS"][4][d.col("LABEVENTS", "ITEMID")] + ".0")
-    return Expect(0, "id_float_format", "LABEVENTS", "ITEMID", lines=(line,), severity="warning")
+    d.plant("LABEVENTS", 4, "VALUE")
+    return Expect(0, "id_float_format", "LABEVENTS", "ITEMID", lines=(line,), severity="warning", secret=CANARY)
 
 
 @case
@@ -140,61 +155,70 @@ def unknown_flag(d: Dataset) -> Expect:
 @case
 def missing_file(d: Dataset) -> Expect:
     d.missing.add("LABEVENTS")
-    return Expect(2, "file_missing", "LABEVENTS")
+    d.plant("ADMISSIONS", 0, "DIAGNOSIS")
+    return Expect(2, "file_missing", "LABEVENTS", secret=CANARY)
 
 
 @case
 def empty_file(d: Dataset) -> Expect:
     d.raw["D_LABITEMS"] = b""
-    return Expect(1, "file_empty", "D_LABITEMS")
+    d.plant("LABEVENTS", 0, "VALUE")
+    return Expect(1, "file_empty", "D_LABITEMS", secret=CANARY)
 
 
 @case
 def header_only(d: Dataset) -> Expect:
     d.rows["ADMISSIONS"] = []
-    return Expect(1, "table_empty", "ADMISSIONS")
+    d.plant("LABEVENTS", 0, "VALUE")
+    return Expect(1, "table_empty", "ADMISSIONS", secret=CANARY)
 
 
 @case
 def truncated_gzip(d: Dataset) -> Expect:
     d.names["LABEVENTS"] = "LABEVENTS.csv.gz"
+    d.plant("LABEVENTS", 0, "VALUE")  # in the half that still decompresses
     whole = gzip.compress(d.text("LABEVENTS").encode(), mtime=0)
     d.raw["LABEVENTS"] = whole[: len(whole) // 2]
-    return Expect(1, "compression", "LABEVENTS")
+    return Expect(1, "compression", "LABEVENTS", secret=CANARY)
 
 
 @case
 def plain_text_named_gz(d: Dataset) -> Expect:
     d.names["LABEVENTS"] = "LABEVENTS.csv.gz"
+    d.plant("LABEVENTS", 0, "VALUE")
     d.raw["LABEVENTS"] = d.text("LABEVENTS").encode()
-    return Expect(1, "compression", "LABEVENTS")
+    return Expect(1, "compression", "LABEVENTS", secret=CANARY)
 
 
 @case
 def gzip_named_csv(d: Dataset) -> Expect:
+    d.plant("D_LABITEMS", 0, "LABEL")
     d.raw["D_LABITEMS"] = gzip.compress(d.text("D_LABITEMS").encode(), mtime=0)
-    return Expect(1, "compression", "D_LABITEMS")
+    return Expect(1, "compression", "D_LABITEMS", secret=CANARY)
 
 
 @case
 def binary_garbage(d: Dataset) -> Expect:
-    d.raw["ADMISSIONS"] = bytes((i * 151 + 7) % 256 for i in range(4096))
-    return Expect(1, "encoding", "ADMISSIONS")
+    garbage = bytes((i * 151 + 7) % 256 for i in range(4096))
+    d.raw["ADMISSIONS"] = garbage[:2048] + CANARY.encode() + garbage[2048:]
+    return Expect(1, "encoding", "ADMISSIONS", secret=CANARY)
 
 
 @case
 def undecodable_bytes(d: Dataset) -> Expect:
+    d.plant("LABEVENTS", 39, "VALUE")  # line 41, the line with the bad byte
     text = d.text("LABEVENTS").encode()
     lines = text.split(b"\n")
     lines[40] = lines[40].replace(b",", b",\xe9", 1)  # latin-1 'é' in the second field
     d.raw["LABEVENTS"] = b"\n".join(lines)
-    return Expect(1, "encoding", "LABEVENTS", lines=(41,))
+    return Expect(1, "encoding", "LABEVENTS", lines=(41,), secret=CANARY)
 
 
 @case
 def duplicate_header(d: Dataset) -> Expect:
+    d.plant("D_LABITEMS", 0, "LABEL")  # now a value of the second 'fluid' column
     d.header["D_LABITEMS"][d.col("D_LABITEMS", "LABEL")] = "fluid"
-    return Expect(1, "duplicate_header", "D_LABITEMS", lines=(1,))
+    return Expect(1, "duplicate_header", "D_LABITEMS", lines=(1,), secret=CANARY)
 
 
 @case
@@ -203,13 +227,15 @@ def missing_required_column(d: Dataset) -> Expect:
     d.header["LABEVENTS"].pop(i)
     for record in d.rows["LABEVENTS"]:
         record.pop(i)
-    return Expect(1, "missing_column", "LABEVENTS", "CHARTTIME", lines=(1,))
+    d.plant("LABEVENTS", 0, "VALUE")
+    return Expect(1, "missing_column", "LABEVENTS", "CHARTTIME", lines=(1,), secret=CANARY)
 
 
 @case
 def wrong_delimiter(d: Dataset) -> Expect:
+    d.plant("ADMISSIONS", 0, "DIAGNOSIS")  # on line 2, right after the header the hint is about
     d.raw["ADMISSIONS"] = d.text("ADMISSIONS", delimiter=";").encode()
-    return Expect(1, "missing_column", "ADMISSIONS", "HADM_ID, ADMITTIME, DISCHTIME", lines=(1,))
+    return Expect(1, "missing_column", "ADMISSIONS", "HADM_ID, ADMITTIME, DISCHTIME", lines=(1,), secret=CANARY)
 
 
 @case
@@ -236,31 +262,36 @@ def text_in_itemid(d: Dataset) -> Expect:
 @case
 def negative_hadm_id(d: Dataset) -> Expect:
     line = d.set("ADMISSIONS", 2, "HADM_ID", "-177013")
+    d.plant("ADMISSIONS", 2, "DIAGNOSIS")
     return Expect(1, "id_positive_integer", "ADMISSIONS", "HADM_ID", lines=(line,), secret="-177013")
 
 
 @case
 def zero_subject_id(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 8, "SUBJECT_ID", "0")
-    return Expect(1, "id_positive_integer", "LABEVENTS", "SUBJECT_ID", lines=(line,))
+    d.plant("LABEVENTS", 8, "VALUE")
+    return Expect(1, "id_positive_integer", "LABEVENTS", "SUBJECT_ID", lines=(line,), secret=CANARY)
 
 
 @case
 def overflowing_id(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 12, "HADM_ID", "9" * 25)
+    d.plant("LABEVENTS", 12, "VALUE")
     return Expect(1, "id_positive_integer", "LABEVENTS", "HADM_ID", lines=(line,), secret="9" * 25)
 
 
 @case
 def nul_byte_in_id(d: Dataset) -> Expect:
     line = d.set("D_LABITEMS", 3, "ITEMID", "509\x0012")
-    return Expect(1, "id_positive_integer", "D_LABITEMS", "ITEMID", lines=(line,))
+    d.plant("D_LABITEMS", 3, "LABEL")
+    return Expect(1, "id_positive_integer", "D_LABITEMS", "ITEMID", lines=(line,), secret=CANARY)
 
 
 @case
 def empty_itemid(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 14, "ITEMID", "")
-    return Expect(1, "id_missing", "LABEVENTS", "ITEMID", lines=(line,))
+    d.plant("LABEVENTS", 14, "VALUE")
+    return Expect(1, "id_missing", "LABEVENTS", "ITEMID", lines=(line,), secret=CANARY)
 
 
 @case
@@ -273,87 +304,102 @@ def text_in_valuenum(d: Dataset) -> Expect:
 @case
 def thousands_separator(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 20, "VALUENUM", "13,448")
+    d.plant("LABEVENTS", 20, "VALUE")
     return Expect(1, "valuenum_numeric", "LABEVENTS", "VALUENUM", lines=(line,), secret="13,448")
 
 
 @case
 def inf_valuenum(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 21, "VALUENUM", "inf")
-    return Expect(1, "valuenum_finite", "LABEVENTS", "VALUENUM", lines=(line,))
+    d.plant("LABEVENTS", 21, "VALUE")
+    return Expect(1, "valuenum_finite", "LABEVENTS", "VALUENUM", lines=(line,), secret=CANARY)
 
 
 @case
 def minus_inf_valuenum(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 22, "VALUENUM", "-inf")
-    return Expect(1, "valuenum_finite", "LABEVENTS", "VALUENUM", lines=(line,))
+    d.plant("LABEVENTS", 22, "VALUE")
+    return Expect(1, "valuenum_finite", "LABEVENTS", "VALUENUM", lines=(line,), secret=CANARY)
 
 
 @case
 def overflowing_valuenum(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 23, "VALUENUM", "1e309")
+    d.plant("LABEVENTS", 23, "VALUE")
     return Expect(1, "valuenum_finite", "LABEVENTS", "VALUENUM", lines=(line,), secret="1e309")
 
 
 @case
 def nan_token_valuenum(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 24, "VALUENUM", "NaN")
-    return Expect(1, "valuenum_finite", "LABEVENTS", "VALUENUM", lines=(line,))
+    d.plant("LABEVENTS", 24, "VALUE")
+    return Expect(1, "valuenum_finite", "LABEVENTS", "VALUENUM", lines=(line,), secret=CANARY)
 
 
 @case
 def huge_valuenum(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 25, "VALUENUM", "7.31e12")
+    d.plant("LABEVENTS", 25, "VALUE")
     return Expect(1, "valuenum_bound", "LABEVENTS", "VALUENUM", lines=(line,), secret="7.31e12")
 
 
 @case
 def two_digit_year(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 26, "CHARTTIME", "10/23/64 21:09")
+    d.plant("LABEVENTS", 26, "VALUE")
     return Expect(1, "datetime_iso", "LABEVENTS", "CHARTTIME", lines=(line,), secret="10/23/64")
 
 
 @case
 def time_zone_offset(d: Dataset) -> Expect:
     line = d.set("ADMISSIONS", 5, "ADMITTIME", "2162-11-26 18:29:00+02:00")
+    d.plant("ADMISSIONS", 5, "DIAGNOSIS")
     return Expect(1, "datetime_iso", "ADMISSIONS", "ADMITTIME", lines=(line,), secret="+02:00")
 
 
 @case
 def impossible_date(d: Dataset) -> Expect:
     line = d.set("ADMISSIONS", 6, "DISCHTIME", "2163-02-30 10:00:00")
-    return Expect(1, "datetime_iso", "ADMISSIONS", "DISCHTIME", lines=(line,))
+    d.plant("ADMISSIONS", 6, "DIAGNOSIS")
+    return Expect(1, "datetime_iso", "ADMISSIONS", "DISCHTIME", lines=(line,), secret=CANARY)
 
 
 @case
 def empty_charttime(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 27, "CHARTTIME", "")
-    return Expect(1, "datetime_missing", "LABEVENTS", "CHARTTIME", lines=(line,))
+    d.plant("LABEVENTS", 27, "VALUE")
+    return Expect(1, "datetime_missing", "LABEVENTS", "CHARTTIME", lines=(line,), secret=CANARY)
 
 
 # -- relations -----------------------------------------------------------------------------------
 @case
 def duplicate_admission(d: Dataset) -> Expect:
     d.rows["ADMISSIONS"].append(list(d.rows["ADMISSIONS"][3]))
-    return Expect(1, "primary_key_unique", "ADMISSIONS", "HADM_ID", lines=(5, len(d.rows["ADMISSIONS"]) + 1))
+    d.plant("ADMISSIONS", -1, "DIAGNOSIS")
+    return Expect(1, "primary_key_unique", "ADMISSIONS", "HADM_ID", lines=(5, len(d.rows["ADMISSIONS"]) + 1),
+                  secret=CANARY)
 
 
 @case
 def duplicate_labitem(d: Dataset) -> Expect:
     d.rows["D_LABITEMS"].insert(1, list(d.rows["D_LABITEMS"][0]))
-    return Expect(1, "primary_key_unique", "D_LABITEMS", "ITEMID", lines=(2, 3))
+    d.plant("D_LABITEMS", 1, "LABEL")
+    return Expect(1, "primary_key_unique", "D_LABITEMS", "ITEMID", lines=(2, 3), secret=CANARY)
 
 
 @case
 def unknown_hadm_id(d: Dataset) -> Expect:
     row = d.first("LABEVENTS", "HADM_ID", lambda v: v != "")
     line = d.set("LABEVENTS", row, "HADM_ID", "199999999")
-    return Expect(1, "foreign_key", "LABEVENTS", "HADM_ID", lines=(line,))
+    d.plant("LABEVENTS", row, "VALUE")
+    return Expect(1, "foreign_key", "LABEVENTS", "HADM_ID", lines=(line,), secret=CANARY)
 
 
 @case
 def unknown_itemid(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 33, "ITEMID", "99999")
-    return Expect(1, "foreign_key", "LABEVENTS", "ITEMID", lines=(line,))
+    d.plant("LABEVENTS", 33, "VALUE")
+    return Expect(1, "foreign_key", "LABEVENTS", "ITEMID", lines=(line,), secret=CANARY)
 
 
 @case
@@ -361,41 +407,47 @@ def subject_mismatch(d: Dataset) -> Expect:
     row = d.first("LABEVENTS", "HADM_ID", lambda v: v != "")
     subject = int(d.rows["LABEVENTS"][row][d.col("LABEVENTS", "SUBJECT_ID")])
     line = d.set("LABEVENTS", row, "SUBJECT_ID", str(subject + 1))
-    return Expect(1, "subject_mismatch", "LABEVENTS", "SUBJECT_ID", lines=(line,))
+    d.plant("LABEVENTS", row, "VALUE")
+    return Expect(1, "subject_mismatch", "LABEVENTS", "SUBJECT_ID", lines=(line,), secret=CANARY)
 
 
 @case
 def discharge_before_admit(d: Dataset) -> Expect:
     admit = d.rows["ADMISSIONS"][8][d.col("ADMISSIONS", "ADMITTIME")]
     line = d.set("ADMISSIONS", 8, "DISCHTIME", admit.replace(admit[:4], str(int(admit[:4]) - 1), 1))
-    return Expect(1, "discharge_before_admit", "ADMISSIONS", "DISCHTIME", lines=(line,))
+    d.plant("ADMISSIONS", 8, "DIAGNOSIS")
+    return Expect(1, "discharge_before_admit", "ADMISSIONS", "DISCHTIME", lines=(line,), secret=CANARY)
 
 
 # -- more type and value classes ----------------------------------------------------------------------
 @case
 def date_beyond_pandas_range(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 28, "CHARTTIME", "2300-01-01 00:00:00")
-    return Expect(1, "datetime_iso", "LABEVENTS", "CHARTTIME", lines=(line,))
+    d.plant("LABEVENTS", 28, "VALUE")
+    return Expect(1, "datetime_iso", "LABEVENTS", "CHARTTIME", lines=(line,), secret=CANARY)
 
 
 @case
 def leading_zeros_in_itemid(d: Dataset) -> Expect:
     itemid = d.rows["LABEVENTS"][29][d.col("LABEVENTS", "ITEMID")]
     d.set("LABEVENTS", 29, "ITEMID", "00" + itemid)  # the same item: read as an integer, not rejected
-    return Expect(0)
+    d.plant("LABEVENTS", 29, "VALUE")
+    return Expect(0, secret=CANARY)
 
 
 @case
 def na_token_in_valuenum(d: Dataset) -> Expect:
     row = d.first("LABEVENTS", "VALUENUM", lambda v: v != "")
     line = d.set("LABEVENTS", row + 1, "VALUENUM", "N/A")
-    return Expect(1, "valuenum_numeric", "LABEVENTS", "VALUENUM", lines=(line,))
+    d.plant("LABEVENTS", row + 1, "VALUE")
+    return Expect(1, "valuenum_numeric", "LABEVENTS", "VALUENUM", lines=(line,), secret=CANARY)
 
 
 @case
 def largest_finite_double(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 31, "VALUENUM", "1e308")
-    return Expect(1, "valuenum_bound", "LABEVENTS", "VALUENUM", lines=(line,))
+    d.plant("LABEVENTS", 31, "VALUE")
+    return Expect(1, "valuenum_bound", "LABEVENTS", "VALUENUM", lines=(line,), secret=CANARY)
 
 
 @case
@@ -403,7 +455,9 @@ def all_null_valuenum_column(d: Dataset) -> Expect:
     i = d.col("LABEVENTS", "VALUENUM")
     for record in d.rows["LABEVENTS"]:
         record[i] = ""
-    return Expect(0)  # every item is then categorical: still a valid (if odd) dataset
+    # Every VALUE is then categorical; the canary goes into an outpatient row's VALUE (quarantined, never fitted).
+    d.plant("LABEVENTS", d.first("LABEVENTS", "HADM_ID", lambda v: v == ""), "VALUE")
+    return Expect(0, secret=CANARY)  # every item is then categorical: still a valid (if odd) dataset
 
 
 @case
@@ -411,7 +465,8 @@ def every_lab_outpatient(d: Dataset) -> Expect:
     i = d.col("LABEVENTS", "HADM_ID")
     for record in d.rows["LABEVENTS"]:
         record[i] = ""
-    return Expect(1, "step_empty", "LABEVENTS")
+    d.plant("LABEVENTS", 0, "VALUE")
+    return Expect(1, "step_empty", "LABEVENTS", secret=CANARY)
 
 
 @case
@@ -422,7 +477,8 @@ def labs_long_after_discharge(d: Dataset) -> Expect:
     discharge = admission[d.col("ADMISSIONS", "DISCHTIME")]
     later = f"{int(discharge[:4]) + 1}{discharge[4:]}"
     d.set("LABEVENTS", row, "CHARTTIME", later)
-    return Expect(0, "late_rows", "LABEVENTS", severity="warning")
+    d.plant("LABEVENTS", row, "VALUE")
+    return Expect(0, "late_rows", "LABEVENTS", severity="warning", secret=CANARY)
 
 
 @case
@@ -433,20 +489,23 @@ def huge_text_field(d: Dataset) -> Expect:
 
 @case
 def tab_delimited(d: Dataset) -> Expect:
+    d.plant("D_LABITEMS", 0, "LABEL")
     d.raw["D_LABITEMS"] = d.text("D_LABITEMS", delimiter="\t").encode()
-    return Expect(1, "missing_column", "D_LABITEMS", lines=(1,))
+    return Expect(1, "missing_column", "D_LABITEMS", lines=(1,), secret=CANARY)
 
 
 @case
 def crlf_line_endings_and_bom(d: Dataset) -> Expect:
+    d.plant("ADMISSIONS", 0, "DIAGNOSIS")
     d.raw["ADMISSIONS"] = b"\xef\xbb\xbf" + d.text("ADMISSIONS").replace("\n", "\r\n").encode()
-    return Expect(0)
+    return Expect(0, secret=CANARY)
 
 
 @case
 def header_only_labevents(d: Dataset) -> Expect:
     d.rows["LABEVENTS"] = []
-    return Expect(1, "table_empty", "LABEVENTS")
+    d.plant("ADMISSIONS", 0, "DIAGNOSIS")
+    return Expect(1, "table_empty", "LABEVENTS", secret=CANARY)
 
 
 def build(name: str, folder: Path) -> Expect:

@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 from typer.testing import CliRunner
 
-from pipeline.cli import _print_report, app
+from pipeline.cli import _print_report, _print_summary, app
 from pipeline.config import load_config
 from pipeline.flow import validate
 from tests.corpus import TABLES, Dataset
@@ -395,7 +395,9 @@ def _check_planting(factory: pytest.TempPathFactory, table: str, row: int, colum
     exit_code = result.exit_code
     assert exit_code in (0, 1), [f for f in result.report.findings if f.severity == "error"]
     rendered = io.StringIO()
-    _print_report(Console(file=rendered, highlight=False, soft_wrap=True), result.report)  # as the CLI prints it
+    console = Console(file=rendered, highlight=False, soft_wrap=True)
+    _print_report(console, result.report)  # as the CLI prints it
+    _print_summary(console, result.report, result.prepared)
     report = json.loads(json.dumps(result.report.as_json()))
     assert "status:" in rendered.getvalue()
     assert_errors_name(report, exit_code, {table, "LABEVENTS"})

@@ -135,3 +135,15 @@ def test_a_run_that_cannot_read_a_table_is_not_cached(data, cache):
     assert first.exit_code == 2
     assert not (cache.root / "reports").exists() or not entries(cache, "reports")
     assert not validate(data, config, cache=cache).cached
+
+
+def test_the_same_bytes_named_gz_are_not_served_from_the_plain_files_entry(data, cache):
+    """Plain text named .gz is a compression error even when the same bytes were cached as a .csv."""
+    config = load_config(None)
+    validate(data, config, cache=cache)
+    (data / "LABEVENTS.csv").rename(data / "LABEVENTS.csv.gz")
+
+    renamed = validate(data, config, cache=cache)
+
+    assert renamed.exit_code == 1 and not renamed.cached
+    assert any(f.check == "compression" for f in renamed.report.findings)

@@ -107,3 +107,40 @@ def test_checks_command_lists_every_check():
     assert result.exit_code == 0
     for check in CHECKS:
         assert check in result.output
+
+
+def test_log_mode_prints_plain_progress_to_stderr_and_the_summary_last(tmp_path):
+    done = _badpoints("validate", "data/sample", "--html", str(tmp_path / "r.html"), "--junit", str(tmp_path / "j.xml"),
+                      "--no-cache")
+    assert done.returncode == 0, done.stderr
+    assert "\x1b[" not in done.stdout + done.stderr  # not a terminal: no colour, no bars
+    progress = done.stderr.splitlines()
+    assert [line.split()[1] for line in progress[:2]] == ["read", "check"]
+    assert any(line.startswith("badpoints: clean") and "rows/s" in line for line in progress)
+    assert "badpoints:" not in done.stdout
+    summary = done.stdout[done.stdout.index("summary\n"):].splitlines()
+    assert summary[-1] == "status: warnings (0 errors, 10 warnings, 14 notes)"
+    assert any(line.split()[:1] == ["funnel"] and "dedup 9,332" in line for line in summary)
+    assert "  constant  ITEMID 50963, 51100" in summary
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+    assert (tmp_path / "j.xml").read_bytes().startswith(b"<?xml")
+
+
+def test_quiet_prints_only_errors_and_the_summary(tmp_path):
+    from tests.corpus import build as build_case
+
+    build_case("inf_valuenum", tmp_path / "data")
+    result = runner.invoke(app, ["validate", str(tmp_path / "data"), "--quiet"])
+    assert result.exit_code == 1
+    assert "ERROR   raw/valuenum_finite" in result.output
+    assert "WARNING" not in result.output and "badpoints: " not in result.output and "read LABEVENTS" not in result.output
+    assert "summary" in result.output and "status: errors" in result.output
+
+
+def test_unwritable_html_or_junit_path_exits_2(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for option in ("--html", "--junit"):
+        result = runner.invoke(app, ["validate", "data/sample", "--quiet", option, str(blocker / "report")])
+        assert result.exit_code == 2, result.output
+        assert "cannot write" in result.output and "Traceback" not in result.output

@@ -105,7 +105,7 @@ def manifest(out) -> dict:
 
 def test_build_writes_every_output_and_the_marker(out, manifest):
     graphs = {f"graphs/{split}/batch_00000.pt" for split in SPLITS}
-    expected = graphs | {"stats.json", "quarantine.parquet", "index.parquet", "report.json"}
+    expected = graphs | {"stats.json", "quarantine.parquet", "index.parquet", "report.json", "report.html"}
     assert set(manifest["outputs"]) == expected
     assert _final_files(out) == expected | {MANIFEST, MARKER}
 

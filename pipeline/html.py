@@ -1,0 +1,551 @@
+"""The HTML report: one self-contained page that says in a minute what is wrong with the data and where.
+
+Everything is inline: CSS, a tiny sorting script, and matplotlib figures as SVG;
+a Content-Security-Policy forbids the page any network request. Every text that
+comes from the data or the report is escaped, and raw values appear only when
+the run was asked for them (``--show-values``). The same input gives the same
+bytes: no time stamps, SVG ids from a fixed hash salt, no matplotlib metadata.
+
+Sections: status and findings, attrition funnel, z-score distributions of the
+most extreme items, constant / single-observation / fallback / unseen items,
+missingness and fills, split sizes, and for builds the graphs and their memory.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass
+from html import escape
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from pipeline.config import Config
+from pipeline.report import STAGE_ORDER, Report, write_atomic
+from schemas.checks import CHECKS
+
+TOP_ITEMS = 8
+"""How many items the z-score chart shows (those with the largest |z|)."""
+
+FLAGGED_POINTS = 200
+"""At most this many flagged points are drawn per item (the most extreme ones); the table counts all."""
+
+_SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+_NOUNS = {"error": "error", "warning": "warning", "info": "note"}
+_STAGE_COLOURS = {"load": "#7f7f7f", "raw": "#8c564b", "clean": "#1f77b4", "split": "#17becf", "encode": "#9467bd",
+                  "scale": "#ff7f0e", "fill": "#bcbd22", "bucket": "#2ca02c", "dedup": "#d62728",
+                  "graph": "#e377c2", "flow": "#7f7f7f"}
+_SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class HtmlReport:
+    """A rendered report: ``write`` it, or let Jupyter show it inline (``_repr_html_``)."""
+
+    text: str
+
+    def write(self, path: Path) -> None:
+        """Write the page atomically (a temp file in the same folder, then rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, self.text.encode("utf-8"))
+
+    def _repr_html_(self) -> str:
+        # An iframe keeps the page's CSS and script away from the notebook's own.
+        return (f'<iframe srcdoc="{escape(self.text, quote=True)}" title="badpoints report" '
+                'style="width:100%;height:900px;border:1px solid #ddd" sandbox="allow-scripts"></iframe>')
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def html_report(result: Any, config: Config | None = None, *, show_values: bool = False) -> HtmlReport:
+    """The report of a :class:`pipeline.flow.Validation` or :class:`pipeline.flow.Build`, for a notebook."""
+    if config is None:
+        from pipeline.config import load_config
+
+        config = load_config()
+    return HtmlReport(render(result, config, show_values=show_values))
+
+
+def render(result: Any, config: Config, *, show_values: bool = False) -> str:
+    """The whole page for a Validation or a Build (a Build has ``validation`` and its graphs)."""
+    validation = getattr(result, "validation", result)
+    report: Report = result.report
+    tables, prepared = validation.tables, validation.prepared
+    graphs = list(getattr(result, "graphs", ()) or ())
+    kind = "build" if validation is not result else "validate"
+    z = z_scores(tables.labevents, prepared, config)
+    sections = [
+        _header(report, kind, getattr(validation, "cached", False)),
+        _findings(report, show_values=show_values),
+        _attrition(report),
+        _zscores(z, config),
+        _items(prepared, z),
+        _missingness(tables, report, prepared, config),
+        _splits(prepared, graphs),
+    ]
+    if kind == "build":
+        sections.append(_graphs(graphs, config, written=getattr(result, "out_dir", None) is not None))
+    body = "\n".join(s for s in sections if s)
+    return _PAGE.format(title=f"badpoints {kind}: {escape(report.status)}", css=_CSS, script=_SCRIPT, body=body,
+                        version=escape(_version()))
+
+
+# -- data ---------------------------------------------------------------------------------------
+def z_scores(labevents: pd.DataFrame | None, prepared: Any, config: Config) -> pd.DataFrame:
+    """Each scaled lab row's z (index = source line), computed from the fitted stats.
+
+    The rows are those the scale stage saw (LABEVENTS less what clean quarantined), so the chart
+    exists even when the scale stage stopped the run on an error bound. ``seen`` is False for items
+    unseen in train (z = 0).
+    """
+    empty = pd.DataFrame({"ITEMID": pd.Series([], dtype="int64"), "Z": pd.Series([], dtype="float64"),
+                          "seen": pd.Series([], dtype="bool")})
+    stats = getattr(prepared, "stats", None)
+    if labevents is None or stats is None or "VALUENUM" not in labevents:
+        return empty
+    quarantine = prepared.quarantine
+    cleaned = quarantine.index[(quarantine["TABLE"] == "LABEVENTS") & (quarantine["STAGE"] == "clean")]
+    rows = labevents[~labevents.index.isin(cleaned) & labevents["VALUENUM"].notna() & labevents["ITEMID"].notna()]
+    items = rows["ITEMID"].astype("int64")
+    values = rows["VALUENUM"].astype("float64")
+    logged = items.isin(stats.log_items_)
+    table = stats.table()
+    mean, scale = items.map(table["mean"]), items.map(table["scale"])
+    with np.errstate(all="ignore"):
+        values = values.where(~logged, np.log1p(values))
+        z = ((values - mean) / scale).where(mean.notna(), 0.0)
+    clipped = [item for item, policy in config.scale.policy.items() if policy == "clip"]
+    bound = config.scale.warn_bound
+    z = z.where(~items.isin(clipped), z.clip(-bound, bound))
+    return pd.DataFrame({"ITEMID": items, "Z": z.astype("float64"), "seen": mean.notna()})
+
+
+def extreme_items(z: pd.DataFrame, warn_bound: float, top: int = TOP_ITEMS) -> pd.DataFrame:
+    """Per item seen in train: rows, non-finite z, max |z| and rows above the bound; the ``top`` largest."""
+    seen = z[z["seen"]]
+    if seen.empty:
+        return pd.DataFrame(columns=["rows", "nonfinite", "max_abs", "flagged"])
+    absolute = seen["Z"].abs()
+    finite = np.isfinite(seen["Z"])
+    frame = pd.DataFrame({"ITEMID": seen["ITEMID"], "abs": absolute.where(finite),
+                          "nonfinite": (~finite).astype("int64"),
+                          "flagged": ((absolute > warn_bound) | ~finite).astype("int64")})
+    summary = frame.groupby("ITEMID", sort=True).agg(rows=("abs", "size"), nonfinite=("nonfinite", "sum"),
+                                                     max_abs=("abs", "max"), flagged=("flagged", "sum"))
+    summary["max_abs"] = summary["max_abs"].fillna(0.0)
+    # Non-finite first, then by max |z|; ITEMID breaks ties so the order never depends on the input's.
+    summary = summary.assign(_nonfinite=summary["nonfinite"] > 0, _item=summary.index)
+    summary = summary.sort_values(["_nonfinite", "max_abs", "_item"], ascending=[False, False, True], kind="stable")
+    return summary.drop(columns=["_nonfinite", "_item"]).head(top)
+
+
+# -- sections -----------------------------------------------------------------------------------
+def _header(report: Report, kind: str, cached: bool) -> str:
+    counts = {s: sum(f.severity == s for f in report.findings) for s in ("error", "warning", "info")}
+    inputs = _table(["table", "file", "rows", "sha256"],
+                    [[i.table, i.path, _n(i.rows), i.sha256[:16]] for i in report.inputs],
+                    numeric={2})
+    overrides = ""
+    if report.overrides:
+        changed = ", ".join(f"{k} = {v}" for k, v in sorted(report.overrides.items()))
+        overrides = f"<p>Severities changed by the config: <code>{escape(changed)}</code></p>"
+    note = "<p class=note>This report was reused from the cache: only findings and attrition are shown.</p>" \
+        if cached else ""
+    return (f'<header><h1>badpoints {escape(kind)}</h1>'
+            f'<p><span class="status {escape(report.status)}" id="status">status: {escape(report.status)}</span> '
+            f'{counts["error"]} errors, {counts["warning"]} warnings, {counts["info"]} notes</p></header>'
+            f'<section id="inputs"><h2>Inputs</h2>{inputs}{overrides}{note}</section>')
+
+
+def _findings(report: Report, *, show_values: bool) -> str:
+    findings = report.as_json()["findings"]
+    by_stage: dict[str, dict[str, int]] = {}
+    for f in findings:
+        by_stage.setdefault(f["stage"], {}).setdefault(f["severity"], 0)
+        by_stage[f["stage"]][f["severity"]] += 1
+    chips = " ".join(
+        f'<span class="chip" style="border-color:{_STAGE_COLOURS.get(stage, "#999")}">{escape(stage)}: '
+        + ", ".join(f"{n} {escape(_NOUNS.get(sev, sev))}{'s' if n != 1 else ''}"
+                    for sev, n in sorted(counts.items(), key=lambda kv: _SEVERITY_RANK.get(kv[0], 3)))
+        + "</span>"
+        for stage, counts in sorted(by_stage.items(), key=lambda kv: STAGE_ORDER.get(kv[0], 99)))
+    head = ["severity", "stage", "check", "where", "count", "lines", "message"]
+    rows = []
+    for f in findings:
+        where = ".".join(p for p in (f["table"], f["column"]) if p)
+        shown = ", ".join(str(n) for n in f["lines"])
+        more = f["count"] - len(f["lines"]) if f["lines"] else 0
+        lines = escape(shown) + (f' <span class="more">(+{more:,} more)</span>' if more > 0 else "")
+        message = escape(f["message"])
+        if show_values and f.get("samples"):
+            message += '<br><span class="values">values: ' + escape(", ".join(repr(v) for v in f["samples"])) \
+                + "</span>"
+        check = CHECKS.get(f["check"])
+        title = f' title="{escape(check.title)}"' if check else ""
+        rows.append(
+            f'<tr class="{escape(f["severity"])}">'
+            f'<td data-sort="{_SEVERITY_RANK.get(f["severity"], 3)}"><span class="sev {escape(f["severity"])}">'
+            f'{escape(f["severity"])}</span></td>'
+            f'<td data-sort="{STAGE_ORDER.get(f["stage"], 99)}">{escape(f["stage"])}</td>'
+            f'<td{title}><code>{escape(f["check"])}</code></td><td>{escape(where)}</td>'
+            f'<td class="num" data-sort="{f["count"]}">{f["count"]:,}</td>'
+            f'<td class="lines" data-sort="{f["lines"][0] if f["lines"] else 0}">{lines}</td>'
+            f'<td class="msg">{message}</td></tr>')
+    header = "".join(f'<th scope="col">{escape(h)}</th>' for h in head)
+    table = (f'<table class="sortable" id="findings-table"><thead><tr>{header}</tr></thead>'
+             f'<tbody>{"".join(rows)}</tbody></table>') if rows else "<p>No findings.</p>"
+    hint = "<p class=note>Click a column to sort. Line numbers are the source file's (header = line 1).</p>"
+    return f'<section id="findings"><h2>Findings</h2><p>{chips}</p>{hint if rows else ""}{table}</section>'
+
+
+def _attrition(report: Report) -> str:
+    attrition = report.attrition or {}
+    ledger = attrition.get("LABEVENTS")
+    steps = attrition.get("steps") or []
+    if not ledger:
+        return ""
+    equation = (f'<p class="ledger">LABEVENTS rows: read {ledger["read"]:,} = kept {ledger["kept"]:,} + '
+                f'quarantined {ledger["quarantined"]:,} + deduplicated {ledger["deduplicated"]:,}</p>')
+    stopped = (f'<p class="note">The run stopped at stage <b>{escape(str(attrition["stopped_at"]))}</b>; '
+               "later stages did not run.</p>") if attrition.get("stopped_at") else ""
+    funnel = [s for s in steps if s["table"] == "LABEVENTS" and s["rows_in"] != s["rows_out"]]
+    chart = _figure("funnel", "LABEVENTS rows after each step that removed or merged rows",
+                    lambda: _funnel_chart(ledger["read"], funnel)) if funnel else ""
+    table = _table(["table", "stage", "step", "rows in", "rows out", "quarantined", "merged", "clipped"],
+                   [[s["table"], s["stage"], s["step"], _n(s["rows_in"]), _n(s["rows_out"]), _n(s["quarantined"]),
+                     _n(s["merged"]), _n(s["clipped"])] for s in steps], numeric={3, 4, 5, 6, 7}, sortable=True)
+    return f'<section id="attrition"><h2>Attrition</h2>{equation}{stopped}{chart}{table}</section>'
+
+
+def _zscores(z: pd.DataFrame, config: Config) -> str:
+    warn, error = config.scale.warn_bound, config.scale.error_bound
+    top = extreme_items(z, warn)
+    if top.empty:
+        return ""
+    chart = _figure("zscores", f"z-scores of the {len(top)} items with the largest |z|; dashed: |z| = {warn:g} "
+                               f"(warn bound); red points: rows above it",
+                    lambda: _z_chart(z, top, warn, error))
+    table = _table(["ITEMID", "rows", "max |z|", "rows above the warn bound", "non-finite z"],
+                   [[str(r.Index), _n(r.rows), f"{r.max_abs:.3g}", _n(r.flagged), _n(r.nonfinite)]
+                    for r in top.itertuples()], numeric={1, 2, 3, 4})
+    return (f'<section id="zscores"><h2>z-score distributions</h2><p>Per ITEMID, z from the training stats, on '
+            f"the rows the scale stage saw. Bounds: warning above {warn:g}, error above {error:g}.</p>"
+            f"{chart}{table}</section>")
+
+
+def _items(prepared: Any, z: pd.DataFrame) -> str:
+    stats = getattr(prepared, "stats", None)
+    if stats is None:
+        return ""
+    counts = dict(zip(stats.items_, stats.count_))
+    single = [item for item, count in counts.items() if count == 1]
+    unseen = z.loc[~z["seen"], "ITEMID"].value_counts().sort_index()
+    groups = [
+        ("constant", "std at most eps x |mean|, or one normal observation: scale set to 1", stats.constant_items_),
+        ("single-observation", "one normal training observation", single),
+        ("fallback", "no normal training rows: fitted on all their training rows", stats.fallback_items_),
+        ("unseen", "numeric items not in the training split: z = 0", list(unseen.index)),
+    ]
+    rows = []
+    for name, what, items in groups:
+        if name == "unseen":
+            listed = ", ".join(f"{item} ({_rows(n)})" for item, n in unseen.items())
+        else:
+            listed = ", ".join(f"{item} ({_rows(counts.get(item, 0), 'train row')})" for item in items)
+        rows.append([name, str(len(items)), listed or "none", what])
+    table = _table(["items", "count", "ITEMID", "meaning"], rows, numeric={1})
+    return f'<section id="items"><h2>Constant, single-observation, fallback and unseen items</h2>{table}</section>'
+
+
+def _missingness(tables: Any, report: Report, prepared: Any, config: Config) -> str:
+    parts = []
+    rows = []
+    for name in ("admissions", "labitems", "labevents"):
+        frame = getattr(tables, name, None)
+        if frame is None:
+            continue
+        total = len(frame)
+        for column in frame.columns:
+            if column == "REJECT":
+                continue
+            missing = int(frame[column].isna().sum())
+            rows.append([name.upper().replace("LABITEMS", "D_LABITEMS"), column, _n(total), _n(missing),
+                         f"{missing / total:.1%}" if total else "-"])
+    if rows:
+        parts.append("<h3>Missing values per column</h3><p class=note>After the raw checks: a value that failed "
+                     "an error check is counted as missing.</p>")
+        parts.append(_table(["table", "column", "rows", "missing", "missing %"], rows, numeric={2, 3, 4},
+                            sortable=True))
+    filled = {f.column: f.count for f in report.findings if f.check == "filled"}
+    fitted = dict(getattr(getattr(prepared, "fill_values", None), "values_", ()) or ())
+    fills = [[column, policy.policy, f"{fitted[column]:.4g}" if column in fitted else "-",
+              "yes" if policy.indicator else "no", _n(filled.get(column, 0))]
+             for column, policy in sorted(config.fill.items())]
+    if fills and getattr(prepared, "fill_values", None) is not None:
+        parts.append("<h3>Fills per tensor column</h3>")
+        parts.append(_table(["column", "policy", "value", "indicator", "values filled"], fills, numeric={4}))
+    if not parts:
+        return ""
+    return f'<section id="missingness"><h2>Missingness and fills</h2>{"".join(parts)}</section>'
+
+
+def _splits(prepared: Any, graphs: list[dict]) -> str:
+    splits = getattr(prepared, "splits", None)
+    if splits is None:
+        return ""
+    edges = getattr(prepared, "edges", None)
+    rows = []
+    for name in _SPLITS:
+        part = splits[splits["SPLIT"] == name]
+        row = [name, _n(len(part)), _n(part["GROUP"].nunique() if "GROUP" in part else len(part)),
+               _n(int((edges["SPLIT"] == name).sum())) if edges is not None else "-"]
+        if graphs:
+            row.append(_n(sum(g["split"] == name for g in graphs)))
+        rows.append(row)
+    head = ["split", "admissions", "patients", "lab edges"] + (["graphs"] if graphs else [])
+    return (f'<section id="splits"><h2>Split sizes</h2>'
+            f'{_table(head, rows, numeric=set(range(1, len(head))))}</section>')
+
+
+def _graphs(graphs: list[dict], config: Config, *, written: bool) -> str:
+    if not graphs:
+        return ('<section id="graphs"><h2>Graphs</h2><p>No graphs were built: the data has errors, fix them '
+                "first.</p></section>")
+    mb = 2 ** 20
+    rows = [[g["split"], str(g["batch"]), _n(g["admissions"]), _n(g["labitems"]), _n(g["edges"]),
+             f'{g["memory"]["tensors"] / mb:.2f}', f'{g["memory"]["activations"] / mb:.2f}',
+             f'{g["memory"]["total"] / mb:.2f}'] for g in graphs]
+    table = _table(["split", "batch", "admission nodes", "labitem nodes", "did edges", "tensors MB",
+                    f"activations MB (hidden {config.graph.hidden}, {config.graph.layers} layers)", "total MB"],
+                   rows, numeric={1, 2, 3, 4, 5, 6, 7}, sortable=True)
+    largest = max(graphs, key=lambda g: g["memory"]["total"])
+    note = (f'<p>Largest batch: {escape(largest["split"])}/batch {largest["batch"]} at '
+            f'{largest["memory"]["total"] / mb:.2f} MB; budget {config.graph.memory_budget_mb:g} MB.'
+            + ("" if written else " Not written: the build has errors.") + "</p>")
+    chart = _figure("graph-sizes", "did edges per graph, by split", lambda: _graph_chart(graphs))
+    return f'<section id="graphs"><h2>Graphs</h2>{note}{chart}{table}</section>'
+
+
+# -- charts (matplotlib, no pyplot: no global state, no GUI backend) -----------------------------
+def _figure(ident: str, caption: str, draw) -> str:
+    svg = _svg(draw(), ident)
+    return f'<figure id="fig-{escape(ident)}">{svg}<figcaption>{escape(caption)}</figcaption></figure>'
+
+
+_RC = {"svg.hashsalt": "badpoints", "svg.fonttype": "none", "text.parse_math": False, "font.size": 9,
+       "axes.spines.top": False, "axes.spines.right": False}
+
+
+def _new_figure(width: float, height: float):
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _svg(figure, ident: str) -> str:
+    """The figure as inline SVG: no XML prolog, no metadata, ids prefixed so figures do not clash."""
+    import matplotlib
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context(_RC):
+        figure.savefig(buffer, format="svg", metadata={"Date": None})
+    svg = buffer.getvalue()
+    svg = svg[svg.index("<svg"):]
+    svg = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.S)
+    svg = re.sub(r'\bid="([^"]+)"', rf'id="{ident}-\1"', svg)
+    svg = re.sub(r'(url\(#|href="#)([^")]+)', rf"\1{ident}-\2", svg)
+    return svg.replace("<svg ", f'<svg role="img" aria-label="{escape(ident)}" ', 1)
+
+
+def _funnel_chart(read: int, steps: list[dict]):
+    import matplotlib
+
+    with matplotlib.rc_context(_RC):
+        labels = ["read"] + [f'{s["stage"]}: {s["step"]}' for s in steps]
+        values = [read] + [s["rows_out"] for s in steps]
+        colours = ["#7f7f7f"] + [_STAGE_COLOURS.get(s["stage"], "#999999") for s in steps]
+        figure = _new_figure(8, 0.45 * len(labels) + 0.9)
+        ax = figure.add_subplot()
+        y = np.arange(len(labels))[::-1]
+        ax.barh(y, values, color=colours)
+        ax.set_yticks(y, labels)
+        ax.set_xlabel("LABEVENTS rows")
+        ax.set_xlim(0, max(values) * 1.22 if max(values) else 1)
+        for position, value, step in zip(y, values, [None] + steps):
+            note = f"{value:,}"
+            if step is not None:
+                note += f'  (-{step["rows_in"] - step["rows_out"]:,} {"merged" if step["merged"] else "quarantined"})'
+            ax.text(value, position, "  " + note, va="center", fontsize=8)
+        return figure
+
+
+def _z_chart(z: pd.DataFrame, top: pd.DataFrame, warn: float, error: float):
+    import matplotlib
+    from matplotlib.ticker import FuncFormatter
+
+    with matplotlib.rc_context(_RC):
+        items = list(top.index)
+        figure = _new_figure(8, 0.55 * len(items) + 1.1)
+        ax = figure.add_subplot()
+        positions = np.arange(len(items))[::-1]
+        data, flagged_x, flagged_y = [], [], []
+        for item, position in zip(items, positions):
+            values = z.loc[z["seen"] & (z["ITEMID"] == item), "Z"].to_numpy("float64")
+            values = values[np.isfinite(values)]
+            data.append(values if len(values) else np.array([0.0]))
+            beyond = values[np.abs(values) > warn]
+            beyond = beyond[np.argsort(-np.abs(beyond), kind="stable")][:FLAGGED_POINTS]
+            flagged_x.extend(beyond)
+            flagged_y.extend([position] * len(beyond))
+        ax.boxplot(data, positions=positions, orientation="horizontal", widths=0.6, showfliers=True,
+                   flierprops={"marker": ".", "markersize": 3, "markeredgecolor": "#888888"},
+                   medianprops={"color": "#1f77b4"})
+        if flagged_x:
+            ax.scatter(flagged_x, flagged_y, marker="x", color="#d62728", s=22, zorder=3, label=f"|z| > {warn:g}")
+        ax.set_xscale("symlog", linthresh=1.0)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        for bound in (-warn, warn):
+            ax.axvline(bound, color="#ff7f0e", linestyle="--", linewidth=1)
+        largest = float(top["max_abs"].max())
+        if largest >= error / 10:
+            for bound in (-error, error):
+                ax.axvline(bound, color="#d62728", linestyle="-", linewidth=1)
+        limit = max(largest, warn) * 2
+        ax.set_xlim(-limit, limit)
+        ax.set_yticks(positions, [f"ITEMID {item}" for item in items])
+        ax.set_xlabel("z (symmetric log scale)")
+        if flagged_x:
+            ax.legend(loc="lower right", fontsize=8, frameon=False)
+        return figure
+
+
+def _graph_chart(graphs: list[dict]):
+    import matplotlib
+
+    with matplotlib.rc_context(_RC):
+        figure = _new_figure(8, 2.6)
+        ax = figure.add_subplot()
+        colours = {"train": "#1f77b4", "val": "#ff7f0e", "test": "#2ca02c"}
+        x = np.arange(len(graphs))
+        ax.bar(x, [g["edges"] for g in graphs], color=[colours.get(g["split"], "#999999") for g in graphs])
+        ax.set_xticks(x, [f'{g["split"]}/{g["batch"]}' for g in graphs], rotation=45 if len(graphs) > 8 else 0,
+                      ha="right" if len(graphs) > 8 else "center")
+        ax.set_ylabel("did edges")
+        return figure
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _rows(count: int, word: str = "row") -> str:
+    return f"{count:,} {word}" + ("" if count == 1 else "s")
+
+
+def _n(value: Any) -> str:
+    return f"{int(value):,}"
+
+
+def _table(head: list[str], rows: Iterable[list[str]], *, numeric: set[int] = frozenset(),
+           sortable: bool = False) -> str:
+    """A table of escaped cells; ``numeric`` columns are right-aligned and sort by number."""
+    header = "".join(f'<th scope="col">{escape(h)}</th>' for h in head)
+    body = []
+    for row in rows:
+        cells = []
+        for n, cell in enumerate(row):
+            if n in numeric:
+                key = _sort_key(cell)
+                cells.append(f'<td class="num" data-sort="{escape(key)}">{escape(cell)}</td>')
+            else:
+                cells.append(f"<td>{escape(cell)}</td>")
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    cls = ' class="sortable"' if sortable else ""
+    return f"<table{cls}><thead><tr>{header}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _sort_key(cell: str) -> str:
+    """The number in a cell ('1,234', '12.5%', '3.2e+04') for sorting; '0' when there is none."""
+    text = re.sub(r"[,%\s]", "", cell)
+    try:
+        return repr(float(text))
+    except ValueError:
+        return "0"
+
+
+def _version() -> str:
+    try:
+        return metadata.version("badpoints")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1200px;
+padding:0 24px 48px;color:#222;background:#fff}
+h1{font-size:22px;margin:24px 0 4px}h2{font-size:18px;margin:32px 0 8px;border-bottom:1px solid #ddd}
+h3{font-size:15px;margin:18px 0 6px}
+table{border-collapse:collapse;margin:8px 0;min-width:50%;font-size:13px}#findings-table{width:100%}
+th,td{border-bottom:1px solid #eee;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f6f6f6;position:sticky;top:0;white-space:nowrap}table.sortable th{cursor:pointer;user-select:none}
+table.sortable th:after{content:" \\2195";color:#aaa}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.lines{max-width:220px;font-variant-numeric:tabular-nums}td.msg{max-width:520px}
+code{font:12px ui-monospace,Menlo,Consolas,monospace}
+.status{font-weight:600;padding:2px 10px;border-radius:10px;color:#fff}
+.status.ok{background:#2e7d32}.status.warnings{background:#b26a00}.status.errors{background:#c62828}
+.sev{font-weight:600;font-size:12px}.sev.error{color:#c62828}.sev.warning{color:#b26a00}.sev.info{color:#1565c0}
+tr.error td{background:#fff5f5}
+.chip{display:inline-block;border:2px solid #999;border-radius:10px;padding:0 8px;margin:2px 4px 2px 0;
+font-size:12px}
+.note{color:#666;font-size:12px}.more{color:#888}.values{color:#6a1b9a}
+.ledger{font-weight:600}
+figure{margin:12px 0}figure svg{max-width:100%;height:auto}figcaption{color:#666;font-size:12px}
+footer{margin-top:40px;color:#888;font-size:12px}
+"""
+
+_SCRIPT = """
+(function () {
+  function key(cell) {
+    var k = cell.getAttribute('data-sort');
+    return k === null ? cell.textContent.trim().toLowerCase() : parseFloat(k);
+  }
+  document.querySelectorAll('table.sortable').forEach(function (table) {
+    table.querySelectorAll('th').forEach(function (th, column) {
+      th.addEventListener('click', function () {
+        var body = table.tBodies[0];
+        var rows = Array.prototype.slice.call(body.rows);
+        var up = th.getAttribute('aria-sort') !== 'ascending';
+        table.querySelectorAll('th').forEach(function (h) { h.removeAttribute('aria-sort'); });
+        th.setAttribute('aria-sort', up ? 'ascending' : 'descending');
+        rows.sort(function (a, b) {
+          var x = key(a.cells[column]), y = key(b.cells[column]);
+          return (x < y ? -1 : x > y ? 1 : 0) * (up ? 1 : -1);
+        });
+        rows.forEach(function (row) { body.appendChild(row); });
+      });
+    });
+  });
+})();
+"""
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; \
+script-src 'unsafe-inline'; img-src data:">
+<title>{title}</title>
+<style>{css}</style>
+</head>
+<body>
+{body}
+<footer>Made by badpoints {version}. No raw values are shown unless the run was given --show-values.</footer>
+<script>{script}</script>
+</body>
+</html>
+"""

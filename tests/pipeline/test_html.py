@@ -1,0 +1,195 @@
+"""pipeline/html.py: the self-contained HTML report (sections, escaping, no raw values, same bytes twice)."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline import load_config, validate
+from pipeline.cli import app
+from pipeline.html import HtmlReport, html_report, render
+from pipeline.report import Finding, Report
+from tests.corpus import CANARY, Dataset
+from tests.corpus import build as build_case
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "data" / "sample"
+SECTIONS = ("inputs", "findings", "attrition", "zscores", "items", "missingness", "splits")
+runner = CliRunner()
+
+
+class Tags(HTMLParser):
+    """Every start tag with its attributes, and whether the document parsed to the end."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def tags_of(page: str) -> list[tuple[str, dict]]:
+    parser = Tags()
+    parser.feed(page)
+    parser.close()
+    return parser.tags
+
+
+def assert_self_contained(page: str) -> None:
+    tags = tags_of(page)
+    for tag, attrs in tags:
+        for name in ("src", "href", "xlink:href", "action", "data"):
+            value = (attrs.get(name) or "").strip().lower()
+            assert not value or value.startswith(("#", "data:")), (tag, name, value)
+        assert tag not in ("link", "img", "iframe", "object", "embed"), tag
+        if tag == "script":
+            assert "src" not in attrs
+    assert "@import" not in page and not re.search(r"url\((?!#)", page)
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load_config()
+
+
+@pytest.fixture(scope="module")
+def sample(config):
+    return validate(SAMPLE, config)
+
+
+@pytest.fixture(scope="module")
+def sample_page(sample, config):
+    return render(sample, config)
+
+
+def test_sample_report_has_every_section_and_is_self_contained(sample_page):
+    ids = {attrs.get("id") for _, attrs in tags_of(sample_page)}
+    assert set(SECTIONS) <= ids, set(SECTIONS) - ids
+    assert {"findings-table", "fig-funnel", "fig-zscores", "status"} <= ids
+    assert sample_page.count("<svg") == 2  # funnel and z-scores (graphs only in a build)
+    assert "status: warnings" in sample_page
+    for check in ("hadm_id_missing", "constant_item", "z_warn_bound", "mixed_item_text", "attrition"):
+        assert f"<code>{check}</code>" in sample_page
+    assert "read 13,041 = kept 9,332 + quarantined 874 + deduplicated 2,835" in sample_page
+    assert "50963 (1 train row)" in sample_page  # the single-observation, constant item
+    assert_self_contained(sample_page)
+
+
+def test_ids_are_unique_across_the_inline_figures(sample_page):
+    ids = [attrs["id"] for _, attrs in tags_of(sample_page) if "id" in attrs]
+    assert len(ids) == len(set(ids))
+    referenced = set(re.findall(r'(?:url\(#|href="#)([^")]+)', sample_page))
+    assert referenced <= set(ids), referenced - set(ids)
+
+
+def test_same_input_renders_the_same_bytes(sample_page, config):
+    again = render(validate(SAMPLE, config), config)  # a fresh run, not the same objects
+    assert again == sample_page
+
+
+def test_findings_are_escaped():
+    finding = Finding(severity="error", stage="raw", table="LABEVENTS", check="valuenum_numeric", column="VALUENUM",
+                      count=1, lines=[7], message='<script>alert("x")</script> & <b>bold</b>')
+    page = render(_Result(Report(findings=[finding])), load_config())
+    assert "<script>alert" not in page and "<b>bold" not in page
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in page
+    assert "status: errors" in page
+
+
+@pytest.mark.parametrize("case", ["unknown_flag", "text_in_itemid", "inf_valuenum", "missing_file",
+                                  "duplicate_admission"])
+def test_broken_data_shows_its_findings_and_no_raw_value(tmp_path, config, case):
+    expect = build_case(case, tmp_path / "data")
+    validation = validate(tmp_path / "data", config)
+    page = render(validation, config)
+    assert f"<code>{expect.check}</code>" in page
+    finding = next(f for f in validation.report.findings if f.check == expect.check)
+    for line in expect.lines:
+        assert str(line) in finding.message and re.search(rf"\b{line}\b", page)
+    for secret in {CANARY, expect.secret} - {None}:
+        assert secret not in page
+    assert_self_contained(page)
+
+
+def test_show_values_opts_in_to_samples(tmp_path, config):
+    build_case("text_in_valuenum", tmp_path / "data")
+    validation = validate(tmp_path / "data", config, show_values=True)
+    assert CANARY not in render(validation, config)  # the run carried samples, the page was not asked for them
+    assert f"values: &#x27;{CANARY}&#x27;" in render(validation, config, show_values=True)
+
+
+def test_z_chart_marks_the_items_beyond_the_error_bound(tmp_path):
+    data = Dataset.sample()
+    row = data.first("LABEVENTS", "VALUENUM", lambda v: v not in ("", "0"))
+    data.set("LABEVENTS", row, "VALUENUM", "2e11")
+    data.write(tmp_path / "data")
+    config_file = tmp_path / "quirks.toml"
+    config_file.write_text('[severity]\nvaluenum_bound = "warning"\n')
+    config = load_config(config_file)
+    validation = validate(tmp_path / "data", config)
+    assert validation.report.attrition["stopped_at"] == "scale"
+    page = render(validation, config)
+    assert "<code>z_error_bound</code>" in page and "stopped at stage <b>scale</b>" in page
+    assert 'id="fig-zscores"' in page  # the distributions exist although the scale stage stopped the run
+    item = int(validation.tables.labevents.loc[row + 2, "ITEMID"])
+    assert re.search(rf"<tr><td>{item}</td><td class=\"num\"[^>]*>[\d,]+</td><td class=\"num\"[^>]*>[\d.e+]+</td>"
+                     r"<td class=\"num\"[^>]*>[1-9]", page), "the planted item leads the z table with a flagged row"
+
+
+def test_notebook_objects(sample, config):
+    report = html_report(sample, config)
+    assert isinstance(report, HtmlReport)
+    inline = report._repr_html_()
+    assert inline.startswith("<iframe srcdoc=\"") and "<html" not in inline and "&lt;html" in inline
+    frame = sample.report.attrition_frame()
+    assert list(frame.columns[:5]) == ["table", "stage", "step", "rows_in", "rows_out"]
+    ledger = frame.attrs["ledger"]
+    assert ledger["read"] == ledger["kept"] + ledger["quarantined"] + ledger["deduplicated"]
+    labevents = frame[frame["table"] == "LABEVENTS"]
+    assert int(labevents["quarantined"].sum()) == ledger["quarantined"]
+    assert int(labevents["merged"].sum()) == ledger["deduplicated"]
+    assert Report().attrition_frame().empty
+    assert sample.report.stage_counts()["scale"] == {"warning": 3}
+
+
+def test_build_writes_report_html_listed_in_the_manifest(tmp_path):
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["build", str(SAMPLE), "--out", str(out), "--html", str(tmp_path / "copy.html"),
+                                 "--quiet"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "report.html" in manifest["outputs"]
+    page = (out / "report.html").read_text()
+    assert (tmp_path / "copy.html").read_text() == page
+    assert 'id="graphs"' in page and 'id="fig-graph-sizes"' in page and page.count("<svg") == 3
+    assert "did edges" in page and "total MB" in page
+    assert_self_contained(page)
+
+
+class _Result:
+    """A validation with nothing but a report (a run that stopped before reading anything)."""
+
+    def __init__(self, report: Report) -> None:
+        from pipeline.flow import Prepared
+        from pipeline.parse import RawTables
+
+        self.report, self.tables, self.prepared = report, RawTables(), Prepared()
+
+
+def test_build_folder_report_never_shows_raw_values(tmp_path):
+    expect = build_case("unknown_flag", tmp_path / "data")  # a warning: the build goes through
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["build", str(tmp_path / "data"), "--out", str(out), "--show-values", "--quiet",
+                                 "--html", str(tmp_path / "with-values.html")])
+    assert result.exit_code == 0, result.output
+    assert CANARY not in (out / "report.html").read_text()  # listed in the manifest, shared with the graphs
+    shown = (tmp_path / "with-values.html").read_text()
+    assert f"values: &#x27;{CANARY}&#x27;" in shown and 'id="graphs"' in shown
+    assert f"<code>{expect.check}</code>" in shown

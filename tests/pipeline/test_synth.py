@@ -1,0 +1,131 @@
+"""pipeline/synth.py: seeded, MIMIC-III-shaped, and valid data at any scale."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import load_config, validate
+from pipeline.synth import N_ITEMS, OUTPATIENT_SHARE, ROWS_PER_ADMISSION, main, write_synthetic
+
+ROWS = 20_000
+CSVS = ("ADMISSIONS.csv", "D_LABITEMS.csv", "LABEVENTS.csv")
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("synth")
+    write_synthetic(out, rows=ROWS, seed=7)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tables(synth):
+    lab = pd.read_csv(synth / "LABEVENTS.csv", dtype=str, keep_default_na=False, na_values=[""])
+    adm = pd.read_csv(synth / "ADMISSIONS.csv", dtype=str, keep_default_na=False, na_values=[""])
+    items = pd.read_csv(synth / "D_LABITEMS.csv", dtype=str, keep_default_na=False, na_values=[""])
+    info = json.loads((synth / "synth.json").read_text())
+    return lab.astype({"ITEMID": "int64"}), adm, items, info
+
+
+def test_same_seed_same_bytes_other_seed_other_bytes(synth, tmp_path):
+    main([str(tmp_path / "again"), "--rows", str(ROWS), "--seed", "7"])  # the command line, too
+    for name in CSVS:
+        assert (tmp_path / "again" / name).read_bytes() == (synth / name).read_bytes(), name
+    write_synthetic(tmp_path / "other", rows=ROWS, seed=8)
+    assert (tmp_path / "other" / "LABEVENTS.csv").read_bytes() != (synth / "LABEVENTS.csv").read_bytes()
+
+
+def test_columns_and_formats_are_the_samples(synth, sample_dir):
+    for name in CSVS:
+        ours = (synth / name).read_text().splitlines()
+        theirs = (sample_dir / name).read_text().splitlines()
+        assert ours[0] == theirs[0], name
+    raw = (synth / "LABEVENTS.csv").read_bytes()
+    assert b"\r" not in raw and b'"' not in raw and raw.endswith(b"\n")
+    lab = pd.read_csv(synth / "LABEVENTS.csv", dtype=str, keep_default_na=False)
+    assert lab["CHARTTIME"].str.fullmatch(r"2[12]\d\d-\d\d-\d\d \d\d:\d\d:00").all()
+    assert lab["ROW_ID"].astype(int).tolist() == list(range(1, ROWS + 1))
+
+
+def test_shaped_like_mimic(tables):
+    lab, adm, items, info = tables
+    assert len(lab) == ROWS and len(items) == N_ITEMS and items["ITEMID"].is_unique
+    assert 0.8 * ROWS_PER_ADMISSION < len(lab) / len(adm) < 1.2 * ROWS_PER_ADMISSION
+    assert adm["SUBJECT_ID"].nunique() < len(adm) and adm["HADM_ID"].is_unique
+    outpatient = lab["HADM_ID"].isna()
+    assert outpatient.mean() == pytest.approx(OUTPATIENT_SHARE, abs=0.01)
+    assert lab.loc[outpatient, "SUBJECT_ID"].notna().all()
+
+    # Skewed popularity: the top 10% of items hold most rows, and many items are rare.
+    counts = lab["ITEMID"].value_counts()
+    assert counts.iloc[: N_ITEMS // 10].sum() > 0.75 * ROWS
+    assert 0.02 < counts.iloc[0] / ROWS < 0.06
+    assert (counts <= 5).sum() > 100
+
+    assert set(lab["FLAG"].dropna()) == {"abnormal", "delta"}
+    assert 0.15 < lab["FLAG"].eq("abnormal").mean() < 0.4 and lab["FLAG"].isna().mean() > 0.5
+
+
+def test_numeric_categorical_and_mixed_items(tables):
+    lab, _, _, info = tables
+    has_number = lab["VALUENUM"].notna().groupby(lab["ITEMID"]).mean()
+    assert (has_number == 1).sum() > 300
+    categorical = has_number.index[has_number == 0]
+    mixed = has_number.index[(has_number > 0) & (has_number < 1)]
+    assert len(categorical) >= 5 and len(mixed) >= 5
+    tokens = set(lab.loc[lab["ITEMID"].isin(categorical), "VALUE"])
+    assert {"NEG", "1+"} <= tokens
+    assert {"<0.1", "See Comments"} & set(lab.loc[lab["ITEMID"].isin(mixed) & lab["VALUENUM"].isna(), "VALUE"])
+    numbers = lab["VALUENUM"].notna()
+    assert (lab.loc[numbers, "VALUE"] == lab.loc[numbers, "VALUENUM"]).all()
+
+
+def test_quirks_are_there(tables):
+    lab, adm, _, info = tables
+    special = info["special_items"]
+    values = lab.assign(X=lab["VALUENUM"].astype(float)).groupby("ITEMID")["X"]
+    (ill,) = special["ill_conditioned"]
+    assert values.mean()[ill] == pytest.approx(1e6, abs=1e-3)
+    assert 5e-4 < values.std()[ill] < 2e-3 and values.count()[ill] > 30
+    for item in special["constant"]:
+        assert values.count()[item] > 10 and values.std()[item] == 0
+    for item in special["single_observation"]:
+        assert values.count()[item] == 1
+        assert lab.loc[lab["ITEMID"] == item, "HADM_ID"].notna().all()
+    assert not lab["ITEMID"].isin(special["never_ordered"]).any()
+
+    inpatient = lab[lab["HADM_ID"].notna()]
+    assert inpatient.duplicated(["HADM_ID", "ITEMID", "CHARTTIME"]).sum() > 0  # CHARTTIME ties
+    stays = adm.set_index("HADM_ID")
+    charted = pd.to_datetime(inpatient["CHARTTIME"])
+    assert (charted < pd.to_datetime(inpatient["HADM_ID"].map(stays["ADMITTIME"]))).sum() > 0
+    assert (charted > pd.to_datetime(inpatient["HADM_ID"].map(stays["DISCHTIME"]))).sum() > 0
+
+
+def test_validates_with_warnings_only(synth, tables):
+    validation = validate(synth, load_config())
+    errors = [f for f in validation.report.findings if f.severity == "error"]
+    assert errors == [] and validation.exit_code == 0
+    warned = {f.check for f in validation.report.findings if f.severity == "warning"}
+    assert {"hadm_id_missing", "charttime_outside_stay", "mixed_item_text", "constant_item",
+            "before_admission"} <= warned
+    constant = next(f for f in validation.report.findings if f.check == "constant_item")
+    special = tables[3]["special_items"]
+    assert all(str(item) in constant.message for item in special["constant"])
+    ledger = validation.prepared.ledger()
+    assert ledger["read"] == ROWS and ledger["kept"] > 0.5 * ROWS
+
+
+def test_tiny_scales_are_refused_large_ones_stream(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="at least"):
+        write_synthetic(tmp_path, rows=10)
+    # Chunks hold whole subjects: with small chunks the file is still sorted by subject and complete.
+    monkeypatch.setattr("pipeline.synth.CHUNK_ROWS", 3_000)
+    write_synthetic(tmp_path, rows=12_000, seed=3)
+    lab = pd.read_csv(tmp_path / "LABEVENTS.csv", usecols=["ROW_ID", "SUBJECT_ID"])
+    assert len(lab) == 12_000 and np.all(np.diff(lab["SUBJECT_ID"].to_numpy()) >= 0)

@@ -1,0 +1,257 @@
+"""The HTML report in a real browser: headless Chromium renders the sample build's report.
+
+The test builds the sample with ``badpoints build --html``, serves the output folder on 127.0.0.1, and
+drives Debian's ``chromium`` through the DevTools protocol over a pipe (``--remote-debugging-pipe``: file
+descriptors 3 and 4, NUL-separated JSON, so no websocket library is needed). It fails on any console
+error, uncaught exception or browser log error (a blocked network request is one, as the page's
+Content-Security-Policy forbids them all), checks that the charts and the findings table are there and
+that the table sorts, and saves screenshots in the test's tmp folder (``BADPOINTS_SCREENSHOT=PATH`` also
+copies the top of the page to PATH, for the README).
+
+Without chromium the test is skipped, except under CI (``CI`` set), where it fails: ``.ci/run`` installs it.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import functools
+import json
+import os
+import select
+import shutil
+import struct
+import subprocess
+import sys
+import threading
+import time
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BADPOINTS = Path(sys.executable).with_name("badpoints")
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--hide-scrollbars", "--remote-debugging-pipe")
+WIDTH = 1280
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    path = shutil.which("chromium")
+    if path is None:
+        if _in_ci():
+            pytest.fail("chromium is not installed; .ci/run installs it (apt-get install -y chromium)")
+        pytest.skip("chromium is not installed (CI installs it: apt-get install -y chromium)")
+    return path
+
+
+class DevTools:
+    """A Chromium started with --remote-debugging-pipe, and the DevTools protocol spoken over it."""
+
+    def __init__(self, chromium: str, profile: Path, log: Path) -> None:
+        to_child, self._write = os.pipe()
+        self._read, from_child = os.pipe()
+        # The child must get the pipes as fds 3 and 4; lift ours above 9 so the shell's redirections never clash.
+        to_child, from_child = (self._high(fd) for fd in (to_child, from_child))
+        command = ["bash", "-c", f'exec "$0" "$@" 3<&{to_child} 4>&{from_child} {to_child}<&- {from_child}>&-',
+                   chromium, *FLAGS, f"--user-data-dir={profile}", "about:blank"]
+        self.log = log
+        with open(log, "wb") as stderr:
+            self.process = subprocess.Popen(command, pass_fds=(to_child, from_child), stdin=subprocess.DEVNULL,
+                                            stdout=stderr, stderr=stderr)
+        os.close(to_child)
+        os.close(from_child)
+        self._buffer = b""
+        self._id = 0
+        self.events: list[dict] = []
+
+    @staticmethod
+    def _high(fd: int) -> int:
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
+        os.close(fd)
+        return high
+
+    def _message(self, deadline: float) -> dict:
+        while b"\0" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._read], [], [], left)[0]:
+                raise TimeoutError(f"no answer from chromium; its log: {self.log_tail()}")
+            chunk = os.read(self._read, 1 << 20)
+            if not chunk:
+                raise EOFError(f"chromium closed the pipe; its log: {self.log_tail()}")
+            self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def call(self, method: str, params: dict | None = None, *, session: str | None = None,
+             timeout: float = 30.0) -> dict:
+        """Send a command and return its result; events that arrive meanwhile are kept in ``events``."""
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self._write, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = self._message(deadline)
+            if answer.get("id") == self._id:
+                if "error" in answer:
+                    raise RuntimeError(f"{method}: {answer['error']}")
+                return answer.get("result", {})
+            self.events.append(answer)
+
+    def wait_for(self, method: str, *, timeout: float = 30.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            for event in self.events:
+                if event.get("method") == method:
+                    return event
+            self.events.append(self._message(deadline))
+
+    def evaluate(self, expression: str, *, session: str):
+        result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
+                                                "awaitPromise": True}, session=session)
+        if "exceptionDetails" in result:
+            raise AssertionError(f"page script failed: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def log_tail(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-2000:]
+        except OSError:
+            return "(no log)"
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close", timeout=10)
+        except (OSError, EOFError, TimeoutError, RuntimeError):
+            pass
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=15)
+        for fd in (self._read, self._write):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def problems_in(events: list[dict]) -> list[str]:
+    """Console errors, uncaught exceptions and browser log errors (blocked or failed requests)."""
+    found = []
+    for event in events:
+        method, params = event.get("method"), event.get("params", {})
+        if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+            found.append("console.error: " + " ".join(str(a.get("value", a.get("description"))) for a in
+                                                      params.get("args", [])))
+        elif method == "Runtime.exceptionThrown":
+            found.append("exception: " + json.dumps(params.get("exceptionDetails", {}))[:500])
+        elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
+            entry = params["entry"]
+            found.append(f"log {entry.get('source')}: {entry.get('text')} {entry.get('url', '')}")
+    return found
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    requested: list[str] = []
+
+    def log_message(self, format, *args) -> None:  # noqa: A002 - the base class's name
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - the base class's name
+        self.requested.append(self.path)
+        super().do_GET()
+
+
+@pytest.fixture(scope="module")
+def served_report(tmp_path_factory):
+    """The sample's build, its report served on 127.0.0.1 at a free port."""
+    out = tmp_path_factory.mktemp("build")
+    done = subprocess.run([str(BADPOINTS), "build", "data/sample", "--out", str(out), "--html",
+                           str(out / "report.html"), "--quiet"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (out / "report.html").is_file()
+    handler = type("Handler", (_Quiet,), {"requested": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(out)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/report.html", handler.requested
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def test_report_renders_in_chromium_without_console_errors(chromium, served_report, tmp_path):
+    url, requested = served_report
+    browser = DevTools(chromium, tmp_path / "profile", tmp_path / "chromium.log")
+    try:
+        target = browser.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = browser.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Runtime", "Log", "Page"):
+            browser.call(f"{domain}.enable", session=session)
+        browser.call("Emulation.setDeviceMetricsOverride", {"width": WIDTH, "height": 1000, "deviceScaleFactor": 1,
+                                                            "mobile": False}, session=session)
+        navigation = browser.call("Page.navigate", {"url": url}, session=session)
+        assert "errorText" not in navigation, navigation
+        browser.wait_for("Page.loadEventFired")
+
+        page = browser.evaluate("""JSON.stringify({
+            title: document.title,
+            status: document.getElementById('status').textContent,
+            sections: Array.from(document.querySelectorAll('section')).map(s => s.id),
+            charts: Array.from(document.querySelectorAll('figure svg')).map(s => {
+                const box = s.getBoundingClientRect(); return [s.closest('figure').id, box.width, box.height]; }),
+            rows: document.querySelectorAll('#findings-table tbody tr').length,
+            scripts: Array.from(document.scripts).map(s => s.src)
+        })""", session=session)
+        page = json.loads(page)
+        assert page["status"] == "status: warnings" and page["title"] == "badpoints build: warnings"
+        assert {"findings", "attrition", "zscores", "items", "missingness", "splits", "graphs"} <= set(page["sections"])
+        assert {c[0] for c in page["charts"]} == {"fig-funnel", "fig-zscores", "fig-graph-sizes"}
+        assert all(width > 300 and height > 100 for _, width, height in page["charts"]), page["charts"]
+        assert page["rows"] >= 10 and page["scripts"] == [""]
+
+        height = browser.call("Page.getLayoutMetrics", session=session)["cssContentSize"]["height"]
+        shots = {}
+        for name, clip_height in (("report-full.png", height), ("report.png", min(height, 1600))):
+            shot = browser.call("Page.captureScreenshot", {
+                "format": "png", "captureBeyondViewport": True,
+                "clip": {"x": 0, "y": 0, "width": WIDTH, "height": clip_height, "scale": 1}}, session=session)
+            shots[name] = base64.b64decode(shot["data"])
+            (tmp_path / name).write_bytes(shots[name])
+        counts = browser.evaluate("""(() => {
+            const table = document.getElementById('findings-table');
+            table.querySelectorAll('th')[4].click();
+            return Array.from(table.tBodies[0].rows).map(r => parseFloat(r.cells[4].dataset.sort));
+        })()""", session=session)
+        assert counts == sorted(counts) and counts != list(reversed(sorted(counts)))  # the inline script ran
+
+        browser.evaluate("1", session=session)  # a last round trip: late console messages arrive before it
+        problems = problems_in(browser.events)
+    finally:
+        browser.close()
+
+    assert not problems, problems
+    assert set(requested) <= {"/report.html", "/favicon.ico"} and "/report.html" in requested, requested
+    assert png_size(shots["report.png"])[0] == WIDTH and png_size(shots["report-full.png"])[1] > 2000
+    if os.environ.get("BADPOINTS_SCREENSHOT"):
+        target = Path(os.environ["BADPOINTS_SCREENSHOT"])
+        shutil.copyfile(tmp_path / "report.png", target)
+        shutil.copyfile(tmp_path / "report-full.png", target.with_name(f"{target.stem}-full{target.suffix}"))
