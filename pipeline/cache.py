@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import metadata
@@ -88,10 +89,10 @@ class Cache:
             return None
         _touch(path)
         findings = [Finding(**record) for record in meta["findings"]]
-        return RawResult(tables=RawTables(**{RawTables.field_of(table): frame}), findings=findings)
+        return RawResult(tables=RawTables.only(table, frame), findings=findings)
 
     def put_table(self, table: str, key: str, result: RawResult) -> None:
-        frame = getattr(result.tables, RawTables.field_of(table))
+        frame = result.tables.of(table)
         sink = pa.BufferOutputStream()
         pq.write_table(pa.Table.from_pandas(frame, preserve_index=True), sink, compression="zstd")
         data = sink.getvalue().to_pybytes()
@@ -126,12 +127,19 @@ class Cache:
     # -- housekeeping --------------------------------------------------------------------------
     def prune(self) -> None:
         """Drop the least recently used entries until the cache fits ``max_bytes``."""
-        entries = [(p.stat().st_mtime, p.stat().st_size, p) for p in self.root.glob("*/*") if p.is_file()]
-        total = sum(size for _, size, _ in entries)
-        for _, size, path in sorted(entries, key=lambda e: (e[0], str(e[2]))):
+        entries = []
+        for path in self.root.glob("*/*"):
+            try:
+                info = path.stat()
+            except OSError:  # removed meanwhile by another run
+                continue
+            if stat.S_ISREG(info.st_mode):
+                entries.append((info.st_mtime, str(path), info.st_size))
+        total = sum(size for _, _, size in entries)
+        for _, path, size in sorted(entries):
             if total <= self.max_bytes:
                 break
-            path.unlink(missing_ok=True)
+            Path(path).unlink(missing_ok=True)
             total -= size
 
     def _folder(self, name: str) -> Path:

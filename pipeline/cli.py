@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
 
@@ -21,8 +22,6 @@ from pipeline.config import Config, ConfigError, load_config
 from pipeline.flow import build as run_build
 from pipeline.flow import validate as run_validate
 from pipeline.paths import OutputError
-
-ENGINES = ("pandas", "dask")
 from pipeline.progress import BUILD_STEPS, VALIDATE_STEPS, progress_for
 from pipeline.report import Report
 from schemas.checks import CHECKS
@@ -62,31 +61,33 @@ _PARTITIONS = typer.Option("--partitions", min=1, help="With --engine dask: row 
                                                       "(default: two per worker).")
 
 
+class EngineName(str, Enum):
+    """Where LABEVENTS' raw checks run (see ``pipeline.engine``)."""
+
+    pandas = "pandas"
+    dask = "dask"
+
+
 @contextlib.contextmanager
-def _where(err: Console, *, cache_dir: Optional[Path], no_cache: bool, engine: str, scheduler: Optional[str],
-           workers: int, memory_limit: str, partitions: Optional[int]) -> Iterator[tuple]:
+def _where(err: Console, *, cache_dir: Optional[Path], no_cache: bool, engine: EngineName,
+           scheduler: Optional[str], workers: int, memory_limit: str,
+           partitions: Optional[int]) -> Iterator[tuple]:
     """The cache and the engine a run uses; a Dask cluster that cannot start is a 'cannot run' (exit 2)."""
     cache = None if no_cache else Cache(cache_dir or default_cache_dir())
-    if engine == "pandas":
+    if engine is EngineName.pandas:
         yield cache, None
         return
-    if engine != "dask":
-        err.print(f"[bold red]badpoints: cannot run:[/] --engine must be one of {', '.join(ENGINES)}, "
-                  f"got {escape(engine)!r}")
-        raise typer.Exit(2)
     from pipeline.engine import dask_engine
 
-    try:
-        context = dask_engine(scheduler, workers=workers, memory_limit=memory_limit, partitions=partitions)
-        running = context.__enter__()
-    except Exception as exc:  # noqa: BLE001 - a cluster that cannot start: say why, no traceback
-        err.print(f"[bold red]badpoints: cannot run:[/] the Dask cluster did not start ({type(exc).__name__}: "
-                  f"{escape(str(exc)[:200])})")
-        raise typer.Exit(2)
-    try:
+    with contextlib.ExitStack() as stack:
+        try:
+            running = stack.enter_context(dask_engine(scheduler, workers=workers, memory_limit=memory_limit,
+                                                      partitions=partitions))
+        except Exception as exc:  # noqa: BLE001 - a cluster that cannot start: say why, no traceback
+            err.print(f"[bold red]badpoints: cannot run:[/] the Dask cluster did not start "
+                      f"({type(exc).__name__}: {escape(str(exc)[:200])})")
+            raise typer.Exit(2)
         yield cache, running
-    finally:
-        context.__exit__(None, None, None)
 
 
 @app.command()
@@ -101,7 +102,7 @@ def validate(
     quiet: Annotated[bool, _QUIET] = False,
     cache_dir: Annotated[Optional[Path], _CACHE_DIR] = None,
     no_cache: Annotated[bool, _NO_CACHE] = False,
-    engine: Annotated[str, _ENGINE] = "pandas",
+    engine: Annotated[EngineName, _ENGINE] = EngineName.pandas,
     scheduler: Annotated[Optional[str], _SCHEDULER] = None,
     workers: Annotated[int, _WORKERS] = 2,
     memory_limit: Annotated[str, _MEMORY] = "4GB",
@@ -143,7 +144,7 @@ def build(
     quiet: Annotated[bool, _QUIET] = False,
     cache_dir: Annotated[Optional[Path], _CACHE_DIR] = None,
     no_cache: Annotated[bool, _NO_CACHE] = False,
-    engine: Annotated[str, _ENGINE] = "pandas",
+    engine: Annotated[EngineName, _ENGINE] = EngineName.pandas,
     scheduler: Annotated[Optional[str], _SCHEDULER] = None,
     workers: Annotated[int, _WORKERS] = 2,
     memory_limit: Annotated[str, _MEMORY] = "4GB",

@@ -71,6 +71,11 @@ def admission_columns(admissions: pd.DataFrame) -> list[str]:
     return [column for column in ADMISSION_CATEGORICALS if column in admissions]
 
 
+def train_lab_values(events: pd.DataFrame) -> pd.DataFrame:
+    """The training rows of categorical items that carry a VALUE: what lab vocabularies are fitted on."""
+    return events[(events["SPLIT"] == "train") & (events["KIND"] == "categorical") & events["VALUE"].notna()]
+
+
 def fit_vocabularies(events: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
                      min_admissions: int = 1) -> Vocabularies:
     """Fit on the training split: lab VALUEs of categorical items, admission columns; FLUID/CATEGORY on the dictionary.
@@ -80,7 +85,7 @@ def fit_vocabularies(events: pd.DataFrame, admissions: pd.DataFrame, labitems: p
     value that could single out a patient is saved. The lab-item dictionary is not patient data, so its FLUID
     and CATEGORY vocabularies cover every item (labitem nodes are the whole dictionary).
     """
-    train = events[(events["SPLIT"] == "train") & (events["KIND"] == "categorical") & events["VALUE"].notna()]
+    train = train_lab_values(events)
     grouped = train.groupby(["ITEMID", "VALUE"])
     counts = pd.DataFrame({"n": grouped.size(), "admissions": grouped["HADM_ID"].nunique()}).reset_index()
     counts = counts[counts["admissions"] >= min_admissions]

@@ -22,9 +22,6 @@ import pandas as pd
 
 from pipeline.parse import PartCheck, check_part, combine_parts
 
-ENGINES = ("pandas", "dask")
-
-
 @dataclass(frozen=True)
 class DaskEngine:
     """Checks slices of a table on a Dask cluster; ``partitions`` slices per table (default: two per worker)."""

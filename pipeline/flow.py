@@ -122,8 +122,10 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
         key = cache_key("table", table, digests.get(table), path.name.lower().endswith(".gz"), settings) \
             if cache else None
         result = cache.get_table(table, key) if cache else None
-        sha256 = digests.get(table)
-        if result is None:
+        if result is not None:
+            sha256 = digests[table]
+            progress.step(f"cached {table}", rows=len(result.tables.of(table)))
+        else:
             progress.step(f"read {table}")
             try:
                 text = read_table(path, table)
@@ -136,11 +138,8 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
             sha256 = text.sha256
             if cache is not None and sha256 == digests[table]:
                 cache.put_table(table, key, result)
-        else:
-            progress.step(f"cached {table}", rows=len(getattr(result.tables, RawTables.field_of(table))))
         checked[table] = result
-        rows = len(getattr(result.tables, RawTables.field_of(table)))
-        inputs.append(InputFile(table=table, path=str(path), sha256=sha256, rows=rows))
+        inputs.append(InputFile(table=table, path=str(path), sha256=sha256, rows=len(result.tables.of(table))))
     report = Report(inputs=inputs)
     report.add(finding_from_error(problem) for problem in sorted(problems, key=lambda p: TABLES.index(p.table)))
     progress.step("relations", rows=sum(i.rows for i in inputs))
@@ -288,10 +287,11 @@ def _unseen_findings(events: pd.DataFrame, admissions: pd.DataFrame, encoded: pd
     """Categorical values that got code 0: unseen in train (a warning), or too rare there to be coded (a note)."""
     k = config.encode.min_admissions
     coded_zero = encode.unseen_lab_values(events)
-    train = events[(events["SPLIT"] == "train") & (events["KIND"] == "categorical") & events["VALUE"].notna()]
-    seen = pd.MultiIndex.from_frame(train[["ITEMID", "VALUE"]].astype({"VALUE": "str"}))
-    in_train = pd.Series(pd.MultiIndex.from_frame(events[["ITEMID", "VALUE"]].astype({"VALUE": "str"})).isin(seen),
-                         index=events.index)
+    # Only the rows coded 0 are looked up: was their (ITEMID, VALUE) in train at all (rare) or not (unseen)?
+    pairs = [events.loc[coded_zero, ["ITEMID", "VALUE"]], encode.train_lab_values(events)[["ITEMID", "VALUE"]]]
+    zero, seen = (pd.MultiIndex.from_frame(frame.astype({"VALUE": "str"})) for frame in pairs)
+    in_train = pd.Series(False, index=events.index)
+    in_train[coded_zero] = zero.isin(seen)
     lines = config.report.max_lines
     findings = [
         finding_from_mask(stage="encode", table="LABEVENTS", check="unseen_category", column="VALUE",

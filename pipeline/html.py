@@ -26,6 +26,7 @@ import pandas as pd
 
 from pipeline.config import Config
 from pipeline.report import STAGE_ORDER, Report, write_atomic
+from pipeline.scale import zscores
 from schemas.checks import CHECKS
 
 TOP_ITEMS = 8
@@ -112,18 +113,9 @@ def z_scores(labevents: pd.DataFrame | None, prepared: Any, config: Config) -> p
     quarantine = prepared.quarantine
     cleaned = quarantine.index[(quarantine["TABLE"] == "LABEVENTS") & (quarantine["STAGE"] == "clean")]
     rows = labevents[~labevents.index.isin(cleaned) & labevents["VALUENUM"].notna() & labevents["ITEMID"].notna()]
-    items = rows["ITEMID"].astype("int64")
-    values = rows["VALUENUM"].astype("float64")
-    logged = items.isin(stats.log_items_)
-    table = stats.table()
-    mean, scale = items.map(table["mean"]), items.map(table["scale"])
-    with np.errstate(all="ignore"):
-        values = values.where(~logged, np.log1p(values))
-        z = ((values - mean) / scale).where(mean.notna(), 0.0)
-    clipped = [item for item, policy in config.scale.policy.items() if policy == "clip"]
-    bound = config.scale.warn_bound
-    z = z.where(~items.isin(clipped), z.clip(-bound, bound))
-    return pd.DataFrame({"ITEMID": items, "Z": z.astype("float64"), "seen": mean.notna()})
+    rows = rows[["ITEMID", "VALUENUM"]].astype({"ITEMID": "int64", "VALUENUM": "float64"})
+    z = zscores(rows, stats, policy=config.scale.policy, warn_bound=config.scale.warn_bound, strict=False)
+    return pd.DataFrame({"ITEMID": rows["ITEMID"], "Z": z.astype("float64"), "seen": rows["ITEMID"].isin(stats.items_)})
 
 
 def extreme_items(z: pd.DataFrame, warn_bound: float, top: int = TOP_ITEMS) -> pd.DataFrame:

@@ -46,10 +46,14 @@ class RawTables:
     labitems: pd.DataFrame | None = None
     labevents: pd.DataFrame | None = None
 
-    @staticmethod
-    def field_of(table: str) -> str:
-        """The field holding ``table`` ("LABEVENTS" -> "labevents")."""
-        return _FIELDS[table]
+    @classmethod
+    def only(cls, table: str, frame: pd.DataFrame) -> "RawTables":
+        """Just one table, by its name ("LABEVENTS")."""
+        return cls(**{_FIELDS[table]: frame})
+
+    def of(self, table: str) -> pd.DataFrame | None:
+        """The table named ``table`` ("LABEVENTS")."""
+        return getattr(self, _FIELDS[table])
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,7 @@ def check_table(
     """
     run = check_part if engine is None else engine.check_part
     part = run(table, frame, valuenum_abs_bound=valuenum_abs_bound, severity=severity)
-    return RawResult(tables=RawTables(**{RawTables.field_of(table): part.typed}),
+    return RawResult(tables=RawTables.only(table, part.typed),
                      findings=part_findings(part, show_values=show_values, max_lines=max_lines))
 
 
@@ -207,7 +211,7 @@ def check_relations(
 ) -> RawResult:
     """Keys, foreign keys and stays across the tables checked by :func:`check_table`, then the typed guard."""
     findings: list[Finding | None] = [f for result in checked.values() for f in result.findings]
-    typed = {table: getattr(result.tables, RawTables.field_of(table)) for table, result in checked.items()}
+    typed = {table: result.tables.of(table) for table, result in checked.items()}
     _check_relations(typed, _reporter(findings, show_values=show_values, max_lines=max_lines), _rejects(severity),
                      stay_tolerance_hours)
     tables = RawTables(

@@ -86,19 +86,23 @@ def _policy_items(policy: Mapping[int, str], name: str) -> list[int]:
     return sorted(item for item, p in policy.items() if p == name)
 
 
-def _transformed(events: pd.DataFrame, log_items: list[int]) -> pd.Series:
-    """VALUENUM, with log1p applied to the items whose policy is 'log'."""
+def _transformed(events: pd.DataFrame, log_items: list[int], *, strict: bool = True) -> pd.Series:
+    """VALUENUM, with log1p applied to the items whose policy is 'log'.
+
+    ``strict``: a value at or below -1 of such an item is a StageError; otherwise it gives NaN or -inf.
+    """
     values = events["VALUENUM"].astype("float64")
     logged = events["ITEMID"].isin(log_items) & values.notna()
     domain = logged & (values <= -1)
-    if domain.any():
+    if strict and domain.any():
         raise StageError(
             stage=STAGE, side="input", check="log_domain", column="VALUENUM", count=int(domain.sum()),
             failure_cases=pd.DataFrame({"line": events.index[domain]}), table="LABEVENTS",
             detail="ITEMID " + ", ".join(map(str, sorted(events.loc[domain, "ITEMID"].unique())[:10])),
             advice="log1p needs values above -1; set this item's [scale.policy] to 'clip' or 'none'",
         )
-    return values.where(~logged, np.log1p(values.where(logged, 0.0)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return values.where(~logged, np.log1p(values.where(logged, 0.0)))
 
 
 def fit_zscore(events: pd.DataFrame, *, eps: float = 1e-12, clip_sigma: float = 3.0,
@@ -130,19 +134,26 @@ def fit_zscore(events: pd.DataFrame, *, eps: float = 1e-12, clip_sigma: float = 
     )
 
 
+def zscores(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[int, str] | None = None,
+            warn_bound: float = 100.0, strict: bool = True) -> pd.Series:
+    """The z of each row with a number (NaN elsewhere), from ``events``' ITEMID and VALUENUM: train stats;
+    items unseen in train get 0; 'clip' items are clipped at ``warn_bound``. Nothing is checked but, when
+    ``strict``, the log policy's domain: :func:`apply_zscore` guards the result."""
+    values = _transformed(events, list(stats.log_items_), strict=strict)
+    table = stats.table()
+    mean, scale = events["ITEMID"].map(table["mean"]), events["ITEMID"].map(table["scale"])
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        z = ((values - mean) / scale).where(mean.notna(), 0.0)
+    clipped = events["ITEMID"].isin(_policy_items(dict(policy or {}), "clip"))
+    return z.where(~clipped, z.clip(-warn_bound, warn_bound)).where(values.notna())
+
+
 @guarded(stage=STAGE, takes=EncodedEvents, gives=ScaledEvents)
 def apply_zscore(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[int, str] | None = None,
                  warn_bound: float = 100.0, error_bound: float = 1e6) -> pd.DataFrame:
     """Z for every row with a number: train stats; items unseen in train get 0; 'clip' items are clipped."""
-    policy = dict(policy or {})
-    values = _transformed(events, list(stats.log_items_))
-    table = stats.table()
-    mean, scale = events["ITEMID"].map(table["mean"]), events["ITEMID"].map(table["scale"])
-    number = values.notna()
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        z = ((values - mean) / scale).where(mean.notna(), 0.0)
-    clipped = events["ITEMID"].isin(_policy_items(policy, "clip"))
-    z = z.where(~clipped, z.clip(-warn_bound, warn_bound)).where(number)
+    z = zscores(events, stats, policy=policy, warn_bound=warn_bound)
+    number = events["VALUENUM"].notna()
     nonfinite = number & pd.Series(~np.isfinite(z.to_numpy("float64", na_value=np.nan)), index=z.index)
     _raise_if(nonfinite, events, "z_finite",
               "z-score that is inf or NaN", "Check the item's mean and scale in stats.json")

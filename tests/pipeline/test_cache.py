@@ -35,8 +35,7 @@ def entries(cache: Cache, kind: str = "tables") -> set[str]:
 
 def assert_same_tables(a: RawTables, b: RawTables) -> None:
     for table in TABLE_NAMES:
-        field = RawTables.field_of(table)
-        pd.testing.assert_frame_equal(getattr(a, field), getattr(b, field))
+        pd.testing.assert_frame_equal(a.of(table), b.of(table))
 
 
 def test_a_warm_run_gives_the_cold_runs_report_and_tables(data, cache):

@@ -80,6 +80,8 @@ def check_consistent(out: Path) -> str:
             json.loads(path.read_text(encoding="utf-8"))
         elif path.suffix == ".parquet":
             pq.read_table(path)
+        elif path.suffix == ".html":  # the report: whole or absent, never cut short
+            assert path.read_text(encoding="utf-8").rstrip().endswith("</html>"), name
         else:
             pytest.fail(f"unexpected file {name}")
     if not (out / MANIFEST).exists():

@@ -33,8 +33,7 @@ def _same_run(data_dir, engine, partitions):
 
     assert got.report.as_json() == expected.report.as_json()
     for table in ("ADMISSIONS", "D_LABITEMS", "LABEVENTS"):
-        field = RawTables.field_of(table)
-        pd.testing.assert_frame_equal(getattr(got.tables, field), getattr(expected.tables, field))
+        pd.testing.assert_frame_equal(got.tables.of(table), expected.tables.of(table))
     if expected.prepared.edges is not None:
         pd.testing.assert_frame_equal(got.prepared.edges, expected.prepared.edges)
     return got

@@ -284,3 +284,27 @@ def test_any_small_dataset_stops_with_an_error_or_gives_finite_edges(data):
     assert result.read == len(data["LABEVENTS"])
     bad = raw.tables.labevents.index[raw.tables.labevents["REJECT"].notna()]
     assert not edges.index.isin(bad).any()  # a rejected row never reaches a graph
+
+
+def test_a_value_coded_zero_is_rare_when_train_saw_it_and_unseen_when_it_did_not(tmp_path, config):
+    """A categorical VALUE in one train admission is too rare to code (a note); one only outside train is unseen
+    (a warning); each finding names its own line."""
+    from pipeline.flow import validate
+    from tests.corpus import Dataset
+
+    data = Dataset.sample()
+    splits = validate(data.write(tmp_path / "before"), config).prepared.splits.set_index("HADM_ID")["SPLIT"]
+    item, hadm, value = (data.col("LABEVENTS", c) for c in ("ITEMID", "HADM_ID", "VALUE"))
+    rows = [n for n, row in enumerate(data.rows["LABEVENTS"]) if row[item] == "51466" and row[hadm]]
+    train = next(n for n in rows if splits[int(data.rows["LABEVENTS"][n][hadm])] == "train")
+    other = next(n for n in rows if splits[int(data.rows["LABEVENTS"][n][hadm])] != "train")
+    rare_line = data.set("LABEVENTS", train, "VALUE", "ZZ-ONCE-IN-TRAIN")
+    unseen_line = data.set("LABEVENTS", other, "VALUE", "ZZ-NEVER-IN-TRAIN")
+
+    findings = validate(data.write(tmp_path / "after"), config).report.findings
+    by_check = {f.check: f for f in findings if f.table == "LABEVENTS" and f.column == "VALUE"}
+
+    rare, unseen = by_check["rare_category"], by_check["unseen_category"]
+    assert (rare.severity, unseen.severity) == ("info", "warning")
+    assert rare_line in rare.lines and rare_line not in unseen.lines
+    assert unseen_line in unseen.lines and unseen_line not in rare.lines
