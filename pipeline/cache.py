@@ -88,6 +88,7 @@ class Cache:
         except (pa.ArrowException, ValueError):
             return None
         _touch(path)
+        _touch(path.with_suffix(".json"))
         findings = [Finding(**record) for record in meta["findings"]]
         return RawResult(tables=RawTables.only(table, frame), findings=findings)
 
@@ -104,11 +105,11 @@ class Cache:
         self.prune()
 
     # -- whole reports -------------------------------------------------------------------------
-    def get_report(self, key: str, inputs: list[InputFile]) -> Report | None:
+    def get_report(self, key: str, paths: Mapping[str, str]) -> Report | None:
+        """The report saved under ``key``, naming the inputs by their ``paths`` now (table -> path)."""
         record = self._read_json(self.root / "reports" / f"{key}.json")
         if record is None:
             return None
-        paths = {i.table: i.path for i in inputs}
         report = Report(
             inputs=[InputFile(**{**i, "path": paths.get(i["table"], i["path"])}) for i in record["inputs"]],
             findings=[Finding(**f) for f in record["findings"]],

@@ -93,7 +93,7 @@ def fit_vocabularies(events: pd.DataFrame, admissions: pd.DataFrame, labitems: p
     counts["CODE"] = counts.groupby("ITEMID").cumcount() + 1
     lab_values = tuple(zip(counts["ITEMID"].astype("int64").tolist(), counts["VALUE"].astype("str").tolist(),
                            counts["CODE"].astype("int64").tolist()))
-    train_admissions = admissions[admissions["SPLIT"] == "train"].drop_duplicates("HADM_ID")
+    train_admissions = admissions[admissions["SPLIT"] == "train"]  # one row per HADM_ID (CleanAdmissions)
     return Vocabularies(
         lab_values_=lab_values,
         admission_=tuple((column, ordered_vocabulary(train_admissions[column], min_count=min_admissions))

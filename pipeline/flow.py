@@ -109,8 +109,7 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
     if cache is not None and reuse_report and not problems:
         report_key = cache_key("report", digests, {t: p.name.lower() for t, p in located.items()},
                                config.as_json(), show_values)
-        inputs = [InputFile(table=t, path=str(p), sha256=digests[t], rows=0) for t, p in located.items()]
-        cached = cache.get_report(report_key, inputs)
+        cached = cache.get_report(report_key, {t: str(p) for t, p in located.items()})
         if cached is not None:
             return Validation(report=cached, tables=RawTables(), prepared=Prepared(), cached=True)
 
