@@ -27,17 +27,18 @@ def bucket(events: pd.DataFrame, admissions: pd.DataFrame, *, interval_hours: fl
            max_timestep: int = 99, after_discharge_hours: float = 24.0, late_policy: str = "quarantine") -> Kept:
     """TIMESTEP for every row; rows before the admission day are quarantined, late rows per ``late_policy``."""
     stays = admissions.set_index("HADM_ID")
-    start = events["HADM_ID"].map(stays["ADMITTIME"]).dt.floor("D")
-    discharge = events["HADM_ID"].map(stays["DISCHTIME"])
+    at = stays.index.get_indexer(events["HADM_ID"])  # each row's admission, -1 where it has none
+    unknown = pd.Series(at < 0, index=events.index)
+    day_start = _per_row(_seconds(stays["ADMITTIME"].dt.floor("D")), at)
+    discharge = _per_row(_seconds(stays["DISCHTIME"]), at)
+    charted = _seconds(events["CHARTTIME"]).to_numpy()
     interval = interval_hours * 3600.0
     # Whole seconds since the start of the admission day: nanosecond differences overflow past 292 years.
-    elapsed = _seconds(events["CHARTTIME"]) - _seconds(start)
+    elapsed = pd.Series(charted - day_start, index=events.index)
     step = np.floor(elapsed / interval)
-    last = np.minimum(np.floor((_seconds(discharge) + after_discharge_hours * 3600.0 - _seconds(start)) / interval),
-                      max_timestep)
-    unknown = start.isna()
+    last = np.minimum(np.floor((discharge + after_discharge_hours * 3600.0 - day_start) / interval), max_timestep)
     before = elapsed < 0
-    late = (step > max_timestep) | (_seconds(events["CHARTTIME"]) > _seconds(discharge) + after_discharge_hours * 3600.0)
+    late = (step > max_timestep) | pd.Series(charted > discharge + after_discharge_hours * 3600.0, index=events.index)
     if late_policy == "clip":
         timed = events.assign(TIMESTEP=np.minimum(step, last).where(~(before | unknown), 0).astype("int64"))
         kept = set_aside(timed, [(NO_ADMISSION, unknown), (BEFORE, before)], stage=STAGE)
@@ -51,3 +52,8 @@ def bucket(events: pd.DataFrame, admissions: pd.DataFrame, *, interval_hours: fl
 def _seconds(times: pd.Series) -> pd.Series:
     """Seconds since the epoch as float64 (exact for whole seconds), NaN for NaT."""
     return times.astype("datetime64[s]").astype("int64").where(times.notna()).astype("float64")
+
+
+def _per_row(per_admission: pd.Series, at: np.ndarray) -> np.ndarray:
+    """An admission's float value on each row that refers to it (``at``: its position, -1 for none: NaN)."""
+    return np.append(per_admission.to_numpy("float64"), np.nan)[at]

@@ -3,30 +3,61 @@
 Ties on CHARTTIME are broken by the row's content (VALUENUM, VALUE, FLAG), so
 the kept row never depends on input order. The output is sorted by split,
 admission, timestep and item: the order the graph stage slices by offsets.
+
+Most keys hold one row, so the rows are ordered by one int64 key (a single
+stable sort) and only the rows that share a key are sorted by their content.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from pipeline.quarantine import Kept, Step
 from schemas.bucket import BucketedEvents
 from schemas.dedup import EdgeRows
 from schemas.guard import guarded
+from schemas.split import SPLITS
 
 STAGE = "dedup"
 KEY = ["HADM_ID", "TIMESTEP", "ITEMID"]
-SPLIT_ORDER = {"train": 0, "val": 1, "test": 2}
+TIE_BREAK = ["CHARTTIME", "VALUENUM", "VALUE", "FLAG"]
 
 
 @guarded(stage=STAGE, takes=BucketedEvents, gives=EdgeRows)
 def dedup(events: pd.DataFrame) -> Kept:
     """The latest row of each (HADM_ID, TIMESTEP, ITEMID); merged rows are counted, not quarantined."""
-    split_order = pd.Categorical(events["SPLIT"], categories=list(SPLIT_ORDER)).codes
-    ordered = events.assign(_SPLIT=split_order).sort_values(
-        ["_SPLIT", *KEY, "CHARTTIME", "VALUENUM", "VALUE", "FLAG"], kind="stable", na_position="first")
-    latest = ordered[~ordered.duplicated(KEY, keep="last")].drop(columns="_SPLIT")
-    merged = len(events) - len(latest)
+    key = edge_key(events)
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    shared = np.zeros(len(key), dtype=bool)
+    shared[1:] |= key[1:] == key[:-1]
+    shared[:-1] |= key[:-1] == key[1:]
+    # Among rows that share a key, the last by (CHARTTIME, VALUENUM, VALUE, FLAG), nulls first, wins;
+    # full ties keep the later input row, as one stable sort of every row by key and content would.
+    at = np.flatnonzero(shared)
+    ties = events.iloc[order[at]][TIE_BREAK].assign(_KEY=key[at], _AT=at)
+    ties = ties.sort_values(["_KEY", *TIE_BREAK], kind="stable", na_position="first")
+    keep = np.ones(len(key), dtype=bool)
+    keep[ties["_AT"].to_numpy()[ties["_KEY"].duplicated(keep="last").to_numpy()]] = False
+    latest = events.iloc[order[keep]]  # one gather of the rows, in key order
     step = Step(stage=STAGE, step="one row per (HADM_ID, TIMESTEP, ITEMID)", rows_in=len(events),
-                rows_out=len(latest), merged=merged)
+                rows_out=len(latest), merged=len(events) - len(latest))
     return Kept(frame=latest, steps=(step,))
+
+
+def edge_key(events: pd.DataFrame) -> np.ndarray:
+    """One int64 per row ordered as (split, HADM_ID, TIMESTEP, ITEMID): equal exactly for equal keys."""
+    key = split_codes(events["SPLIT"]).astype("int64")
+    for column in KEY:
+        codes, uniques = pd.factorize(events[column], sort=True)
+        if int(key.max(initial=0)) + 1 > np.iinfo("int64").max // max(len(uniques), 1):
+            raise OverflowError("dedup: too many distinct keys for one int64")  # beyond 10^18 key combinations
+        key = key * len(uniques) + codes
+    return key
+
+
+def split_codes(split: pd.Series) -> np.ndarray:
+    """0, 1, 2 for train, val, test (-1 for anything else), without a per-row string comparison."""
+    codes, uniques = pd.factorize(split)
+    return pd.Index(SPLITS).get_indexer(uniques)[codes]

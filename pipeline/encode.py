@@ -113,10 +113,13 @@ def codes(values: pd.Series, vocabulary: tuple[str, ...]) -> pd.Series:
 def encode_events(events: pd.DataFrame, vocabularies: Vocabularies) -> pd.DataFrame:
     """CODE for categorical rows (0 = missing/unseen); null for rows that carry a number."""
     table = vocabularies.lab_table()
-    keyed = pd.MultiIndex.from_frame(events[["ITEMID", "VALUE"]].astype({"VALUE": "str"}))
+    categorical = (events["KIND"] == "categorical").to_numpy()
+    # Only categorical rows are looked up: numeric rows (most of LABEVENTS) keep a null CODE.
+    keyed = pd.MultiIndex.from_frame(events.loc[categorical, ["ITEMID", "VALUE"]].astype({"VALUE": "str"}))
     lookup = pd.Series(table["CODE"].to_numpy(), index=pd.MultiIndex.from_frame(table[["ITEMID", "VALUE"]]))
-    code = pd.Series(lookup.reindex(keyed).to_numpy(), index=events.index).fillna(MISSING).astype("Int64")
-    return events.assign(CODE=code.where(events["KIND"] == "categorical"))
+    code = pd.Series(pd.NA, index=events.index, dtype="Int64")
+    code[categorical] = lookup.reindex(keyed).fillna(MISSING).to_numpy("int64")
+    return events.assign(CODE=code)
 
 
 def unseen_lab_values(encoded: pd.DataFrame) -> pd.Series:

@@ -41,13 +41,13 @@ class FillValues:
 
 def fit_fill(events: pd.DataFrame, policies: Mapping[str, FillPolicy]) -> FillValues:
     """Constants as declared; means and medians of the training split."""
-    train = events[events["SPLIT"] == "train"]
+    train = events["SPLIT"] == "train"
     values = []
     for column, policy in sorted(policies.items()):
         if policy.policy == "constant":
             values.append((column, float(policy.value)))
         elif policy.policy in ("mean", "median"):
-            ordered = train[column].astype("float64").sort_values(ignore_index=True)  # order-free sums
+            ordered = events.loc[train, column].astype("float64").sort_values(ignore_index=True)  # order-free
             fitted = getattr(ordered, policy.policy)()
             values.append((column, float(fitted) if np.isfinite(fitted) else 0.0))
     return FillValues(values_=tuple(values))
@@ -65,7 +65,7 @@ def apply_fill(events: pd.DataFrame, values: FillValues, policies: Mapping[str, 
             failure_cases=pd.DataFrame({"line": events.index[missing[column]]}), table="LABEVENTS",
             advice=f"Declare a policy for {column} in [fill.{column}]",
         )
-    filled = events.copy()
+    filled = events.copy(deep=False)  # copy-on-write: the columns set below never reach ``events``
     for column in sorted(policies):
         policy = policies[column]
         if policy.policy in ("constant", "mean", "median"):

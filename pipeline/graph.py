@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 from torch_geometric.data import HeteroData
 
+from pipeline.dedup import edge_key, split_codes
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
 from schemas.split import SPLITS
@@ -62,22 +63,28 @@ def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Dat
     features = admission_feature_columns(admissions)
     by_hadm = admissions.set_index("HADM_ID").sort_index()
 
-    order = edges.assign(_SPLIT=edges["SPLIT"].map({s: n for n, s in enumerate(SPLITS)}))
-    order = order.sort_values(["_SPLIT", "HADM_ID", "TIMESTEP", "ITEMID"], kind="stable")
-    hadm = order["HADM_ID"].to_numpy("int64")
-    item = pd.Index(item_ids).get_indexer(order["ITEMID"].to_numpy("int64"))
+    # Sorted once, as numpy columns (the frame's text columns are never gathered); dedup's output already
+    # is in this order, which a stable sort keeps at little cost.
+    order = np.argsort(edge_key(edges), kind="stable")
+    hadm = edges["HADM_ID"].to_numpy("int64")[order]
+    item_of_row = edges["ITEMID"].to_numpy("int64")[order]
+    item = pd.Index(item_ids).get_indexer(item_of_row)
     if (item < 0).any():
-        unknown = np.unique(order["ITEMID"].to_numpy("int64")[item < 0])
+        unknown = np.unique(item_of_row[item < 0])
         raise StageError(
             stage=STAGE, side="input", check="graph_index_bounds", column="ITEMID", count=int((item < 0).sum()),
-            failure_cases=pd.DataFrame({"line": order.index[item < 0]}), table="LABEVENTS",
+            failure_cases=pd.DataFrame({"line": edges.index[order[item < 0]]}), table="LABEVENTS",
             detail=f"ITEMID {', '.join(map(str, unknown[:10]))} not among the lab-item nodes",
             advice="Every edge's ITEMID must be in the encoded D_LABITEMS; check the clean stage's item filter",
         )
-    attr = np.column_stack([order["CODE"].to_numpy("float64"), order["Z"].to_numpy("float64")]).astype("float32")
-    timestep = order["TIMESTEP"].to_numpy("int64")
-    last = order.groupby("HADM_ID")["TIMESTEP"].transform("max").to_numpy("int64")
-    split_code = order["_SPLIT"].to_numpy("int64")
+    attr = np.column_stack([edges["CODE"].to_numpy("float64")[order],
+                            edges["Z"].to_numpy("float64")[order]]).astype("float32")
+    timestep = edges["TIMESTEP"].to_numpy("int64")[order]
+    # An admission's rows are contiguous (it has one split): its last timestep is the max over its run.
+    starts = np.flatnonzero(np.r_[True, hadm[1:] != hadm[:-1]]) if len(hadm) else np.array([], dtype="int64")
+    last = np.repeat(np.maximum.reduceat(timestep, starts), np.diff(np.r_[starts, len(hadm)])) \
+        if len(hadm) else timestep
+    split_code = split_codes(edges["SPLIT"])[order]
 
     graphs: list[GraphBatch] = []
     split_bounds = np.searchsorted(split_code, np.arange(len(SPLITS) + 1))

@@ -13,7 +13,8 @@ from typing import Sequence
 
 import pandas as pd
 
-QUARANTINE_COLUMNS = ("TABLE", "STAGE", "REASON", "HADM_ID", "ITEMID")
+KEYS = ("HADM_ID", "ITEMID")
+QUARANTINE_COLUMNS = ("TABLE", "STAGE", "REASON", *KEYS)
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def quarantine_frame(rows: pd.DataFrame, table: str, stage: str, reason: str | p
     out["STAGE"] = pd.Series(stage, index=out.index, dtype="str")
     out["REASON"] = reason if isinstance(reason, pd.Series) else pd.Series(reason, index=out.index, dtype="str")
     out["REASON"] = out["REASON"].astype("str")
-    for key in ("HADM_ID", "ITEMID"):
+    for key in KEYS:
         out[key] = (rows[key] if key in rows else pd.Series(pd.NA, index=rows.index)).astype("Int64")
     return out
 
@@ -59,16 +60,18 @@ def set_aside(frame: pd.DataFrame, filters: Sequence[tuple[str, pd.Series]], *, 
               table: str = "LABEVENTS") -> Kept:
     """Apply ``(reason, mask)`` filters in order; a row goes to quarantine under the first reason that takes it."""
     remaining = pd.Series(True, index=frame.index)
+    keys = [key for key in KEYS if key in frame]  # all a quarantine record keeps of a row
     parts, steps = [], []
     for reason, mask in filters:
         taken = remaining & mask.reindex(frame.index).fillna(False).astype(bool)
         rows_in = int(remaining.sum())
-        parts.append(quarantine_frame(frame[taken], table, stage, reason))
+        parts.append(quarantine_frame(frame.loc[taken, keys], table, stage, reason))
         remaining &= ~taken
         steps.append(Step(stage=stage, step=reason, rows_in=rows_in, rows_out=int(remaining.sum()),
                           quarantined=int(taken.sum()), table=table))
     quarantine = pd.concat(parts) if parts else empty_quarantine()
-    return Kept(frame=frame[remaining], quarantine=quarantine, steps=tuple(steps))
+    kept = frame if remaining.all() else frame[remaining]  # nothing taken: no copy of every column
+    return Kept(frame=kept, quarantine=quarantine, steps=tuple(steps))
 
 
 def combine(quarantines: Sequence[pd.DataFrame]) -> pd.DataFrame:

@@ -35,7 +35,9 @@ def check_frame(model: type[pa.DataFrameModel], frame: pd.DataFrame, *, stage: s
     """Validate ``frame`` against ``model`` lazily; the first failing (column, check) becomes a StageError."""
     require_validation()
     try:
-        return model.validate(frame, lazy=True)
+        # inplace: no schema here coerces, adds columns or sets defaults, so pandera's only use of a copy
+        # would be to protect the frame from changes that cannot happen; skipping it saves a full copy.
+        return model.validate(frame, lazy=True, inplace=True)
     except pa.errors.SchemaErrors as errors:
         raise stage_error(errors.failure_cases, stage=stage, side=side, model=model, frame=frame,
                           table=table) from None

@@ -202,3 +202,21 @@ def test_renumbered_lines_give_the_same_edges(bucketed):
     shuffled = bucketed.sample(frac=1.0, random_state=4)
     shuffled.index = pd.RangeIndex(2, len(shuffled) + 2, name="line")
     pd.testing.assert_frame_equal(values(dedup(shuffled).frame), values(dedup(bucketed).frame))
+
+
+def test_the_one_key_sort_keeps_the_rows_one_full_sort_of_every_row_would(bucketed):
+    """The reference: one stable sort of every row by split, key and content, keeping each key's last row."""
+    moved = bucketed.sample(frac=0.3, random_state=7)
+    # Re-charted copies an hour earlier, exact copies (full ties) and copies with another value.
+    noisy = pd.concat([bucketed, moved.assign(CHARTTIME=moved["CHARTTIME"] - pd.Timedelta(hours=1)),
+                       moved.head(200), moved.tail(200).assign(VALUENUM=moved.tail(200)["VALUENUM"] + 1)])
+    noisy = noisy.sample(frac=1.0, random_state=3)
+    noisy.index = pd.RangeIndex(2, len(noisy) + 2, name="line")
+    split = pd.Categorical(noisy["SPLIT"], categories=["train", "val", "test"]).codes
+    reference = noisy.assign(_SPLIT=split).sort_values(
+        ["_SPLIT", *KEY, "CHARTTIME", "VALUENUM", "VALUE", "FLAG"], kind="stable", na_position="first")
+    reference = reference[~reference.duplicated(KEY, keep="last")].drop(columns="_SPLIT")
+
+    got = dedup(noisy).frame
+    pd.testing.assert_frame_equal(got, reference)
+    assert len(got) < len(noisy) - 400

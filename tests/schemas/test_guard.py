@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from pipeline.bucket import bucket
@@ -65,3 +66,13 @@ def test_a_frame_changed_after_its_guard_passed_is_validated_again(bucketed):
 
     assert (raised.value.stage, raised.value.side, raised.value.column) == ("dedup", "input", "Z")
     assert guard._LAST_OUTPUT.get() is guard._OUTSIDE
+
+
+def test_a_guard_validates_the_frame_itself_without_copying_or_changing_it(bucketed):
+    """No schema coerces or adds columns, so validation in place must hand back the very frame, unchanged."""
+    before = bucketed.copy()
+    passed = guard.check_frame(dedup.takes, bucketed, stage="dedup", side="input")
+
+    assert passed is bucketed
+    assert list(bucketed.columns) == list(before.columns)
+    pd.testing.assert_frame_equal(bucketed, before)
