@@ -30,6 +30,7 @@ TABLES = ("ADMISSIONS", "D_LABITEMS", "LABEVENTS")
 SUFFIXES = (".csv", ".csv.gz")
 SUBFOLDERS = ("", "hosp")
 _GZIP_MAGIC = b"\x1f\x8b"
+_BLANK = re.compile(rb"[\r\n\t \xef\xbb\xbf]*")  # a file of only these bytes has not even a header
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def read_table(path: Path, table: str) -> TextTable:
     raw = _read_bytes(path, table)
     sha256 = hashlib.sha256(raw).hexdigest()
     data = _decompress(raw, path, table)
-    if not data.strip(b"\r\n\t \xef\xbb\xbf"):
+    if _BLANK.fullmatch(data):
         raise _load_error(table, "file_empty", path=path)
     data = _require_utf8(data, path, table)
     header = _read_header(data, path, table)
@@ -175,9 +176,13 @@ def _decompress(raw: bytes, path: Path, table: str) -> bytes:
 
 
 def _require_utf8(data: bytes, path: Path, table: str) -> bytes:
-    """Strict UTF-8 (a BOM is tolerated); report the lines holding undecodable bytes."""
-    try:
-        pa.array([data], pa.large_binary()).cast(pa.large_string())
+    """Strict UTF-8 (a BOM is tolerated); report the lines holding undecodable bytes.
+
+    The whole file is checked here, unread columns too, so the CSV reader need not check its columns again.
+    """
+    offsets = pa.py_buffer(np.array([0, len(data)], dtype=np.int64))
+    try:  # the bytes as one large_string value, without a copy
+        pa.LargeStringArray.from_buffers(1, offsets, pa.py_buffer(data)).validate(full=True)
         return data
     except pa.ArrowInvalid:
         pass
@@ -255,6 +260,7 @@ def _parse(data: bytes, header: list[str], columns: dict[str, str], path: Path, 
                 null_values=[""],
                 strings_can_be_null=True,
                 quoted_strings_can_be_null=True,
+                check_utf8=False,  # _require_utf8 checked every byte of the file
             ),
         )
     except (pa.ArrowInvalid, pa.ArrowException):

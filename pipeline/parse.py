@@ -1,7 +1,9 @@
 """Raw stage: check the text tables against ``schemas.raw`` and parse them into typed frames.
 
 Every raw check runs lazily, so one call reports every bad point of every
-table. Rows that fail a check whose severity is ``error`` stay in the typed
+table. Each checked column is parsed once (``schemas.checks.parse_columns``):
+its checks read that parse while the schema validates, and it becomes the typed
+column. Rows that fail a check whose severity is ``error`` stay in the typed
 frames with ``REJECT`` naming the first such check; the clean stage quarantines
 them. Nothing here reads or writes files.
 """
@@ -14,11 +16,9 @@ from typing import Any, Mapping, Protocol
 import numpy as np
 import pandas as pd
 import pandera.pandas as pa
-import pyarrow as pa_arrow
-import pyarrow.compute as pc
 
 from pipeline.report import CLASS_SAMPLE, Finding, finding_from_mask
-from schemas.checks import CHECKS, ERROR, NUMBER_TEXT, matches, number_values, parse_datetime_text
+from schemas.checks import CHECKS, ERROR, ParsedNumbers, ParsedText, parse_columns, sharing_parses
 from schemas.errors import require_validation, value_classes
 from schemas.guard import check_frame
 from schemas.raw import (
@@ -33,7 +33,6 @@ from schemas.raw import (
 
 STAGE = "raw"
 _TIMES = ("ADMITTIME", "DISCHTIME", "CHARTTIME")
-_IDS = ("SUBJECT_ID", "HADM_ID", "ITEMID")
 # Checks whose failing text cannot become a value: the typed column holds null there.
 _UNPARSEABLE = ("id_positive_integer", "datetime_iso", "valuenum_numeric", "valuenum_finite")
 
@@ -138,7 +137,10 @@ def check_part(table: str, frame: pd.DataFrame, *, valuenum_abs_bound: float = D
     if table == "LABEVENTS" and "VALUENUM" not in frame:
         frame = _derive_valuenum(frame)
         derived = _derived_counts(frame)
-    failures = _schema_failures(schemas[table](), frame)
+    schema = schemas[table]()
+    parses = parse_columns(schema, frame)  # each checked column parsed once, for its checks and the typed table
+    with sharing_parses(parses):
+        failures = _schema_failures(schema, frame)
     reject = pd.Series(pd.NA, index=frame.index, dtype="str")
     for check, lines in failures.groupby("check", sort=True)["line"]:
         if rejects(check):
@@ -146,7 +148,7 @@ def check_part(table: str, frame: pd.DataFrame, *, valuenum_abs_bound: float = D
             reject = reject.mask(reject.isna() & failed, check)
     nulled = failures[failures["check"].isin(_UNPARSEABLE) | (failures["check"].eq("valuenum_bound")
                                                                 & rejects("valuenum_bound"))]
-    typed = _parse(frame, nulled).assign(REJECT=reject)
+    typed = _typed(frame, parses, nulled).assign(REJECT=reject)
     if table == "LABEVENTS":
         missing = frame.index[frame["HADM_ID"].isna()]
         failures = pd.concat([failures, pd.DataFrame({"column": "HADM_ID", "check": "hadm_id_missing",
@@ -244,7 +246,7 @@ def _reporter(findings: list, *, show_values: bool, max_lines: int):
 def _schema_failures(schema: pa.DataFrameSchema, frame: pd.DataFrame) -> pd.DataFrame:
     """Every failing (column, check, line) of a lazy validation; missing required values get their own ids."""
     try:
-        schema.validate(frame, lazy=True)
+        schema.validate(frame, lazy=True, inplace=True)  # nothing coerces: no copy of the text table needed
         return pd.DataFrame({"column": [], "check": [], "line": []}).astype({"line": "int64"})
     except pa.errors.SchemaErrors as errors:
         cases = errors.failure_cases
@@ -263,14 +265,15 @@ def _schema_failures(schema: pa.DataFrameSchema, frame: pd.DataFrame) -> pd.Data
 
 def _derive_valuenum(frame: pd.DataFrame) -> pd.DataFrame:
     """VALUENUM from VALUE by the strict numeric grammar; censored '<0.01' and text stay text only."""
-    numeric = matches(frame["VALUE"], NUMBER_TEXT)
+    numeric = ParsedNumbers.of(frame["VALUE"]).numeric
     return frame.assign(VALUENUM=frame["VALUE"].where(numeric))
 
 
 def _derived_counts(frame: pd.DataFrame) -> tuple[int, int, int]:
     value = frame["VALUE"]
     numeric = int(frame["VALUENUM"].notna().sum())
-    censored = int(value_classes(value.dropna()).eq("censored number").sum())
+    counts = value.value_counts()  # each distinct text classified once
+    censored = int(counts[value_classes(counts.index.to_series()).eq("censored number").to_numpy()].sum())
     return numeric, censored, int(value.notna().sum()) - numeric
 
 
@@ -284,34 +287,16 @@ def _derived_finding(numeric: int, censored: int, text: int) -> Finding:
     )
 
 
-# -- parsing ----------------------------------------------------------------------------------
-def _parse(frame: pd.DataFrame, nulled: pd.DataFrame) -> pd.DataFrame:
-    """Typed columns: text that failed a parsing check becomes null, so it can never pass as a value."""
-    parsed = {}
+# -- typed columns ----------------------------------------------------------------------------
+def _typed(frame: pd.DataFrame, parses: Mapping[str, ParsedText], nulled: pd.DataFrame) -> pd.DataFrame:
+    """Typed columns: each column's one parse (the text itself where it has none); text that failed a
+    parsing check becomes null, so it can never pass as a value."""
+    typed = {}
     for column in frame.columns:
+        values = parses[column].values if column in parses else frame[column]
         bad_lines = nulled.loc[nulled["column"] == column, "line"].to_numpy()
-        ok = ~frame.index.isin(bad_lines)
-        text = frame[column].where(ok)
-        if column in _IDS:
-            parsed[column] = _to_int64(text)
-        elif column in _TIMES:
-            parsed[column] = parse_datetime_text(text)
-        elif column == "VALUENUM":
-            parsed[column] = number_values(text)
-        elif column == "FLAG":
-            parsed[column] = text.str.strip().str.lower()
-        else:
-            parsed[column] = text
-    return pd.DataFrame(parsed, index=frame.index)
-
-
-def _to_int64(text: pd.Series) -> pd.Series:
-    """Validated ID text ('123', '+0123', '123.0') to nullable Int64 without a float round trip."""
-    arrow = pa_arrow.array(text, pa_arrow.large_string())
-    digits = pc.replace_substring_regex(pc.utf8_ltrim(pc.utf8_trim_whitespace(arrow), characters="+"),
-                                        pattern=r"\.0+$", replacement="")
-    return pc.cast(digits, pa_arrow.int64()).to_pandas(
-        types_mapper={pa_arrow.int64(): pd.Int64Dtype()}.get).set_axis(text.index)
+        typed[column] = values.mask(frame.index.isin(bad_lines)) if len(bad_lines) else values
+    return pd.DataFrame(typed, index=frame.index)
 
 
 # -- relational checks ------------------------------------------------------------------------

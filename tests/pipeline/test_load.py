@@ -144,6 +144,26 @@ def test_undecodable_bytes_name_their_lines(tmp_path, sample_dir):
     assert raised.value.lines == [5, 10]
 
 
+def test_undecodable_bytes_in_a_read_column_name_their_line(tmp_path):
+    body = (f"{HEADER}\n"
+            "1,5,100,50912,2101-01-01 10:00:00,1.0,1.0,mg/dL,\n").encode() + \
+        b"2,5,100,50912,2101-01-01 11:00:00,caf\xe9,2.0,mg/dL,\n"
+    path = tmp_path / "LABEVENTS.csv"
+    path.write_bytes(body)
+    with pytest.raises(StageError) as raised:
+        read_table(path, "LABEVENTS")
+    assert (raised.value.check, raised.value.lines) == ("encoding", [3])
+
+
+@pytest.mark.parametrize("body", [b"", b"\n\r\n", b"\xef\xbb\xbf \t\n"])
+def test_a_file_of_only_blanks_and_a_byte_order_mark_is_empty(tmp_path, body):
+    path = tmp_path / "D_LABITEMS.csv"
+    path.write_bytes(body)
+    with pytest.raises(StageError) as raised:
+        read_table(path, "D_LABITEMS")
+    assert raised.value.check == "file_empty"
+
+
 def test_load_text_tables_collects_every_file_problem(tmp_path, sample_dir):
     (tmp_path / "ADMISSIONS.csv").write_bytes(b"")
     (tmp_path / "LABEVENTS.csv").write_bytes((sample_dir / "LABEVENTS.csv").read_bytes())

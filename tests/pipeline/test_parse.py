@@ -120,6 +120,29 @@ def test_missing_reference_table_skips_only_its_relations(text):
     assert not any(f.check in ("subject_mismatch", "charttime_outside_stay") for f in result.findings)
 
 
+def test_each_checked_column_is_parsed_once_for_its_checks_and_the_typed_table(text, monkeypatch):
+    import schemas.checks as checks
+    from pipeline.parse import check_part
+
+    parsed: list[str] = []
+
+    def counted(kind):
+        parse = kind.of.__func__
+
+        def of(cls, column):
+            parsed.append(column.name)
+            return parse(cls, column)
+        return classmethod(of)
+
+    for kind in (checks.ParsedIds, checks.ParsedTimes, checks.ParsedNumbers, checks.ParsedFlags):
+        monkeypatch.setattr(kind, "of", counted(kind))
+    events = text["LABEVENTS"].copy()
+    events.iloc[[3, 7], events.columns.get_loc("VALUENUM")] = ["inf", "abc"]  # failures need no second parse
+    part = check_part("LABEVENTS", events)
+    assert sorted(parsed) == ["CHARTTIME", "FLAG", "HADM_ID", "ITEMID", "SUBJECT_ID", "VALUENUM"]
+    assert {"valuenum_finite", "valuenum_numeric"} <= set(part.failures["check"])
+
+
 def test_refuses_to_run_with_pandera_disabled(text):
     from pandera.config import config_context
 

@@ -17,14 +17,22 @@ from schemas.checks import (
     ERROR,
     INFO,
     NUMBER_TEXT,
+    PARSED_AS,
     SEVERITIES,
     WARNING,
     CheckInfo,
+    ParsedFlags,
+    ParsedIds,
+    ParsedNumbers,
+    ParsedTimes,
     check_info,
     matches,
     number_values,
+    parse_columns,
     parse_datetime_text,
+    sharing_parses,
 )
+from schemas.raw import RawAdmissions, RawLabEvents, RawLabItems
 
 
 def _passes(check: pa.Check, values: list[str]) -> list[bool]:
@@ -239,3 +247,90 @@ def test_valuenum_checks_never_pass_a_non_finite_or_unparseable_value(texts):
         if ok:
             number = float(text)
             assert math.isfinite(number) and abs(number) <= 1e10, text
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(st.lists(st.tuples(
+    st.sampled_from(["1677", "1678", "1900", "2000", "2100", "2104", "2261", "2262", "0000", "9999"]),
+    st.integers(0, 13), st.integers(0, 32), st.sampled_from([" ", "T"]), st.integers(0, 25), st.integers(0, 61),
+    st.one_of(st.just(""), st.integers(0, 61).map(":{:02d}".format),
+              st.tuples(st.integers(0, 61), st.text("0123456789", min_size=1, max_size=9)).map(
+                  lambda s: f":{s[0]:02d}.{s[1]}")),
+), min_size=1, max_size=20))
+def test_parse_datetime_text_agrees_with_pandas_on_every_iso_shaped_text(fields):
+    """Impossible dates (Feb 29 of 2100, day 31 of April, hour 24, second 60) are NaT exactly where pandas says."""
+    texts = [f"{y}-{mo:02d}-{d:02d}{sep}{h:02d}:{mi:02d}{rest}" for y, mo, d, sep, h, mi, rest in fields]
+    text = pd.Series(texts, dtype="str")
+    reference = pd.to_datetime(text, format="ISO8601", errors="coerce")
+    reference = reference.where(reference.dt.year.between(1678, 2261)).astype("datetime64[ns]")
+    pd.testing.assert_series_equal(parse_datetime_text(text), reference)
+
+
+# -- each column parsed once ------------------------------------------------------------------------
+def test_parsed_ids_values_and_answers():
+    text = pd.Series(["+0123", "123.0", " 7 ", "abc", None, "123"], index=pd.Index(range(3, 9), name="line"),
+                     dtype="str")
+    ids = ParsedIds.of(text)
+    assert str(ids.values.dtype) == "Int64" and ids.values.index.equals(text.index)
+    assert ids.values.tolist() == [123, 123, 7, pd.NA, pd.NA, 123]
+    assert ids.valid.tolist() == [True, True, True, False, False, True]
+    assert ids.float_format.tolist() == [False, True, False, False, False, False]
+    assert ids.present.tolist() == [True, True, True, True, False, True]
+
+
+def test_parsed_numbers_values_and_answers():
+    numbers = ParsedNumbers.of(pd.Series(["1.5", "inf", "1e309", "<1", None, "1.5"], dtype="str"))
+    values = numbers.values.tolist()
+    assert values[0] == values[5] == 1.5 and values[2] == math.inf
+    assert all(math.isnan(value) for value in values[1:2] + values[3:5])
+    assert numbers.numeric.tolist() == [True, False, True, False, False, True]
+    assert numbers.nonfinite.tolist() == [False, True, False, False, False, False]
+
+
+def test_parse_columns_parses_each_checked_column_as_its_checks_read_it():
+    frame = pd.DataFrame({"HADM_ID": ["1"], "ITEMID": ["2"], "CHARTTIME": ["2101-01-01 00:00"], "VALUE": ["x"],
+                          "VALUENUM": ["1"], "FLAG": [None], "EXTRA": ["y"]}, dtype="str")
+    parses = parse_columns(RawLabEvents.to_schema(), frame)
+    assert {name: type(parse) for name, parse in parses.items()} == {
+        "HADM_ID": ParsedIds, "ITEMID": ParsedIds, "CHARTTIME": ParsedTimes, "VALUENUM": ParsedNumbers,
+        "FLAG": ParsedFlags}
+
+
+def test_every_check_of_the_raw_schemas_says_what_it_reads():
+    used = {check.name for model in (RawAdmissions, RawLabItems, RawLabEvents)
+            for column in model.to_schema().columns.values() for check in column.checks}
+    assert used == set(PARSED_AS)
+    assert all(CHECKS[name].stage == "raw" for name in PARSED_AS)
+
+
+def test_checks_read_the_shared_parse_of_the_rows_they_are_handed():
+    text = pd.Series(["1", "2", None, "4"], index=pd.Index([2, 3, 4, 5], name="line"), name="HADM_ID", dtype="str")
+    shared = ParsedIds.of(pd.Series(["x", "2", None, "x"], index=text.index, dtype="str"))  # planted answers
+    with sharing_parses({"HADM_ID": shared}):
+        assert pa.Check.id_positive_integer()(text).check_output.tolist() == [False, True, False]  # nulls dropped
+        assert pa.Check.id_positive_integer()(text.fillna("3")).check_output.tolist() == [False, True, False, False]
+        other_rows = text.set_axis([12, 13, 14, 15])
+        assert pa.Check.id_positive_integer()(other_rows).check_output.tolist() == [True, True, True]
+        assert pa.Check.id_positive_integer()(text.rename("ITEMID")).check_output.tolist() == [True, True, True]
+        assert pa.Check.datetime_iso()(text).check_output.tolist() == [False, False, False]  # another kind of parse
+    assert pa.Check.id_positive_integer()(text).check_output.tolist() == [True, True, True]
+
+
+def test_a_schema_finds_the_same_failures_with_shared_parses():
+    frame = pd.DataFrame({
+        "SUBJECT_ID": ["1", "0", None, "4.0"], "HADM_ID": ["123.0", None, "101", "x"],
+        "ITEMID": ["5", "6", "abc", "7"], "CHARTTIME": ["10/23/64", "2101-02-29 00:00", None, "2104-02-29T01:02"],
+        "VALUE": ["a", None, "b", "c"], "VALUENUM": ["inf", "1e309", "<1", "2e10"], "FLAG": [None, "x", "delta", "X"],
+    }, index=pd.Index([2, 3, 4, 5], name="line"), dtype="str")
+    schema = RawLabEvents.to_schema()
+
+    def failures():
+        with pytest.raises(pa.errors.SchemaErrors) as excinfo:
+            schema.validate(frame, lazy=True)
+        return excinfo.value.failure_cases
+
+    alone = failures()
+    with sharing_parses(parse_columns(schema, frame)):
+        shared = failures()
+    pd.testing.assert_frame_equal(shared, alone)
+    assert len(alone) > 10
