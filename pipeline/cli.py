@@ -52,17 +52,19 @@ _QUIET = typer.Option("--quiet", "-q", help="No progress; print only errors and 
 _CACHE_DIR = typer.Option("--cache-dir", help="Cache of raw-checked tables (default $BADPOINTS_CACHE_DIR or "
                                               "~/.cache/badpoints). It holds parsed copies of the data.")
 _NO_CACHE = typer.Option("--no-cache", help="Neither read nor write the cache.")
-_ENGINE = typer.Option("--engine", help="Where LABEVENTS' raw checks run: pandas (this process) or dask.")
+_ENGINE = typer.Option("--engine", help="Where LABEVENTS' raw checks and its stages from scale to dedup run: "
+                                        "pandas (this process) or dask.")
 _SCHEDULER = typer.Option("--scheduler", help="With --engine dask: an existing scheduler's address "
                                               "(default: a LocalCluster on loopback).")
 _WORKERS = typer.Option("--workers", min=1, help="With --engine dask and no --scheduler: worker processes.")
 _MEMORY = typer.Option("--memory-limit", help="With --engine dask and no --scheduler: memory per worker.")
-_PARTITIONS = typer.Option("--partitions", min=1, help="With --engine dask: row slices of LABEVENTS "
+_PARTITIONS = typer.Option("--partitions", min=1, help="With --engine dask: parts of LABEVENTS, row slices "
+                                                      "for the raw checks and admission ranges for the stages "
                                                       "(default: two per worker).")
 
 
 class EngineName(str, Enum):
-    """Where LABEVENTS' raw checks run (see ``pipeline.engine``)."""
+    """Where LABEVENTS' raw checks and heavy stages run (see ``pipeline.engine``)."""
 
     pandas = "pandas"
     dask = "dask"

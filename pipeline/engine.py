@@ -1,11 +1,31 @@
-"""Where LABEVENTS' raw checks run: in this process (the default) or on a ``dask.distributed`` cluster.
+"""Where LABEVENTS is worked on: in this process (pandas, the default) or on a ``dask.distributed`` cluster.
 
-The Dask engine cuts the table into row slices, runs the very same
-:func:`pipeline.parse.check_part` on each slice on the workers, and gathers the
-results back as data (failing lines and values, typed rows), which
-:func:`pipeline.parse.combine_parts` turns into exactly what one process finds:
-a failure in one slice never hides another's, and checks that need the whole
-table (keys, foreign keys, stays) run after the gather, on the combined rows.
+Both engines run the very same stage functions; an engine only decides where
+they run and how their parts come back together. With the Dask engine:
+
+- raw checks: LABEVENTS is cut into row slices; :func:`pipeline.parse.check_part`
+  checks each on a worker and the results come back as data (failing lines and
+  values, typed rows), which :func:`pipeline.parse.combine_parts` turns into what
+  one process finds. Keys, foreign keys and stays are checked on the combined rows.
+- clean, split and encode run in this process (they need whole-table facts: item
+  kinds, vocabularies); ADMISSIONS, D_LABITEMS, the split assignment and the
+  vocabularies stay pandas and are handed to the workers as arguments.
+- :meth:`DaskEngine.partition` then cuts the encoded rows by admission: admissions
+  in (split, HADM_ID) order, in contiguous ranges of about equal rows, so every
+  admission's rows are in one part. Every stage after it works per row or per
+  admission (z-scores, fill, bucket, dedup), so it runs on each part alone
+  (:meth:`DaskEngine.each`) and its quarantine and steps are gathered and added up.
+- the z-score fit is global: each part's training rows stay on its worker, and
+  five passes of :func:`pipeline.scale.fit_sums` send back per-item counts and sums
+  (normal rows; sums; centred squares; clipped sums; clipped centred squares),
+  added up here, so the std is the two-pass centred one, as in pandas.
+- findings about the whole table read the rows or columns they need, gathered
+  in the input's row order (:meth:`DaskEngine.rows`).
+- a :class:`StageError` on any part comes back as data; the stage is then run
+  here on its gathered input, so the report carries exactly the error the pandas
+  engine reports (count, lines, items), never just the first part's.
+- the edge rows come back in part order, which is the dedup stage's order
+  (split, admission, timestep, item): no global sort on the cluster.
 
 ``LocalCluster`` by default (worker processes on loopback, bounded memory), or
 an existing scheduler at an address.
@@ -14,26 +34,228 @@ an existing scheduler at an address.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
-from typing import Any, Iterator
+import functools
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
 
+from pipeline import scale
 from pipeline.parse import PartCheck, check_part, combine_parts
+from pipeline.quarantine import Kept, Step, empty_quarantine
+from schemas.errors import StageError
+from schemas.split import SPLITS
+
+# What a stage hands on: a pandas frame, or (Dask) the parts of one on the workers.
+Events = Any
+
+
+class Engine(Protocol):
+    """Runs the LABEVENTS work: raw checks by row slices, the stages after encode by admission."""
+
+    def check_part(self, table: str, frame: pd.DataFrame, **settings: Any) -> PartCheck: ...
+
+    def partition(self, events: pd.DataFrame) -> Events:
+        """``events`` ready for per-admission stages."""
+
+    def fit_zscore(self, events: Events, **settings: Any) -> scale.ZScoreStats:
+        """:func:`pipeline.scale.fit_zscore` of all the rows."""
+
+    def each(self, stage: Callable[..., Any], events: Events, *args: Any, **kwargs: Any) -> Any:
+        """``stage(events, *args, **kwargs)``: its frame, or its :class:`Kept` with the whole quarantine and steps."""
+
+    def rows(self, events: Events, pick: Callable[..., pd.DataFrame] | None = None, *args: Any,
+             columns: Sequence[str] | None = None, **kwargs: Any) -> pd.DataFrame:
+        """``pick(events, *args, **kwargs)`` (or ``events[columns]``) as one pandas frame, in row order."""
+
+    def collect(self, events: Events) -> pd.DataFrame:
+        """The rows as one pandas frame."""
+
+
+class PandasEngine:
+    """Everything in this process, on whole frames."""
+
+    def check_part(self, table: str, frame: pd.DataFrame, **settings: Any) -> PartCheck:
+        return check_part(table, frame, **settings)
+
+    def partition(self, events: pd.DataFrame) -> pd.DataFrame:
+        return events
+
+    def fit_zscore(self, events: pd.DataFrame, **settings: Any) -> scale.ZScoreStats:
+        return scale.fit_zscore(events, **settings)
+
+    def each(self, stage: Callable[..., Any], events: pd.DataFrame, *args: Any, **kwargs: Any) -> Any:
+        return stage(events, *args, **kwargs)
+
+    def rows(self, events: pd.DataFrame, pick: Callable[..., pd.DataFrame] | None = None, *args: Any,
+             columns: Sequence[str] | None = None, **kwargs: Any) -> pd.DataFrame:
+        return _pick(pick, columns, args, kwargs, events)
+
+    def collect(self, events: pd.DataFrame) -> pd.DataFrame:
+        return events
+
+
+PANDAS = PandasEngine()
+
+
+@dataclass(frozen=True)
+class Parts:
+    """A frame cut by admission, its parts held by the workers (futures, in part order)."""
+
+    futures: tuple[Any, ...]
+    lengths: tuple[int, ...]
+    order: pd.Index  # the source lines in the row order of the frame that was cut
+
+    def __len__(self) -> int:
+        return sum(self.lengths)
+
+
+@dataclass(frozen=True)
+class _Done:
+    """What a stage made of one part, as data: a StageError is carried, never raised across processes."""
+
+    result: Any = None
+    error: dict | None = None
+
+
+@dataclass(frozen=True)
+class _Summary:
+    """A part's result without its rows: what comes back to the client after each stage."""
+
+    rows: int
+    kept: bool
+    quarantine: pd.DataFrame | None
+    steps: tuple[Step, ...]
+    error: dict | None
+
 
 @dataclass(frozen=True)
 class DaskEngine:
-    """Checks slices of a table on a Dask cluster; ``partitions`` slices per table (default: two per worker)."""
+    """Runs the LABEVENTS work on a Dask cluster; ``partitions`` slices or parts per table (default: two per worker)."""
 
     client: Any
     partitions: int
 
     def check_part(self, table: str, frame: pd.DataFrame, **settings: Any) -> PartCheck:
+        """Slices checked a wave at a time, one slice per worker: a worker never holds its share of the whole text."""
         slices = row_slices(frame, self.partitions)
-        futures = self.client.map(check_part, [table] * len(slices), self.client.scatter(slices), pure=False,
-                                  **settings)
-        return combine_parts(self.client.gather(futures))
+        check = functools.partial(check_part, table, **settings)
+        wave = max(1, len(self.client.scheduler_info().get("workers", {})))
+        checked = []
+        for start in range(0, len(slices), wave):
+            sent = self.client.scatter(slices[start:start + wave])
+            checked += self.client.gather(self.client.map(check, sent, pure=False))
+        return combine_parts(checked)
+
+    def partition(self, events: pd.DataFrame) -> Parts:
+        frames = admission_parts(events, self.partitions)
+        return Parts(futures=tuple(self.client.scatter(frames)), lengths=tuple(len(f) for f in frames),
+                     order=events.index)
+
+    def fit_zscore(self, events: Parts, *, eps: float = 1e-12, clip_sigma: float = 3.0,
+                   policy: Any = None) -> scale.ZScoreStats:
+        rows = self._run(scale.fit_rows, events, policy=policy)
+        pass_ = functools.partial(scale.fit_sums, clip_sigma=clip_sigma)
+
+        def sums(known: pd.DataFrame | None) -> pd.DataFrame:
+            return scale.add_sums(self.client.gather(self.client.map(pass_, rows.futures, known=known, pure=False)))
+
+        return scale.fit_from_sums(sums, eps=eps, policy=policy)
+
+    def each(self, stage: Callable[..., Any], events: Parts, *args: Any, **kwargs: Any) -> Any:
+        return self._run(stage, events, *args, **kwargs)
+
+    def rows(self, events: Parts, pick: Callable[..., pd.DataFrame] | None = None, *args: Any,
+             columns: Sequence[str] | None = None, **kwargs: Any) -> pd.DataFrame:
+        picked = self.client.map(functools.partial(_pick, pick, columns, args, kwargs), events.futures, pure=False)
+        return in_row_order(self.client.gather(picked), events.order)
+
+    def collect(self, events: Parts) -> pd.DataFrame:
+        return pd.concat(self.client.gather(list(events.futures)))
+
+    def _run(self, stage: Callable[..., Any], events: Parts, *args: Any, **kwargs: Any) -> Any:
+        """``stage`` on every part; a part's StageError makes the stage run here on all the rows, as pandas does."""
+        done = self.client.map(functools.partial(_attempt, stage, args, kwargs), events.futures, pure=False)
+        summaries = self.client.gather(self.client.map(_summarize, done, pure=False))
+        errors = [s.error for s in summaries if s.error is not None]
+        if errors:
+            stage(self.rows(events), *args, **kwargs)  # raises the whole table's StageError
+            raise StageError(**errors[0])  # a stage that fails on a part but not on the whole is not per admission
+        parts = Parts(futures=tuple(self.client.map(_result_frame, done, pure=False)),
+                      lengths=tuple(s.rows for s in summaries), order=events.order)
+        if not summaries[0].kept:
+            return parts
+        return Kept(frame=parts, quarantine=_quarantine([s.quarantine for s in summaries]),
+                    steps=add_steps([s.steps for s in summaries]))
+
+
+def _attempt(stage: Callable[..., Any], args: tuple, kwargs: dict, frame: pd.DataFrame) -> _Done:
+    try:
+        return _Done(result=stage(frame, *args, **kwargs))
+    except StageError as error:
+        return _Done(error=dict(stage=error.stage, side=error.side, check=error.check, column=error.column,
+                                count=error.count, failure_cases=error.failure_cases, table=error.table,
+                                detail=error.detail, advice=error.advice))
+
+
+def _summarize(done: _Done) -> _Summary:
+    kept = isinstance(done.result, Kept)
+    frame = done.result.frame if kept else done.result
+    return _Summary(rows=0 if frame is None else len(frame), kept=kept,
+                    quarantine=done.result.quarantine if kept else None,
+                    steps=done.result.steps if kept else (), error=done.error)
+
+
+def _result_frame(done: _Done) -> pd.DataFrame:
+    return done.result.frame if isinstance(done.result, Kept) else done.result
+
+
+def _pick(pick: Callable[..., pd.DataFrame] | None, columns: Sequence[str] | None, args: tuple, kwargs: dict,
+          frame: pd.DataFrame) -> pd.DataFrame:
+    picked = frame if pick is None else pick(frame, *args, **kwargs)
+    return picked if columns is None else picked[list(columns)]
+
+
+def _quarantine(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    found = [q for q in parts if len(q)]
+    return pd.concat(found) if found else empty_quarantine()
+
+
+def add_steps(parts: Sequence[tuple[Step, ...]]) -> tuple[Step, ...]:
+    """The steps of a stage over all the rows from its steps on each part (the same steps, in the same order)."""
+    names = [tuple((s.table, s.stage, s.step) for s in steps) for steps in parts]
+    if len(set(names)) != 1:
+        raise RuntimeError(f"the parts took different steps: {sorted(set(names))}")
+    return tuple(replace(step, **{count: sum(getattr(steps[n], count) for steps in parts)
+                                  for count in ("rows_in", "rows_out", "quarantined", "merged", "clipped")})
+                 for n, step in enumerate(parts[0]))
+
+
+def in_row_order(frames: Sequence[pd.DataFrame], order: pd.Index) -> pd.DataFrame:
+    """``frames`` (rows of the frame whose source lines were ``order``, in that order) as one frame in that order."""
+    whole = pd.concat(list(frames))
+    return whole.iloc[np.argsort(order.get_indexer(whole.index), kind="stable")]
+
+
+def admission_parts(events: pd.DataFrame, partitions: int) -> list[pd.DataFrame]:
+    """``events`` cut into at most ``partitions`` parts (at least one), each with all the rows of its admissions.
+
+    Admissions in (split, HADM_ID) order are cut into contiguous ranges of about equal rows, so rows sorted by
+    split and admission within each part are sorted across them. Each part keeps the input's row order.
+    """
+    if events.empty:
+        return [events]
+    per = events.groupby("HADM_ID").agg(SPLIT=("SPLIT", "first"), ROWS=("SPLIT", "size"))
+    per = per.assign(_SPLIT=per["SPLIT"].map({name: n for n, name in enumerate(SPLITS)}))
+    per = per.sort_values("_SPLIT", kind="stable")  # the index is HADM_ID, already sorted
+    before = per["ROWS"].cumsum() - per["ROWS"]
+    cut = (before * max(1, int(partitions))) // len(events)
+    part = pd.Series(np.unique(cut.to_numpy(), return_inverse=True)[1], index=per.index)
+    of_row = events["HADM_ID"].map(part).to_numpy("int64")
+    order = np.argsort(of_row, kind="stable")
+    bounds = np.searchsorted(of_row[order], np.arange(part.max() + 2))
+    return [events.iloc[order[start:stop]] for start, stop in zip(bounds[:-1], bounds[1:])]
 
 
 def row_slices(frame: pd.DataFrame, partitions: int) -> list[pd.DataFrame]:

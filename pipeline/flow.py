@@ -20,7 +20,8 @@ from pipeline.config import Config
 from pipeline.cache import Cache
 from pipeline.cache import key_of as cache_key
 from pipeline.load import TABLES, file_sha256, locate_tables, read_table
-from pipeline.parse import Engine, RawTables, check_relations, check_table
+from pipeline.engine import PANDAS, Engine
+from pipeline.parse import RawTables, check_relations, check_table
 from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.quarantine import Kept, Step, combine, empty_quarantine
 from pipeline.report import Finding, InputFile, Report, finding_from_error, finding_from_mask, summary_finding
@@ -99,7 +100,8 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
     With a ``cache``, tables whose file, settings and checking code are unchanged are taken from it
     already parsed and checked; with ``reuse_report`` too, a run whose inputs and config are all
     unchanged returns the earlier report (its ``tables`` and ``prepared`` are then empty). An ``engine``
-    (``pipeline.engine.dask_engine``) runs LABEVENTS' raw checks on a Dask cluster, with the same result.
+    (``pipeline.engine.dask_engine``) runs LABEVENTS' raw checks and its stages from scale to dedup on a Dask
+    cluster, with the same result.
     """
     require_validation()
     progress = progress or NO_PROGRESS
@@ -135,6 +137,7 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
             progress.step(f"check {table}", rows=text.rows)
             result = check_table(table, text.frame, engine=engine, **settings)
             sha256 = text.sha256
+            del text  # the text frame is the largest object of a run: free it before the next table
             if cache is not None and sha256 == digests[table]:
                 cache.put_table(table, key, result)
         checked[table] = result
@@ -145,7 +148,7 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
     raw = check_relations(checked, stay_tolerance_hours=config.raw.stay_tolerance_hours, severity=config.severity,
                           show_values=show_values, max_lines=config.report.max_lines)
     report.add(raw.findings)
-    prepared = prepare(raw.tables, config, progress=progress)
+    prepared = prepare(raw.tables, config, progress=progress, engine=engine)
     progress.end()
     report.add(prepared.findings)
     report.attrition = prepared.attrition()
@@ -157,17 +160,20 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
 
 
 def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabularies | None = None,
-            stats: scale.ZScoreStats | None = None, progress: Progress | None = None) -> Prepared:
+            stats: scale.ZScoreStats | None = None, progress: Progress | None = None,
+            engine: Engine | None = None) -> Prepared:
     """Run clean, split, encode, scale, fill, bucket and dedup on the typed raw tables.
 
     ``vocabularies`` and ``stats`` saved by an earlier run (``from_json``) are reused instead of fitted,
-    so new data is transformed with exactly what training saw.
+    so new data is transformed with exactly what training saw. The ``engine`` runs the stages from scale
+    on, admission by admission (in this process by default; see ``pipeline.engine``).
     """
     if tables.admissions is None or tables.labitems is None or tables.labevents is None:
         return Prepared()
     ledger = _Ledger(config)
     state: dict = {"read": len(tables.labevents)}
     progress = progress or NO_PROGRESS
+    engine = engine or PANDAS
     with trusted_chain():  # each stage's output goes straight to the next: its guard ran already
         try:
             progress.step("clean", rows=len(tables.labevents))
@@ -196,28 +202,31 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
             ledger.findings.extend(_unseen_findings(events, admissions, state["admissions"], config))
 
             progress.step("scale", rows=len(events))
-            stats = stats or scale.fit_zscore(events, eps=config.scale.eps, clip_sigma=config.scale.clip_sigma,
-                                              policy=config.scale.policy)
+            events = engine.partition(events)  # by admission: every stage from here on is per row or per admission
+            stats = stats or engine.fit_zscore(events, eps=config.scale.eps, clip_sigma=config.scale.clip_sigma,
+                                               policy=config.scale.policy)
             state["stats"] = stats
-            events = scale.apply_zscore(events, stats, policy=config.scale.policy,
-                                        warn_bound=config.scale.warn_bound, error_bound=config.scale.error_bound)
-            ledger.findings.extend(scale.scale_findings(events, stats, warn_bound=config.scale.warn_bound,
-                                                        max_lines=config.report.max_lines))
+            events = engine.each(scale.apply_zscore, events, stats, policy=config.scale.policy,
+                                 warn_bound=config.scale.warn_bound, error_bound=config.scale.error_bound)
+            ledger.findings.extend(scale.scale_findings(
+                engine.rows(events, scale.reported_rows, stats, warn_bound=config.scale.warn_bound), stats,
+                warn_bound=config.scale.warn_bound, max_lines=config.report.max_lines))
 
             progress.step("fill", rows=len(events))
-            fill_values = fill.fit_fill(events, config.fill)
+            to_fill = engine.rows(events, columns=["SPLIT", *fill.TENSOR_COLUMNS])
+            fill_values = fill.fit_fill(to_fill, config.fill)
             state["fill_values"] = fill_values
-            ledger.findings.extend(fill.fill_findings(events, config.fill))
-            events = ledger.take(fill.apply_fill(events, fill_values, config.fill))
+            ledger.findings.extend(fill.fill_findings(to_fill, config.fill))
+            events = ledger.take(engine.each(fill.apply_fill, events, fill_values, config.fill))
 
             progress.step("bucket", rows=len(events))
-            events = ledger.take(bucket_stage.bucket(
-                events, admissions, interval_hours=config.bucket.interval_hours,
+            events = ledger.take(engine.each(
+                bucket_stage.bucket, events, admissions, interval_hours=config.bucket.interval_hours,
                 max_timestep=config.bucket.max_timestep, after_discharge_hours=config.bucket.after_discharge_hours,
                 late_policy=config.bucket.late_policy))
 
             progress.step("dedup", rows=len(events))
-            state["edges"] = ledger.take(dedup.dedup(events))
+            state["edges"] = engine.collect(ledger.take(engine.each(dedup.dedup, events)))
             merged = len(events) - len(state["edges"])
             ledger.findings.append(summary_finding(
                 stage="dedup", check="merged", table="LABEVENTS", column=None, count=merged,

@@ -11,7 +11,7 @@ gets scale 1 — not ``std + 1e-7``, which turns noise into z-scores of 1e7.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -71,13 +71,32 @@ class ZScoreStats:
         )
 
 
+def item_sums(values: pd.Series, items: pd.Series, centre: pd.Series | None = None) -> pd.DataFrame:
+    """Per item, N (values that are not NaN) and SUM of the values, or of their squared deviations from a per-item
+    ``centre``: sums of parts of the rows add up to the sums of all of them."""
+    if centre is not None:
+        deviation = values - items.map(centre)
+        values = deviation * deviation
+    grouped = values.groupby(items)
+    return pd.DataFrame({"N": grouped.count(), "SUM": grouped.sum()})
+
+
+def add_sums(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """The per-item sums of all the rows from the sums of each part (in the given order, for repeatable rounding)."""
+    return pd.concat(list(parts)).groupby(level=0).sum()
+
+
 def centred_stats(values: pd.Series, items: pd.Series) -> pd.DataFrame:
     """Per item: mean, two-pass centred sample std (NaN for one observation) and count."""
-    grouped = values.groupby(items)
-    mean = grouped.mean()
-    count = grouped.count()
-    deviation = values - items.map(mean)
-    squares = (deviation * deviation).groupby(items).sum()
+    return _centred(lambda centre: item_sums(values, items, centre))
+
+
+def _centred(sums: Callable[[pd.Series | None], pd.DataFrame]) -> pd.DataFrame:
+    """Mean, centred sample std and count from two passes of ``sums``: plain, then about the mean."""
+    totals = sums(None)
+    count = totals["N"]
+    mean = totals["SUM"] / count
+    squares = sums(mean)["SUM"].reindex(mean.index)
     std = np.sqrt(squares / (count - 1)).where(count > 1)
     return pd.DataFrame({"mean": mean, "std": std, "count": count})
 
@@ -108,29 +127,61 @@ def _transformed(events: pd.DataFrame, log_items: list[int], *, strict: bool = T
 def fit_zscore(events: pd.DataFrame, *, eps: float = 1e-12, clip_sigma: float = 3.0,
                policy: Mapping[int, str] | None = None) -> ZScoreStats:
     """Fit per-item stats on the training rows that carry a number (``events`` has SPLIT and FLAG)."""
-    policy = dict(policy or {})
-    log_items = _policy_items(policy, "log")
+    rows = fit_rows(events, policy=policy)
+    return fit_from_sums(lambda known: fit_sums(rows, known, clip_sigma=clip_sigma), eps=eps, policy=policy)
+
+
+def fit_rows(events: pd.DataFrame, *, policy: Mapping[int, str] | None = None) -> pd.DataFrame:
+    """What the fit reads of ``events`` (all of them, or the rows of some admissions): each training row that
+    carries a number, as ITEMID, X (VALUENUM, log1p for 'log' items) and NORMAL (no FLAG).
+
+    Sorted by (ITEMID, VALUENUM), so the sums never depend on the input's row order.
+    """
     train = events[(events["SPLIT"] == "train") & events["VALUENUM"].notna()]
-    # Sums in a fixed order, so the stats are bit-identical whatever the input's row order.
     train = train.sort_values(["ITEMID", "VALUENUM"], kind="stable")
-    values = _transformed(train, log_items)
-    items = train["ITEMID"]
-    normal = train["FLAG"].isna()
-    has_normal = normal.groupby(items).transform("any")
-    basis = normal | ~has_normal  # items without a normal row fall back to all their rows
-    first = centred_stats(values[basis], items[basis])
-    mean, std = items[basis].map(first["mean"]), items[basis].map(first["std"])
-    inside = ((values[basis] - mean).abs() <= clip_sigma * std) | ~(std > 0)
-    kept = basis[basis].index[inside.to_numpy()]
-    stats = centred_stats(values.loc[kept], items.loc[kept])
+    values = _transformed(train, _policy_items(dict(policy or {}), "log"))
+    return pd.DataFrame({"ITEMID": train["ITEMID"], "X": values, "NORMAL": train["FLAG"].isna()})
+
+
+def fit_sums(rows: pd.DataFrame, known: pd.DataFrame | None = None, *, clip_sigma: float = 3.0) -> pd.DataFrame:
+    """One pass of the fit over ``rows`` (from :func:`fit_rows`): per-item sums that add up over parts of the rows.
+
+    Without ``known``: N_NORMAL, each item's count of normal rows. Then ``known`` (indexed by ITEMID) picks the
+    rows: HAS_NORMAL, an item's basis is its normal rows (all its rows when it has none); with MEAN and STD, only
+    the basis rows within ``clip_sigma`` STD of MEAN (all of them where STD is not positive). The result is
+    :func:`item_sums` of their X, about CENTRE when ``known`` has one.
+    """
+    items = rows["ITEMID"]
+    if known is None:
+        return pd.DataFrame({"N_NORMAL": rows["NORMAL"].groupby(items).sum()})
+    values = rows["X"]
+    basis = rows["NORMAL"] | ~items.map(known["HAS_NORMAL"]).astype(bool)
+    if "STD" in known:
+        mean, std = items.map(known["MEAN"]), items.map(known["STD"])
+        basis &= ((values - mean).abs() <= clip_sigma * std) | ~(std > 0)
+    return item_sums(values[basis], items[basis], known["CENTRE"] if "CENTRE" in known else None)
+
+
+def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: float = 1e-12,
+                  policy: Mapping[int, str] | None = None) -> ZScoreStats:
+    """The stats from ``sums(known)``: :func:`fit_sums` of every training row, in one part or added over many.
+
+    Items without a normal row fall back to all their rows; the mean and centred std of the basis set the
+    ``clip_sigma`` window; the stats are the mean and centred std of the rows inside it.
+    """
+    has_normal = sums(None)["N_NORMAL"] > 0
+    known = pd.DataFrame({"HAS_NORMAL": has_normal})
+    first = _centred(lambda centre: sums(known if centre is None else known.assign(CENTRE=centre)))
+    window = known.assign(MEAN=first["mean"], STD=first["std"])
+    stats = _centred(lambda centre: sums(window if centre is None else window.assign(CENTRE=centre)))
     constant = (stats["count"] == 1) | ~(stats["std"] > eps * stats["mean"].abs())
     scale = stats["std"].where(~constant, 1.0)
-    fallback = np.sort(items[~has_normal].unique())
     return ZScoreStats(
         items_=tuple(int(i) for i in stats.index), mean_=tuple(float(m) for m in stats["mean"]),
         scale_=tuple(float(s) for s in scale), count_=tuple(int(c) for c in stats["count"]),
         constant_items_=tuple(int(i) for i in stats.index[constant.to_numpy()]),
-        fallback_items_=tuple(int(i) for i in fallback), log_items_=tuple(log_items), eps=float(eps),
+        fallback_items_=tuple(int(i) for i in has_normal.index[~has_normal.to_numpy()]),
+        log_items_=tuple(_policy_items(dict(policy or {}), "log")), eps=float(eps),
     )
 
 
@@ -178,9 +229,7 @@ def _raise_if(failed: pd.Series, events: pd.DataFrame, check: str, what: str, ad
 def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float, max_lines: int = 20) -> list[Finding]:
     """Constant, fallback and unseen items, and |z| above the warning bound, named by ITEMID."""
     findings = []
-    number = scaled["VALUENUM"].notna()
-    unseen = number & ~scaled["ITEMID"].isin(stats.items_)
-    beyond = scaled["Z"].abs() > warn_bound
+    unseen, beyond = _named(scaled, stats, warn_bound=warn_bound)
 
     def items_of(mask: pd.Series) -> str:
         counts = scaled.loc[mask, "ITEMID"].value_counts().sort_index()
@@ -199,3 +248,16 @@ def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: floa
                                       failed=beyond, what=f"|z| > {warn_bound:g}: ITEMID {items_of(beyond)}",
                                       max_lines=max_lines))
     return [f for f in findings if f is not None]
+
+
+def reported_rows(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float) -> pd.DataFrame:
+    """The rows :func:`scale_findings` names (numeric items unseen in train, |z| above ``warn_bound``) and the
+    columns it reads: its findings from these rows, in their order, are its findings from all the rows."""
+    unseen, beyond = _named(scaled, stats, warn_bound=warn_bound)
+    return scaled.loc[unseen | beyond, ["ITEMID", "VALUENUM", "Z"]]
+
+
+def _named(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float) -> tuple[pd.Series, pd.Series]:
+    """Rows of numeric items unseen in train, and rows with |z| above ``warn_bound``."""
+    unseen = scaled["VALUENUM"].notna() & ~scaled["ITEMID"].isin(stats.items_)
+    return unseen, scaled["Z"].abs() > warn_bound

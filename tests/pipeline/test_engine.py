@@ -1,22 +1,31 @@
-"""pipeline/engine.py: LABEVENTS' raw checks on a real dask.distributed LocalCluster give the pandas engine's
-report, tables and edges exactly, with one slice or many, on clean and on broken data."""
+"""pipeline/engine.py: on a real dask.distributed LocalCluster, LABEVENTS' raw checks and its stages from scale to
+dedup give the pandas engine's report, tables, quarantine, fitted state, edges and graphs, with one part or many,
+on the sample, on generated MIMIC-III-shaped data and on broken data."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
+import numpy as np
 import pandas as pd
 import pytest
 
 from pipeline.config import load_config
-from pipeline.engine import dask_engine, row_slices
-from pipeline.flow import validate
-from pipeline.parse import RawTables
-from tests.corpus import CASES, build
+from pipeline.engine import PANDAS, add_steps, admission_parts, dask_engine, in_row_order, row_slices
+from pipeline.flow import Prepared, build, prepare, validate
+from pipeline.quarantine import Step
+from pipeline.synth import write_synthetic
+from pipeline.write import load_graphs
+from schemas.split import SPLITS
+from tests.corpus import CASES, build as build_case
 
 pytest.importorskip("dask.distributed")
 
 # Broken datasets whose bad rows fall in different slices: failures must combine, not shadow each other.
 BROKEN = ("text_in_valuenum", "inf_valuenum", "duplicate_admission", "unknown_hadm_id", "two_digit_year",
           "all_null_valuenum_column", "every_lab_outpatient")
+SYNTHETIC_ROWS = 40_000  # ~90 admissions: a few seconds per run, every special item of pipeline.synth present
 
 
 @pytest.fixture(scope="module")
@@ -26,30 +35,183 @@ def cluster():
         yield engine
 
 
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    """Generated data with an ill-conditioned item, constant items, CHARTTIME ties and labs before admission."""
+    folder = tmp_path_factory.mktemp("synthetic")
+    write_synthetic(folder, rows=SYNTHETIC_ROWS, seed=11)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def synthetic_tables(synthetic):
+    return validate(synthetic, load_config()).tables
+
+
+def on(engine, partitions):
+    return dataclasses.replace(engine, partitions=partitions)
+
+
+def assert_same_prepared(got: Prepared, expected: Prepared) -> None:
+    """Identical rows, keys, timesteps, codes, quarantine, steps and findings; z within 1e-9 relative."""
+    assert [f.as_json() for f in got.findings] == [f.as_json() for f in expected.findings]
+    assert got.steps == expected.steps and got.stopped_at == expected.stopped_at and got.read == expected.read
+    pd.testing.assert_frame_equal(got.quarantine, expected.quarantine)
+    assert got.vocabularies == expected.vocabularies
+    if expected.fill_values is None:
+        assert got.fill_values is None
+    else:  # a train mean or median of z differs from pandas as z does, by rounding
+        (columns, values), (wanted_columns, wanted) = (zip(*f.values_) for f in (got.fill_values, expected.fill_values))
+        assert columns == wanted_columns
+        np.testing.assert_allclose(values, wanted, rtol=1e-9, atol=1e-12)
+    for name in ("admissions", "labitems", "splits"):
+        if getattr(expected, name) is None:
+            assert getattr(got, name) is None
+        else:
+            pd.testing.assert_frame_equal(getattr(got, name), getattr(expected, name))
+    if expected.stats is None:
+        assert got.stats is None
+    else:
+        fitted, wanted = got.stats.as_json(), expected.stats.as_json()
+        for key in ("mean", "scale"):
+            np.testing.assert_allclose(fitted.pop(key), wanted.pop(key), rtol=1e-9, atol=0)
+        assert fitted == wanted  # items, counts, constant, fallback and log items exactly
+    if expected.edges is None:
+        assert got.edges is None
+        return
+    pd.testing.assert_frame_equal(got.edges.drop(columns="Z"), expected.edges.drop(columns="Z"))
+    np.testing.assert_allclose(got.edges["Z"], expected.edges["Z"], rtol=1e-9, atol=1e-12)
+
+
 def _same_run(data_dir, engine, partitions):
     config = load_config()
     expected = validate(data_dir, config)
-    got = validate(data_dir, config, engine=type(engine)(client=engine.client, partitions=partitions))
+    got = validate(data_dir, config, engine=on(engine, partitions))
 
     assert got.report.as_json() == expected.report.as_json()
     for table in ("ADMISSIONS", "D_LABITEMS", "LABEVENTS"):
         pd.testing.assert_frame_equal(got.tables.of(table), expected.tables.of(table))
-    if expected.prepared.edges is not None:
-        pd.testing.assert_frame_equal(got.prepared.edges, expected.prepared.edges)
+    assert_same_prepared(got.prepared, expected.prepared)
     return got
 
 
 @pytest.mark.parametrize("partitions", [1, 3, 8])
-def test_the_sample_checked_on_dask_matches_pandas(cluster, sample_dir, partitions):
+def test_the_sample_on_dask_matches_pandas(cluster, sample_dir, partitions):
     got = _same_run(sample_dir, cluster, partitions)
     assert got.report.attrition["LABEVENTS"]["read"] == 13041
+    assert {50963, 51100} <= set(got.prepared.stats.constant_items_)
+
+
+@pytest.mark.parametrize("partitions", [1, 5])
+def test_generated_data_on_dask_matches_pandas(cluster, synthetic, partitions):
+    got = _same_run(synthetic, cluster, partitions)
+    special = json.loads((synthetic / "synth.json").read_text())["special_items"]
+    stats = got.prepared.stats.table()
+    (ill,) = special["ill_conditioned"]
+    assert ill not in got.prepared.stats.constant_items_ and 1e-4 < stats.loc[ill, "scale"] < 1e-2
+    assert set(special["constant"]) <= set(got.prepared.stats.constant_items_)
+    reasons = set(got.prepared.quarantine["REASON"])
+    assert "charted before the admission day" in reasons
+    assert got.prepared.ledger()["deduplicated"] > 0  # CHARTTIME ties were merged
+
+
+@pytest.mark.parametrize("settings, stopped_at", [
+    (dict(scale=dict(policy={50868: "log", 50912: "clip"}), fill=dict(Z=dict(policy="median", indicator=True)),
+          bucket=dict(late_policy="clip", interval_hours=6.0)), None),
+    (dict(fill=dict(Z=dict(policy="mean"), CODE=dict(policy="drop")), bucket=dict(max_timestep=3)), None),
+    # ffill leaves the categorical rows with no earlier number in their admission: fill_left_nulls, in many parts
+    (dict(fill=dict(Z=dict(policy="ffill"))), "fill"),
+], ids=["log-median-clip", "mean-drop-short", "ffill-fails"])
+def test_other_policies_on_dask_match_pandas(cluster, synthetic_tables, settings, stopped_at):
+    config = _config(settings)
+    expected = prepare(synthetic_tables, config)
+    assert expected.stopped_at == stopped_at
+    assert_same_prepared(prepare(synthetic_tables, config, engine=on(cluster, 4)), expected)
+
+
+def test_a_stage_error_on_some_parts_is_the_whole_tables_error(cluster, synthetic_tables):
+    """|z| above the error bound in several parts: one error counting them all, with the pandas engine's lines."""
+    config = _config(dict(scale=dict(warn_bound=2.0, error_bound=4.0)))
+    expected = prepare(synthetic_tables, config)
+    got = prepare(synthetic_tables, config, engine=on(cluster, 6))
+    assert expected.stopped_at == "scale" and expected.edges is None
+    (error,) = [f for f in expected.findings if f.check == "z_error_bound"]
+    assert error.count > 20 and len(error.lines) == 20
+    assert_same_prepared(got, expected)
+
+
+def test_an_empty_step_is_judged_on_the_sums_of_the_parts(cluster, synthetic_tables):
+    """Every part's bucket step removes all its rows: one step_empty error for the whole table, as in pandas."""
+    config = _config(dict(bucket=dict(max_timestep=0, interval_hours=1e-3)))
+    expected = prepare(synthetic_tables, config)
+    assert expected.stopped_at == "bucket"
+    assert [f.check for f in expected.findings if f.severity == "error"] == ["step_empty"]
+    assert_same_prepared(prepare(synthetic_tables, config, engine=on(cluster, 7)), expected)
+
+
+def test_build_on_dask_writes_the_same_graphs(cluster, synthetic, tmp_path):
+    config = _config(dict(graph=dict(batch_size=8)))
+    built = {name: build(synthetic, tmp_path / name, config, engine=engine)
+             for name, engine in (("pandas", None), ("dask", on(cluster, 3)))}
+    assert built["dask"].exit_code == built["pandas"].exit_code == 0
+    assert built["dask"].report.as_json() == built["pandas"].report.as_json()
+    assert built["dask"].graphs == built["pandas"].graphs and len(built["dask"].graphs) > 6
+    for split in SPLITS:
+        pandas_graphs, dask_graphs = (load_graphs(tmp_path / name, split) for name in ("pandas", "dask"))
+        assert len(dask_graphs) == len(pandas_graphs) > 0
+        for got, expected in zip(dask_graphs, pandas_graphs):
+            assert got["admission"].node_id.equal(expected["admission"].node_id)
+            for edge_type in expected.edge_types:
+                assert got[edge_type].edge_index.equal(expected[edge_type].edge_index), (split, edge_type)
+                assert got[edge_type].timestep.equal(expected[edge_type].timestep)
+                assert got[edge_type].edge_attr[:, 0].equal(expected[edge_type].edge_attr[:, 0])
 
 
 @pytest.mark.parametrize("name", [n for n in BROKEN if n in CASES])
 def test_a_broken_dataset_gives_the_same_findings_on_dask(cluster, tmp_path, name):
-    build(name, tmp_path)
+    build_case(name, tmp_path)
     got = _same_run(tmp_path, cluster, partitions=5)
     assert got.report.status == "errors" or got.report.findings
+
+
+# -- the pieces ------------------------------------------------------------------------------------------------
+def test_the_pandas_engine_runs_stages_on_the_whole_frame():
+    frame = pd.DataFrame({"x": [3, 1, 2]}, index=pd.Index([7, 5, 6], name="line"))
+    assert PANDAS.partition(frame) is frame and PANDAS.collect(frame) is frame
+    assert PANDAS.each(lambda f, k: f * k, frame, 2)["x"].tolist() == [6, 2, 4]
+    assert PANDAS.rows(frame, lambda f: f[f["x"] > 1]).index.tolist() == [7, 6]
+
+
+def test_admission_parts_keep_admissions_whole_and_ordered():
+    rng = np.random.default_rng(3)
+    hadm = rng.integers(100, 160, size=2_000)
+    split = pd.Series(np.array(SPLITS)[hadm % 3], dtype="str")
+    frame = pd.DataFrame({"HADM_ID": hadm, "SPLIT": split}, index=pd.Index(rng.permutation(2_000) + 2, name="line"))
+    for partitions in (1, 2, 5, 40, 500):
+        parts = admission_parts(frame, partitions)
+        assert 1 <= len(parts) <= min(partitions, frame["HADM_ID"].nunique())
+        assert all(len(p) for p in parts)
+        pd.testing.assert_frame_equal(in_row_order(parts, frame.index), frame)
+        owner = pd.concat([p["HADM_ID"].drop_duplicates().to_frame().assign(part=n) for n, p in enumerate(parts)])
+        assert owner["HADM_ID"].is_unique  # every admission in exactly one part
+        for part in parts:  # each part keeps the input's row order
+            assert (frame.index.get_indexer(part.index) == np.sort(frame.index.get_indexer(part.index))).all()
+        order = owner.assign(split=owner["HADM_ID"].map(frame.groupby("HADM_ID")["SPLIT"].first())
+                             .map({s: n for n, s in enumerate(SPLITS)}))
+        ranked = order.sort_values(["split", "HADM_ID"])["part"]
+        assert ranked.is_monotonic_increasing  # contiguous ranges of (split, HADM_ID)
+    sizes = [len(p) for p in admission_parts(frame, 4)]
+    assert max(sizes) < 2 * min(sizes)  # about equal rows
+    assert len(admission_parts(frame.iloc[:0], 4)) == 1
+
+
+def test_steps_of_parts_add_up_and_must_agree():
+    one = (Step(stage="bucket", step="late", rows_in=5, rows_out=3, quarantined=2),)
+    two = (Step(stage="bucket", step="late", rows_in=7, rows_out=7, clipped=1),)
+    assert add_steps([one, two]) == (Step(stage="bucket", step="late", rows_in=12, rows_out=10, quarantined=2,
+                                          clipped=1),)
+    with pytest.raises(RuntimeError, match="different steps"):
+        add_steps([one, (Step(stage="bucket", step="early", rows_in=1, rows_out=1),)])
 
 
 def test_row_slices_cover_every_row_once():
@@ -59,3 +221,17 @@ def test_row_slices_cover_every_row_once():
         assert pd.concat(slices).equals(frame)
         assert len(slices) == min(partitions, 10) and all(len(s) for s in slices)
     assert len(row_slices(frame.iloc[:0], 4)) == 1
+
+
+def _config(changes: dict):
+    """The default config with some sections' fields replaced (``fill`` maps a column to its new policy)."""
+    from pipeline.config import FillPolicy
+
+    config = load_config()
+    replaced = {}
+    for section, values in changes.items():
+        if section == "fill":
+            replaced["fill"] = {**config.fill, **{c: FillPolicy(**v) for c, v in values.items()}}
+        else:
+            replaced[section] = dataclasses.replace(getattr(config, section), **values)
+    return dataclasses.replace(config, **replaced)

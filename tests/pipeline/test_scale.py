@@ -394,3 +394,40 @@ def test_z_is_finite_for_every_row_with_a_number_or_the_stage_says_why(items, lo
     assert scaled.loc[~number, "Z"].isna().all()
     constant = scaled["ITEMID"].isin(stats.constant_items_) & number
     assert np.isfinite(scaled.loc[constant, "Z"]).all()
+
+
+# -- the fit from per-part sums (what the Dask engine adds up) ------------------------------------------
+def _fit_from_parts(events: pd.DataFrame, parts: int, **settings) -> scale.ZScoreStats:
+    rows = [scale.fit_rows(events[events["HADM_ID"] % parts == n], policy=settings.get("policy"))
+            for n in range(parts)]
+    return scale.fit_from_sums(
+        lambda known: scale.add_sums([scale.fit_sums(r, known, clip_sigma=settings.get("clip_sigma", 3.0))
+                                      for r in rows]), eps=settings.get("eps", 1e-12), policy=settings.get("policy"))
+
+
+def test_sums_added_over_parts_give_the_whole_fit(encoded):
+    whole = scale.fit_zscore(encoded, policy={AST: "log"})
+    assert _fit_from_parts(encoded, 1, policy={AST: "log"}) == whole  # one part: bit for bit
+    for parts in (2, 7):
+        split = _fit_from_parts(encoded, parts, policy={AST: "log"})
+        assert (split.items_, split.count_, split.constant_items_, split.fallback_items_) == (
+            whole.items_, whole.count_, whole.constant_items_, whole.fallback_items_)
+        np.testing.assert_allclose(split.mean_, whole.mean_, rtol=1e-12)
+        np.testing.assert_allclose(split.scale_, whole.scale_, rtol=1e-12)
+
+
+def test_parts_keep_the_centred_std_of_an_ill_conditioned_item():
+    """mean 1e6, std 1e-3 over three parts: a one-pass sum of squares would give 0 (dask issue 6306)."""
+    rng = np.random.default_rng(0)
+    values = 1e6 + rng.normal(0.0, 1e-3, size=600)
+    events = lab_rows([(7, v, None, "train") for v in values])
+    events["HADM_ID"] = np.arange(len(events)) % 3 + 100
+    stats = _fit_from_parts(events, 3, clip_sigma=100.0)
+    assert 7 not in stats.constant_items_
+    assert stats.scale_[0] == pytest.approx(np.std(values, ddof=1), rel=1e-6)
+
+
+def test_reported_rows_give_the_same_findings_as_all_rows(scaled, fitted):
+    picked = scale.reported_rows(scaled, fitted, warn_bound=5.0)
+    assert 0 < len(picked) < len(scaled)
+    assert scale.scale_findings(picked, fitted, warn_bound=5.0) == scale.scale_findings(scaled, fitted, warn_bound=5.0)
