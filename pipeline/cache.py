@@ -13,25 +13,29 @@ the data: keep it where the data may live (``--cache-dir``), or use
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import stat
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.parse import RawResult, RawTables
-from pipeline.report import Finding, InputFile, Report, write_atomic
+from pipeline.report import Finding, InputFile, Report, atomic_path, write_atomic
 
 ENV = "BADPOINTS_CACHE_DIR"
-FORMAT = 1
+FORMAT = 2
+INDEX = "line"  # a table's index: the source line of each row
+SLICE_ROWS = 1 << 20  # rows converted to Arrow at a time when a table is stored
 
 
 def default_dir() -> Path:
@@ -84,8 +88,8 @@ class Cache:
         if hashlib.sha256(data).hexdigest() != meta.get("parquet_sha256"):
             return None
         try:
-            frame = pq.read_table(pa.BufferReader(data)).to_pandas()
-        except (pa.ArrowException, ValueError):
+            frame = pq.read_table(pa.BufferReader(data)).to_pandas().set_index(INDEX)
+        except (pa.ArrowException, ValueError, KeyError):
             return None
         _touch(path)
         _touch(path.with_suffix(".json"))
@@ -93,16 +97,33 @@ class Cache:
         return RawResult(tables=RawTables.only(table, frame), findings=findings)
 
     def put_table(self, table: str, key: str, result: RawResult) -> None:
-        frame = result.tables.of(table)
-        sink = pa.BufferOutputStream()
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=True), sink, compression="zstd")
-        data = sink.getvalue().to_pybytes()
-        meta = {"table": table, "parquet_sha256": hashlib.sha256(data).hexdigest(),
-                "findings": [asdict(f) for f in result.findings]}
+        """Store a checked table: Parquet written slice by slice (memory stays bounded), then its metadata."""
+        # The source lines as a column, so every slice has the same schema (a RangeIndex would not).
+        frame = result.tables.of(table).rename_axis(INDEX).reset_index()
         folder = self._folder("tables")
-        write_atomic(folder / f"{key}.parquet", data)
+        path = folder / f"{key}.parquet"
+        with atomic_path(path) as tmp:
+            schema = pa.Schema.from_pandas(frame.head(0), preserve_index=False)
+            with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+                for start in range(0, max(len(frame), 1), SLICE_ROWS):
+                    part = frame.iloc[start:start + SLICE_ROWS]
+                    writer.write_table(pa.Table.from_pandas(part, schema=schema, preserve_index=False))
+            with open(tmp, "rb") as handle:
+                digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        meta = {"table": table, "parquet_sha256": digest, "findings": [asdict(f) for f in result.findings]}
         write_atomic(folder / f"{key}.json", json.dumps(meta).encode())
         self.prune()
+
+    @contextlib.contextmanager
+    def writing_behind(self) -> Iterator[Callable[[str, str, RawResult], None]]:
+        """A ``put_table`` that runs on a background thread while the caller goes on (Arrow's conversion,
+        encoding and zstd release the GIL, so the write takes the other core). When the block ends, every
+        write has finished, or its error is raised."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="badpoints-cache") as pool:
+            pending: list[Future] = []
+            yield lambda table, key, result: pending.append(pool.submit(self.put_table, table, key, result))
+            for write in pending:
+                write.result()
 
     # -- whole reports -------------------------------------------------------------------------
     def get_report(self, key: str, paths: Mapping[str, str]) -> Report | None:

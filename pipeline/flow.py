@@ -7,6 +7,7 @@ would be corrupt); everything found until then is reported.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,38 +118,40 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
 
     settings = dict(valuenum_abs_bound=config.raw.valuenum_abs_bound, severity=config.severity,
                     show_values=show_values, max_lines=config.report.max_lines)
-    checked, inputs = {}, []
-    for table, path in located.items():
-        # The file name says how the bytes are read (.gz or not): the same bytes under another name differ.
-        key = cache_key("table", table, digests.get(table), path.name.lower().endswith(".gz"), settings) \
-            if cache else None
-        result = cache.get_table(table, key) if cache else None
-        if result is not None:
-            sha256 = digests[table]
-            progress.step(f"cached {table}", rows=len(result.tables.of(table)))
-        else:
-            progress.step(f"read {table}")
-            try:
-                text = read_table(path, table)
-            except StageError as problem:
-                problems.append(problem)
-                continue
-            progress.rows(text.rows)
-            progress.step(f"check {table}", rows=text.rows)
-            result = check_table(table, text.frame, engine=engine, **settings)
-            sha256 = text.sha256
-            del text  # the text frame is the largest object of a run: free it before the next table
-            if cache is not None and sha256 == digests[table]:
-                cache.put_table(table, key, result)
-        checked[table] = result
-        inputs.append(InputFile(table=table, path=str(path), sha256=sha256, rows=len(result.tables.of(table))))
-    report = Report(inputs=inputs)
-    report.add(finding_from_error(problem) for problem in sorted(problems, key=lambda p: TABLES.index(p.table)))
-    progress.step("relations", rows=sum(i.rows for i in inputs))
-    raw = check_relations(checked, stay_tolerance_hours=config.raw.stay_tolerance_hours, severity=config.severity,
-                          show_values=show_values, max_lines=config.report.max_lines)
-    report.add(raw.findings)
-    prepared = prepare(raw.tables, config, progress=progress, engine=engine)
+    # Checked tables are stored in the cache behind the run, while the next table and the stages go on.
+    with cache.writing_behind() if cache else contextlib.nullcontext() as store:
+        checked, inputs = {}, []
+        for table, path in located.items():
+            # The file name says how the bytes are read (.gz or not): the same bytes under another name differ.
+            key = cache_key("table", table, digests.get(table), path.name.lower().endswith(".gz"), settings) \
+                if cache else None
+            result = cache.get_table(table, key) if cache else None
+            if result is not None:
+                sha256 = digests[table]
+                progress.step(f"cached {table}", rows=len(result.tables.of(table)))
+            else:
+                progress.step(f"read {table}")
+                try:
+                    text = read_table(path, table)
+                except StageError as problem:
+                    problems.append(problem)
+                    continue
+                progress.rows(text.rows)
+                progress.step(f"check {table}", rows=text.rows)
+                result = check_table(table, text.frame, engine=engine, **settings)
+                sha256 = text.sha256
+                del text  # the text frame is the largest object of a run: free it before the next table
+                if store is not None and sha256 == digests[table]:
+                    store(table, key, result)
+            checked[table] = result
+            inputs.append(InputFile(table=table, path=str(path), sha256=sha256, rows=len(result.tables.of(table))))
+        report = Report(inputs=inputs)
+        report.add(finding_from_error(problem) for problem in sorted(problems, key=lambda p: TABLES.index(p.table)))
+        progress.step("relations", rows=sum(i.rows for i in inputs))
+        raw = check_relations(checked, stay_tolerance_hours=config.raw.stay_tolerance_hours, severity=config.severity,
+                              show_values=show_values, max_lines=config.report.max_lines)
+        report.add(raw.findings)
+        prepared = prepare(raw.tables, config, progress=progress, engine=engine)
     progress.end()
     report.add(prepared.findings)
     report.attrition = prepared.attrition()

@@ -146,3 +146,26 @@ def test_the_same_bytes_named_gz_are_not_served_from_the_plain_files_entry(data,
 
     assert renamed.exit_code == 1 and not renamed.cached
     assert any(f.check == "compression" for f in renamed.report.findings)
+
+
+def test_a_table_stored_in_many_slices_comes_back_whole(data, cache, monkeypatch):
+    """Tables are written to Parquet slice by slice (bounded memory); the entry must still be the whole table."""
+    monkeypatch.setattr("pipeline.cache.SLICE_ROWS", 1000)  # the sample's LABEVENTS: 14 slices
+    config = load_config(None)
+    fresh = validate(data, config)
+    validate(data, config, cache=cache)
+    warm = validate(data, config, cache=cache, reuse_report=False)
+
+    assert_same_tables(warm.tables, fresh.tables)
+    assert warm.tables.of("LABEVENTS").index.name == "line"
+    assert warm.report.as_json() == fresh.report.as_json()
+
+
+def test_a_failed_background_write_is_raised_when_the_run_ends(data, cache, monkeypatch):
+    """Tables are stored on a background thread; its failure must not pass silently."""
+    def refuse(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Cache, "put_table", refuse)
+    with pytest.raises(OSError, match="disk full"):
+        validate(data, load_config(None), cache=cache)
