@@ -5,10 +5,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DATA   ?= data/sample
 # make bench: LABEVENTS rows to generate (27800000 = MIMIC-III), where results go, and optionally
-# where the generated data is kept (default $(BENCH_OUT)/data/...; reused while it matches ROWS).
+# where the generated data is kept (default $(BENCH_OUT)/data/...; reused while it matches ROWS);
+# BENCH_FLAGS=--dask adds the Dask engine step.
 ROWS      ?= 2000000
 BENCH_OUT ?= out/bench
 BENCH_DATA ?=
+BENCH_FLAGS ?=
 
 .PHONY: validate build test bench clean
 
@@ -28,7 +30,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
-	$(BIN)/python -m pipeline.bench --rows $(ROWS) --out $(BENCH_OUT) $(if $(BENCH_DATA),--data $(BENCH_DATA))
+	$(BIN)/python -m pipeline.bench --rows $(ROWS) --out $(BENCH_OUT) $(if $(BENCH_DATA),--data $(BENCH_DATA)) $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

@@ -65,8 +65,8 @@ TARGETS = (
 BADPOINTS_STEPS = ("validate", "build", "validate_warm")
 # --- Dask hook (issue 5, "Beyond one machine"): worker limits smaller than the data ----------------
 DASK_WORKERS = 2
-DASK_TEXT_PER_CSV_BYTE = 1.6  # LABEVENTS as text in memory per byte of CSV (189 MB for 2M rows, 123 MB of CSV)
-DASK_DATA_SHARE = 0.25  # each worker's limit: a quarter of LABEVENTS in memory, so the cluster holds half of it
+DASK_TEXT_PER_CSV_BYTE = 2.1  # LABEVENTS as text in memory per byte of CSV (27.8M rows: 3.7 GB for 1.76 GB)
+DASK_DATA_SHARE = 0.8  # each worker's limit: four fifths of LABEVENTS in memory (27.8M rows: ~3 GB)
 DASK_MIN_MEMORY_MB = 512  # a worker's own footprint (Python, pandas, pyarrow, pandera) is ~300 MB
 DASK_ROWS_PER_PART = 125_000  # small parts keep a task's working set far below a worker's limit
 
@@ -272,11 +272,12 @@ def _dask_step(data: Path, out: Path, cache: Path) -> StepResult:
 
 
 def dask_sizes(data: Path) -> tuple[int, int]:
-    """Each worker's memory limit (MB) and the parts: a quarter of LABEVENTS' in-memory size per worker (never
+    """Each worker's memory limit (MB) and the parts: four fifths of LABEVENTS' in-memory size per worker (never
     below a worker's own footprint), and parts of about :data:`DASK_ROWS_PER_PART` rows (two per worker at least).
 
     Below MIMIC-III scale the footprint decides (2M rows: 512 MB per worker against ~190 MB of LABEVENTS text and
-    ~230 MB of encoded rows); at 27.8M rows each worker's limit is a quarter of the data and the workers spill.
+    ~230 MB of encoded rows); at 27.8M rows no worker can hold the table (about 3 GB each against 3.7 GB). Less
+    was measured too little: with a quarter (705 MB) or 2.1 GB, workers were killed at their limit.
     """
     path = _table_path(data, "LABEVENTS")
     csv_bytes = path.stat().st_size * (4 if path.name.lower().endswith(".gz") else 1)  # gzip: ~4x smaller

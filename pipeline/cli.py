@@ -204,6 +204,10 @@ def _guarded_run(err: Console, run):
     except Exception as exc:  # noqa: BLE001 - never a traceback for a user; the type is enough to report
         if os.environ.get("BADPOINTS_DEBUG"):
             raise
+        if type(exc).__module__.split(".")[0] == "distributed":  # the cluster failed, not the data or badpoints
+            err.print(f"[bold red]badpoints: cannot run:[/] the Dask cluster failed ({type(exc).__name__}), most "
+                      "often a worker killed at its memory limit: raise --memory-limit, or use more --partitions")
+            raise typer.Exit(2)
         err.print(f"[bold red]badpoints: internal error[/] ({type(exc).__name__}); this is a bug in badpoints. "
                   "Rerun with BADPOINTS_DEBUG=1 for the traceback and report it.")
         raise typer.Exit(2)

@@ -141,7 +141,7 @@ class DaskEngine:
         """Slices checked a wave at a time, one slice per worker: a worker never holds its share of the whole text."""
         slices = row_slices(frame, self.partitions)
         check = functools.partial(check_part, table, **settings)
-        wave = max(1, len(self.client.scheduler_info().get("workers", {})))
+        wave = self._workers()
         checked = []
         for start in range(0, len(slices), wave):
             sent = self.client.scatter(slices[start:start + wave])
@@ -172,7 +172,16 @@ class DaskEngine:
         return in_row_order(self.client.gather(picked), events.order)
 
     def collect(self, events: Parts) -> pd.DataFrame:
-        return pd.concat(self.client.gather(list(events.futures)))
+        """The parts gathered a wave at a time: a worker never serializes everything it holds at once (at
+        27.8M rows, gathering all parts together got both 3 GB workers killed at their limit)."""
+        wave = self._workers()
+        frames: list[pd.DataFrame] = []
+        for start in range(0, len(events.futures), wave):
+            frames += self.client.gather(list(events.futures[start:start + wave]))
+        return pd.concat(frames)
+
+    def _workers(self) -> int:
+        return max(1, len(self.client.scheduler_info().get("workers", {})))
 
     def _run(self, stage: Callable[..., Any], events: Parts, *args: Any, **kwargs: Any) -> Any:
         """``stage`` on every part; a part's StageError makes the stage run here on all the rows, as pandas does."""

@@ -9,8 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import typer
+from rich.console import Console
 from typer.testing import CliRunner
 
+from pipeline import cli
 from pipeline.cli import app
 from schemas.checks import CHECKS
 
@@ -144,3 +148,22 @@ def test_unwritable_html_or_junit_path_exits_2(tmp_path):
         result = runner.invoke(app, ["validate", "data/sample", "--quiet", option, str(blocker / "report")])
         assert result.exit_code == 2, result.output
         assert "cannot write" in result.output and "Traceback" not in result.output
+
+
+def test_a_dask_cluster_that_fails_mid_run_is_cannot_run_not_a_bug(monkeypatch, tmp_path):
+    """A worker killed at its memory limit surfaces as a distributed error: exit 2 with what to change."""
+    CommClosedError = type("CommClosedError", (OSError,), {"__module__": "distributed.comm.core"})
+
+    def lost_worker():
+        raise CommClosedError("in <TCP (closed) ConnectionPool.gather local=tcp://127.0.0.1>")
+
+    monkeypatch.delenv("BADPOINTS_DEBUG", raising=False)
+    err = Console(file=(tmp_path / "err.txt").open("w"), width=200)
+    with pytest.raises(typer.Exit) as stopped:
+        cli._guarded_run(err, lost_worker)
+    err.file.close()
+
+    assert stopped.value.exit_code == 2
+    said = (tmp_path / "err.txt").read_text()
+    assert "cannot run" in said and "CommClosedError" in said and "--memory-limit" in said
+    assert "bug" not in said
