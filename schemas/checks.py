@@ -266,7 +266,7 @@ class ParsedIds(ParsedText):
         distinct, codes = _distinct(text)
         valid = _matches(distinct, ID_TEXT)
         dotted = valid & _filled(pc.match_substring(distinct, "."))  # a valid ID's only '.' starts a '.0' tail
-        digits = pc.utf8_ltrim(pc.utf8_trim_whitespace(pc.if_else(pa.array(valid), distinct, None)), characters="+")
+        digits = pc.utf8_ltrim(_trimmed_where(valid, distinct), characters="+")
         if dotted.any():
             digits = pc.replace_substring_regex(digits, pattern=r"\.0+$", replacement="")
         numbers = pc.cast(digits, pa.int64())
@@ -283,7 +283,7 @@ class ParsedTimes(ParsedText):
     def of(cls, text: pd.Series) -> "ParsedTimes":
         distinct, codes = _distinct(text)
         iso = _matches(distinct, ISO_DATETIME_TEXT)
-        trimmed = pc.utf8_trim_whitespace(pc.if_else(pa.array(iso), distinct, None))
+        trimmed = _trimmed_where(iso, distinct)
         real = iso & _real_datetimes(trimmed)
         # pyarrow reads every ISO form the grammar allows; only real dates in range reach it, as it raises on others.
         stamps = pc.cast(pc.if_else(pa.array(real), trimmed, None), pa.timestamp("ns"))
@@ -304,7 +304,7 @@ class ParsedNumbers(ParsedText):
     def of(cls, text: pd.Series) -> "ParsedNumbers":
         distinct, codes = _distinct(text)
         numeric = _matches(distinct, NUMBER_TEXT)
-        numbers = pc.cast(pc.utf8_trim_whitespace(pc.if_else(pa.array(numeric), distinct, None)), pa.float64())
+        numbers = pc.cast(_trimmed_where(numeric, distinct), pa.float64())
         values = numbers.to_numpy(zero_copy_only=False)[codes]
         # The two grammars share no text, so only values that are not numbers can be inf or NaN tokens.
         others = pc.is_valid(distinct).to_numpy(zero_copy_only=False) & ~numeric
@@ -440,6 +440,11 @@ def _distinct(text: pd.Series) -> tuple[pa.Array, np.ndarray]:
         arrow = arrow.combine_chunks()
     encoded = pc.dictionary_encode(arrow, null_encoding="encode")
     return encoded.dictionary, encoded.indices.to_numpy(zero_copy_only=False)
+
+
+def _trimmed_where(keep: np.ndarray, distinct: pa.Array) -> pa.Array:
+    """The distinct values where ``keep`` (those that follow a grammar), whitespace trimmed; null elsewhere."""
+    return pc.utf8_trim_whitespace(pc.if_else(pa.array(keep), distinct, None))
 
 
 def _filled(mask: pa.Array | pa.ChunkedArray) -> np.ndarray:
