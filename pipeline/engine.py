@@ -185,7 +185,9 @@ class DaskEngine:
 
     def _run(self, stage: Callable[..., Any], events: Parts, *args: Any, **kwargs: Any) -> Any:
         """``stage`` on every part; a part's StageError makes the stage run here on all the rows, as pandas does."""
-        done = self.client.map(functools.partial(_attempt, stage, args, kwargs), events.futures, pure=False)
+        # Frames among the arguments (ADMISSIONS for bucket) go to every worker once, not inside every task.
+        shared = tuple(self.client.scatter(a, broadcast=True) if isinstance(a, pd.DataFrame) else a for a in args)
+        done = self.client.map(_attempt, events.futures, stage=stage, args=shared, kwargs=kwargs, pure=False)
         summaries = self.client.gather(self.client.map(_summarize, done, pure=False))
         errors = [s.error for s in summaries if s.error is not None]
         if errors:
@@ -199,7 +201,7 @@ class DaskEngine:
                     steps=add_steps([s.steps for s in summaries]))
 
 
-def _attempt(stage: Callable[..., Any], args: tuple, kwargs: dict, frame: pd.DataFrame) -> _Done:
+def _attempt(frame: pd.DataFrame, *, stage: Callable[..., Any], args: tuple, kwargs: dict) -> _Done:
     try:
         return _Done(result=stage(frame, *args, **kwargs))
     except StageError as error:
