@@ -16,7 +16,7 @@ and its peak RSS is its own (``ru_maxrss`` of that child from ``os.wait4``):
 - ``validate``: ``badpoints validate`` with an empty cache (``BADPOINTS_CACHE_DIR``);
 - ``build``: ``badpoints build`` into a temporary folder, with another empty cache (a first build);
 - ``validate_warm``: ``badpoints validate`` again with the cache the first one filled;
-- ``dask``: ``badpoints validate --engine dask`` (``--dask``), only when the CLI offers ``--engine``.
+- ``dask``: ``badpoints validate --engine dask`` (``--dask``), 2 workers each limited below LABEVENTS' size.
 
 Results: a table on stdout and ``DIR/bench.json`` (seconds, peak RSS, ratios, targets met,
 machine, versions, git commit). badpoints' exit 1 (the data has errors) is recorded; its exit 2
@@ -63,7 +63,7 @@ TARGETS = (
     ("warm / cold validate", "validate_warm", "validate", 0.3),
 )
 BADPOINTS_STEPS = ("validate", "build", "validate_warm")
-# --- Dask hook (issue 5, "Beyond one machine"): worker limits smaller than the data ----------------
+# --- Dask (issue 5, "Beyond one machine"): worker limits smaller than the data -----------------------
 DASK_WORKERS = 2
 DASK_TEXT_PER_CSV_BYTE = 2.1  # LABEVENTS as text in memory per byte of CSV (27.8M rows: 3.7 GB for 1.76 GB)
 DASK_DATA_SHARE = 0.8  # each worker's limit: four fifths of LABEVENTS in memory (27.8M rows: ~3 GB)
@@ -248,24 +248,14 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 
 def _dask_step(data: Path, out: Path, cache: Path) -> StepResult:
-    """--- Dask hook --- ``validate --engine dask`` with bounded workers, only where the CLI has ``--engine``.
+    """``validate --engine dask`` on a LocalCluster whose workers are each limited below LABEVENTS' size.
 
     Peak RSS is the largest of the command and the worker processes it reaped (``ru_maxrss`` of a
     wait4 covers waited-for descendants as a maximum, not a sum).
     """
-    probe = subprocess.run([sys.executable, "-m", "pipeline.cli", "validate", "--help"], capture_output=True,
-                           text=True, cwd=ROOT, env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})
-    usage = probe.stdout + probe.stderr
-    if "--engine" not in usage:
-        return StepResult(name="dask", what=STEP_INFO["dask"], skipped="`badpoints validate` has no --engine yet")
     limit_mb, partitions = dask_sizes(data)
-    args = ["validate", str(data), "--engine", "dask"]
-    if "--workers" in usage:
-        args += ["--workers", str(DASK_WORKERS)]
-    if "--memory-limit" in usage:
-        args += ["--memory-limit", f"{limit_mb}MB"]
-    if "--partitions" in usage:
-        args += ["--partitions", str(partitions)]
+    args = ["validate", str(data), "--engine", "dask", "--workers", str(DASK_WORKERS),
+            "--memory-limit", f"{limit_mb}MB", "--partitions", str(partitions)]
     step = _badpoints_step("dask", args, out, cache=cache, fresh_cache=True)
     step.result.update(worker_memory_limit_mb=limit_mb, workers=DASK_WORKERS, partitions=partitions)
     return step
