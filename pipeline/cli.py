@@ -179,8 +179,7 @@ def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `b
     """Re-check every graph and the manifest's hashes, and summarise the build."""
     from pipeline.inspect import inspect_build
 
-    console = Console(highlight=False, soft_wrap=True)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    console, err = _consoles()
     summary = _guarded_run(err, lambda: inspect_build(out_dir))
     for line in summary.lines:
         console.print(escape(line))

@@ -72,8 +72,10 @@ def admission_columns(admissions: pd.DataFrame) -> list[str]:
 
 
 def train_lab_values(events: pd.DataFrame) -> pd.DataFrame:
-    """The training rows of categorical items that carry a VALUE: what lab vocabularies are fitted on."""
-    return events[(events["SPLIT"] == "train") & (events["KIND"] == "categorical") & events["VALUE"].notna()]
+    """The training rows of categorical items that carry a VALUE (their HADM_ID, ITEMID and VALUE): what lab
+    vocabularies are fitted on."""
+    chosen = (events["SPLIT"] == "train") & (events["KIND"] == "categorical") & events["VALUE"].notna()
+    return events.loc[chosen, ["HADM_ID", "ITEMID", "VALUE"]]
 
 
 def fit_vocabularies(events: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,

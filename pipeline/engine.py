@@ -42,10 +42,10 @@ import numpy as np
 import pandas as pd
 
 from pipeline import scale
+from pipeline.dedup import split_codes
 from pipeline.parse import PartCheck, check_part, combine_parts
 from pipeline.quarantine import Kept, Step, empty_quarantine
 from schemas.errors import StageError
-from schemas.split import SPLITS
 
 # What a stage hands on: a pandas frame, or (Dask) the parts of one on the workers.
 Events = Any
@@ -258,7 +258,7 @@ def admission_parts(events: pd.DataFrame, partitions: int) -> list[pd.DataFrame]
     if events.empty:
         return [events]
     per = events.groupby("HADM_ID").agg(SPLIT=("SPLIT", "first"), ROWS=("SPLIT", "size"))
-    per = per.assign(_SPLIT=per["SPLIT"].map({name: n for n, name in enumerate(SPLITS)}))
+    per = per.assign(_SPLIT=split_codes(per["SPLIT"]))
     per = per.sort_values("_SPLIT", kind="stable")  # the index is HADM_ID, already sorted
     before = per["ROWS"].cumsum() - per["ROWS"]
     cut = (before * max(1, int(partitions))) // len(events)
