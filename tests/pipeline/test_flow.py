@@ -430,3 +430,40 @@ def test_the_built_graphs_hold_exactly_the_admissions_the_ledger_counts(tmp_path
     assert not every & {ids["admission_no_labs"], ids["admission_labs_quarantined"],
                         ids["admission_below_min_timesteps"]}
     assert ledger["read"] == len(every) + ledger["dropped"]
+
+
+def test_mimic3demo_every_admission_accounted_for_and_the_124_day_stay_whole(mimic3demo, tmp_path, config):
+    from pipeline.flow import build
+
+    built = build(mimic3demo, tmp_path / "out", config)
+    assert built.out_dir is not None
+    prepared = built.validation.prepared
+    ledger = built.report.attrition["ADMISSIONS"]
+    assert ledger["read"] == 129 == ledger["in_graphs"] + ledger["dropped"]
+    index = pd.read_parquet(tmp_path / "out" / "index.parquet")
+    for name, split in ledger["splits"].items():
+        assert split["read"] == split["in_graphs"] + split["dropped"]
+        assert split["in_graphs"] == int((index["split"] == name).sum())
+    assert ledger["in_graphs"] == len(index) == 128
+    # HADM_ID 160442: every lab row charted before its admission day, now reported, not silent.
+    (dropped,) = [f for f in built.report.findings if f.check == "admission_labs_quarantined"]
+    assert dropped.count == 1 and "HADM_ID 160442" in dropped.message and "train 1" in dropped.message
+    edges = prepared.edges
+    longest = edges.groupby("HADM_ID")["TIMESTEP"].max()
+    assert longest.max() == 123 and set(range(100, 124)) <= set(edges.loc[edges["HADM_ID"] == longest.idxmax(),
+                                                                         "TIMESTEP"])
+    assert not {"beyond_max_timestep", "beyond_max_stay", "after_discharge"} & {f.check for f in built.report.findings}
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "ADMISSIONS: read 129 = in graphs 128 + dropped 1" in page
+
+
+def test_a_deliberate_max_timestep_reports_under_its_own_check_with_rows_and_admissions(tables, config):
+    capped = prepare(tables, dataclasses.replace(config, bucket=dataclasses.replace(config.bucket, max_timestep=3)))
+    found = checks_of(capped)
+    (beyond,) = found["beyond_max_timestep"]
+    rows = capped.quarantine[capped.quarantine["REASON"] == bucket_stage.BEYOND_MAX]
+    assert beyond.severity == "info" and beyond.stage == "bucket" and beyond.count == len(rows) > 0
+    assert beyond.lines == sorted(rows.index)[:20]
+    assert f"in {rows['HADM_ID'].nunique()} admissions" in beyond.message
+    assert found["after_discharge"][0].count == checks_of(prepare(tables, config))["after_discharge"][0].count
+    assert capped.edges["TIMESTEP"].max() == 3 and closes(capped)
