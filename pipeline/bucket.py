@@ -1,9 +1,13 @@
 """Bucket stage: timestep = whole intervals since the start (midnight) of the admission day.
 
 Vectorized datetime arithmetic, no loop over admissions. Rows charted before
-the admission day have no timestep and are quarantined; rows beyond the
-maximum timestep or too long after discharge are quarantined or clipped to the
-last allowed timestep, per policy, and reported either way.
+the admission day have no timestep and are quarantined. Three bounds end a
+stay, each a reason of its own: more than ``after_discharge_hours`` after
+DISCHTIME (the stay's own end), more than ``max_stay_days`` after the
+admission day (no real stay lasts that long: only a broken date gets there),
+and past a deliberate ``max_timestep`` (none by default). Rows past the
+first and the last are quarantined or clipped to the last allowed timestep, per
+policy; rows past ``max_stay_days`` are always quarantined.
 """
 
 from __future__ import annotations
@@ -19,34 +23,55 @@ from schemas.guard import guarded
 STAGE = "bucket"
 NO_ADMISSION = "admission not among the clean admissions"
 BEFORE = "charted before the admission day"
-LATE = "beyond the maximum timestep or after discharge"
+AFTER_DISCHARGE = "charted more than after_discharge_hours after discharge"
+BEYOND_STAY = "charted more than max_stay_days after the admission day"
+BEYOND_MAX = "beyond max_timestep"
+DAY = 86_400.0
+
+
+def last_timestep(*, interval_hours: float, max_stay_days: float, max_timestep: int | None = None) -> int:
+    """The largest timestep a kept row can have: the deliberate cap, or the one ``max_stay_days`` reaches."""
+    reach = int(np.floor(max_stay_days * DAY / (interval_hours * 3600.0)))
+    return reach if max_timestep is None else min(int(max_timestep), reach)
 
 
 @guarded(stage=STAGE, takes=FilledEvents, gives=BucketedEvents)
 def bucket(events: pd.DataFrame, admissions: pd.DataFrame, *, interval_hours: float = 24.0,
-           max_timestep: int = 99, after_discharge_hours: float = 24.0, late_policy: str = "quarantine") -> Kept:
-    """TIMESTEP for every row; rows before the admission day are quarantined, late rows per ``late_policy``."""
+           max_timestep: int | None = None, max_stay_days: float = 1000.0, after_discharge_hours: float = 24.0,
+           late_policy: str = "quarantine") -> Kept:
+    """TIMESTEP for every row; rows before the admission day or past max_stay_days are quarantined, rows
+    after discharge or past ``max_timestep`` per ``late_policy``."""
     stays = admissions.set_index("HADM_ID")
     at = stays.index.get_indexer(events["HADM_ID"])  # each row's admission, -1 where it has none
     unknown = pd.Series(at < 0, index=events.index)
     day_start = _per_row(_seconds(stays["ADMITTIME"].dt.floor("D")), at)
-    discharge = _per_row(_seconds(stays["DISCHTIME"]), at)
+    end = _per_row(_seconds(stays["DISCHTIME"]), at) + after_discharge_hours * 3600.0
     charted = _seconds(events["CHARTTIME"]).to_numpy()
     interval = interval_hours * 3600.0
     # Whole seconds since the start of the admission day: nanosecond differences overflow past 292 years.
     elapsed = pd.Series(charted - day_start, index=events.index)
     step = np.floor(elapsed / interval)
-    last = np.minimum(np.floor((discharge + after_discharge_hours * 3600.0 - day_start) / interval), max_timestep)
     before = elapsed < 0
-    late = (step > max_timestep) | pd.Series(charted > discharge + after_discharge_hours * 3600.0, index=events.index)
+    after = pd.Series(charted > end, index=events.index)
+    beyond_stay = elapsed > max_stay_days * DAY
+    beyond_max = step > (np.inf if max_timestep is None else max_timestep)
     if late_policy == "clip":
-        timed = events.assign(TIMESTEP=np.minimum(step, last).where(~(before | unknown), 0).astype("int64"))
-        kept = set_aside(timed, [(NO_ADMISSION, unknown), (BEFORE, before)], stage=STAGE)
-        note = Step(stage=STAGE, step=f"{LATE} (clipped)", rows_in=len(kept.frame), rows_out=len(kept.frame),
-                    clipped=int((late & ~before & ~unknown).sum()))
-        return Kept(frame=kept.frame, quarantine=kept.quarantine, steps=kept.steps + (note,))
-    timed = events.assign(TIMESTEP=step.where(~(before | late | unknown), 0).astype("int64"))
-    return set_aside(timed, [(NO_ADMISSION, unknown), (BEFORE, before), (LATE, late)], stage=STAGE)
+        last = np.floor((end - day_start) / interval)
+        if max_timestep is not None:
+            last = np.minimum(last, max_timestep)
+        gone = before | unknown | beyond_stay
+        timed = events.assign(TIMESTEP=np.minimum(step, last).where(~gone, 0).astype("int64"))
+        kept = set_aside(timed, [(NO_ADMISSION, unknown), (BEFORE, before), (BEYOND_STAY, beyond_stay)],
+                         stage=STAGE)
+        rows = len(kept.frame)
+        notes = tuple(Step(stage=STAGE, step=f"{reason} (clipped)", rows_in=rows, rows_out=rows,
+                           clipped=int(mask.sum()))
+                      for reason, mask in ((AFTER_DISCHARGE, after & ~gone), (BEYOND_MAX, beyond_max & ~after & ~gone)))
+        return Kept(frame=kept.frame, quarantine=kept.quarantine, steps=kept.steps + notes)
+    gone = before | unknown | after | beyond_stay | beyond_max
+    timed = events.assign(TIMESTEP=step.where(~gone, 0).astype("int64"))
+    return set_aside(timed, [(NO_ADMISSION, unknown), (BEFORE, before), (AFTER_DISCHARGE, after),
+                             (BEYOND_STAY, beyond_stay), (BEYOND_MAX, beyond_max)], stage=STAGE)
 
 
 def _seconds(times: pd.Series) -> pd.Series:

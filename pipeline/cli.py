@@ -313,6 +313,14 @@ def _print_summary(console: Console, report: Report, prepared) -> None:
         stopped = f"  [bold red]stopped at {escape(str(attrition['stopped_at']))}[/]" \
             if attrition.get("stopped_at") else ""
         console.print(f"  funnel    {' -> '.join(funnel)}{stopped}")
+    admissions = attrition.get("ADMISSIONS")
+    if admissions:
+        reasons = ", ".join(f"{n:,} {check.removeprefix('admission_').replace('_', ' ')}"
+                            for check, n in admissions["dropped_by"].items() if n)
+        splits = ", ".join(f"{name} {split['in_graphs']:,}/{split['read']:,}"
+                           for name, split in admissions["splits"].items())
+        console.print(f"  ADMISSIONS read {admissions['read']:,} = in graphs {admissions['in_graphs']:,} + dropped "
+                      f"{admissions['dropped']:,}{f' ({reasons})' if reasons else ''}; in graphs/read: {splits}")
     stats = getattr(prepared, "stats", None)
     if stats is not None:
         for name, items in (("constant", stats.constant_items_), ("fallback", stats.fallback_items_)):

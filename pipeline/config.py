@@ -12,6 +12,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from pipeline.bucket import last_timestep
 from schemas.checks import CHECKS, SEVERITIES
 
 DEFAULTS = Path(__file__).with_name("defaults.toml")
@@ -109,9 +110,10 @@ class FillPolicy:
 @dataclass(frozen=True)
 class BucketConfig:
     interval_hours: float
-    max_timestep: int
+    max_timestep: int  # "none" in TOML: the timestep max_stay_days reaches (see pipeline.bucket.last_timestep)
     after_discharge_hours: float
     late_policy: str
+    max_stay_days: float = 1000.0
 
     def __post_init__(self) -> None:
         _require(_finite(self.interval_hours) and self.interval_hours > 0,
@@ -121,6 +123,8 @@ class BucketConfig:
                  f"[bucket] after_discharge_hours must be a finite number >= 0, got {self.after_discharge_hours!r}")
         _require(self.late_policy in LATE_POLICIES,
                  f"[bucket] late_policy must be one of {', '.join(LATE_POLICIES)}, got {self.late_policy!r}")
+        _require(_finite(self.max_stay_days) and self.max_stay_days > 0,
+                 f"[bucket] max_stay_days must be a finite number > 0, got {self.max_stay_days!r}")
 
 
 @dataclass(frozen=True)
@@ -130,8 +134,10 @@ class GraphConfig:
     hidden: int
     layers: int
     memory_budget_mb: float
+    min_timesteps: int = 1
 
     def __post_init__(self) -> None:
+        _require(self.min_timesteps >= 1, f"[graph] min_timesteps must be >= 1, got {self.min_timesteps!r}")
         _require(self.batch_size >= 1, f"[graph] batch_size must be >= 1, got {self.batch_size!r}")
         _require(self.hidden >= 1 and self.layers >= 1, "[graph] hidden and layers must be >= 1")
         _require(_finite(self.memory_budget_mb) and self.memory_budget_mb > 0,
@@ -222,6 +228,17 @@ def _merge(base: dict[str, Any], user: Mapping[str, Any], where: str = "") -> di
     return merged
 
 
+def _bucket(values: Mapping[str, Any]) -> BucketConfig:
+    """[bucket], with max_timestep = "none" (no deliberate cap) resolved to the timestep max_stay_days reaches."""
+    uncapped = values.get("max_timestep") == "none"
+    typed = _typed(BucketConfig, {k: v for k, v in values.items() if not (uncapped and k == "max_timestep")},
+                   "bucket")
+    if uncapped:
+        stay = BucketConfig(**{**typed, "max_timestep": 0})  # validates interval_hours and max_stay_days first
+        typed["max_timestep"] = last_timestep(interval_hours=stay.interval_hours, max_stay_days=stay.max_stay_days)
+    return BucketConfig(**typed)
+
+
 def load_config(path: Path | None = None) -> Config:
     """Defaults, overridden by the TOML file at ``path`` when given."""
     defaults = _defaults()
@@ -264,7 +281,7 @@ def load_config(path: Path | None = None) -> Config:
         fill=MappingProxyType({
             column: FillPolicy(**_typed(FillPolicy, values, f"fill.{column}")) for column, values in fill.items()
         }),
-        bucket=BucketConfig(**_typed(BucketConfig, merged["bucket"], "bucket")),
+        bucket=_bucket(merged["bucket"]),
         graph=GraphConfig(**_typed(GraphConfig, merged["graph"], "graph")),
         report=ReportConfig(**_typed(ReportConfig, merged["report"], "report")),
         severity=MappingProxyType(dict(severity)),

@@ -13,13 +13,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pipeline.quarantine import Kept, Step
+from pipeline.quarantine import Kept, Step, set_aside
 from schemas.bucket import BucketedEvents
 from schemas.dedup import EdgeRows
 from schemas.guard import guarded
 from schemas.split import SPLITS
 
 STAGE = "dedup"
+SHORT = "admission below min_timesteps"
 KEY = ["HADM_ID", "TIMESTEP", "ITEMID"]
 TIE_BREAK = ["CHARTTIME", "VALUENUM", "VALUE", "FLAG"]
 
@@ -44,6 +45,13 @@ def dedup(events: pd.DataFrame) -> Kept:
     step = Step(stage=STAGE, step="one row per (HADM_ID, TIMESTEP, ITEMID)", rows_in=len(events),
                 rows_out=len(latest), merged=len(events) - len(latest))
     return Kept(frame=latest, steps=(step,))
+
+
+@guarded(stage=STAGE, takes=EdgeRows, gives=EdgeRows)
+def drop_short_admissions(edges: pd.DataFrame, *, min_timesteps: int = 1) -> Kept:
+    """Edge rows of admissions with at least ``min_timesteps`` distinct timesteps; the others are quarantined."""
+    timesteps = edges.groupby("HADM_ID", sort=False)["TIMESTEP"].transform("nunique")
+    return set_aside(edges, [(SHORT, timesteps < min_timesteps)], stage=STAGE)
 
 
 def edge_key(events: pd.DataFrame) -> np.ndarray:

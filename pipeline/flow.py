@@ -8,7 +8,7 @@ would be corrupt); everything found until then is reported.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,9 @@ from pipeline.engine import PANDAS, Engine
 from pipeline.parse import RawTables, check_relations, check_table
 from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.quarantine import Kept, Step, combine, empty_quarantine
-from pipeline.report import Finding, InputFile, Report, finding_from_error, finding_from_mask, summary_finding
+from pipeline.report import (STAGE_ORDER, Finding, InputFile, Report, finding_from_error, finding_from_mask,
+                             summary_finding)
+from schemas.split import SPLITS
 from schemas.errors import StageError, require_validation
 from schemas.guard import trusted_chain
 
@@ -41,8 +43,23 @@ REASON_CHECKS = {
     clean.MIXED_TEXT: "mixed_item_text",
     bucket_stage.NO_ADMISSION: "quarantine_admission",
     bucket_stage.BEFORE: "before_admission",
-    bucket_stage.LATE: "late_rows",
+    bucket_stage.AFTER_DISCHARGE: "after_discharge",
+    bucket_stage.BEYOND_STAY: "beyond_max_stay",
+    bucket_stage.BEYOND_MAX: "beyond_max_timestep",
+    dedup.SHORT: "below_min_timesteps",
 }
+# Quarantine reasons whose finding also counts the admissions the rows belong to.
+PER_ADMISSION = (bucket_stage.AFTER_DISCHARGE, bucket_stage.BEYOND_STAY, bucket_stage.BEYOND_MAX, dedup.SHORT)
+
+# Why an admission read from ADMISSIONS is in no graph: the check that reports it, in the order they are decided.
+IN_GRAPHS = "in_graphs"
+DROPPED = {
+    "admission_rejected": "failed a raw check",
+    "admission_no_labs": "without any lab row",
+    "admission_labs_quarantined": "whose every lab row was quarantined",
+    "admission_below_min_timesteps": "with fewer timesteps than [graph] min_timesteps",
+}
+UNSPLIT = "unsplit"  # admissions rejected before the split have none
 
 
 @dataclass(frozen=True)
@@ -61,6 +78,7 @@ class Prepared:
     findings: tuple[Finding, ...] = ()
     stopped_at: str | None = None
     read: int = 0
+    fates: pd.DataFrame | None = None  # per ADMISSIONS line: HADM_ID, SPLIT, FATE (in_graphs or a DROPPED check)
 
     def ledger(self) -> dict[str, int]:
         """LABEVENTS rows read = kept + quarantined + deduplicated."""
@@ -69,10 +87,30 @@ class Prepared:
         kept = 0 if self.edges is None else len(self.edges)
         return {"read": self.read, "kept": kept, "quarantined": quarantined, "deduplicated": merged}
 
+    def admission_ledger(self) -> dict | None:
+        """ADMISSIONS read = in graphs + dropped, per split and per reason (None when the stages did not finish)."""
+        if self.fates is None:
+            return None
+        fates = self.fates
+
+        def count(rows: pd.DataFrame) -> dict:
+            fate = rows["FATE"].value_counts()
+            return {"read": len(rows), IN_GRAPHS: int(fate.get(IN_GRAPHS, 0)),
+                    "dropped": int(len(rows) - fate.get(IN_GRAPHS, 0)),
+                    "dropped_by": {check: int(fate.get(check, 0)) for check in DROPPED}}
+
+        splits = [name for name in (*SPLITS, UNSPLIT) if name != UNSPLIT or (fates["SPLIT"] == UNSPLIT).any()]
+        emptied = fates.loc[fates["FATE"] == "admission_labs_quarantined", "STAGE"].value_counts()
+        return {**count(fates), "splits": {name: count(fates[fates["SPLIT"] == name]) for name in splits},
+                "labs_quarantined_at": {stage: int(n) for stage, n in sorted(emptied.items(),
+                                                                            key=lambda kv: STAGE_ORDER[kv[0]])}}
+
     def attrition(self) -> dict:
-        """The ledger and every step's rows in and out, as plain JSON."""
+        """The ledgers and every step's rows in and out, as plain JSON."""
+        admissions = self.admission_ledger()
         return {
             "LABEVENTS": self.ledger(),
+            **({"ADMISSIONS": admissions} if admissions is not None else {}),
             "stopped_at": self.stopped_at,
             "steps": [dict(table=s.table, stage=s.stage, step=s.step, rows_in=s.rows_in, rows_out=s.rows_out,
                            quarantined=s.quarantined, merged=s.merged, clipped=s.clipped) for s in self.steps],
@@ -225,12 +263,14 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
             progress.step("bucket", rows=len(events))
             events = ledger.take(engine.each(
                 bucket_stage.bucket, events, admissions, interval_hours=config.bucket.interval_hours,
-                max_timestep=config.bucket.max_timestep, after_discharge_hours=config.bucket.after_discharge_hours,
-                late_policy=config.bucket.late_policy))
+                max_timestep=config.bucket.max_timestep, max_stay_days=config.bucket.max_stay_days,
+                after_discharge_hours=config.bucket.after_discharge_hours, late_policy=config.bucket.late_policy))
 
             progress.step("dedup", rows=len(events))
-            state["edges"] = engine.collect(ledger.take(engine.each(dedup.dedup, events)))
-            merged = len(events) - len(state["edges"])
+            events = ledger.take(engine.each(dedup.dedup, events))
+            merged = sum(step.merged for step in ledger.steps if step.stage == dedup.STAGE)
+            state["edges"] = engine.collect(ledger.take(engine.each(
+                dedup.drop_short_admissions, events, min_timesteps=config.graph.min_timesteps)))
             ledger.findings.append(summary_finding(
                 stage="dedup", check="merged", table="LABEVENTS", column=None, count=merged,
                 message=f"{merged} rows merged into {len(state['edges'])} edge rows, "
@@ -239,7 +279,10 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
             ledger.findings.append(finding_from_error(error))
             state["stopped_at"] = error.stage
     prepared = Prepared(quarantine=combine(ledger.quarantines), steps=tuple(ledger.steps), **state)
-    findings = ledger.findings + _quarantine_findings(prepared.quarantine, config) + [_attrition(prepared)]
+    if prepared.edges is not None:
+        prepared = Prepared(**{**prepared.__dict__, "fates": admission_fates(tables, prepared)})
+    findings = (ledger.findings + _quarantine_findings(prepared.quarantine, config)
+                + _admission_findings(prepared, config) + [_attrition(prepared)])
     return Prepared(**{**prepared.__dict__, "findings": tuple(findings)})
 
 
@@ -278,6 +321,61 @@ class _Ledger:
                 message=f"{where} removed {removed:.1%} of its {step.rows_in} rows"))
 
 
+def admission_fates(tables: RawTables, prepared: Prepared) -> pd.DataFrame:
+    """Per ADMISSIONS row (index = source line): HADM_ID, SPLIT and FATE, ``in_graphs`` or the check that says
+    why it is in no graph; for admissions whose labs were all quarantined, STAGE: the stage that took the last.
+
+    In graphs means having an edge row: the graph stage makes one admission node per HADM_ID among the edges.
+    """
+    admissions = tables.admissions
+    hadm = admissions["HADM_ID"]
+    split = hadm.map(prepared.splits.set_index("HADM_ID")["SPLIT"]).astype("object")
+    rejected = admissions["REJECT"].notna() if "REJECT" in admissions else pd.Series(False, index=admissions.index)
+    split = split.where(~rejected & split.notna(), UNSPLIT)
+    lab_rows = tables.labevents["HADM_ID"].dropna().unique()
+    edges = prepared.edges["HADM_ID"].unique()
+    labevents = prepared.quarantine[prepared.quarantine["TABLE"] == "LABEVENTS"]
+    short = labevents.loc[labevents["REASON"] == dedup.SHORT, "HADM_ID"].dropna().unique()
+    fate = np.select([rejected.to_numpy(), hadm.isin(edges).to_numpy(), ~hadm.isin(lab_rows).to_numpy(),
+                      hadm.isin(short).to_numpy()],
+                     ["admission_rejected", IN_GRAPHS, "admission_no_labs", "admission_below_min_timesteps"],
+                     default="admission_labs_quarantined")
+    # The stage that took an admission's last lab rows: the latest stage that quarantined any of them.
+    order = labevents["STAGE"].map(STAGE_ORDER)
+    last = order.groupby(labevents["HADM_ID"]).max().map({n: stage for stage, n in STAGE_ORDER.items()})
+    stage = hadm.map(last).where(fate == "admission_labs_quarantined")
+    return pd.DataFrame({"HADM_ID": hadm.astype("Int64"), "SPLIT": split.astype("str"), "FATE": fate,
+                         "STAGE": stage.astype("object")}, index=admissions.index)
+
+
+def _admission_findings(prepared: Prepared, config: Config) -> list[Finding]:
+    """One finding per reason an admission is in no graph: its count per split and its first HADM_IDs."""
+    if prepared.fates is None:
+        return []
+    findings = []
+    cap = config.report.max_lines
+    for check, what in DROPPED.items():
+        rows = prepared.fates[prepared.fates["FATE"] == check]
+        if rows.empty:
+            continue
+        per_split = rows["SPLIT"].value_counts()
+        splits = ", ".join(f"{name} {int(per_split.get(name, 0))}" for name in (*SPLITS, UNSPLIT)
+                           if name != UNSPLIT or name in per_split)
+        stages = ""
+        if check == "admission_labs_quarantined":
+            taken = rows["STAGE"].value_counts()
+            stages = "; last rows taken at " + ", ".join(
+                f"{stage} {int(taken[stage])}" for stage in sorted(taken.index, key=STAGE_ORDER.get))
+        ids = rows["HADM_ID"].dropna().astype("int64").sort_values()
+        shown = ", ".join(map(str, ids[:cap])) + (f" (+{len(ids) - cap} more)" if len(ids) > cap else "")
+        noun = "admission" if len(rows) == 1 else "admissions"
+        findings.append(summary_finding(
+            stage="flow", check=check, table="ADMISSIONS", column=None, count=len(rows),
+            lines=[int(line) for line in rows.index[:cap]],
+            message=f"{len(rows)} {noun} {what}, in no graph ({splits}){stages}; HADM_ID {shown or '-'}"))
+    return findings
+
+
 def _quarantine_findings(quarantine: pd.DataFrame, config: Config) -> list[Finding]:
     """One finding per quarantine reason, with the first source lines (LABEVENTS rows)."""
     findings = []
@@ -286,6 +384,9 @@ def _quarantine_findings(quarantine: pd.DataFrame, config: Config) -> list[Findi
         items = ""
         if reason == clean.MIXED_TEXT:
             items = ": ITEMID " + ", ".join(map(str, sorted(rows["ITEMID"].dropna().unique())))
+        if reason in PER_ADMISSION:
+            n = rows["HADM_ID"].nunique()
+            items = f", in {n} admission{'s' if n != 1 else ''}"
         failed = pd.Series(True, index=rows.index)
         findings.append(finding_from_mask(stage=stage, table=table, check=check, column=None, failed=failed,
                                           verb="quarantined:", what=f"{reason}{items}",
@@ -330,10 +431,14 @@ def _attrition(prepared: Prepared) -> Finding:
     funnel = " -> ".join(f"{s.stage}/{s.step}: {s.rows_out}" for s in prepared.steps
                          if s.table == "LABEVENTS" and (s.quarantined or s.merged))
     sizes = ""
-    if prepared.splits is not None:
-        counts = prepared.splits["SPLIT"].value_counts()
-        sizes = "; admissions per split: " + ", ".join(f"{name} {int(counts.get(name, 0))}"
-                                                      for name in ("train", "val", "test"))
+    admissions = prepared.admission_ledger()
+    if admissions is not None:
+        splits = admissions["splits"]
+        sizes = ("; admissions in graphs per split: "
+                 + ", ".join(f"{name} {splits[name][IN_GRAPHS]}" for name in SPLITS)
+                 + f"; ADMISSIONS read {admissions['read']} = in graphs {admissions[IN_GRAPHS]} + dropped "
+                 + f"{admissions['dropped']}"
+                 + "".join(f" ({n} {check})" for check, n in admissions["dropped_by"].items() if n))
     stopped = f"; stopped at stage {prepared.stopped_at}" if prepared.stopped_at else ""
     return summary_finding(
         stage="flow", check="attrition", table="LABEVENTS", column=None, count=ledger["read"],
@@ -396,6 +501,11 @@ def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = 
     ledger = prepared.ledger()
     if edges_in_graphs != ledger["kept"]:
         raise RuntimeError(f"graphs hold {edges_in_graphs} edges but {ledger['kept']} rows were kept")
+    admissions = prepared.admission_ledger()
+    nodes = {name: sum(int(g.data["admission"].num_nodes) for g in graphs if g.split == name) for name in SPLITS}
+    counted = {name: admissions["splits"][name][IN_GRAPHS] for name in SPLITS}
+    if nodes != counted:
+        raise RuntimeError(f"graphs hold admissions {nodes} per split but the ledger counted {counted}")
     report = Report(inputs=report.inputs, findings=report.findings, overrides=report.overrides,
                     attrition=report.attrition)
     report.add(findings)
@@ -425,6 +535,8 @@ def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = 
                 "fill": prepared.fill_values.as_json()},
         quarantine=prepared.quarantine, index=index, report=report.as_json(), accounting=ledger,
         splits=splits, memory=memory, report_html=page.encode("utf-8"))
+    outputs = replace(outputs, manifest={**outputs.manifest,
+                                         "accounting": {**outputs.manifest["accounting"], "ADMISSIONS": admissions}})
     progress.step("write", rows=len(outputs.files), unit="files")
     write.write_build(out, outputs)
     progress.end()

@@ -212,7 +212,25 @@ def _attrition(report: Report) -> str:
     table = _table(["table", "stage", "step", "rows in", "rows out", "quarantined", "merged", "clipped"],
                    [[s["table"], s["stage"], s["step"], _n(s["rows_in"]), _n(s["rows_out"]), _n(s["quarantined"]),
                      _n(s["merged"]), _n(s["clipped"])] for s in steps], numeric={3, 4, 5, 6, 7}, sortable=True)
-    return f'<section id="attrition"><h2>Attrition</h2>{equation}{stopped}{chart}{table}</section>'
+    return (f'<section id="attrition"><h2>Attrition</h2>{equation}{_admissions(attrition.get("ADMISSIONS"))}'
+            f'{stopped}{chart}{table}</section>')
+
+
+def _admissions(ledger: dict | None) -> str:
+    """The ADMISSIONS ledger: read = in graphs + dropped, per split, with the reason of every drop."""
+    if not ledger:
+        return ""
+    reasons = list(ledger["dropped_by"])
+    equation = (f'<p class="ledger">ADMISSIONS: read {ledger["read"]:,} = in graphs {ledger["in_graphs"]:,} + '
+                f'dropped {ledger["dropped"]:,}</p>')
+    rows = [[name, _n(split["read"]), _n(split["in_graphs"]), _n(split["dropped"]),
+             *[_n(split["dropped_by"][reason]) for reason in reasons]]
+            for name, split in [*ledger["splits"].items(), ("all", ledger)]]
+    head = ["split", "read", "in graphs", "dropped", *[r.removeprefix("admission_").replace("_", " ") for r in reasons]]
+    stages = ledger.get("labs_quarantined_at") or {}
+    note = ("<p class=note>Admissions whose lab rows were all quarantined lost their last rows at: "
+            + escape(", ".join(f"{stage} {n}" for stage, n in stages.items())) + ".</p>") if stages else ""
+    return equation + _table(head, rows, numeric=set(range(1, len(head)))) + note
 
 
 def _zscores(z: pd.DataFrame, config: Config) -> str:
@@ -295,12 +313,14 @@ def _splits(prepared: Any, graphs: list[dict]) -> str:
     rows = []
     for name in _SPLITS:
         part = splits[splits["SPLIT"] == name]
-        row = [name, _n(len(part)), _n(part["GROUP"].nunique() if "GROUP" in part else len(part)),
+        in_graphs = edges.loc[edges["SPLIT"] == name, "HADM_ID"].nunique() if edges is not None else None
+        row = [name, _n(len(part)), _n(in_graphs) if in_graphs is not None else "-",
+               _n(part["GROUP"].nunique() if "GROUP" in part else len(part)),
                _n(int((edges["SPLIT"] == name).sum())) if edges is not None else "-"]
         if graphs:
             row.append(_n(sum(g["split"] == name for g in graphs)))
         rows.append(row)
-    head = ["split", "admissions", "patients", "lab edges"] + (["graphs"] if graphs else [])
+    head = ["split", "admissions", "in graphs", "patients", "lab edges"] + (["graphs"] if graphs else [])
     return (f'<section id="splits"><h2>Split sizes</h2>'
             f'{_table(head, rows, numeric=set(range(1, len(head))))}</section>')
 

@@ -156,11 +156,27 @@ _CATALOGUE = [
     # -- bucket --------------------------------------------------------------------------
     CheckInfo("before_admission", "bucket", WARNING, "lab rows charted before the admission day",
               "They have no timestep and are quarantined."),
-    CheckInfo("late_rows", "bucket", WARNING, "lab rows beyond the maximum timestep or after discharge",
-              "Quarantined or clipped by [bucket] late_policy."),
+    CheckInfo("after_discharge", "bucket", WARNING, "lab rows charted after discharge",
+              "More than [bucket] after_discharge_hours after DISCHTIME: quarantined or clipped by late_policy."),
+    CheckInfo("beyond_max_stay", "bucket", WARNING, "lab rows more than max_stay_days after the admission day",
+              "No real stay lasts that long: a DISCHTIME or CHARTTIME with a broken year. Quarantined; repair "
+              "the dates, or raise [bucket] max_stay_days if the stay is real."),
+    CheckInfo("beyond_max_timestep", "bucket", INFO, "lab rows past the deliberate [bucket] max_timestep",
+              "The horizon was capped on purpose; set max_timestep = \"none\" to keep every day of a stay."),
     # -- dedup ---------------------------------------------------------------------------
     CheckInfo("merged", "dedup", INFO, "rows merged into one per (HADM_ID, timestep, ITEMID)",
               "The latest CHARTTIME is kept; ties are broken by value, deterministically."),
+    CheckInfo("below_min_timesteps", "dedup", INFO, "lab rows of admissions with fewer than min_timesteps",
+              "Their admission is left out of the graphs ([graph] min_timesteps); lower it to keep them."),
+    # -- admissions (the ADMISSIONS ledger: read = in graphs + dropped) -------------------
+    CheckInfo("admission_no_labs", "flow", INFO, "admissions without any lab row",
+              "Normal in MIMIC (short stays, labs charted elsewhere); they have no edges, so no graph node."),
+    CheckInfo("admission_rejected", "flow", WARNING, "admissions dropped because they failed a raw check",
+              "See the ADMISSIONS raw findings; repair the admission's key or times to keep it."),
+    CheckInfo("admission_labs_quarantined", "flow", WARNING, "admissions whose every lab row was quarantined",
+              "They reach no graph; the quarantine findings of the named stages say why their rows went."),
+    CheckInfo("admission_below_min_timesteps", "flow", INFO, "admissions with fewer timesteps than min_timesteps",
+              "Left out of the graphs on purpose ([graph] min_timesteps)."),
     # -- graph ---------------------------------------------------------------------------
     CheckInfo("graph_finite", "graph", ERROR, "float tensor with inf or NaN",
               "A non-finite feature poisons every loss it touches; find the stage that let it through."),

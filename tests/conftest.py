@@ -19,3 +19,13 @@ os.environ.setdefault("BADPOINTS_CACHE_DIR", tempfile.mkdtemp(prefix="badpoints-
 @pytest.fixture
 def sample_dir() -> Path:
     return ROOT / "data" / "sample"
+
+
+@pytest.fixture(scope="session")
+def mimic3demo() -> Path:
+    """The real MIMIC-III demo lab tables (read-only, ../shared/real/mimic3demo); tests skip without them."""
+    path = ROOT.parent.parent / "shared" / "real" / "mimic3demo"
+    for candidate in (ROOT.parent / "shared" / "real" / "mimic3demo", path, Path("/work/shared/real/mimic3demo")):
+        if (candidate / "LABEVENTS.csv").is_file():
+            return candidate
+    pytest.skip("the MIMIC-III demo tables are absent (../shared/real/mimic3demo): real-data test skipped")

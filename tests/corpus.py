@@ -478,7 +478,20 @@ def labs_long_after_discharge(d: Dataset) -> Expect:
     later = f"{int(discharge[:4]) + 1}{discharge[4:]}"
     d.set("LABEVENTS", row, "CHARTTIME", later)
     d.plant("LABEVENTS", row, "VALUE")
-    return Expect(0, "late_rows", "LABEVENTS", severity="warning", secret=CANARY)
+    return Expect(0, "after_discharge", "LABEVENTS", severity="warning", secret=CANARY)
+
+
+@case
+def discharge_decades_late(d: Dataset) -> Expect:
+    # A mistyped year makes a 50-year stay; a lab five years into it is inside the stay, but no real stay is.
+    row = d.first("LABEVENTS", "HADM_ID", lambda v: v != "")
+    hadm = d.rows["LABEVENTS"][row][d.col("LABEVENTS", "HADM_ID")]
+    at = next(n for n, r in enumerate(d.rows["ADMISSIONS"]) if r[d.col("ADMISSIONS", "HADM_ID")] == hadm)
+    discharge = d.rows["ADMISSIONS"][at][d.col("ADMISSIONS", "DISCHTIME")]
+    d.set("ADMISSIONS", at, "DISCHTIME", f"{int(discharge[:4]) + 50}{discharge[4:]}")
+    d.set("LABEVENTS", row, "CHARTTIME", f"{int(discharge[:4]) + 5}{discharge[4:]}")
+    d.plant("LABEVENTS", row, "VALUE")
+    return Expect(0, "beyond_max_stay", "LABEVENTS", severity="warning", secret=CANARY)
 
 
 @case

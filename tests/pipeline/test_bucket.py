@@ -16,7 +16,7 @@ import pytest
 from tests.pipeline.stages import sample_filled
 
 from pipeline import bucket as bucket_stage
-from pipeline.bucket import BEFORE, LATE, bucket
+from pipeline.bucket import AFTER_DISCHARGE, BEFORE, BEYOND_MAX, BEYOND_STAY, bucket
 from pipeline.config import load_config
 from schemas.errors import StageError
 
@@ -124,20 +124,49 @@ def test_rows_before_the_admission_day_are_quarantined():
     assert (before.rows_in, before.rows_out, before.quarantined) == (4, 2, 2)
 
 
-def test_rows_beyond_the_last_timestep_are_quarantined_as_late():
+def test_rows_beyond_a_deliberate_max_timestep_are_quarantined_under_their_own_reason():
     events = filled_rows(["2150-03-10 15:00", "2150-03-12 08:00", "2150-03-13 08:00"])
     kept = bucket(events, admissions_frame(), max_timestep=2)
     assert kept.frame["TIMESTEP"].tolist() == [0, 2]
-    assert kept.quarantine.index.tolist() == [4] and set(kept.quarantine["REASON"]) == {LATE}
+    assert kept.quarantine.index.tolist() == [4] and set(kept.quarantine["REASON"]) == {BEYOND_MAX}
 
 
-def test_rows_too_long_after_discharge_are_quarantined_as_late():
+def test_a_124_day_stay_keeps_every_day_by_default():
+    stays = {100: ("2150-01-01 10:00", "2150-05-04 12:00")}  # day 123 is 05-04
+    times = [str(pd.Timestamp("2150-01-01 12:00") + pd.Timedelta(days=d)) for d in range(124)]
+    kept = bucket(filled_rows(times), admissions_frame(stays))
+    assert kept.quarantine.empty
+    assert kept.frame["TIMESTEP"].tolist() == list(range(124))
+
+
+def test_a_stay_longer_than_max_stay_days_is_cut_there_under_its_own_reason():
+    # A DISCHTIME a century off (2250 for 2150): the stay is 36,500 days long, and nothing after the first
+    # 1000 days can be real.
+    stays = {100: ("2150-03-10 14:20", "2250-03-13 09:00")}
+    events = filled_rows(["2150-03-11 10:00", "2152-12-03 23:59", "2152-12-04 00:01", "2250-03-13 08:00"])
+    kept = bucket(events, admissions_frame(stays), max_stay_days=1000.0)
+    assert kept.frame["TIMESTEP"].tolist() == [1, 999]
+    assert kept.quarantine.index.tolist() == [4, 5] and set(kept.quarantine["REASON"]) == {BEYOND_STAY}
+    clipped = bucket(events, admissions_frame(stays), max_stay_days=1000.0, late_policy="clip")
+    assert clipped.quarantine.index.tolist() == [4, 5], "a broken date is never clipped into the graph"
+
+
+def test_a_row_after_discharge_is_not_reported_as_beyond_the_max_timestep():
+    # Past discharge and past the cap: the stay's own end is the reason given.
+    events = filled_rows(["2150-03-11 10:00", "2150-03-20 12:00"])
+    kept = bucket(events, admissions_frame(), max_timestep=3)
+    assert kept.quarantine["REASON"].tolist() == [AFTER_DISCHARGE]
+    beyond = next(s for s in kept.steps if s.step == BEYOND_MAX)
+    assert beyond.quarantined == 0
+
+
+def test_rows_too_long_after_discharge_are_quarantined_as_after_discharge():
     # DISCHTIME 03-13 09:00 + 24 h = 03-14 09:00: at it is kept, a minute after is late.
     events = filled_rows(["2150-03-14 09:00", "2150-03-14 09:01", "2150-03-20 12:00"])
     kept = bucket(events, admissions_frame(), after_discharge_hours=24.0)
     assert timesteps(kept) == {"03-14 09:00": 4}
-    assert kept.quarantine.index.tolist() == [3, 4] and set(kept.quarantine["REASON"]) == {LATE}
-    late = next(s for s in kept.steps if s.step == LATE)
+    assert kept.quarantine.index.tolist() == [3, 4] and set(kept.quarantine["REASON"]) == {AFTER_DISCHARGE}
+    late = next(s for s in kept.steps if s.step == AFTER_DISCHARGE)
     assert (late.rows_in, late.rows_out, late.quarantined) == (3, 1, 2)
     assert bucket(events, admissions_frame(), after_discharge_hours=0.0).frame.empty
 
@@ -150,7 +179,7 @@ def test_clip_policy_keeps_late_rows_at_the_last_allowed_timestep():
     assert kept.frame["TIMESTEP"].tolist() == [1, 4, 4, 4]  # 03-14 09:00 is the last allowed moment: day 4
     assert kept.quarantine.index.tolist() == [2] and set(kept.quarantine["REASON"]) == {BEFORE}
     clipped = [s for s in kept.steps if s.clipped]
-    assert len(clipped) == 1 and clipped[0].clipped == 2
+    assert len(clipped) == 1 and clipped[0].clipped == 2 and clipped[0].step == f"{AFTER_DISCHARGE} (clipped)"
     assert (clipped[0].rows_in, clipped[0].rows_out, clipped[0].quarantined) == (4, 4, 0)
 
 
@@ -158,19 +187,21 @@ def test_clip_policy_clips_to_max_timestep_when_that_comes_first():
     events = filled_rows(["2150-03-10 15:00", "2150-03-12 08:00", "2150-03-13 08:00"])
     kept = bucket(events, admissions_frame(), max_timestep=1, late_policy="clip")
     assert kept.frame["TIMESTEP"].tolist() == [0, 1, 1]
-    assert sum(s.clipped for s in kept.steps) == 2 and kept.quarantine.empty
+    assert {s.step: s.clipped for s in kept.steps if s.clipped} == {f"{BEYOND_MAX} (clipped)": 2}
+    assert kept.quarantine.empty
 
 
 def test_sample_late_rows_are_quarantined_or_clipped_and_every_row_is_counted(sample):
     events, admissions = sample
-    quarantined = bucket(events, admissions)
-    clipped = bucket(events, admissions, late_policy="clip")
+    quarantined = bucket(events, admissions, max_timestep=99)
+    clipped = bucket(events, admissions, max_timestep=99, late_policy="clip")
     reasons = quarantined.quarantine["REASON"].value_counts()
-    assert reasons[BEFORE] > 0 and reasons[LATE] > 0
+    late = reasons.get(AFTER_DISCHARGE, 0) + reasons.get(BEYOND_MAX, 0)
+    assert reasons[BEFORE] > 0 and late > 0
     assert set(clipped.quarantine["REASON"]) == {BEFORE}
     assert len(clipped.frame) == len(events) - reasons[BEFORE]
-    assert sum(s.clipped for s in clipped.steps) == reasons[LATE]
-    late_lines = quarantined.quarantine.index[quarantined.quarantine["REASON"] == LATE]
+    assert sum(s.clipped for s in clipped.steps) == late
+    late_lines = quarantined.quarantine.index[quarantined.quarantine["REASON"].isin([AFTER_DISCHARGE, BEYOND_MAX])]
     stays = admissions.set_index("HADM_ID")
     last = clipped.frame.loc[late_lines]
     discharge_day = (last["HADM_ID"].map(stays["DISCHTIME"]) + pd.Timedelta(hours=24)).dt.normalize()

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from pipeline import bucket as bucket_stage
 from pipeline import encode, scale
 from pipeline.config import load_config
 from pipeline.flow import prepare
@@ -98,7 +99,7 @@ def test_sample_fitted_state_is_kept(prepared):
 def test_sample_findings_of_every_stage_are_present(prepared):
     found = checks_of(prepared)
     expected = {"attrition", "unseen_category", "constant_item", "unseen_item", "z_warn_bound", "filled",
-                "mixed_item_text", "quarantine_outpatient", "before_admission", "late_rows", "merged"}
+                "mixed_item_text", "quarantine_outpatient", "before_admission", "after_discharge", "merged"}
     assert expected <= set(found)
     assert {f.stage for f in prepared.findings} >= {"clean", "encode", "scale", "fill", "bucket", "flow"}
     assert not [f for f in prepared.findings if f.severity == "error"]
@@ -117,7 +118,8 @@ def test_sample_quarantine_findings_count_the_quarantined_rows(prepared):
     found = checks_of(prepared)
     reasons = prepared.quarantine.groupby("REASON").size()
     assert found["before_admission"][0].count == reasons["charted before the admission day"]
-    assert found["late_rows"][0].count == reasons["beyond the maximum timestep or after discharge"]
+    assert found["after_discharge"][0].count == reasons[bucket_stage.AFTER_DISCHARGE]
+    assert "in 9 admissions" in found["after_discharge"][0].message
     assert found["quarantine_outpatient"][0].count == reasons["outpatient lab (no HADM_ID)"]
     assert "51003" in found["mixed_item_text"][0].message
 
@@ -126,8 +128,8 @@ def test_clip_policy_keeps_late_rows_and_the_ledger_still_closes(tables, config,
     clip = dataclasses.replace(config, bucket=dataclasses.replace(config.bucket, late_policy="clip"))
     clipped = prepare(tables, clip)
     assert clipped.stopped_at is None and closes(clipped)
-    assert "late_rows" not in checks_of(clipped)
-    assert sum(step.clipped for step in clipped.steps) == checks_of(prepared)["late_rows"][0].count
+    assert "after_discharge" not in checks_of(clipped)
+    assert sum(step.clipped for step in clipped.steps) == checks_of(prepared)["after_discharge"][0].count
     assert clipped.edges["TIMESTEP"].max() <= config.bucket.max_timestep
 
 
@@ -156,7 +158,7 @@ def test_a_stage_error_stops_the_flow_and_is_reported(tables, config):
     (error,) = found["z_error_bound"]
     assert (error.severity, error.stage, error.column) == ("error", "scale", "Z")
     assert error.lines and "ITEMID" in error.message and "50878" in error.message
-    assert not {"filled", "before_admission", "late_rows"} & set(found)  # later stages never ran
+    assert not {"filled", "before_admission", "after_discharge"} & set(found)  # later stages never ran
     assert "stopped at stage scale" in found["attrition"][0].message
 
 
@@ -308,3 +310,160 @@ def test_a_value_coded_zero_is_rare_when_train_saw_it_and_unseen_when_it_did_not
     assert (rare.severity, unseen.severity) == ("info", "warning")
     assert rare_line in rare.lines and rare_line not in unseen.lines
     assert unseen_line in unseen.lines and unseen_line not in rare.lines
+
+
+# -- every admission accounted for ---------------------------------------------------------------------
+def _dropping_dataset(*, rejected: bool):
+    """The sample with one admission without labs, one whose labs all come before its admission day, one whose
+    labs all fall on its first day, and (``rejected``) one whose DISCHTIME precedes its ADMITTIME."""
+    from tests.corpus import Dataset
+
+    d = Dataset.sample()
+    hadm_col, time_col = d.col("LABEVENTS", "HADM_ID"), d.col("LABEVENTS", "CHARTTIME")
+    admissions = d.rows["ADMISSIONS"]
+    admit_col, hadm_adm = d.col("ADMISSIONS", "ADMITTIME"), d.col("ADMISSIONS", "HADM_ID")
+    picked = {"admission_no_labs": 5, "admission_labs_quarantined": 6, "admission_below_min_timesteps": 7}
+    ids = {fate: int(admissions[row][hadm_adm]) for fate, row in picked.items()}
+    admit = {fate: admissions[row][admit_col] for fate, row in picked.items()}
+    d.rows["LABEVENTS"] = [r for r in d.rows["LABEVENTS"] if r[hadm_col] != str(ids["admission_no_labs"])]
+    for record in d.rows["LABEVENTS"]:
+        if record[hadm_col] == str(ids["admission_labs_quarantined"]):
+            record[time_col] = f"{int(admit['admission_labs_quarantined'][:4]) - 1}{admit['admission_labs_quarantined'][4:]}"
+        elif record[hadm_col] == str(ids["admission_below_min_timesteps"]):
+            record[time_col] = admit["admission_below_min_timesteps"]
+    lines = {fate: row + 2 for fate, row in picked.items()}
+    if rejected:
+        row = 8
+        ids["admission_rejected"], lines["admission_rejected"] = int(admissions[row][hadm_adm]), row + 2
+        d.set("ADMISSIONS", row, "DISCHTIME", f"{int(admissions[row][admit_col][:4]) - 1}{admissions[row][admit_col][4:]}")
+    return d, ids, lines
+
+
+@pytest.fixture(scope="module")
+def dropping(tmp_path_factory, config):
+    from pipeline.flow import validate
+
+    d, ids, lines = _dropping_dataset(rejected=True)
+    folder = d.write(tmp_path_factory.mktemp("dropping") / "data")
+    short = dataclasses.replace(config, graph=dataclasses.replace(config.graph, min_timesteps=2))
+    return validate(folder, short), validate(folder, config), ids, lines
+
+
+def test_every_admission_is_in_a_graph_or_dropped_under_its_reason(dropping):
+    validation, _, ids, lines = dropping
+    prepared = validation.prepared
+    fates = prepared.fates.set_index("HADM_ID")
+    for fate, hadm in ids.items():
+        assert fates.loc[hadm, "FATE"] == fate
+    assert fates.loc[ids["admission_labs_quarantined"], "STAGE"] == "bucket"
+    assert fates.loc[ids["admission_rejected"], "SPLIT"] == "unsplit"
+    ledger = validation.report.attrition["ADMISSIONS"]
+    assert ledger["read"] == len(validation.tables.admissions) == ledger["in_graphs"] + ledger["dropped"]
+    assert ledger["dropped"] == sum(ledger["dropped_by"].values())
+    assert ledger["labs_quarantined_at"] == {"bucket": 1}
+    graphs = prepared.edges.groupby("SPLIT")["HADM_ID"].nunique()
+    for name in ("train", "val", "test"):
+        split = ledger["splits"][name]
+        assert split["read"] == split["in_graphs"] + split["dropped"] == int((prepared.fates["SPLIT"] == name).sum())
+        assert split["in_graphs"] == graphs[name]  # the report's per-split count is the graphs'
+        assert split["dropped"] == sum(split["dropped_by"].values())
+    assert ledger["splits"]["unsplit"] == {"read": 1, "in_graphs": 0, "dropped": 1, "dropped_by": {
+        "admission_rejected": 1, "admission_no_labs": 0, "admission_labs_quarantined": 0,
+        "admission_below_min_timesteps": 0}}
+    assert sum(s["read"] for s in ledger["splits"].values()) == ledger["read"]
+    assert closes(prepared)  # the rows of short admissions went to quarantine: the LABEVENTS ledger still closes
+
+
+def test_each_reason_is_a_finding_with_its_count_splits_lines_and_hadm_ids(dropping):
+    validation, _, ids, lines = dropping
+    found = {f.check: f for f in validation.report.findings if f.table == "ADMISSIONS" and f.stage == "flow"}
+    fates = validation.prepared.fates.set_index("HADM_ID")
+    for check, severity in (("admission_no_labs", "info"), ("admission_labs_quarantined", "warning"),
+                            ("admission_rejected", "warning")):
+        finding = found[check]
+        split = fates.loc[ids[check], "SPLIT"]
+        assert (finding.severity, finding.count, finding.lines) == (severity, 1, [lines[check]])
+        assert f"HADM_ID {ids[check]}" in finding.message and f"{split} 1" in finding.message
+    assert "last rows taken at bucket 1" in found["admission_labs_quarantined"].message
+    short = found["admission_below_min_timesteps"]
+    edges = dropping[1].prepared.edges  # the same data with min_timesteps = 1
+    one_step = edges.groupby("HADM_ID")["TIMESTEP"].nunique().pipe(lambda n: n[n < 2]).index
+    assert short.severity == "info" and short.count == len(one_step) and ids["admission_below_min_timesteps"] in one_step
+    assert str(ids["admission_below_min_timesteps"]) in short.message
+    rows = next(f for f in validation.report.findings if f.check == "below_min_timesteps")
+    assert rows.count == int(edges["HADM_ID"].isin(one_step).sum())
+    assert f"in {len(one_step)} admission" in rows.message
+    attrition = next(f for f in validation.report.findings if f.check == "attrition")
+    ledger = validation.report.attrition["ADMISSIONS"]
+    assert (f"ADMISSIONS read {ledger['read']} = in graphs {ledger['in_graphs']} + dropped {ledger['dropped']}"
+            in attrition.message)
+
+
+def test_min_timesteps_1_keeps_every_admission_with_a_kept_lab(dropping):
+    _, everything, ids, _ = dropping
+    ledger = everything.report.attrition["ADMISSIONS"]
+    assert ledger["dropped_by"]["admission_below_min_timesteps"] == 0
+    assert everything.prepared.fates.set_index("HADM_ID").loc[ids["admission_below_min_timesteps"], "FATE"] == "in_graphs"
+    assert not [f for f in everything.report.findings if f.check == "below_min_timesteps"]
+
+
+def test_the_built_graphs_hold_exactly_the_admissions_the_ledger_counts(tmp_path, config):
+    import json
+
+    from pipeline.flow import build
+    from pipeline.config import load_config
+
+    d, ids, _ = _dropping_dataset(rejected=False)
+    folder = d.write(tmp_path / "data")
+    settings = tmp_path / "config.toml"
+    settings.write_text("[graph]\nmin_timesteps = 2\n")
+    built = build(folder, tmp_path / "out", load_config(settings))
+    assert built.out_dir is not None, [f.message for f in built.report.findings if f.severity == "error"]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    ledger = manifest["accounting"]["ADMISSIONS"]
+    assert ledger == built.report.attrition["ADMISSIONS"]
+    index = pd.read_parquet(tmp_path / "out" / "index.parquet")  # per admission node: split, batch, HADM_ID
+    nodes = {name: set(index.loc[index["split"] == name, "HADM_ID"]) for name in ("train", "val", "test")}
+    for name, held in nodes.items():
+        assert len(held) == ledger["splits"][name]["in_graphs"] == manifest["splits"][name]["admissions"]
+    every = set().union(*nodes.values())
+    assert not every & {ids["admission_no_labs"], ids["admission_labs_quarantined"],
+                        ids["admission_below_min_timesteps"]}
+    assert ledger["read"] == len(every) + ledger["dropped"]
+
+
+def test_mimic3demo_every_admission_accounted_for_and_the_124_day_stay_whole(mimic3demo, tmp_path, config):
+    from pipeline.flow import build
+
+    built = build(mimic3demo, tmp_path / "out", config)
+    assert built.out_dir is not None
+    prepared = built.validation.prepared
+    ledger = built.report.attrition["ADMISSIONS"]
+    assert ledger["read"] == 129 == ledger["in_graphs"] + ledger["dropped"]
+    index = pd.read_parquet(tmp_path / "out" / "index.parquet")
+    for name, split in ledger["splits"].items():
+        assert split["read"] == split["in_graphs"] + split["dropped"]
+        assert split["in_graphs"] == int((index["split"] == name).sum())
+    assert ledger["in_graphs"] == len(index) == 128
+    # HADM_ID 160442: every lab row charted before its admission day, now reported, not silent.
+    (dropped,) = [f for f in built.report.findings if f.check == "admission_labs_quarantined"]
+    assert dropped.count == 1 and "HADM_ID 160442" in dropped.message and "train 1" in dropped.message
+    edges = prepared.edges
+    longest = edges.groupby("HADM_ID")["TIMESTEP"].max()
+    assert longest.max() == 123 and set(range(100, 124)) <= set(edges.loc[edges["HADM_ID"] == longest.idxmax(),
+                                                                         "TIMESTEP"])
+    assert not {"beyond_max_timestep", "beyond_max_stay", "after_discharge"} & {f.check for f in built.report.findings}
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "ADMISSIONS: read 129 = in graphs 128 + dropped 1" in page
+
+
+def test_a_deliberate_max_timestep_reports_under_its_own_check_with_rows_and_admissions(tables, config):
+    capped = prepare(tables, dataclasses.replace(config, bucket=dataclasses.replace(config.bucket, max_timestep=3)))
+    found = checks_of(capped)
+    (beyond,) = found["beyond_max_timestep"]
+    rows = capped.quarantine[capped.quarantine["REASON"] == bucket_stage.BEYOND_MAX]
+    assert beyond.severity == "info" and beyond.stage == "bucket" and beyond.count == len(rows) > 0
+    assert beyond.lines == sorted(rows.index)[:20]
+    assert f"in {rows['HADM_ID'].nunique()} admissions" in beyond.message
+    assert found["after_discharge"][0].count == checks_of(prepare(tables, config))["after_discharge"][0].count
+    assert capped.edges["TIMESTEP"].max() == 3 and closes(capped)
