@@ -12,6 +12,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from pipeline.clean import EMPTY_VALUE_POLICIES
 from schemas.checks import CHECKS, SEVERITIES
 
 DEFAULTS = Path(__file__).with_name("defaults.toml")
@@ -148,6 +149,15 @@ class EncodeConfig:
 
 
 @dataclass(frozen=True)
+class CommentsConfig:
+    empty_value: str
+
+    def __post_init__(self) -> None:
+        _require(self.empty_value in EMPTY_VALUE_POLICIES,
+                 f"[comments] empty_value must be one of {', '.join(EMPTY_VALUE_POLICIES)}, got {self.empty_value!r}")
+
+
+@dataclass(frozen=True)
 class ReportConfig:
     max_lines: int
 
@@ -166,6 +176,7 @@ class Config:
     bucket: BucketConfig
     graph: GraphConfig
     report: ReportConfig
+    comments: CommentsConfig
     severity: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     source: str | None = None
 
@@ -267,6 +278,7 @@ def load_config(path: Path | None = None) -> Config:
         bucket=BucketConfig(**_typed(BucketConfig, merged["bucket"], "bucket")),
         graph=GraphConfig(**_typed(GraphConfig, merged["graph"], "graph")),
         report=ReportConfig(**_typed(ReportConfig, merged["report"], "report")),
+        comments=CommentsConfig(**_typed(CommentsConfig, merged["comments"], "comments")),
         severity=MappingProxyType(dict(severity)),
         source=str(path) if path is not None else None,
     )
