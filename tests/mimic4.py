@@ -16,8 +16,11 @@ them with ``write``; a row's source line is its index + 2.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
+from pipeline.load import load_text_tables
 from tests.corpus import Dataset
 
 LABEVENTS_HEADER = [
@@ -79,6 +82,14 @@ def dataset(*, admissions: int = 40, rare_hadm: int | None = None) -> Dataset:
     for column in ("value", "valuenum", "ref_range_lower", "ref_range_upper"):
         data.set("LABEVENTS", NO_RESULT_ROW, column, "")
     return data
+
+
+def text_tables(data: Dataset, folder: Path) -> dict[str, pd.DataFrame]:
+    """``data`` written under ``folder`` and read back as the raw stage gets it: text, index = source line."""
+    tables, problems = load_text_tables(data.write(folder))
+    if problems:
+        raise problems[0]
+    return {name: table.frame for name, table in tables.items()}
 
 
 def lines_where(data: Dataset, **equal: str) -> list[int]:
