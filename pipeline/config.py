@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from pipeline.bucket import last_timestep
+from pipeline.clean import EMPTY_VALUE_POLICIES
 from schemas.checks import CHECKS, SEVERITIES
 
 DEFAULTS = Path(__file__).with_name("defaults.toml")
@@ -154,6 +155,15 @@ class EncodeConfig:
 
 
 @dataclass(frozen=True)
+class CommentsConfig:
+    empty_value: str
+
+    def __post_init__(self) -> None:
+        _require(self.empty_value in EMPTY_VALUE_POLICIES,
+                 f"[comments] empty_value must be one of {', '.join(EMPTY_VALUE_POLICIES)}, got {self.empty_value!r}")
+
+
+@dataclass(frozen=True)
 class ReportConfig:
     max_lines: int
 
@@ -172,6 +182,7 @@ class Config:
     bucket: BucketConfig
     graph: GraphConfig
     report: ReportConfig
+    comments: CommentsConfig
     severity: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     source: str | None = None
 
@@ -284,6 +295,7 @@ def load_config(path: Path | None = None) -> Config:
         bucket=_bucket(merged["bucket"]),
         graph=GraphConfig(**_typed(GraphConfig, merged["graph"], "graph")),
         report=ReportConfig(**_typed(ReportConfig, merged["report"], "report")),
+        comments=CommentsConfig(**_typed(CommentsConfig, merged["comments"], "comments")),
         severity=MappingProxyType(dict(severity)),
         source=str(path) if path is not None else None,
     )

@@ -41,6 +41,8 @@ REASON_CHECKS = {
     clean.ADMISSION_REJECTED: "quarantine_admission",
     clean.ITEM_REJECTED: "quarantine_raw_error",
     clean.MIXED_TEXT: "mixed_item_text",
+    clean.IN_COMMENTS: "result_in_comments",
+    clean.NO_RESULT: "no_result",
     bucket_stage.NO_ADMISSION: "quarantine_admission",
     bucket_stage.BEFORE: "before_admission",
     bucket_stage.AFTER_DISCHARGE: "after_discharge",
@@ -220,7 +222,8 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
             progress.step("clean", rows=len(tables.labevents))
             admissions = ledger.take(clean.clean_admissions(tables.admissions))
             labitems = ledger.take(clean.clean_labitems(tables.labitems))
-            events = ledger.take(clean.clean_events(tables.labevents, admissions, labitems))
+            events = ledger.take(clean.clean_events(tables.labevents, admissions, labitems,
+                                                             empty_value=config.comments.empty_value))
 
             progress.step("split", rows=len(events))
             splits = split.assign_splits(admissions, train=config.split.train, val=config.split.val,
@@ -384,6 +387,8 @@ def _quarantine_findings(quarantine: pd.DataFrame, config: Config) -> list[Findi
         items = ""
         if reason == clean.MIXED_TEXT:
             items = ": ITEMID " + ", ".join(map(str, sorted(rows["ITEMID"].dropna().unique())))
+        elif reason in (clean.IN_COMMENTS, clean.NO_RESULT):
+            items = ": ITEMID " + _rows_per_item(rows["ITEMID"])
         if reason in PER_ADMISSION:
             n = rows["HADM_ID"].nunique()
             items = f", in {n} admission{'s' if n != 1 else ''}"
@@ -392,6 +397,15 @@ def _quarantine_findings(quarantine: pd.DataFrame, config: Config) -> list[Findi
                                           verb="quarantined:", what=f"{reason}{items}",
                                           max_lines=config.report.max_lines))
     return [f for f in findings if f is not None]
+
+
+def _rows_per_item(items: pd.Series, shown: int = 20) -> str:
+    """'51003 (12 rows), 51484 (1 row)': the rows of each item, the most first (ties by ITEMID)."""
+    counts = items.dropna().astype("int64").value_counts().rename_axis("ITEMID").reset_index(name="n")
+    counts = counts.sort_values(["n", "ITEMID"], ascending=[False, True], kind="stable")
+    listed = ", ".join(f"{item} ({n} row{'s' if n != 1 else ''})"
+                       for item, n in zip(counts["ITEMID"].head(shown), counts["n"].head(shown)))
+    return listed + (f" and {len(counts) - shown} more items" if len(counts) > shown else "")
 
 
 def _unseen_findings(events: pd.DataFrame, admissions: pd.DataFrame, encoded: pd.DataFrame,

@@ -34,7 +34,9 @@ from schemas.raw import (
 STAGE = "raw"
 _TIMES = ("ADMITTIME", "DISCHTIME", "CHARTTIME")
 # Checks whose failing text cannot become a value: the typed column holds null there.
-_UNPARSEABLE = ("id_positive_integer", "datetime_iso", "valuenum_numeric", "valuenum_finite")
+_UNPARSEABLE = ("id_positive_integer", "datetime_iso", "valuenum_numeric", "valuenum_finite", "ref_range_numeric")
+# Checks of metadata (MIMIC-IV's reference range bounds): the failing text becomes null, the row is never rejected.
+_METADATA = ("ref_range_numeric",)
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,7 @@ def check_part(table: str, frame: pd.DataFrame, *, valuenum_abs_bound: float = D
         failures = _schema_failures(schema, frame)
     reject = pd.Series(pd.NA, index=frame.index, dtype="str")
     for check, lines in failures.groupby("check", sort=True)["line"]:
-        if rejects(check):
+        if rejects(check) and check not in _METADATA:
             failed = pd.Series(frame.index.isin(lines.to_numpy()), index=frame.index)
             reject = reject.mask(reject.isna() & failed, check)
     nulled = failures[failures["check"].isin(_UNPARSEABLE) | (failures["check"].eq("valuenum_bound")

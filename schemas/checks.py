@@ -79,6 +79,9 @@ _CATALOGUE = [
               "No lab measurement is this large; raise [raw] valuenum_abs_bound only if it is real."),
     CheckInfo("valuenum_derived", "raw", WARNING, "VALUENUM derived from VALUE",
               "The table has no VALUENUM column; numbers were parsed from VALUE with a strict grammar."),
+    CheckInfo("ref_range_numeric", "raw", WARNING, "a reference range bound that is not a finite number",
+              "REF_RANGE_LOWER/UPPER are metadata, read as numbers when present: this bound is left empty "
+              "(null); the row and its result are kept. Re-export the bound as a plain decimal to use it."),
     CheckInfo("flag_value", "raw", WARNING, "FLAG other than 'abnormal' or 'delta'",
               "Unknown flags are treated as abnormal; map them to 'abnormal', 'delta' or empty."),
     CheckInfo("datetime_missing", "raw", ERROR, "an empty required time",
@@ -118,6 +121,12 @@ _CATALOGUE = [
               "The admission's key or times are unusable; see the ADMISSIONS findings."),
     CheckInfo("mixed_item_text", "clean", WARNING, "non-numeric value in numeric item",
               "Mixed items' text rows ('<0.01', 'See Comments') are quarantined; map them to numbers to keep them."),
+    CheckInfo("result_in_comments", "clean", WARNING, "lab rows whose result is only in COMMENTS",
+              "MIMIC-IV writes some results ('NEG.', 'UNABLE TO REPORT.') only in comments, with VALUE and "
+              "VALUENUM empty. They are quarantined by default; [comments] empty_value = \"category\" keeps them "
+              "with the comment as a categorical VALUE (coded under [encode] min_admissions)."),
+    CheckInfo("no_result", "clean", WARNING, "lab rows without any result (no VALUE, VALUENUM or comment)",
+              "They carry nothing to learn from and are quarantined; if the export dropped the results, re-export."),
     # -- split ---------------------------------------------------------------------------
     CheckInfo("split_by_admission", "split", WARNING, "split by HADM_ID because SUBJECT_ID is absent",
               "A patient with several admissions may straddle splits; add SUBJECT_ID to ADMISSIONS."),
@@ -415,6 +424,13 @@ def valuenum_bound(text: pd.Series, *, bound: float) -> pd.Series:
 
 
 @extensions.register_check_method(check_type="vectorized")
+def ref_range_numeric(text: pd.Series) -> pd.Series:
+    """A reference range bound is a finite number by VALUENUM's strict grammar (anything else becomes null)."""
+    numbers, rows = parsed(text, ParsedNumbers)
+    return _answer(text, (numbers.numeric & np.isfinite(numbers.values.to_numpy()))[rows])
+
+
+@extensions.register_check_method(check_type="vectorized")
 def datetime_iso(text: pd.Series) -> pd.Series:
     """ISO 8601 'YYYY-MM-DD HH:MM[:SS[.f]]' without a time zone, as MIMIC writes it, and a real date."""
     times, rows = parsed(text, ParsedTimes)
@@ -436,6 +452,7 @@ PARSED_AS: dict[str, type[ParsedText]] = {
     "valuenum_numeric": ParsedNumbers,
     "valuenum_finite": ParsedNumbers,
     "valuenum_bound": ParsedNumbers,
+    "ref_range_numeric": ParsedNumbers,
     "flag_value": ParsedFlags,
 }
 

@@ -39,7 +39,8 @@ class CleanLabItems(pa.DataFrameModel):
 
 
 class CleanEvents(pa.DataFrameModel):
-    """Inpatient lab rows: keys and time present, VALUENUM finite or null, KIND of the row's item."""
+    """Inpatient lab rows: keys and time present, VALUENUM finite or null, KIND of the row's item (categorical
+    for a row whose result was only in COMMENTS and became its VALUE)."""
 
     HADM_ID: Series[np.int64] = pa.Field(gt=0)
     ITEMID: Series[np.int64] = pa.Field(gt=0)

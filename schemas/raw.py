@@ -28,8 +28,10 @@ REQUIRED = {
 OPTIONAL = {
     "ADMISSIONS": ("SUBJECT_ID",),
     "D_LABITEMS": (),
-    "LABEVENTS": ("SUBJECT_ID", "VALUENUM"),
+    "LABEVENTS": ("SUBJECT_ID", "VALUENUM", "COMMENTS", "REF_RANGE_LOWER", "REF_RANGE_UPPER"),
 }
+# MIMIC-IV's reference range bounds: metadata read as numbers (null where the text is not one).
+REF_RANGES = ("REF_RANGE_LOWER", "REF_RANGE_UPPER")
 # Categorical admission columns read when present (MIMIC-III has ETHNICITY, MIMIC-IV race).
 ADMISSION_CATEGORICALS = (
     "ADMISSION_TYPE",
@@ -85,6 +87,9 @@ class RawLabEvents(_Text):
         valuenum_bound={"bound": DEFAULT_VALUENUM_ABS_BOUND},
     )
     FLAG: Series[str] = pa.Field(nullable=True, flag_value=())
+    COMMENTS: Series[str] = pa.Field(nullable=True, required=False)
+    REF_RANGE_LOWER: Series[str] = pa.Field(nullable=True, required=False, ref_range_numeric=())
+    REF_RANGE_UPPER: Series[str] = pa.Field(nullable=True, required=False, ref_range_numeric=())
 
 
 def raw_labevents_schema(*, valuenum_abs_bound: float = DEFAULT_VALUENUM_ABS_BOUND) -> pa.DataFrameSchema:
@@ -125,7 +130,8 @@ class LabItems(_Typed):
 
 
 class LabEvents(_Typed):
-    """Parsed lab events: VALUENUM finite or null, FLAG normalised to lower case."""
+    """Parsed lab events: VALUENUM finite or null, FLAG normalised to lower case; MIMIC-IV's COMMENTS as text
+    and its reference range bounds as finite numbers or null, when present."""
 
     SUBJECT_ID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0, required=False)
     HADM_ID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
@@ -134,4 +140,7 @@ class LabEvents(_Typed):
     VALUE: Series[str] = pa.Field(nullable=True)
     VALUENUM: Series[np.float64] = pa.Field(nullable=True, finite=())
     FLAG: Series[str] = pa.Field(nullable=True)
+    COMMENTS: Series[str] = pa.Field(nullable=True, required=False)
+    REF_RANGE_LOWER: Series[np.float64] = pa.Field(nullable=True, required=False, finite=())
+    REF_RANGE_UPPER: Series[np.float64] = pa.Field(nullable=True, required=False, finite=())
     REJECT: Series[str] = pa.Field(nullable=True)

@@ -21,11 +21,21 @@ def sample_dir() -> Path:
     return ROOT / "data" / "sample"
 
 
+
+def _mimic3demo() -> Path:
+    """$BADPOINTS_MIMIC3DEMO, else ``shared/real/mimic3demo`` beside the project (or beside a folder above it,
+    as for a git worktree)."""
+    if os.environ.get("BADPOINTS_MIMIC3DEMO"):
+        return Path(os.environ["BADPOINTS_MIMIC3DEMO"])
+    candidates = [folder / "shared" / "real" / "mimic3demo" for folder in ROOT.parents]
+    return next((c for c in candidates if c.is_dir()), candidates[0])
+
+
 @pytest.fixture(scope="session")
 def mimic3demo() -> Path:
-    """The real MIMIC-III demo lab tables (read-only, ../shared/real/mimic3demo); tests skip without them."""
-    path = ROOT.parent.parent / "shared" / "real" / "mimic3demo"
-    for candidate in (ROOT.parent / "shared" / "real" / "mimic3demo", path, Path("/work/shared/real/mimic3demo")):
-        if (candidate / "LABEVENTS.csv").is_file():
-            return candidate
-    pytest.skip("the MIMIC-III demo tables are absent (../shared/real/mimic3demo): real-data test skipped")
+    """The real MIMIC-III demo lab tables (read-only, outside the project); skips where they are absent."""
+    folder = _mimic3demo()
+    if not (folder / "LABEVENTS.csv").is_file():
+        pytest.skip(f"real MIMIC-III demo tables not found at {folder} (see shared/real/README.md; "
+                    "or set BADPOINTS_MIMIC3DEMO)")
+    return folder

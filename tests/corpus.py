@@ -131,6 +131,31 @@ def mimic_iv_names_gzip_in_hosp(d: Dataset) -> Expect:
 
 
 @case
+def ref_range_text(d: Dataset) -> Expect:
+    """MIMIC-IV's reference range bounds, one of them text: null with a warning, the row and its value kept."""
+    d.header["LABEVENTS"] += ["REF_RANGE_LOWER", "REF_RANGE_UPPER"]
+    for record in d.rows["LABEVENTS"]:
+        record += ["0.5", "1.5"]
+    line = d.set("LABEVENTS", 15, "REF_RANGE_LOWER", CANARY)
+    return Expect(0, "ref_range_numeric", "LABEVENTS", "REF_RANGE_LOWER", lines=(line,), severity="warning",
+                  secret=CANARY)
+
+
+@case
+def result_only_in_comments(d: Dataset) -> Expect:
+    """MIMIC-IV's comments column, with one numeric row's result only there: quarantined, never a mixed item."""
+    d.header["LABEVENTS"].append("COMMENTS")
+    for record in d.rows["LABEVENTS"]:
+        record.append("")
+    hadm, valuenum = d.col("LABEVENTS", "HADM_ID"), d.col("LABEVENTS", "VALUENUM")
+    row = next(n for n, record in enumerate(d.rows["LABEVENTS"]) if record[hadm] and record[valuenum])
+    d.set("LABEVENTS", row, "VALUENUM", "")
+    line = d.set("LABEVENTS", row, "VALUE", "")
+    d.plant("LABEVENTS", row, "COMMENTS")
+    return Expect(0, "result_in_comments", "LABEVENTS", None, lines=(line,), severity="warning", secret=CANARY)
+
+
+@case
 def quoted_newline_keeps_lines(d: Dataset) -> Expect:
     d.plant("LABEVENTS", 3, "VALUE", prefix="line one\n")
     row = 9

@@ -37,6 +37,7 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 from pipeline.config import load_config
 from schemas.errors import SAMPLE_CAP
+from tests import mimic4
 from tests.corpus import CANARY, CASES, Dataset, Expect, build
 from tests.pipeline.stages import sample_stages
 
@@ -289,3 +290,28 @@ def test_rare_categorical_values_never_reach_stats_json(rare_build, rare_values)
     _, files = rare_build
     _, planted = rare_values
     assert where(tuple(planted.values()), {"stats.json": files["stats.json"]}) == []
+
+
+# -- MIMIC-IV comments: free text that may name a patient -----------------------------------------------------
+@pytest.mark.parametrize("empty_value", ["quarantine", "category"])
+def test_comment_canary_reaches_no_output(tmp_path, empty_value):
+    """A MIMIC-IV dataset whose one-admission comment (a result only in comments) is the canary: quarantined, or
+    a categorical VALUE too rare in train to be coded, it reaches no report, parquet, graph or stats.json."""
+    data = mimic4.dataset()
+    row = mimic4.lines_where(data, comments=mimic4.RARE_COMMENT)[0] - 2
+    canary = data.plant("LABEVENTS", row, "comments", prefix="COMMENT-")
+    data.write(tmp_path / "data")
+    (tmp_path / "badpoints.toml").write_text(f'[comments]\nempty_value = "{empty_value}"\n')
+    config = ["--config", str(tmp_path / "badpoints.toml")]
+    built = invoke("build", str(tmp_path / "data"), "--out", str(tmp_path / "out"), *config,
+                   json_path=tmp_path / "build.json")
+    assert built.exit_code == 0, built.stdout
+    files = written(tmp_path / "out")
+    assert "stats.json" in files and any(name.endswith(".pt") for name in files)
+    assert where((canary,), {**said(built, "build"), **files}) == []
+    checks = {f["check"] for f in built.report["findings"]}
+    # The planted row did get through: quarantined with its reason, or coded 0 as a rare training value.
+    assert ("result_in_comments" if empty_value == "quarantine" else "rare_category") in checks
+    shown = invoke("validate", str(tmp_path / "data"), "--show-values", *config, json_path=tmp_path / "shown.json")
+    assert_samples_capped(shown.report, MAX_LINES)
+    assert where((canary,), said(without_samples(shown), "validate")) == []

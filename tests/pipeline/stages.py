@@ -55,7 +55,8 @@ def run_stages(tables: RawTables, config: Config | None = None) -> Stages:
     config = config or load_config()
     admissions = clean.clean_admissions(tables.admissions)
     labitems = clean.clean_labitems(tables.labitems)
-    events = clean.clean_events(tables.labevents, admissions.frame, labitems.frame)
+    events = clean.clean_events(tables.labevents, admissions.frame, labitems.frame,
+                                empty_value=config.comments.empty_value)
     splits = split.assign_splits(admissions.frame, train=config.split.train, val=config.split.val,
                                  test=config.split.test, seed=config.split.seed)
     split_events = split.attach_split(events.frame, splits)

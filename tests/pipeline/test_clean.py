@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from pipeline import clean
+from pipeline.config import Config, load_config
+from pipeline.flow import prepare
+from pipeline.load import load_text_tables
 from pipeline.parse import RawTables
 from pipeline.quarantine import Kept, combine
 from schemas.errors import StageError
-from tests.pipeline.stages import sample_stages, sample_text, shuffled, typed
+from tests import mimic4
+from tests.corpus import Dataset
+from tests.pipeline.stages import run_stages, sample_stages, sample_text, shuffled, typed
 
 MIXED = (51003, 51275, 51514)
 CATEGORICAL = (51486, 51492)
@@ -224,3 +231,118 @@ def test_shuffled_input_gives_the_same_kept_rows_and_quarantine(broken):
         pd.testing.assert_frame_equal(a.frame.sort_index(), b.frame.sort_index())
         assert a.steps == b.steps
     pd.testing.assert_frame_equal(combine([k.quarantine for k in first]), combine([k.quarantine for k in second]))
+
+
+# -- MIMIC-IV: rows whose result is only in COMMENTS -------------------------------------------------
+def _mimic4_tables(tmp_path_factory, **options) -> tuple[RawTables, Dataset]:
+    data = mimic4.dataset(**options)
+    return typed(mimic4.text_tables(data, tmp_path_factory.mktemp("mimic4"))), data
+
+
+def _with(config: Config, *, empty_value: str | None = None, min_admissions: int | None = None) -> Config:
+    config = dataclasses.replace(config, comments=dataclasses.replace(
+        config.comments, empty_value=empty_value or config.comments.empty_value))
+    return dataclasses.replace(config, encode=dataclasses.replace(
+        config.encode, min_admissions=min_admissions or config.encode.min_admissions))
+
+
+@pytest.fixture(scope="module")
+def mimic4_split(tmp_path_factory):
+    """The MIMIC-IV-shaped tables with the rare comment in a training admission, and that admission."""
+    tables, _ = _mimic4_tables(tmp_path_factory)
+    splits = run_stages(tables).splits  # as flow.prepare assigns them with the default config
+    rare_hadm = int(splits.loc[splits["SPLIT"] == "train", "HADM_ID"].max())
+    tables, data = _mimic4_tables(tmp_path_factory, rare_hadm=rare_hadm)
+    return tables, data, rare_hadm
+
+
+def test_result_only_in_comments_is_not_text_of_a_mixed_item(mimic4_split):
+    tables, data, _ = mimic4_split
+    _, _, events = _clean(tables)
+    commented = mimic4.lines_where(data, itemid=str(mimic4.COMMENT_ITEM), value="", valuenum="")
+    assert len(commented) == 41 and mimic4.NO_RESULT_ROW + 2 not in commented
+    assert _lines(events.quarantine, clean.IN_COMMENTS) == commented
+    assert _lines(events.quarantine, clean.NO_RESULT) == [mimic4.NO_RESULT_ROW + 2]
+    assert _lines(events.quarantine, clean.MIXED_TEXT) == []
+    kinds = events.frame.groupby("ITEMID")["KIND"].unique().map(list).to_dict()
+    assert kinds == {mimic4.NUMERIC_ITEM: ["numeric"], mimic4.CATEGORICAL_ITEM: ["categorical"],
+                     mimic4.COMMENT_ITEM: ["numeric"]}
+    assert "COMMENTS" not in events.frame  # free text goes no further than clean
+    assert [(s.step, s.quarantined) for s in events.steps[4:]] == [
+        (clean.NO_RESULT, 1), (clean.IN_COMMENTS, 41), (clean.MIXED_TEXT, 0)]
+
+
+def test_result_in_comments_finding_counts_rows_per_item(mimic4_split):
+    tables, data, _ = mimic4_split
+    prepared = prepare(tables, load_config())
+    findings = {f.check: f for f in prepared.findings if f.stage == "clean"}
+    commented = mimic4.lines_where(data, itemid=str(mimic4.COMMENT_ITEM), value="", valuenum="")
+    found = findings["result_in_comments"]
+    assert (found.severity, found.table, found.count, found.lines) == ("warning", "LABEVENTS", 41, commented[:20])
+    assert f"result only in comments: ITEMID {mimic4.COMMENT_ITEM} (41 rows)" in found.message
+    no_result = findings["no_result"]
+    assert (no_result.severity, no_result.count, no_result.lines) == ("warning", 1, [2])
+    assert f"no result: ITEMID {mimic4.NUMERIC_ITEM} (1 row)" in no_result.message
+    assert "mixed_item_text" not in findings
+    assert not any(mimic4.RARE_COMMENT in f.message for f in prepared.findings)
+    assert prepared.ledger() == {"read": len(tables.labevents), "kept": len(tables.labevents) - 42,
+                                 "quarantined": 42, "deduplicated": 0}
+
+
+def test_category_policy_codes_comments_seen_in_enough_training_admissions(mimic4_split):
+    tables, data, rare_hadm = mimic4_split
+    prepared = prepare(tables, _with(load_config(), empty_value="category"))
+    assert set(prepared.quarantine["REASON"]) == {clean.NO_RESULT}
+    commented = mimic4.lines_where(data, itemid=str(mimic4.COMMENT_ITEM), value="", valuenum="")
+    rows = prepared.edges.loc[commented]  # edge rows keep their source line
+    assert (rows["KIND"] == "categorical").all()
+    table = prepared.vocabularies.lab_table()
+    assert table[table["ITEMID"] == mimic4.COMMENT_ITEM]["VALUE"].tolist() == [mimic4.COMMON_COMMENT]
+    rare = rows["HADM_ID"].eq(rare_hadm) & rows["VALUE"].eq(mimic4.RARE_COMMENT)
+    assert rare.sum() == 1
+    assert rows.loc[rare, "CODE"].tolist() == [0]
+    assert (rows.loc[~rare, "CODE"] >= 1).all()
+    rare_finding = next(f for f in prepared.findings if f.check == "rare_category")
+    assert rare_finding.lines == rows.index[rare.to_numpy()].tolist()
+    assert mimic4.RARE_COMMENT not in str(prepared.vocabularies.as_json())
+    # The same comment, with min_admissions 1, is coded: the privacy rule is what kept it out.
+    loose = prepare(tables, _with(load_config(), empty_value="category", min_admissions=1))
+    assert mimic4.RARE_COMMENT in loose.vocabularies.lab_table()["VALUE"].tolist()
+
+
+def test_item_kinds_ignore_rows_without_a_result():
+    events = pd.DataFrame({
+        "ITEMID": [1, 1, 1, 2, 2, 3],
+        "VALUE": ["1", None, "<1", "NEG", None, None],
+        "VALUENUM": [1.0, np.nan, np.nan, np.nan, np.nan, np.nan],
+    }, index=pd.Index([4, 2, 7, 3, 6, 5], name="line"))
+    assert clean.item_kinds(events).tolist() == ["mixed", "mixed", "mixed", "categorical", "categorical",
+                                                 "categorical"]
+    numeric = events.assign(VALUE=["1", None, None, "NEG", None, None], VALUENUM=[1.0, np.nan, np.nan] + [np.nan] * 3)
+    assert clean.item_kinds(numeric).tolist()[:3] == ["numeric"] * 3
+
+
+@pytest.mark.parametrize("empty_value", ["quarantine", "category"])
+def test_shuffled_mimic4_rows_give_the_same_result(mimic4_split, empty_value):
+    tables, _, _ = mimic4_split
+    admissions = clean.clean_admissions(tables.admissions).frame
+    labitems = clean.clean_labitems(tables.labitems).frame
+    first = clean.clean_events(tables.labevents, admissions, labitems, empty_value=empty_value)
+    again = clean.clean_events(shuffled(tables.labevents), admissions, labitems, empty_value=empty_value)
+    pd.testing.assert_frame_equal(again.frame.sort_index(), first.frame.sort_index())
+    pd.testing.assert_frame_equal(combine([again.quarantine]), combine([first.quarantine]))
+
+
+def test_real_mimic3_demo_keeps_its_kinds_and_quarantine_reasons(mimic3demo):
+    """No comments column: nothing is classed as a result in comments; the text rows of mixed items still go."""
+    tables, problems = load_text_tables(mimic3demo)
+    assert problems == []
+    raw = typed({name: table.frame for name, table in tables.items()})
+    assert not {"COMMENTS", "REF_RANGE_LOWER", "REF_RANGE_UPPER"} & set(raw.labevents.columns)
+    _, _, events = _clean(raw)
+    reasons = events.quarantine["REASON"].value_counts()
+    assert clean.IN_COMMENTS not in reasons and clean.NO_RESULT not in reasons
+    inpatient = raw.labevents[raw.labevents["HADM_ID"].notna()]
+    has_number = inpatient["VALUENUM"].notna().groupby(inpatient["ITEMID"])
+    mixed_items = set(has_number.any().index[has_number.any() & ~has_number.all()])
+    assert set(events.quarantine.loc[events.quarantine["REASON"] == clean.MIXED_TEXT, "ITEMID"]) == mixed_items

@@ -164,3 +164,11 @@ def test_config_sections_check_their_values_when_built_directly():
         RawConfig(valuenum_abs_bound=float("nan"), stay_tolerance_hours=0.0)
     with pytest.raises(ConfigError, match="max_lines"):
         ReportConfig(max_lines=0)
+
+
+def test_comments_policy_defaults_to_quarantine_and_may_be_category(write):
+    documented = tomllib.loads(DEFAULTS.read_text(encoding="utf-8"))
+    assert dataclasses.asdict(load_config().comments) == documented["comments"] == {"empty_value": "quarantine"}
+    assert load_config(write('[comments]\nempty_value = "category"\n')).comments.empty_value == "category"
+    with pytest.raises(ConfigError, match=r"\[comments\] empty_value must be one of quarantine, category, got 'drop'"):
+        load_config(write('[comments]\nempty_value = "drop"\n'))

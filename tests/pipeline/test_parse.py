@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pipeline.load import read_table
 from pipeline.parse import check_raw
 from schemas.errors import ValidationDisabled
+from tests import mimic4
 
 
 @pytest.fixture(scope="module")
@@ -165,3 +166,61 @@ def test_any_text_in_valuenum_is_a_finite_number_or_reported(text_value):
         assert reported or events["VALUENUM"].isna().iloc[0] or not text_value.strip()
     else:
         assert np.isfinite(value) and abs(value) <= 1e10 and not reported
+
+
+# -- MIMIC-IV: comments and reference ranges ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def mimic4_text(tmp_path_factory):
+    """The MIMIC-IV-shaped tables as text, with three unusable reference range bounds planted."""
+    data = mimic4.dataset()
+    rows = mimic4.lines_where(data, itemid=str(mimic4.NUMERIC_ITEM), ref_range_lower="0.5")
+    planted = {rows[3]: ("ref_range_lower", "<0.5"), rows[7]: ("ref_range_upper", "n/a"),
+               rows[8]: ("ref_range_upper", "1e309")}
+    for line, (column, value) in planted.items():
+        data.set("LABEVENTS", line - 2, column, value)
+    return mimic4.text_tables(data, tmp_path_factory.mktemp("mimic4")), data, planted
+
+
+def test_mimic4_comments_and_reference_ranges_reach_the_typed_labevents(mimic4_text):
+    text, data, planted = mimic4_text
+    events = check_raw(text).tables.labevents
+    assert events.index.equals(text["LABEVENTS"].index) and events.index[0] == 2
+    assert events["REF_RANGE_LOWER"].dtype == np.float64 and events["REF_RANGE_UPPER"].dtype == np.float64
+    good = mimic4.lines_where(data, itemid=str(mimic4.NUMERIC_ITEM), ref_range_lower="0.5", ref_range_upper="1.2")
+    assert (events.loc[good, "REF_RANGE_LOWER"] == 0.5).all() and (events.loc[good, "REF_RANGE_UPPER"] == 1.2).all()
+    troponin = mimic4.lines_where(data, itemid=str(mimic4.COMMENT_ITEM), ref_range_upper="0.01")
+    assert (events.loc[troponin, "REF_RANGE_LOWER"] == 0.0).all()
+    assert events.loc[mimic4.lines_where(data, itemid=str(mimic4.CATEGORICAL_ITEM)), "REF_RANGE_LOWER"].isna().all()
+    commented = mimic4.lines_where(data, comments=mimic4.COMMON_COMMENT)
+    assert len(commented) == 40 and (events.loc[commented, "COMMENTS"] == mimic4.COMMON_COMMENT).all()
+    assert events["COMMENTS"].notna().sum() == 41
+
+
+def test_unusable_reference_range_is_null_with_a_warning_and_keeps_the_row(mimic4_text):
+    text, _, planted = mimic4_text
+    result = check_raw(text)
+    events = result.tables.labevents
+    for line, (column, _) in planted.items():
+        assert np.isnan(events.loc[line, column.upper()])
+    assert events.loc[list(planted), "REJECT"].isna().all()
+    assert events.loc[list(planted), "VALUENUM"].notna().all()
+    findings = sorted((f.column, f.severity, f.count, f.lines) for f in result.findings
+                      if f.check == "ref_range_numeric")
+    lower, upper = sorted(planted)[0], sorted(planted)[1:]
+    assert findings == [("REF_RANGE_LOWER", "warning", 1, [lower]), ("REF_RANGE_UPPER", "warning", 2, upper)]
+    message = next(f.message for f in result.findings if f.column == "REF_RANGE_UPPER")
+    assert "n/a" not in message and "1e309" not in message  # described by class, never by value
+
+
+def test_reference_range_raised_to_error_still_rejects_no_row(mimic4_text):
+    text, _, planted = mimic4_text
+    result = check_raw(text, severity={"ref_range_numeric": "error"})
+    assert result.tables.labevents["REJECT"].isna().all()
+
+
+def test_shuffled_mimic4_rows_parse_to_the_same_typed_labevents(mimic4_text):
+    text, _, _ = mimic4_text
+    first = check_raw(text)
+    second = check_raw({**text, "LABEVENTS": text["LABEVENTS"].sample(frac=1.0, random_state=5)})
+    assert _checks(first) == _checks(second)
+    pd.testing.assert_frame_equal(first.tables.labevents, second.tables.labevents.sort_index())

@@ -38,6 +38,9 @@ def _labevents(**changes: list[str | None]) -> pd.DataFrame:
         "VALUE": ["1.2", "POS", None],
         "VALUENUM": ["1.2", None, "-3e2"],
         "FLAG": [None, "abnormal", "DELTA"],
+        "COMMENTS": [None, "NEG.", None],
+        "REF_RANGE_LOWER": ["0.5", None, " -1e3 "],
+        "REF_RANGE_UPPER": ["1.2", None, "+10."],
     }
     return _text({**columns, **changes})
 
@@ -131,6 +134,19 @@ def test_configured_bound_keeps_the_other_valuenum_checks_in_order():
     assert RawLabEvents.to_schema().columns["VALUENUM"].checks[2].statistics == {"bound": DEFAULT_VALUENUM_ABS_BOUND}
 
 
+@pytest.mark.parametrize("column", ["REF_RANGE_LOWER", "REF_RANGE_UPPER"])
+def test_ref_range_bounds_must_be_finite_numbers_by_the_valuenum_grammar(column):
+    frame = _labevents(**{column: ["<0.5", "inf", "1e309"]})
+    assert _failures(RawLabEvents, frame) == [(column, "ref_range_numeric", 2), (column, "ref_range_numeric", 3),
+                                              (column, "ref_range_numeric", 4)]
+    assert CHECKS["ref_range_numeric"].severity == "warning"  # metadata: never an error by default
+
+
+def test_comments_take_any_text():
+    frame = _labevents(COMMENTS=["UNABLE TO REPORT.", "___", "line one\nline two"])
+    pd.testing.assert_frame_equal(RawLabEvents.validate(frame, lazy=True), frame)
+
+
 def test_raw_admissions_and_labitems():
     admissions = _text({
         "SUBJECT_ID": ["1", None, "3"],
@@ -184,6 +200,15 @@ def test_typed_labevents_reject_wrong_dtypes_and_nonpositive_ids():
     with pytest.raises(pa.errors.SchemaErrors, match="float64"):
         LabEvents.validate(frame.assign(ITEMID=pd.array([1, 1, 2], dtype="Int64"),
                                         VALUENUM=frame["VALUENUM"].astype("float32")), lazy=True)
+
+
+def test_typed_labevents_accept_comments_and_reference_ranges():
+    frame = _typed_labevents([1.2, np.nan, -300.0]).assign(
+        COMMENTS=pd.array([None, "NEG.", None], dtype="str"),
+        REF_RANGE_LOWER=np.array([0.5, np.nan, -1e3]), REF_RANGE_UPPER=np.array([1.2, np.nan, 10.0]))
+    pd.testing.assert_frame_equal(LabEvents.validate(frame, lazy=True), frame)
+    assert _failures(LabEvents, frame.assign(REF_RANGE_UPPER=np.array([1.2, np.inf, 10.0]))) == [
+        ("REF_RANGE_UPPER", "finite", 3)]
 
 
 def test_typed_admissions_and_labitems_accept_parsed_frames():
