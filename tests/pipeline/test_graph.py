@@ -1,8 +1,8 @@
 """pipeline/graph.py: the sample's edge rows become one sound HeteroData per batch, holding every edge once.
 
 Graphs come per split in train/val/test order, admissions in HADM_ID order;
-every tensor can be joined back through ``node_id`` to the edge row it came
-from, labels are the items of each admission's last timestep, and the same
+``node_id`` is ``arange(num_nodes)`` and every tensor can be joined back
+through ``hadm_id`` and ``itemid`` to the edge row it came from, labels are the items of each admission's last timestep, and the same
 rows in any order give byte-identical graphs.
 """
 
@@ -55,7 +55,7 @@ def graphs(prepared) -> list[GraphBatch]:
 
 @pytest.fixture(scope="module")
 def joined(graphs, prepared) -> pd.DataFrame:
-    """Every did-edge of every graph joined back, through node_id, to the edge row it came from."""
+    """Every did-edge of every graph joined back, through hadm_id and itemid, to the edge row it came from."""
     columns = ["HADM_ID", "ITEMID", "TIMESTEP", "SPLIT", "CODE", "Z"]
     return edge_frame(graphs).merge(prepared.edges[columns], on=["HADM_ID", "ITEMID", "TIMESTEP"], how="outer",
                                     suffixes=("", "_ROW"), validate="one_to_one", indicator=True)
@@ -70,8 +70,8 @@ def edge_frame(graphs: list[GraphBatch]) -> pd.DataFrame:
         attr = data[EDGE].edge_attr.numpy()
         parts.append(pd.DataFrame({
             "GRAPH_SPLIT": g.split, "BATCH": g.batch,
-            "HADM_ID": data["admission"].node_id[index[0]].numpy(),
-            "ITEMID": data["labitem"].node_id[index[1]].numpy(),
+            "HADM_ID": data["admission"].hadm_id[index[0]].numpy(),
+            "ITEMID": data["labitem"].itemid[index[1]].numpy(),
             "TIMESTEP": data[EDGE].timestep.numpy(), "GRAPH_CODE": attr[:, 0], "GRAPH_Z": attr[:, 1],
         }))
     return pd.concat(parts, ignore_index=True)
@@ -97,7 +97,7 @@ def test_admissions_are_in_hadm_id_order_and_each_in_one_graph_of_its_split(grap
     split_of = prepared.edges.drop_duplicates("HADM_ID").set_index("HADM_ID")["SPLIT"]
     seen = []
     for split in SPLITS:
-        ids = np.concatenate([g.data["admission"].node_id.numpy() for g in graphs if g.split == split])
+        ids = np.concatenate([g.data["admission"].hadm_id.numpy() for g in graphs if g.split == split])
         assert (np.diff(ids) > 0).all()  # sorted within and across the split's batches: none twice
         assert (split_of.loc[ids] == split).all()
         seen.append(ids)
@@ -111,9 +111,9 @@ def test_admission_nodes_carry_their_hadm_id_and_encoded_columns(graphs, prepare
     by_hadm = prepared.admissions.set_index("HADM_ID")
     for g in graphs:
         store = g.data["admission"]
-        assert store.node_id.dtype == torch.int64 and store.x.dtype == torch.float32
-        assert store.x.shape == (len(store.node_id), len(features))
-        expected = by_hadm.loc[store.node_id.numpy(), features].to_numpy("float32")
+        assert store.hadm_id.dtype == torch.int64 and store.x.dtype == torch.float32
+        assert store.x.shape == (len(store.hadm_id), len(features))
+        expected = by_hadm.loc[store.hadm_id.numpy(), features].to_numpy("float32")
         np.testing.assert_array_equal(store.x.numpy(), expected)
 
 
@@ -124,10 +124,11 @@ def test_every_graph_holds_the_whole_lab_item_dictionary(graphs, tables, prepare
     first = graphs[0].data["labitem"]
     for g in graphs:
         store = g.data["labitem"]
-        assert store.node_id.dtype == torch.int64
-        np.testing.assert_array_equal(store.node_id.numpy(), item_ids)
+        assert store.itemid.dtype == torch.int64
+        np.testing.assert_array_equal(store.itemid.numpy(), item_ids)
         np.testing.assert_array_equal(store.x.numpy(), codes)
-        assert torch.equal(store.x, first.x) and torch.equal(store.node_id, first.node_id)
+        assert torch.equal(store.x, first.x) and torch.equal(store.itemid, first.itemid)
+        assert torch.equal(store.node_id, first.node_id)
 
 
 # -- edges ---------------------------------------------------------------------------------------------
@@ -187,9 +188,9 @@ def test_labels_are_the_items_measured_at_each_admissions_last_timestep(graphs, 
         assert y.dtype == torch.float32 and y.shape == (store.num_nodes, g.data["labitem"].num_nodes)
         assert ((y == 0) | (y == 1)).all()
         rows, cols = torch.nonzero(y, as_tuple=True)
-        labelled |= set(zip(store.node_id[rows].tolist(), g.data["labitem"].node_id[cols].tolist()))
+        labelled |= set(zip(store.hadm_id[rows].tolist(), g.data["labitem"].itemid[cols].tolist()))
         assert store.y_timestep.dtype == torch.int64
-        np.testing.assert_array_equal(store.y_timestep.numpy(), last.loc[store.node_id.numpy()].to_numpy())
+        np.testing.assert_array_equal(store.y_timestep.numpy(), last.loc[store.hadm_id.numpy()].to_numpy())
     assert labelled == expected
 
 
@@ -207,7 +208,7 @@ def test_labels_false_leaves_the_labels_out(prepared, graphs):
     plain = build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=BATCH, labels=False)
     assert [(g.split, g.batch) for g in plain] == [(g.split, g.batch) for g in graphs]
     for g, labelled in zip(plain, graphs):
-        assert set(g.data["admission"].keys()) == {"x", "node_id", "num_nodes"}
+        assert set(g.data["admission"].keys()) == {"x", "node_id", "hadm_id", "num_nodes"}
         assert set(g.data[EDGE].keys()) == {"edge_index", "edge_attr", "timestep"}
         assert torch.equal(g.data[EDGE].edge_index, labelled.data[EDGE].edge_index)
         assert torch.equal(g.data[EDGE].edge_attr, labelled.data[EDGE].edge_attr)

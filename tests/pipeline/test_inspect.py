@@ -65,7 +65,7 @@ def test_a_good_build_exits_0_and_summarises_every_split(built):
 def test_inspect_build_finds_no_problems_in_a_good_build(built):
     inspection = inspect_build(built)
     assert inspection.problems == []
-    assert len(inspection.lines) == 1 + len(SPLITS) + 1
+    assert len(inspection.lines) == 1 + len(SPLITS) + 3 + 1 + 1  # + one line per feature tensor, + node ids
 
 
 def test_a_deleted_graph_exits_1_naming_the_file(out):

@@ -137,7 +137,7 @@ def test_load_graphs_of_an_unknown_split_is_empty(out):
 
 
 def test_manifest_config_versions_and_inputs(manifest):
-    assert manifest["format"] == 1
+    assert manifest["format"] == 2
     assert manifest["config"] == load_config().as_json()
     assert set(manifest["versions"]) == set(PACKAGES)
     assert manifest["versions"]["torch"] == torch.__version__
@@ -173,7 +173,8 @@ def test_index_maps_graph_nodes_to_hadm_ids(out):
         for batch, graph in enumerate(load_graphs(out, split)):
             rows = index[(index["split"] == split) & (index["batch"] == batch)].sort_values("node")
             assert rows["node"].tolist() == list(range(graph["admission"].num_nodes))
-            assert rows["HADM_ID"].tolist() == graph["admission"].node_id.tolist()
+            assert rows["node"].tolist() == graph["admission"].node_id.tolist()
+            assert rows["HADM_ID"].tolist() == graph["admission"].hadm_id.tolist()
 
 
 def test_stats_json_rebuilds_the_fitted_state(out, built):
