@@ -19,3 +19,14 @@ os.environ.setdefault("BADPOINTS_CACHE_DIR", tempfile.mkdtemp(prefix="badpoints-
 @pytest.fixture
 def sample_dir() -> Path:
     return ROOT / "data" / "sample"
+
+
+MIMIC3DEMO = Path("/work/shared/real/mimic3demo")
+
+
+@pytest.fixture(scope="session")
+def mimic3demo() -> Path:
+    """The real MIMIC-III demo lab tables (read-only); tests that need them skip where they are absent."""
+    if not all((MIMIC3DEMO / f"{name}.csv").is_file() for name in ("ADMISSIONS", "D_LABITEMS", "LABEVENTS")):
+        pytest.skip(f"the real MIMIC-III demo tables are not in {MIMIC3DEMO}")
+    return MIMIC3DEMO
