@@ -8,6 +8,7 @@ rows in any order give byte-identical graphs.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,8 @@ import torch
 
 from pipeline.config import load_config
 from pipeline.flow import prepare
-from pipeline.graph import GraphBatch, admission_feature_columns, build_graphs, graph_limits, memory_estimate
+from pipeline.graph import (GraphBatch, admission_feature_columns, build_graphs, feature_columns, graph_limits,
+                            memory_estimate)
 from pipeline.load import load_text_tables
 from pipeline.parse import check_raw
 from pipeline.write import graph_bytes
@@ -129,6 +131,52 @@ def test_every_graph_holds_the_whole_lab_item_dictionary(graphs, tables, prepare
         np.testing.assert_array_equal(store.x.numpy(), codes)
         assert torch.equal(store.x, first.x) and torch.equal(store.itemid, first.itemid)
         assert torch.equal(store.node_id, first.node_id)
+
+
+def test_node_id_is_arange_and_the_raw_ids_are_hadm_id_and_itemid(graphs, tables):
+    item_ids = np.sort(tables.labitems["ITEMID"].to_numpy("int64"))
+    hadm_ids = np.concatenate([g.data["admission"].hadm_id.numpy() for g in graphs])
+    assert (hadm_ids > 0).all() and len(np.unique(hadm_ids)) == len(hadm_ids)
+    for g in graphs:
+        for node_type, raw in (("admission", "hadm_id"), ("labitem", "itemid")):
+            store = g.data[node_type]
+            assert store.node_id.dtype == store[raw].dtype == torch.int64
+            assert torch.equal(store.node_id, torch.arange(store.num_nodes))
+            assert store[raw].shape == (store.num_nodes,)
+            embedded = torch.nn.Embedding(store.num_nodes, 4)(store.node_id)  # PyG's tutorials do this
+            assert embedded.shape == (store.num_nodes, 4)
+        np.testing.assert_array_equal(g.data["labitem"].itemid.numpy(), item_ids)
+    assert int(item_ids.max()) >= len(item_ids)  # raw ITEMIDs would be out of the embedding's bounds
+
+
+def test_feature_columns_name_every_tensor_column_in_order(graphs, prepared, joined):
+    names = feature_columns(prepared.edges, prepared.admissions)
+    assert names == {"admission.x": admission_feature_columns(prepared.admissions),
+                     "labitem.x": ["FLUID_CODE", "CATEGORY_CODE"], "edge_attr": ["CODE", "Z"]}
+    for g in graphs:
+        assert g.data["admission"].x.shape[1] == len(names["admission.x"])
+        assert g.data["labitem"].x.shape[1] == len(names["labitem.x"])
+        assert g.data[EDGE].edge_attr.shape[1] == len(names["edge_attr"])
+    items = prepared.labitems.set_index("ITEMID").loc[graphs[0].data["labitem"].itemid.numpy(), names["labitem.x"]]
+    np.testing.assert_array_equal(graphs[0].data["labitem"].x.numpy(), items.to_numpy("float32"))
+    np.testing.assert_array_equal(joined[["GRAPH_CODE", "GRAPH_Z"]].to_numpy(),
+                                  joined[names["edge_attr"]].to_numpy("float32"))
+
+
+def test_fills_indicators_become_edge_attr_columns_named_after_them(tables, config):
+    policies = {column: dataclasses.replace(policy, indicator=True) for column, policy in config.fill.items()}
+    prepared = prepare(tables, dataclasses.replace(config, fill=policies))
+    assert prepared.stopped_at is None
+    names = feature_columns(prepared.edges, prepared.admissions)["edge_attr"]
+    assert names == ["CODE", "Z", "CODE_MISSING", "Z_MISSING"]
+    graphs = build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=BATCH)
+    edges = edge_frame(graphs).merge(prepared.edges, on=["HADM_ID", "ITEMID", "TIMESTEP"], validate="one_to_one")
+    attr = torch.cat([g.data[EDGE].edge_attr for g in graphs]).numpy()
+    assert attr.shape == (len(prepared.edges), 4)
+    np.testing.assert_array_equal(attr, edges[names].to_numpy("float32"))
+    assert attr[:, 3].sum() == prepared.edges["Z_MISSING"].sum() > 0
+    limits = graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=config.bucket.max_timestep)
+    assert all(graph_problems(g.data, limits, where=g.where) == [] for g in graphs)
 
 
 # -- edges ---------------------------------------------------------------------------------------------

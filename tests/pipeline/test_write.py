@@ -148,6 +148,31 @@ def test_manifest_config_versions_and_inputs(manifest):
         assert record["rows"] == len(source.read_text().splitlines()) - 1
 
 
+def test_manifest_names_every_feature_column_the_graphs_hold(out, manifest, built):
+    prepared = built.validation.prepared
+    codes = sorted(c for c in prepared.admissions.columns if c.endswith("_CODE"))
+    assert manifest["features"] == {"admission.x": codes, "labitem.x": ["FLUID_CODE", "CATEGORY_CODE"],
+                                    "edge_attr": ["CODE", "Z"]}
+    for split in SPLITS:
+        for graph in load_graphs(out, split):
+            assert graph["admission"].x.shape[1] == len(manifest["features"]["admission.x"])
+            assert graph["labitem"].x.shape[1] == len(manifest["features"]["labitem.x"])
+            assert graph[EDGE].edge_attr.shape[1] == len(manifest["features"]["edge_attr"])
+    by_hadm = prepared.admissions.set_index("HADM_ID")
+    graph = load_graphs(out, "val")[0]
+    expected = by_hadm.loc[graph["admission"].hadm_id.numpy(), manifest["features"]["admission.x"]]
+    assert torch.equal(graph["admission"].x, torch.from_numpy(expected.to_numpy("float32")))
+
+
+def test_a_manifest_without_features_is_refused(out, tmp_path):
+    out = _copy_build(out, tmp_path)
+    manifest = json.loads((out / MANIFEST).read_text())
+    del manifest["features"]
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(StageError, match="features"):
+        load_graphs(out, "train")
+
+
 def test_manifest_hashes_match_the_files(out, manifest):
     for name, expected in manifest["outputs"].items():
         data = (out / name).read_bytes()
