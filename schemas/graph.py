@@ -46,15 +46,21 @@ def _positions(mask: torch.Tensor, cap: int = 10) -> str:
     return f"at rows {shown}{more}"
 
 
+def _kind(value) -> str:
+    """A tensor's dtype and shape ('int32 [16]'), or the type of what is not a tensor."""
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}"
+    return type(value).__name__
+
+
 def _check_node_ids(store, node_type: str, count: int | None, problem) -> None:
     """node_id is arange(num_nodes), what an Embedding indexes; the raw id is int64, positive, unique, one per node."""
     node_id = store.get("node_id")
     if node_id is None:
         problem("graph_node_ids", f"{node_type}.node_id", 1, "node_id is missing")
-    elif node_id.dtype != torch.int64 or node_id.dim() != 1 or node_id.shape[0] != count:
-        problem("graph_node_ids", f"{node_type}.node_id", 1,
-                f"node_id is {str(node_id.dtype).removeprefix('torch.')} {list(node_id.shape)}, "
-                f"not arange({count}) (int64)")
+    elif (not isinstance(node_id, torch.Tensor) or node_id.dtype != torch.int64 or node_id.dim() != 1
+          or node_id.shape[0] != count):
+        problem("graph_node_ids", f"{node_type}.node_id", 1, f"node_id is {_kind(node_id)}, not arange({count}) (int64)")
     else:
         off = node_id != torch.arange(count, dtype=torch.int64)
         if off.any():
@@ -67,9 +73,8 @@ def _check_node_ids(store, node_type: str, count: int | None, problem) -> None:
     if ids is None:
         problem("graph_node_ids", f"{node_type}.{raw}", 1, f"{raw} is missing")
         return
-    if ids.dtype != torch.int64 or ids.dim() != 1 or ids.shape[0] != count:
-        problem("graph_node_ids", f"{node_type}.{raw}", 1,
-                f"{raw} is {str(ids.dtype).removeprefix('torch.')} {list(ids.shape)}, not int64 [{count}]")
+    if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64 or ids.dim() != 1 or ids.shape[0] != count:
+        problem("graph_node_ids", f"{node_type}.{raw}", 1, f"{raw} is {_kind(ids)}, not int64 [{count}]")
         return
     bad = ids <= 0
     if bad.any():

@@ -272,6 +272,12 @@ def test_float_hadm_id_is_refused(data, limits):
     assert "hadm_id is float64 [16], not int64 [16]" in str(error)
 
 
+def test_raw_ids_that_are_not_a_tensor_are_refused(data, limits):
+    data["labitem"].itemid = data["labitem"].itemid.tolist()
+    error = only(data, limits, "graph_node_ids")
+    assert error.column == "labitem.itemid" and "itemid is list, not int64 [" in str(error)
+
+
 # -- graph_timestep_range ------------------------------------------------------------------------------
 def test_timestep_below_zero(data, limits):
     data[EDGE].timestep[[2, 30]] = -1
