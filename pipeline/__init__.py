@@ -15,11 +15,15 @@ from pipeline.report import Finding, Report
 
 
 def __getattr__(name: str):
-    """``load_graphs`` imports torch and PyG: only when asked for, so validating stays light."""
+    """``load_graphs`` and ``GraphDataset`` import torch and PyG: only when asked for, so validating stays light."""
     if name == "load_graphs":
         from pipeline.write import load_graphs
 
         return load_graphs
+    if name == "GraphDataset":
+        from pipeline.dataset import GraphDataset
+
+        return GraphDataset
     raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
 
 __all__ = [
@@ -27,6 +31,7 @@ __all__ = [
     "build",
     "Config",
     "Finding",
+    "GraphDataset",
     "RawResult",
     "RawTables",
     "Report",

@@ -8,7 +8,7 @@ would be corrupt); everything found until then is reported.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -531,8 +531,8 @@ def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = 
     index = pd.DataFrame({
         "split": np.concatenate([np.repeat(g.split, g.data["admission"].num_nodes) for g in graphs]),
         "batch": np.concatenate([np.repeat(g.batch, g.data["admission"].num_nodes) for g in graphs]),
-        "node": np.concatenate([np.arange(g.data["admission"].num_nodes) for g in graphs]),
-        "HADM_ID": np.concatenate([g.data["admission"].node_id.numpy() for g in graphs]),
+        "node": np.concatenate([g.data["admission"].node_id.numpy() for g in graphs]),
+        "HADM_ID": np.concatenate([g.data["admission"].hadm_id.numpy() for g in graphs]),
     }).astype({"split": "str", "batch": "int64", "node": "int64", "HADM_ID": "int64"})
     splits = {name: {"admissions": int((index["split"] == name).sum()),
                      "graphs": sum(g.split == name for g in graphs),
@@ -547,10 +547,9 @@ def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = 
                 for i in report.inputs],
         fitted={"scale": prepared.stats.as_json(), "vocabularies": prepared.vocabularies.as_json(),
                 "fill": prepared.fill_values.as_json()},
-        quarantine=prepared.quarantine, index=index, report=report.as_json(), accounting=ledger,
-        splits=splits, memory=memory, report_html=page.encode("utf-8"))
-    outputs = replace(outputs, manifest={**outputs.manifest,
-                                         "accounting": {**outputs.manifest["accounting"], "ADMISSIONS": admissions}})
+        quarantine=prepared.quarantine, index=index, report=report.as_json(),
+        accounting={"LABEVENTS": ledger, "ADMISSIONS": admissions}, splits=splits, memory=memory,
+        report_html=page.encode("utf-8"), features=graph.feature_columns(prepared.edges, prepared.admissions))
     progress.step("write", rows=len(outputs.files), unit="files")
     write.write_build(out, outputs)
     progress.end()

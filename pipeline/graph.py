@@ -4,9 +4,14 @@ Per split, admissions are taken in HADM_ID order and batched; each batch is a
 ``HeteroData`` with ``admission`` nodes (x = encoded admission columns),
 ``labitem`` nodes (x = FLUID and CATEGORY codes; the whole dictionary in every
 graph, so an index means the same item everywhere), ``(admission, did,
-labitem)`` edges with ``edge_attr`` = [category code, z-score] and
-``timestep``, and the reverse ``(labitem, rev_did, admission)``. The edge rows
-are sorted once and sliced by offsets: no rescan per batch. Pure: no I/O.
+labitem)`` edges with ``edge_attr`` = [category code, z-score, fill's
+indicators] and ``timestep``, and the reverse ``(labitem, rev_did,
+admission)``. As in PyG's heterograph tutorials, ``node_id`` is
+``arange(num_nodes)`` (what ``torch.nn.Embedding`` indexes); the raw
+identifiers are ``admission.hadm_id`` and ``labitem.itemid``. The names of
+every feature column come from :func:`feature_columns`, the one place the
+tensors take them from. The edge rows are sorted once and sliced by offsets: no
+rescan per batch. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ from torch_geometric.data import HeteroData
 
 from pipeline.dedup import edge_key, split_codes
 from schemas.errors import StageError
+from schemas.fill import TENSOR_COLUMNS
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
 from schemas.split import SPLITS
 
 STAGE = "graph"
+LABITEM_FEATURES = ("FLUID_CODE", "CATEGORY_CODE")
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,18 @@ class GraphBatch:
 def admission_feature_columns(admissions: pd.DataFrame) -> list[str]:
     """The encoded admission columns that make up admission x, in a fixed order."""
     return sorted(column for column in admissions.columns if column.endswith("_CODE"))
+
+
+def edge_feature_columns(edges: pd.DataFrame) -> list[str]:
+    """The edge row columns that make up edge_attr: CODE, Z, then fill's ``*_MISSING`` indicators, if any."""
+    indicators = [f"{column}_MISSING" for column in TENSOR_COLUMNS if f"{column}_MISSING" in edges.columns]
+    return [*TENSOR_COLUMNS, *indicators]
+
+
+def feature_columns(edges: pd.DataFrame, admissions: pd.DataFrame) -> dict[str, list[str]]:
+    """The name of every column of admission x, labitem x and edge_attr, in order: what the manifest records."""
+    return {"admission.x": admission_feature_columns(admissions), "labitem.x": list(LABITEM_FEATURES),
+            "edge_attr": edge_feature_columns(edges)}
 
 
 def graph_limits(vocabularies, admissions: pd.DataFrame, *, max_timestep: int) -> GraphLimits:
@@ -59,8 +78,9 @@ def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Dat
     """One HeteroData per batch of ``batch_size`` admissions, per split, in a deterministic order."""
     items = labitems.sort_values("ITEMID")
     item_ids = items["ITEMID"].to_numpy("int64").copy()
-    item_x = torch.from_numpy(items[["FLUID_CODE", "CATEGORY_CODE"]].to_numpy("float32").copy())
-    features = admission_feature_columns(admissions)
+    columns = feature_columns(edges, admissions)
+    item_x = torch.from_numpy(items[columns["labitem.x"]].to_numpy("float32").copy())
+    features = columns["admission.x"]
     by_hadm = admissions.set_index("HADM_ID").sort_index()
 
     # Sorted once, as numpy columns (the frame's text columns are never gathered); dedup's output already
@@ -77,8 +97,8 @@ def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Dat
             detail=f"ITEMID {', '.join(map(str, unknown[:10]))} not among the lab-item nodes",
             advice="Every edge's ITEMID must be in the encoded D_LABITEMS; check the clean stage's item filter",
         )
-    attr = np.column_stack([edges["CODE"].to_numpy("float64")[order],
-                            edges["Z"].to_numpy("float64")[order]]).astype("float32")
+    attr = np.column_stack([edges[column].to_numpy("float64")[order]
+                            for column in columns["edge_attr"]]).astype("float32")
     timestep = edges["TIMESTEP"].to_numpy("int64")[order]
     # An admission's rows are contiguous (it has one split): its last timestep is the max over its run.
     starts = np.flatnonzero(np.r_[True, hadm[1:] != hadm[:-1]]) if len(hadm) else np.array([], dtype="int64")
@@ -114,9 +134,11 @@ def _graph(*, nodes: np.ndarray, x: np.ndarray, item_ids: np.ndarray, item_x: to
     data["admission"].num_nodes = len(nodes)
     data["labitem"].num_nodes = len(item_ids)
     data["admission"].x = torch.from_numpy(np.ascontiguousarray(x))
-    data["admission"].node_id = torch.from_numpy(nodes.astype("int64"))  # graph index -> HADM_ID
+    data["admission"].node_id = torch.arange(len(nodes), dtype=torch.int64)  # what an Embedding indexes
+    data["admission"].hadm_id = torch.from_numpy(nodes.astype("int64"))  # graph index -> HADM_ID
     data["labitem"].x = item_x.clone()
-    data["labitem"].node_id = torch.from_numpy(item_ids.copy())  # graph index -> ITEMID
+    data["labitem"].node_id = torch.arange(len(item_ids), dtype=torch.int64)  # the same items in every graph
+    data["labitem"].itemid = torch.from_numpy(item_ids.copy())  # graph index -> ITEMID
     index = torch.from_numpy(np.vstack([source, target]).astype("int64"))
     edge_attr = torch.from_numpy(np.ascontiguousarray(attr))
     steps = torch.from_numpy(timestep.astype("int64"))

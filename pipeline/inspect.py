@@ -1,4 +1,8 @@
-"""``badpoints inspect``: re-check a build's manifest hashes and every graph, and summarise it."""
+"""``badpoints inspect``: re-check a build's manifest hashes and every graph, and summarise it.
+
+The summary names the feature columns the manifest records (admission x, labitem x and
+edge_attr, in order) and where the raw identifiers are (``node_id`` is ``arange``).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline.write import limits_of, load_graph_bytes, read_manifest, verified_bytes, verify_outputs
+from pipeline.write import FEATURES, limits_of, read_graph, read_manifest, verify_outputs, where_of
 from schemas.errors import StageError
 from schemas.graph import EDGE, graph_problems
 
@@ -33,12 +37,11 @@ def inspect_build(out_dir: Path) -> Inspection:
     totals: dict[str, dict[str, float]] = {}
     for entry in manifest["graphs"]:
         try:
-            data = load_graph_bytes(verified_bytes(out_dir, manifest, entry["path"]), entry["path"])
+            data = read_graph(out_dir, manifest, entry)
         except StageError as problem:
             result.problems.append(problem)
             continue
-        where = f"{entry['split']}/batch {entry['batch']}"
-        result.problems.extend(graph_problems(data, limits, where=where))
+        result.problems.extend(graph_problems(data, limits, where=where_of(entry)))
         z = data[EDGE].edge_attr[:, 1]
         split = totals.setdefault(entry["split"], {"graphs": 0, "admissions": 0, "edges": 0, "z_min": float("inf"),
                                                    "z_max": float("-inf"), "memory": 0})
@@ -56,6 +59,15 @@ def inspect_build(out_dir: Path) -> Inspection:
         result.lines.append(
             f"{name:<5} {split['graphs']:>4} graphs {split['admissions']:>8} admissions {split['edges']:>10} edges "
             f"z in [{split['z_min']:.3g}, {split['z_max']:.3g}]  largest batch ~{split['memory'] / 2**20:.1f} MB")
+    for name in FEATURES:
+        result.lines.append(f"features {name}: {', '.join(manifest['features'][name])}")
+    result.lines.append("node ids: node_id = arange(num_nodes) per graph; HADM_ID in admission.hadm_id, "
+                        "ITEMID in labitem.itemid")
     result.lines.append(f"LABEVENTS read {ledger['read']} = kept {ledger['kept']} + quarantined "
                         f"{ledger['quarantined']} + deduplicated {ledger['deduplicated']}")
+    admissions = manifest["accounting"].get("ADMISSIONS")
+    if admissions:
+        dropped = ", ".join(f"{n} {check}" for check, n in admissions["dropped_by"].items() if n)
+        result.lines.append(f"ADMISSIONS read {admissions['read']} = in graphs {admissions['in_graphs']} + dropped "
+                            f"{admissions['dropped']}" + (f" ({dropped})" if dropped else ""))
     return result

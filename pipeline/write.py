@@ -32,7 +32,8 @@ from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
 
 MANIFEST = "manifest.json"
-FORMAT = 1
+FORMAT = 2  # 2: node_id is arange(num_nodes), raw ids in hadm_id and itemid; feature names recorded
+FEATURES = ("admission.x", "labitem.x", "edge_attr")  # the manifest's "features": column names of each, in order
 PACKAGES = ("badpoints", "pandas", "pandera", "numpy", "pyarrow", "torch", "torch_geometric")
 
 
@@ -82,8 +83,13 @@ class BuildOutputs:
 
 def build_outputs(*, graphs: list[GraphBatch], limits: GraphLimits, config: dict, inputs: list[dict],
                   fitted: dict, quarantine: pd.DataFrame, index: pd.DataFrame, report: dict,
-                  accounting: dict, splits: dict, memory: dict, report_html: bytes | None = None) -> BuildOutputs:
-    """Serialise every output and the manifest that names their hashes (pure: no I/O)."""
+                  accounting: dict, splits: dict, memory: dict, features: dict[str, list[str]],
+                  report_html: bytes | None = None) -> BuildOutputs:
+    """Serialise every output and the manifest that names their hashes (pure: no I/O).
+
+    ``accounting`` holds the ledgers by table (LABEVENTS rows, ADMISSIONS); ``features`` names the columns of admission x, labitem x and edge_attr, in order
+    (:func:`pipeline.graph.feature_columns`, which the tensors were built from).
+    """
     files = {graph_path(g.split, g.batch): graph_bytes(g.data) for g in graphs}
     files["stats.json"] = _json_bytes(fitted)
     files["quarantine.parquet"] = _parquet_bytes(quarantine.reset_index())
@@ -101,10 +107,11 @@ def build_outputs(*, graphs: list[GraphBatch], limits: GraphLimits, config: dict
                     "admissions": int(g.data["admission"].num_nodes),
                     "edges": int(g.data["admission", "did", "labitem"].edge_index.shape[1]),
                     "memory": memory[g.where]} for g in graphs],
+        "features": {name: list(columns) for name, columns in features.items()},
         "limits": {"max_timestep": limits.max_timestep, "max_code": limits.max_code,
                    "max_node_code": {k: list(v) for k, v in sorted(limits.max_node_code.items())}},
         "splits": splits,
-        "accounting": {"LABEVENTS": accounting},
+        "accounting": accounting,
     }
     return BuildOutputs(files=files, manifest=manifest)
 
@@ -148,8 +155,11 @@ def read_manifest(out_dir: Path) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise _problem("graph_manifest", MANIFEST, f"unreadable manifest ({type(exc).__name__})") from None
     if not _manifest_shape_ok(manifest):
-        raise _problem("graph_manifest", MANIFEST, "the manifest lacks the outputs, graphs, limits or accounting "
-                                                   "of a badpoints build")
+        raise _problem("graph_manifest", MANIFEST, "the manifest lacks the outputs, graphs, limits, features or "
+                                                   "accounting of a badpoints build")
+    if manifest.get("format") != FORMAT:
+        raise _problem("graph_manifest", MANIFEST, f"format {manifest.get('format')!r} is not this badpoints' "
+                                                   f"format {FORMAT}: rebuild the graphs")
     return manifest
 
 
@@ -160,6 +170,7 @@ def _manifest_shape_ok(manifest: Any) -> bool:
         ok &= all(isinstance(g["split"], str) and isinstance(g["batch"], int) and g["path"] in outputs
                   and isinstance(g["memory"]["total"], int) for g in manifest["graphs"])
         limits_of(manifest)
+        ok &= all(isinstance(c, str) for key in FEATURES for c in manifest["features"][key])
         ledger = manifest["accounting"]["LABEVENTS"]
         ok &= all(isinstance(ledger[k], int) for k in ("read", "kept", "quarantined", "deduplicated"))
         return bool(ok)
@@ -247,19 +258,29 @@ def limits_of(manifest: dict[str, Any]) -> GraphLimits:
                        max_node_code={k: tuple(int(c) for c in v) for k, v in raw["max_node_code"].items()})
 
 
+def read_graph(out_dir: Path, manifest: dict[str, Any], entry: dict[str, Any]) -> HeteroData:
+    """The graph of one manifest entry: read once, checked against the manifest's hash, loaded safely."""
+    content = verified_bytes(out_dir, manifest, entry["path"])
+    return load_graph_bytes(content, entry["path"])  # the bytes that were hashed, not a second read
+
+
+def where_of(entry: dict[str, Any]) -> str:
+    """How findings name a manifest entry's graph, e.g. 'train/batch 3'."""
+    return f"{entry['split']}/batch {entry['batch']}"
+
+
+def load_graph(out_dir: Path, manifest: dict[str, Any], entry: dict[str, Any], limits: GraphLimits) -> HeteroData:
+    """The graph of one manifest entry, read as :func:`read_graph` does and re-guarded (its first problem raised)."""
+    data = read_graph(out_dir, manifest, entry)
+    problems = graph_problems(data, limits, where=where_of(entry))
+    if problems:
+        raise problems[0]
+    return data
+
+
 def load_graphs(out_dir: Path, split: str) -> list[HeteroData]:
     """The graphs of one split, each checked against the manifest's hash, loaded safely and re-guarded."""
     out_dir = Path(out_dir)
     manifest = read_manifest(out_dir)
     limits = limits_of(manifest)
-    graphs = []
-    for entry in manifest["graphs"]:
-        if entry["split"] != split:
-            continue
-        content = verified_bytes(out_dir, manifest, entry["path"])
-        data = load_graph_bytes(content, entry["path"])  # the bytes that were hashed, not a second read
-        problems = graph_problems(data, limits, where=f"{split}/batch {entry['batch']}")
-        if problems:
-            raise problems[0]
-        graphs.append(data)
-    return graphs
+    return [load_graph(out_dir, manifest, entry, limits) for entry in manifest["graphs"] if entry["split"] == split]

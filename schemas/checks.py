@@ -199,6 +199,9 @@ _CATALOGUE = [
               "edge_attr, timestep and the other per-edge tensors need one row per edge."),
     CheckInfo("graph_node_rows", "graph", ERROR, "node features whose rows do not match the node count",
               "x needs one row per node."),
+    CheckInfo("graph_node_ids", "graph", ERROR, "node_id that is not arange(num_nodes), or a bad raw id",
+              "node_id indexes embeddings (arange per graph); HADM_ID and ITEMID live in hadm_id and itemid, "
+              "positive and one per node. Rebuild graphs made by an older badpoints."),
     CheckInfo("graph_timestep_range", "graph", ERROR, "timestep outside [0, max_timestep]",
               "Timesteps come from the bucket stage; check [bucket] max_timestep."),
     CheckInfo("graph_code_range", "graph", ERROR, "category code outside its vocabulary",

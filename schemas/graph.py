@@ -2,7 +2,9 @@
 
 Beyond ``HeteroData.validate()``: every float tensor finite; ``edge_index``
 int64 of shape [2, E], inside the node counts and non-empty; every per-edge
-tensor with E rows; node features with one row per node; timesteps within
+tensor with E rows; node features with one row per node; ``node_id`` equal to
+``arange(num_nodes)`` and the raw identifiers (``admission.hadm_id``,
+``labitem.itemid``) int64, positive and unique, one per node; timesteps within
 [0, max_timestep]; category codes within their vocabulary; labels 0 or 1.
 Each problem is a :class:`StageError` of stage ``graph`` naming the split,
 batch and edge or node type.
@@ -21,6 +23,7 @@ from schemas.errors import StageError
 
 EDGE = ("admission", "did", "labitem")
 REVERSE = ("labitem", "rev_did", "admission")
+RAW_IDS = {"admission": "hadm_id", "labitem": "itemid"}  # per node type, the attribute holding its raw identifier
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,47 @@ def _positions(mask: torch.Tensor, cap: int = 10) -> str:
     shown = ", ".join(str(int(i)) for i in where[:cap])
     more = f" (+{len(where) - cap} more)" if len(where) > cap else ""
     return f"at rows {shown}{more}"
+
+
+def _kind(value) -> str:
+    """A tensor's dtype and shape ('int32 [16]'), or the type of what is not a tensor."""
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}"
+    return type(value).__name__
+
+
+def _check_node_ids(store, node_type: str, count: int | None, problem) -> None:
+    """node_id is arange(num_nodes), what an Embedding indexes; the raw id is int64, positive, unique, one per node."""
+    node_id = store.get("node_id")
+    if node_id is None:
+        problem("graph_node_ids", f"{node_type}.node_id", 1, "node_id is missing")
+    elif (not isinstance(node_id, torch.Tensor) or node_id.dtype != torch.int64 or node_id.dim() != 1
+          or node_id.shape[0] != count):
+        problem("graph_node_ids", f"{node_type}.node_id", 1, f"node_id is {_kind(node_id)}, not arange({count}) (int64)")
+    else:
+        off = node_id != torch.arange(count, dtype=torch.int64)
+        if off.any():
+            problem("graph_node_ids", f"{node_type}.node_id", int(off.sum()),
+                    f"node_id is not arange({count}): {int(off.sum())} nodes hold another value {_positions(off)}")
+    raw = RAW_IDS.get(node_type)
+    if raw is None:
+        return
+    ids = store.get(raw)
+    if ids is None:
+        problem("graph_node_ids", f"{node_type}.{raw}", 1, f"{raw} is missing")
+        return
+    if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64 or ids.dim() != 1 or ids.shape[0] != count:
+        problem("graph_node_ids", f"{node_type}.{raw}", 1, f"{raw} is {_kind(ids)}, not int64 [{count}]")
+        return
+    bad = ids <= 0
+    if bad.any():
+        problem("graph_node_ids", f"{node_type}.{raw}", int(bad.sum()), f"{raw} not positive {_positions(bad)}")
+    values, inverse, counts = torch.unique(ids, return_inverse=True, return_counts=True)
+    repeated = counts[inverse] > 1
+    if repeated.any():
+        shown = ", ".join(str(int(v)) for v in values[counts > 1][:10])
+        problem("graph_node_ids", f"{node_type}.{raw}", int(repeated.sum()),
+                f"{raw} {shown} on more than one node {_positions(repeated)}")
 
 
 def graph_problems(data: HeteroData, limits: GraphLimits, *, where: str) -> list[StageError]:
@@ -83,6 +127,7 @@ def graph_problems(data: HeteroData, limits: GraphLimits, *, where: str) -> list
         elif x is not None and tops is not None and (x.dim() != 2 or x.shape[1] != len(tops)):
             problem("graph_node_rows", f"{node_type}.x", 1,
                     f"x has shape {list(x.shape)}, expected {len(tops)} columns")
+        _check_node_ids(store, node_type, count, problem)
         y = store.get("y")
         if y is not None:
             bad = (y != 0) & (y != 1)

@@ -161,6 +161,8 @@ def test_build_on_dask_writes_the_same_graphs(cluster, synthetic, tmp_path):
         assert len(dask_graphs) == len(pandas_graphs) > 0
         for got, expected in zip(dask_graphs, pandas_graphs):
             assert got["admission"].node_id.equal(expected["admission"].node_id)
+            assert got["admission"].hadm_id.equal(expected["admission"].hadm_id)
+            assert got["labitem"].itemid.equal(expected["labitem"].itemid)
             for edge_type in expected.edge_types:
                 assert got[edge_type].edge_index.equal(expected[edge_type].edge_index), (split, edge_type)
                 assert got[edge_type].timestep.equal(expected[edge_type].timestep)

@@ -1,13 +1,14 @@
 """pipeline/graph.py: the sample's edge rows become one sound HeteroData per batch, holding every edge once.
 
 Graphs come per split in train/val/test order, admissions in HADM_ID order;
-every tensor can be joined back through ``node_id`` to the edge row it came
-from, labels are the items of each admission's last timestep, and the same
+``node_id`` is ``arange(num_nodes)`` and every tensor can be joined back
+through ``hadm_id`` and ``itemid`` to the edge row it came from, labels are the items of each admission's last timestep, and the same
 rows in any order give byte-identical graphs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,8 @@ import torch
 
 from pipeline.config import load_config
 from pipeline.flow import prepare
-from pipeline.graph import GraphBatch, admission_feature_columns, build_graphs, graph_limits, memory_estimate
+from pipeline.graph import (GraphBatch, admission_feature_columns, build_graphs, feature_columns, graph_limits,
+                            memory_estimate)
 from pipeline.load import load_text_tables
 from pipeline.parse import check_raw
 from pipeline.write import graph_bytes
@@ -55,7 +57,7 @@ def graphs(prepared) -> list[GraphBatch]:
 
 @pytest.fixture(scope="module")
 def joined(graphs, prepared) -> pd.DataFrame:
-    """Every did-edge of every graph joined back, through node_id, to the edge row it came from."""
+    """Every did-edge of every graph joined back, through hadm_id and itemid, to the edge row it came from."""
     columns = ["HADM_ID", "ITEMID", "TIMESTEP", "SPLIT", "CODE", "Z"]
     return edge_frame(graphs).merge(prepared.edges[columns], on=["HADM_ID", "ITEMID", "TIMESTEP"], how="outer",
                                     suffixes=("", "_ROW"), validate="one_to_one", indicator=True)
@@ -70,8 +72,8 @@ def edge_frame(graphs: list[GraphBatch]) -> pd.DataFrame:
         attr = data[EDGE].edge_attr.numpy()
         parts.append(pd.DataFrame({
             "GRAPH_SPLIT": g.split, "BATCH": g.batch,
-            "HADM_ID": data["admission"].node_id[index[0]].numpy(),
-            "ITEMID": data["labitem"].node_id[index[1]].numpy(),
+            "HADM_ID": data["admission"].hadm_id[index[0]].numpy(),
+            "ITEMID": data["labitem"].itemid[index[1]].numpy(),
             "TIMESTEP": data[EDGE].timestep.numpy(), "GRAPH_CODE": attr[:, 0], "GRAPH_Z": attr[:, 1],
         }))
     return pd.concat(parts, ignore_index=True)
@@ -97,7 +99,7 @@ def test_admissions_are_in_hadm_id_order_and_each_in_one_graph_of_its_split(grap
     split_of = prepared.edges.drop_duplicates("HADM_ID").set_index("HADM_ID")["SPLIT"]
     seen = []
     for split in SPLITS:
-        ids = np.concatenate([g.data["admission"].node_id.numpy() for g in graphs if g.split == split])
+        ids = np.concatenate([g.data["admission"].hadm_id.numpy() for g in graphs if g.split == split])
         assert (np.diff(ids) > 0).all()  # sorted within and across the split's batches: none twice
         assert (split_of.loc[ids] == split).all()
         seen.append(ids)
@@ -111,9 +113,9 @@ def test_admission_nodes_carry_their_hadm_id_and_encoded_columns(graphs, prepare
     by_hadm = prepared.admissions.set_index("HADM_ID")
     for g in graphs:
         store = g.data["admission"]
-        assert store.node_id.dtype == torch.int64 and store.x.dtype == torch.float32
-        assert store.x.shape == (len(store.node_id), len(features))
-        expected = by_hadm.loc[store.node_id.numpy(), features].to_numpy("float32")
+        assert store.hadm_id.dtype == torch.int64 and store.x.dtype == torch.float32
+        assert store.x.shape == (len(store.hadm_id), len(features))
+        expected = by_hadm.loc[store.hadm_id.numpy(), features].to_numpy("float32")
         np.testing.assert_array_equal(store.x.numpy(), expected)
 
 
@@ -124,10 +126,57 @@ def test_every_graph_holds_the_whole_lab_item_dictionary(graphs, tables, prepare
     first = graphs[0].data["labitem"]
     for g in graphs:
         store = g.data["labitem"]
-        assert store.node_id.dtype == torch.int64
-        np.testing.assert_array_equal(store.node_id.numpy(), item_ids)
+        assert store.itemid.dtype == torch.int64
+        np.testing.assert_array_equal(store.itemid.numpy(), item_ids)
         np.testing.assert_array_equal(store.x.numpy(), codes)
-        assert torch.equal(store.x, first.x) and torch.equal(store.node_id, first.node_id)
+        assert torch.equal(store.x, first.x) and torch.equal(store.itemid, first.itemid)
+        assert torch.equal(store.node_id, first.node_id)
+
+
+def test_node_id_is_arange_and_the_raw_ids_are_hadm_id_and_itemid(graphs, tables):
+    item_ids = np.sort(tables.labitems["ITEMID"].to_numpy("int64"))
+    hadm_ids = np.concatenate([g.data["admission"].hadm_id.numpy() for g in graphs])
+    assert (hadm_ids > 0).all() and len(np.unique(hadm_ids)) == len(hadm_ids)
+    for g in graphs:
+        for node_type, raw in (("admission", "hadm_id"), ("labitem", "itemid")):
+            store = g.data[node_type]
+            assert store.node_id.dtype == store[raw].dtype == torch.int64
+            assert torch.equal(store.node_id, torch.arange(store.num_nodes))
+            assert store[raw].shape == (store.num_nodes,)
+            embedded = torch.nn.Embedding(store.num_nodes, 4)(store.node_id)  # PyG's tutorials do this
+            assert embedded.shape == (store.num_nodes, 4)
+        np.testing.assert_array_equal(g.data["labitem"].itemid.numpy(), item_ids)
+    assert int(item_ids.max()) >= len(item_ids)  # raw ITEMIDs would be out of the embedding's bounds
+
+
+def test_feature_columns_name_every_tensor_column_in_order(graphs, prepared, joined):
+    names = feature_columns(prepared.edges, prepared.admissions)
+    assert names == {"admission.x": admission_feature_columns(prepared.admissions),
+                     "labitem.x": ["FLUID_CODE", "CATEGORY_CODE"], "edge_attr": ["CODE", "Z"]}
+    for g in graphs:
+        assert g.data["admission"].x.shape[1] == len(names["admission.x"])
+        assert g.data["labitem"].x.shape[1] == len(names["labitem.x"])
+        assert g.data[EDGE].edge_attr.shape[1] == len(names["edge_attr"])
+    items = prepared.labitems.set_index("ITEMID").loc[graphs[0].data["labitem"].itemid.numpy(), names["labitem.x"]]
+    np.testing.assert_array_equal(graphs[0].data["labitem"].x.numpy(), items.to_numpy("float32"))
+    np.testing.assert_array_equal(joined[["GRAPH_CODE", "GRAPH_Z"]].to_numpy(),
+                                  joined[names["edge_attr"]].to_numpy("float32"))
+
+
+def test_fills_indicators_become_edge_attr_columns_named_after_them(tables, config):
+    policies = {column: dataclasses.replace(policy, indicator=True) for column, policy in config.fill.items()}
+    prepared = prepare(tables, dataclasses.replace(config, fill=policies))
+    assert prepared.stopped_at is None
+    names = feature_columns(prepared.edges, prepared.admissions)["edge_attr"]
+    assert names == ["CODE", "Z", "CODE_MISSING", "Z_MISSING"]
+    graphs = build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=BATCH)
+    edges = edge_frame(graphs).merge(prepared.edges, on=["HADM_ID", "ITEMID", "TIMESTEP"], validate="one_to_one")
+    attr = torch.cat([g.data[EDGE].edge_attr for g in graphs]).numpy()
+    assert attr.shape == (len(prepared.edges), 4)
+    np.testing.assert_array_equal(attr, edges[names].to_numpy("float32"))
+    assert attr[:, 3].sum() == prepared.edges["Z_MISSING"].sum() > 0
+    limits = graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=config.bucket.max_timestep)
+    assert all(graph_problems(g.data, limits, where=g.where) == [] for g in graphs)
 
 
 # -- edges ---------------------------------------------------------------------------------------------
@@ -187,9 +236,9 @@ def test_labels_are_the_items_measured_at_each_admissions_last_timestep(graphs, 
         assert y.dtype == torch.float32 and y.shape == (store.num_nodes, g.data["labitem"].num_nodes)
         assert ((y == 0) | (y == 1)).all()
         rows, cols = torch.nonzero(y, as_tuple=True)
-        labelled |= set(zip(store.node_id[rows].tolist(), g.data["labitem"].node_id[cols].tolist()))
+        labelled |= set(zip(store.hadm_id[rows].tolist(), g.data["labitem"].itemid[cols].tolist()))
         assert store.y_timestep.dtype == torch.int64
-        np.testing.assert_array_equal(store.y_timestep.numpy(), last.loc[store.node_id.numpy()].to_numpy())
+        np.testing.assert_array_equal(store.y_timestep.numpy(), last.loc[store.hadm_id.numpy()].to_numpy())
     assert labelled == expected
 
 
@@ -207,7 +256,7 @@ def test_labels_false_leaves_the_labels_out(prepared, graphs):
     plain = build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=BATCH, labels=False)
     assert [(g.split, g.batch) for g in plain] == [(g.split, g.batch) for g in graphs]
     for g, labelled in zip(plain, graphs):
-        assert set(g.data["admission"].keys()) == {"x", "node_id", "num_nodes"}
+        assert set(g.data["admission"].keys()) == {"x", "node_id", "hadm_id", "num_nodes"}
         assert set(g.data[EDGE].keys()) == {"edge_index", "edge_attr", "timestep"}
         assert torch.equal(g.data[EDGE].edge_index, labelled.data[EDGE].edge_index)
         assert torch.equal(g.data[EDGE].edge_attr, labelled.data[EDGE].edge_attr)

@@ -17,6 +17,7 @@ from pipeline.flow import build
 from pipeline.inspect import inspect_build
 from pipeline.write import MANIFEST, load_graphs
 from schemas.graph import EDGE
+from tests.pipeline.test_write import _rehash
 
 ROOT = Path(__file__).resolve().parents[2]
 SPLITS = ("train", "val", "test")
@@ -62,10 +63,33 @@ def test_a_good_build_exits_0_and_summarises_every_split(built):
             f"deduplicated {ledger['deduplicated']}") in result.output
 
 
+def test_inspect_shows_the_feature_columns_and_where_the_raw_ids_are(built):
+    manifest = json.loads((built / MANIFEST).read_text())
+    result = _inspect(built)
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("features ")]
+    assert lines == [f"features {name}: {', '.join(manifest['features'][name])}"
+                     for name in ("admission.x", "labitem.x", "edge_attr")]
+    assert "features edge_attr: CODE, Z" in lines and "features labitem.x: FLUID_CODE, CATEGORY_CODE" in lines
+    assert "node_id = arange(num_nodes)" in result.output and "admission.hadm_id" in result.output
+    assert "labitem.itemid" in result.output
+
+
+def test_a_graph_from_before_node_id_was_arange_exits_1(out):
+    name = "graphs/train/batch_00000.pt"
+    record = torch.load(out / name, weights_only=True)
+    record["admission"]["node_id"] = record["admission"]["hadm_id"].clone()
+    torch.save(record, out / name)
+    _rehash(out, name)
+    result = _inspect(out)
+    assert result.exit_code == 1
+    assert "graph_node_ids" in result.output and "train/batch 0.admission.node_id" in result.output
+
+
 def test_inspect_build_finds_no_problems_in_a_good_build(built):
     inspection = inspect_build(built)
     assert inspection.problems == []
-    assert len(inspection.lines) == 1 + len(SPLITS) + 1
+    assert len(inspection.lines) == 1 + len(SPLITS) + 3 + 1 + 1  # + one line per feature tensor, + node ids
 
 
 def test_a_deleted_graph_exits_1_naming_the_file(out):

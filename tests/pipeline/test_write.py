@@ -137,7 +137,7 @@ def test_load_graphs_of_an_unknown_split_is_empty(out):
 
 
 def test_manifest_config_versions_and_inputs(manifest):
-    assert manifest["format"] == 1
+    assert manifest["format"] == 2
     assert manifest["config"] == load_config().as_json()
     assert set(manifest["versions"]) == set(PACKAGES)
     assert manifest["versions"]["torch"] == torch.__version__
@@ -146,6 +146,31 @@ def test_manifest_config_versions_and_inputs(manifest):
         source = SAMPLE / record["file"]
         assert record["sha256"] == _sha256(source)
         assert record["rows"] == len(source.read_text().splitlines()) - 1
+
+
+def test_manifest_names_every_feature_column_the_graphs_hold(out, manifest, built):
+    prepared = built.validation.prepared
+    codes = sorted(c for c in prepared.admissions.columns if c.endswith("_CODE"))
+    assert manifest["features"] == {"admission.x": codes, "labitem.x": ["FLUID_CODE", "CATEGORY_CODE"],
+                                    "edge_attr": ["CODE", "Z"]}
+    for split in SPLITS:
+        for graph in load_graphs(out, split):
+            assert graph["admission"].x.shape[1] == len(manifest["features"]["admission.x"])
+            assert graph["labitem"].x.shape[1] == len(manifest["features"]["labitem.x"])
+            assert graph[EDGE].edge_attr.shape[1] == len(manifest["features"]["edge_attr"])
+    by_hadm = prepared.admissions.set_index("HADM_ID")
+    graph = load_graphs(out, "val")[0]
+    expected = by_hadm.loc[graph["admission"].hadm_id.numpy(), manifest["features"]["admission.x"]]
+    assert torch.equal(graph["admission"].x, torch.from_numpy(expected.to_numpy("float32")))
+
+
+def test_a_manifest_without_features_is_refused(out, tmp_path):
+    out = _copy_build(out, tmp_path)
+    manifest = json.loads((out / MANIFEST).read_text())
+    del manifest["features"]
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(StageError, match="features"):
+        load_graphs(out, "train")
 
 
 def test_manifest_hashes_match_the_files(out, manifest):
@@ -173,7 +198,8 @@ def test_index_maps_graph_nodes_to_hadm_ids(out):
         for batch, graph in enumerate(load_graphs(out, split)):
             rows = index[(index["split"] == split) & (index["batch"] == batch)].sort_values("node")
             assert rows["node"].tolist() == list(range(graph["admission"].num_nodes))
-            assert rows["HADM_ID"].tolist() == graph["admission"].node_id.tolist()
+            assert rows["node"].tolist() == graph["admission"].node_id.tolist()
+            assert rows["HADM_ID"].tolist() == graph["admission"].hadm_id.tolist()
 
 
 def test_stats_json_rebuilds_the_fitted_state(out, built):

@@ -207,6 +207,77 @@ def test_node_tensor_with_other_rows_than_nodes_is_reported(data, limits, breaki
     assert "graph_node_rows" in {check for check, _ in checks(data, limits)}
 
 
+# -- graph_node_ids ------------------------------------------------------------------------------------
+def test_the_sound_graphs_node_ids_are_arange_and_its_raw_ids_one_per_node(built):
+    data, _ = built
+    for node_type, raw in (("admission", "hadm_id"), ("labitem", "itemid")):
+        assert torch.equal(data[node_type].node_id, torch.arange(data[node_type].num_nodes))
+        assert len(data[node_type][raw].unique()) == data[node_type].num_nodes
+
+
+def test_node_id_holding_the_raw_itemids_is_refused(data, limits):
+    """The layout before node_id was arange: Embedding(num_nodes, d)(node_id) raised an IndexError."""
+    data["labitem"].node_id = data["labitem"].itemid.clone()
+    error = only(data, limits, "graph_node_ids")
+    items = data["labitem"].num_nodes
+    assert error.column == "labitem.node_id" and error.count == items
+    assert f"node_id is not arange({items}): {items} nodes hold another value at rows 0, 1, 2" in str(error)
+
+
+def test_node_id_with_two_nodes_swapped_is_refused(data, limits):
+    data["admission"].node_id[[3, 7]] = data["admission"].node_id[[7, 3]]
+    error = only(data, limits, "graph_node_ids")
+    assert error.column == "admission.node_id" and error.count == 2
+    assert "node_id is not arange(16): 2 nodes hold another value at rows 3, 7" in str(error)
+
+
+@pytest.mark.parametrize("node_type", ["admission", "labitem"])
+def test_missing_node_id_is_refused(data, limits, node_type):
+    del data[node_type].node_id
+    error = only(data, limits, "graph_node_ids")
+    assert error.column == f"{node_type}.node_id" and "node_id is missing" in str(error)
+
+
+def test_int32_node_id_is_refused(data, limits):
+    data["admission"].node_id = data["admission"].node_id.int()
+    error = only(data, limits, "graph_node_ids")
+    assert "node_id is int32 [16], not arange(16) (int64)" in str(error)
+
+
+@pytest.mark.parametrize("node_type,raw", [("admission", "hadm_id"), ("labitem", "itemid")])
+def test_missing_raw_id_is_refused(data, limits, node_type, raw):
+    del data[node_type][raw]
+    error = only(data, limits, "graph_node_ids")
+    assert error.column == f"{node_type}.{raw}" and f"{raw} is missing" in str(error)
+
+
+def test_duplicate_hadm_id_is_refused_naming_the_id_and_rows(data, limits):
+    repeated = int(data["admission"].hadm_id[2])
+    data["admission"].hadm_id[9] = repeated
+    error = only(data, limits, "graph_node_ids")
+    assert error.column == "admission.hadm_id" and error.count == 2
+    assert f"hadm_id {repeated} on more than one node at rows 2, 9" in str(error)
+
+
+def test_non_positive_itemid_is_refused(data, limits):
+    data["labitem"].itemid[[0, 4]] = torch.tensor([0, -50862])
+    error = only(data, limits, "graph_node_ids")
+    assert error.column == "labitem.itemid" and error.count == 2
+    assert "itemid not positive at rows 0, 4" in str(error)
+
+
+def test_float_hadm_id_is_refused(data, limits):
+    data["admission"].hadm_id = data["admission"].hadm_id.double()
+    error = only(data, limits, "graph_node_ids")
+    assert "hadm_id is float64 [16], not int64 [16]" in str(error)
+
+
+def test_raw_ids_that_are_not_a_tensor_are_refused(data, limits):
+    data["labitem"].itemid = data["labitem"].itemid.tolist()
+    error = only(data, limits, "graph_node_ids")
+    assert error.column == "labitem.itemid" and "itemid is list, not int64 [" in str(error)
+
+
 # -- graph_timestep_range ------------------------------------------------------------------------------
 def test_timestep_below_zero(data, limits):
     data[EDGE].timestep[[2, 30]] = -1
