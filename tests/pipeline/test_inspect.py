@@ -89,7 +89,9 @@ def test_a_graph_from_before_node_id_was_arange_exits_1(out):
 def test_inspect_build_finds_no_problems_in_a_good_build(built):
     inspection = inspect_build(built)
     assert inspection.problems == []
-    assert len(inspection.lines) == 1 + len(SPLITS) + 3 + 1 + 1  # + one line per feature tensor, + node ids
+    # + one line per feature tensor, + node ids, + the ADMISSIONS ledger
+    assert len(inspection.lines) == 1 + len(SPLITS) + 3 + 1 + 1 + 1
+    assert any(line.startswith("ADMISSIONS read ") and "= in graphs " in line for line in inspection.lines)
 
 
 def test_a_deleted_graph_exits_1_naming_the_file(out):
