@@ -1,10 +1,13 @@
-"""pipeline/scale.py: per-item z-scores fitted on normal training rows, with a principled std guard.
+"""pipeline/scale.py: per-item z-scores fitted on training rows by a declared fallback chain, with a principled
+std guard.
 
 The seed researcher's bug was an item whose normal training values were all
 equal (std 0), so ``(x - mean) / std`` gave inf and every loss went NaN. Sample
 items 51100 (every normal value 20) and 50963 (one normal observation) carry
-that bug; their z-scores must come out finite, within the error bound, and the
-items must be reported as constant.
+that bug. Calling them constant (scale 1) then turned raw-unit differences into
+z-scores of thousands (D-dimer reached z = 8,900 on the MIMIC-III demo): they vary,
+so they are scaled on all their training rows; only an item whose training values
+are all equal is constant, and its other values get a bounded z.
 """
 
 from __future__ import annotations
@@ -128,9 +131,9 @@ def test_fit_uses_the_training_split_only():
 def test_fit_uses_normal_rows_only():
     events = lab_rows([(1, v, None, "train") for v in (10.0, 11.0, 12.0)]
                       + [(1, 400.0, "abnormal", "train"), (1, -90.0, "delta", "train")])
-    stats = scale.fit_zscore(events)
+    stats = scale.fit_zscore(events, min_rows=3)
     assert (stats.table().loc[1, "mean"], stats.table().loc[1, "scale"]) == (11.0, 1.0)
-    assert stats.fallback_items_ == ()
+    assert stats.fallback_items_ == () and stats.rule_ == ("normal",) and stats.count_ == (3,)
 
 
 def test_fit_clips_normal_rows_beyond_three_sigma():
@@ -145,37 +148,99 @@ def test_fit_clips_normal_rows_beyond_three_sigma():
     assert loose.loc[1, "mean"] == pytest.approx(np.mean(normal + [1000.0]))
 
 
-def test_sample_items_with_zero_normal_std_are_constant_with_scale_one(fitted):
+def test_sample_seed_bug_items_vary_so_they_are_scaled_on_all_their_training_rows(encoded, fitted):
     table = fitted.table()
-    assert {SODIUM_URINE, NTPROBNP} <= set(fitted.constant_items_)
-    assert (table.loc[SODIUM_URINE, "mean"], table.loc[SODIUM_URINE, "scale"]) == (20.0, 1.0)
-    assert table.loc[NTPROBNP, "scale"] == 1.0 and table.loc[NTPROBNP, "count"] == 1
-    assert not set(fitted.constant_items_) - {SODIUM_URINE, NTPROBNP}
-    assert (table["scale"] > 0).all() and np.isfinite(table.to_numpy()).all()
+    train = encoded[(encoded["SPLIT"] == "train") & encoded["VALUENUM"].notna()]
+    for item, normal in ((SODIUM_URINE, 20), (NTPROBNP, 1)):
+        values = train.loc[train["ITEMID"] == item, "VALUENUM"]
+        assert values.nunique() > 1  # they vary: not constant
+        assert (table.loc[item, "rule"], table.loc[item, "normal_count"]) == ("all", normal)
+        kept = values[(values - values.mean()).abs() <= 3 * values.std(ddof=1)]  # all rows, 3-sigma clipped
+        assert table.loc[item, "mean"] == pytest.approx(kept.mean()) and table.loc[item, "count"] == len(kept)
+        assert table.loc[item, "scale"] == pytest.approx(kept.std(ddof=1))
+    assert fitted.constant_items_ == () and set(fitted.fallback_items_) == {SODIUM_URINE, NTPROBNP}
+    assert (table["scale"] > 0).all() and np.isfinite(table[["mean", "scale"]].to_numpy()).all()
 
 
-def test_the_seed_bug_constant_items_get_finite_bounded_z_and_are_reported(encoded, fitted, scaled, config):
+def test_the_seed_bug_items_get_small_z_and_are_reported_with_their_reason(fitted, scaled, config):
     rows = scaled["ITEMID"].isin([SODIUM_URINE, NTPROBNP])
     assert rows.sum() > 20 and scaled.loc[rows, "VALUENUM"].nunique() > 2  # abnormal values differ
     z = scaled.loc[rows, "Z"]
-    assert np.isfinite(z).all() and (z.abs() <= config.scale.error_bound).all()
-    mean = scaled.loc[rows, "ITEMID"].map(fitted.table()["mean"])
-    pd.testing.assert_series_equal(z, scaled.loc[rows, "VALUENUM"] - mean, check_names=False)
+    assert np.isfinite(z).all() and z.abs().max() < 10  # scale 1 gave raw-unit differences up to 6,639 here
     findings = {f.check: f for f in scale.scale_findings(scaled, fitted, warn_bound=config.scale.warn_bound)}
-    constant = findings["constant_item"]
-    assert (constant.stage, constant.count, constant.severity) == ("scale", 2, "warning")
-    assert f"ITEMID {NTPROBNP}, {SODIUM_URINE}" in constant.message
+    assert "constant_item" not in findings and "constant_item_value" not in findings
+    fallback = findings["fallback_item"]
+    assert (fallback.stage, fallback.count, fallback.severity) == ("scale", 2, "warning")
+    assert f"normal rows without spread: ITEMID {SODIUM_URINE} (23 train rows)" in fallback.message
+    assert f"only 1 normal row: ITEMID {NTPROBNP} (9 train rows)" in fallback.message
 
 
-def test_hand_built_constant_items_get_scale_one():
-    events = lab_rows([(1, 5.0, None, "train")] * 4 + [(1, 9.0, "abnormal", "train"), (1, 1.0, "abnormal", "train")]
-                      + [(2, 7.0, None, "train"), (2, 70.0, "abnormal", "train"), (2, 700.0, "abnormal", "val")]
-                      + [(3, 0.0, None, "train")] * 3 + [(3, 0.5, "abnormal", "test")])
-    stats = scale.fit_zscore(events)
-    assert stats.constant_items_ == (1, 2, 3)
-    assert stats.table()["scale"].tolist() == [1.0, 1.0, 1.0]
+def test_an_item_with_one_normal_row_among_abnormal_rows_spread_over_thousands_gets_single_digit_z(config):
+    """MIMIC-IV's NTproBNP: 28 training rows over ~12,860 pg/mL and one normal row. Scale 1 gave z = 62,122."""
+    rng = np.random.default_rng(50963)
+    abnormal = np.round(rng.uniform(400.0, 13_260.0, 27), 1)
+    held = [14_000.0, 90.0, 7_500.0]
+    events = lab_rows([(NTPROBNP, 120.0, None, "train")] + [(NTPROBNP, v, "abnormal", "train") for v in abnormal]
+                      + [(NTPROBNP, v, "abnormal", "val") for v in held])
+    stats = scale.fit_zscore(events, min_rows=config.scale.min_rows)
+    train = np.concatenate([[120.0], abnormal])
+    mean, std = train.mean(), np.std(train, ddof=1)
+    assert stats.table().loc[NTPROBNP].tolist() == [pytest.approx(mean), pytest.approx(std), 28, "all", 1]
     z = scale.apply_zscore(events, stats)["Z"]
-    assert z.tolist() == [0.0] * 4 + [4.0, -4.0, 0.0, 63.0, 693.0, 0.0, 0.0, 0.0, 0.5]
+    own = np.abs(train - mean).max() / std  # the largest |z| the training rows' own spread gives
+    assert z.iloc[:28].abs().max() == pytest.approx(own) and own < 3
+    assert z.abs().max() == pytest.approx(np.abs(np.array(held) - mean).max() / std) and z.abs().max() < 10
+
+
+def test_an_item_whose_training_values_are_all_equal_is_constant_with_bounded_other_values(config):
+    events = lab_rows([(1, 5.0, None, "train")] * 4 + [(1, 5.0, "abnormal", "train")]
+                      + [(1, 5.0, None, "val"), (1, 7.5, None, "val"), (1, 500.0, "abnormal", "test"),
+                         (1, -20.0, None, "test")]
+                      + [(3, 0.0, None, "train")] * 3 + [(3, 0.25, "abnormal", "test"), (3, -40.0, None, "val")])
+    stats = scale.fit_zscore(events, constant_bound=10.0)
+    assert stats.constant_items_ == (1, 3) and stats.fallback_items_ == ()
+    table = stats.table()
+    assert table.loc[1].tolist() == [5.0, 5.0, 5, "constant", 4]
+    assert table.loc[3].tolist() == [0.0, 1.0, 3, "constant", 3]
+    scaled = scale.apply_zscore(events, stats)
+    # its value: 0; others: (x - c) / |c| (x - c when c = 0), clipped to +-10
+    assert scaled["Z"].tolist() == [0.0] * 6 + [0.5, 10.0, -5.0] + [0.0] * 3 + [0.25, -10.0]
+    findings = {f.check: f for f in scale.scale_findings(scaled, stats, warn_bound=config.scale.warn_bound)}
+    constant = findings["constant_item"]
+    assert (constant.count, constant.severity) == (2, "warning")
+    assert "training values are all equal: ITEMID 1 (5 train rows), 3 (3 train rows)" in constant.message
+    other = findings["constant_item_value"]
+    assert (other.stage, other.count, other.lines, other.severity) == ("scale", 5, [8, 9, 10, 14, 15], "warning")
+    assert "ITEMID 1 (3 rows), 3 (2 rows)" in other.message and "|z| at most 10" in other.message
+    assert "z_warn_bound" not in findings
+    assert scale.scale_findings(scale.reported_rows(scaled, stats, warn_bound=100.0), stats,
+                                warn_bound=100.0) == scale.scale_findings(scaled, stats, warn_bound=100.0)
+
+
+def test_items_that_vary_are_never_constant_even_when_clipping_leaves_one_value():
+    # 30 equal normal values and one far abnormal one: clipping all the rows keeps only the equal values
+    events = lab_rows([(1, 5.0, None, "train")] * 30 + [(1, 1000.0, "abnormal", "train")]
+                      + [(2, 7.0, None, "train"), (2, 7.0 + 1e-9, None, "train")])
+    stats = scale.fit_zscore(events)
+    table = stats.table()
+    values = np.array([5.0] * 30 + [1000.0])
+    assert table.loc[1].tolist() == [pytest.approx(values.mean()), pytest.approx(np.std(values, ddof=1)), 31,
+                                     "all_unclipped", 30]
+    assert table.loc[2, "rule"] == "all" and stats.constant_items_ == ()
+    assert scale.apply_zscore(events, stats)["Z"].abs().max() <= 30 / np.sqrt(31)  # (n - 1) / sqrt(n)
+
+
+@pytest.mark.parametrize(("normal_rows", "min_rows", "rule"), [
+    (10, 10, "normal"), (9, 10, "all"), (9, 9, "normal"), (0, 10, "all"), (1, 2, "all")])
+def test_min_rows_picks_the_rule_in_the_chain(normal_rows, min_rows, rule):
+    normal = [10.0 + 0.5 * k for k in range(normal_rows)]
+    events = lab_rows([(1, v, None, "train") for v in normal]
+                      + [(1, v, "abnormal", "train") for v in (100.0, 200.0, 300.0)])
+    stats = scale.fit_zscore(events, min_rows=min_rows)
+    assert stats.rule_ == (rule,) and stats.normal_count_ == (normal_rows,)
+    used = normal if rule == "normal" else normal + [100.0, 200.0, 300.0]
+    assert stats.count_ == (len(used),)
+    assert stats.scale_[0] == pytest.approx(np.std(used, ddof=1))
 
 
 def test_tiny_relative_std_is_constant_but_a_real_spread_is_not():
@@ -192,12 +257,13 @@ def test_item_without_normal_training_rows_falls_back_to_all_its_training_rows(c
     events = lab_rows([(1, v, "abnormal", "train") for v in (2.0, 4.0, 6.0)]
                       + [(1, 3.0, None, "val"), (2, 1.0, None, "train"), (2, 3.0, None, "train")])
     stats = scale.fit_zscore(events)
-    assert stats.fallback_items_ == (1,)
+    assert stats.fallback_items_ == (1, 2) and stats.rule_ == ("all", "all") and stats.normal_count_ == (0, 2)
     assert (stats.table().loc[1, "mean"], stats.table().loc[1, "scale"]) == (4.0, 2.0)
     scaled = scale.apply_zscore(events, stats)
     fallback = next(f for f in scale.scale_findings(scaled, stats, warn_bound=config.scale.warn_bound)
                     if f.check == "fallback_item")
-    assert fallback.count == 1 and "ITEMID 1" in fallback.message
+    assert fallback.count == 2
+    assert "no normal rows: ITEMID 1 (3 train rows); only 2 normal rows: ITEMID 2 (2 train rows)" in fallback.message
 
 
 def test_items_unseen_in_train_get_zero_and_are_reported(scaled, fitted, config):
@@ -230,8 +296,7 @@ def test_clip_policy_clips_z_at_the_warning_bound(encoded, fitted, scaled):
     assert clipped.loc[ast, "Z"].abs().max() == 100.0
     assert (clipped.loc[ast, "Z"] == scaled.loc[ast, "Z"].clip(-100.0, 100.0)).all()
     pd.testing.assert_series_equal(clipped.loc[~ast, "Z"], scaled.loc[~ast, "Z"])
-    beyond = next(f for f in scale.scale_findings(clipped, fitted, warn_bound=100.0) if f.check == "z_warn_bound")
-    assert f"{AST} (" not in beyond.message
+    assert "z_warn_bound" not in {f.check for f in scale.scale_findings(clipped, fitted, warn_bound=100.0)}
 
 
 def test_log_policy_scales_log1p_of_the_value():
@@ -269,7 +334,7 @@ def test_sample_warning_bound_names_items_and_counts(scaled, fitted, config):
     counts = scaled.loc[beyond, "ITEMID"].value_counts()
     assert AST in counts.index  # AST's shock-liver values reach z ~ 2,000
     for item, n in counts.items():
-        assert f"{item} ({n} row{'s' if n != 1 else ''})" in finding.message
+        assert f"{item} ({n} row{'s' if n != 1 else ''}; heavy tail on an item fitted on" in finding.message
 
 
 def test_z_above_the_error_bound_stops_the_stage_naming_items_and_lines(encoded, fitted):
@@ -289,16 +354,16 @@ def test_z_above_the_error_bound_stops_the_stage_naming_items_and_lines(encoded,
 
 def _zero_scale(mean: float) -> scale.ZScoreStats:
     """Stats as memory corruption could hold them (the constructor refuses scale 0): the output guard still holds."""
-    stats = scale.ZScoreStats(items_=(1,), mean_=(mean,), scale_=(1.0,), count_=(2,), constant_items_=(),
-                              fallback_items_=(), log_items_=(), eps=1e-6)
+    stats = scale.ZScoreStats(items_=(1,), mean_=(mean,), scale_=(1.0,), count_=(2,), rule_=("normal",),
+                              normal_count_=(2,), log_items_=(), eps=1e-6)
     object.__setattr__(stats, "scale_", (0.0,))
     return stats
 
 
 @pytest.mark.parametrize(("mean", "scale_"), [(float("nan"), 1.0), (1.0, 0.0), (1.0, -2.0), (1.0, float("inf"))])
 def test_stats_refuse_non_finite_means_and_non_positive_scales(mean, scale_):
-    record = {"items": [7], "mean": [mean], "scale": [scale_], "count": [3], "constant_items": [],
-              "fallback_items": [], "log_items": [], "eps": 1e-12}
+    record = {"items": [7], "mean": [mean], "scale": [scale_], "count": [3], "rule": ["normal"],
+              "normal_count": [3], "log_items": [], "eps": 1e-12, "min_rows": 10, "constant_bound": 10.0}
     with pytest.raises(ValueError, match="ITEMID \\[7\\]"):
         scale.ZScoreStats.from_json(record)
 
