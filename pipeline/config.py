@@ -93,8 +93,8 @@ class ScaleConfig:
                  f"{self.error_bound!r}")
         _require(self.min_rows >= 2, f"[scale] min_rows must be an integer >= 2 (one row has no spread), "
                                      f"got {self.min_rows!r}")
-        _require(_finite(self.constant_bound) and 0 < self.constant_bound <= self.warn_bound,
-                 f"[scale] constant_bound must be > 0 and at most warn_bound, got {self.constant_bound!r}")
+        _require(_finite(self.constant_bound) and self.constant_bound > 0,
+                 f"[scale] constant_bound must be a finite number > 0, got {self.constant_bound!r}")
         _require(_finite(self.range_widths) and self.range_widths > 0,
                  f"[scale] range_widths must be a finite number > 0, got {self.range_widths!r}")
         for item, policy in self.policy.items():

@@ -19,3 +19,19 @@ os.environ.setdefault("BADPOINTS_CACHE_DIR", tempfile.mkdtemp(prefix="badpoints-
 @pytest.fixture
 def sample_dir() -> Path:
     return ROOT / "data" / "sample"
+
+
+# The real MIMIC-III demo lab tables (read-only, see shared/real/README.md), beside the project root or, for a
+# git worktree, beside its parent folder; BADPOINTS_MIMIC3DEMO names another place.
+MIMIC3DEMO_PLACES = (ROOT.parent / "shared" / "real" / "mimic3demo", ROOT.parents[1] / "shared" / "real" / "mimic3demo")
+
+
+@pytest.fixture(scope="session")
+def mimic3demo() -> Path:
+    """The MIMIC-III demo folder; tests that use it skip when it is absent."""
+    named = os.environ.get("BADPOINTS_MIMIC3DEMO")
+    places = (Path(named),) if named else MIMIC3DEMO_PLACES
+    found = next((place for place in places if (place / "LABEVENTS.csv").is_file()), None)
+    if found is None:
+        pytest.skip(f"real MIMIC-III demo data not found in {', '.join(map(str, places))}")
+    return found

@@ -12,6 +12,7 @@ are all equal is constant, and its other values get a bounded z.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -19,12 +20,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.pipeline.stages import sample_stages
+from tests.pipeline.stages import run_stages, sample_stages, typed
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from pipeline import clean, scale
 from pipeline.config import load_config
+from pipeline.flow import prepare, validate
 from schemas.errors import StageError
 from schemas.guard import check_frame
 from schemas.scale import ScaledEvents
@@ -463,11 +465,10 @@ def test_z_is_finite_for_every_row_with_a_number_or_the_stage_says_why(items, lo
 
 # -- the fit from per-part sums (what the Dask engine adds up) ------------------------------------------
 def _fit_from_parts(events: pd.DataFrame, parts: int, **settings) -> scale.ZScoreStats:
-    rows = [scale.fit_rows(events[events["HADM_ID"] % parts == n], policy=settings.get("policy"))
-            for n in range(parts)]
-    return scale.fit_from_sums(
-        lambda known: scale.add_sums([scale.fit_sums(r, known, clip_sigma=settings.get("clip_sigma", 3.0))
-                                      for r in rows]), eps=settings.get("eps", 1e-12), policy=settings.get("policy"))
+    """The fit as the Dask engine runs it: fit rows kept per part, every pass of fit_sums added over the parts."""
+    frames = [events[events["HADM_ID"] % parts == n] for n in range(parts)]
+    return scale.fit_by_passes(lambda step: [step(frame) for frame in frames],
+                               lambda kept, step: [step(rows) for rows in kept], **settings)
 
 
 def test_sums_added_over_parts_give_the_whole_fit(encoded):
@@ -475,8 +476,8 @@ def test_sums_added_over_parts_give_the_whole_fit(encoded):
     assert _fit_from_parts(encoded, 1, policy={AST: "log"}) == whole  # one part: bit for bit
     for parts in (2, 7):
         split = _fit_from_parts(encoded, parts, policy={AST: "log"})
-        assert (split.items_, split.count_, split.constant_items_, split.fallback_items_) == (
-            whole.items_, whole.count_, whole.constant_items_, whole.fallback_items_)
+        assert (split.items_, split.count_, split.rule_, split.normal_count_) == (
+            whole.items_, whole.count_, whole.rule_, whole.normal_count_)
         np.testing.assert_allclose(split.mean_, whole.mean_, rtol=1e-12)
         np.testing.assert_allclose(split.scale_, whole.scale_, rtol=1e-12)
 
@@ -496,3 +497,160 @@ def test_reported_rows_give_the_same_findings_as_all_rows(scaled, fitted):
     picked = scale.reported_rows(scaled, fitted, warn_bound=5.0)
     assert 0 < len(picked) < len(scaled)
     assert scale.scale_findings(picked, fitted, warn_bound=5.0) == scale.scale_findings(scaled, fitted, warn_bound=5.0)
+
+
+def test_fit_by_passes_over_parts_records_the_same_rules_ranges_and_counts():
+    rng = np.random.default_rng(3)
+    rows = ([(1, v, None, "train") for v in rng.normal(10, 1, 40)] + [(1, 90.0, "abnormal", "train")]
+            + [(2, 120.0, None, "train")] + [(2, v, "abnormal", "train") for v in rng.uniform(400, 13_000, 27)]
+            + [(3, 4.0, None, "train")] * 6 + [(4, 5.0, None, "train")] * 30 + [(4, 1000.0, "abnormal", "train")])
+    events = lab_rows(rows)
+    events["HADM_ID"] = np.arange(len(events)) % 5 + 100
+    whole = scale.fit_zscore(events)
+    assert whole.rule_ == ("normal", "all", "constant", "all_unclipped")
+    for parts in (1, 2, 5):
+        split = _fit_from_parts(events, parts)
+        assert (split.items_, split.rule_, split.count_, split.normal_count_) == (
+            whole.items_, whole.rule_, whole.count_, whole.normal_count_)
+        assert split.mean_[2] == whole.mean_[2] == 4.0  # the constant value exactly, from the min over parts
+        np.testing.assert_allclose(split.mean_, whole.mean_, rtol=1e-12)
+        np.testing.assert_allclose(split.scale_, whole.scale_, rtol=1e-12)
+
+
+def test_add_sums_takes_min_of_mins_and_max_of_maxes():
+    one = pd.DataFrame({"N_NORMAL": [1, 0], "MIN": [3.0, -1.0], "MAX": [5.0, 2.0]}, index=[7, 8])
+    two = pd.DataFrame({"N_NORMAL": [2], "MIN": [-4.0], "MAX": [4.0]}, index=[7])
+    added = scale.add_sums([one, two])
+    assert added.loc[7].tolist() == [3, -4.0, 5.0] and added.loc[8].tolist() == [0, -1.0, 2.0]
+
+
+# -- what stats.json records per item ---------------------------------------------------------------------
+def test_stats_json_records_the_rule_and_rows_of_every_item_and_round_trips():
+    events = lab_rows([(1, 10.0 + k, None, "train") for k in range(12)] + [(2, 7.0, None, "train"),
+                      (2, 70.0, "abnormal", "train"), (2, 90.0, "abnormal", "train"), (3, 1.0, None, "train")])
+    stats = scale.fit_zscore(events, min_rows=10, constant_bound=8.0)
+    record = json.loads(json.dumps(stats.as_json()))
+    assert record["items"] == [1, 2, 3] and record["rule"] == ["normal", "all", "constant"]
+    assert record["count"] == [12, 3, 1] and record["normal_count"] == [12, 1, 1]
+    assert (record["constant_items"], record["fallback_items"]) == ([3], [2])
+    assert (record["min_rows"], record["constant_bound"]) == (10, 8.0)
+    assert scale.ZScoreStats.from_json(record) == stats
+    with pytest.raises(ValueError, match="unknown rule"):
+        scale.ZScoreStats.from_json({**record, "rule": ["normal", "guess", "constant"]})
+
+
+def test_shuffled_rows_give_identical_rules_and_stats_on_the_fallback_items():
+    rng = np.random.default_rng(9)
+    events = lab_rows([(NTPROBNP, 120.0, None, "train")]
+                      + [(NTPROBNP, v, "abnormal", "train") for v in rng.uniform(400, 13_000, 27)]
+                      + [(1, 5.0, None, "train")] * 5 + [(1, 8.0, None, "test")]
+                      + [(2, v, None, "train") for v in rng.normal(3, 0.2, 15)])
+    stats = scale.fit_zscore(events)
+    for seed in range(3):
+        again = scale.fit_zscore(events.sample(frac=1.0, random_state=seed))
+        assert again == stats  # bit-identical
+    assert stats.items_ == (1, 2, NTPROBNP) and stats.rule_ == ("constant", "normal", "all")
+
+
+# -- z_warn_bound: the cause per item, and reference ranges ------------------------------------------------
+def _warned_events() -> pd.DataFrame:
+    """Item 1 fitted on 20 normal rows with a far value in val; item 2 with one normal row, scaled on all 6 rows."""
+    normal = [(1, 20.0 + 0.1 * k, None, "train") for k in range(-10, 10)]
+    few = [(2, 10.0, None, "train")] + [(2, v, "abnormal", "train") for v in (11.0, 12.0, 13.0, 14.0, 15.0)]
+    return lab_rows(normal + few + [(1, 500.0, "abnormal", "val"), (2, 2_000.0, "abnormal", "test"),
+                                    (1, 21.5, None, "test")])
+
+
+def test_the_warning_bound_finding_names_the_cause_of_each_item():
+    events = _warned_events()
+    stats = scale.fit_zscore(events)
+    assert stats.rule_ == ("normal", "all")
+    scaled = scale.apply_zscore(events, stats)
+    (warned,) = [f for f in scale.scale_findings(scaled, stats, warn_bound=100.0) if f.check == "z_warn_bound"]
+    assert (warned.count, warned.lines, warned.severity) == (2, [28, 29], "warning")
+    assert "1 (1 row; heavy tail on an item fitted on 20 normal rows: real; 'clip' or 'log' bounds it)" in warned.message
+    assert ("2 (1 row; scaled on all 6 train rows because only 1 normal row: relative to the spread of the "
+            "abnormal values, which is real)") in warned.message
+    assert "reference range" not in warned.message  # no ranges given
+
+
+def test_reference_ranges_sort_rows_above_the_bound_into_real_extremes_and_suspect_scales():
+    events = _warned_events()
+    stats = scale.fit_zscore(events)
+    scaled = scale.apply_zscore(events, stats)
+    # line 28 (item 1, 500): range 18-22, 120 widths beyond: a real extreme.
+    # line 29 (item 2, 2,000): range 0-500 (upper only counts: 1,500 / 500 = 3 widths): a suspect scale.
+    ranges = pd.DataFrame({"REF_RANGE_LOWER": [18.0, 0.0, np.nan], "REF_RANGE_UPPER": [22.0, 500.0, np.nan]},
+                          index=pd.Index([28, 29, 30], name="line"))
+    (warned,) = [f for f in scale.scale_findings(scaled, stats, warn_bound=100.0, ranges=ranges, range_widths=10.0)
+                 if f.check == "z_warn_bound"]
+    assert warned.count == 2 and warned.lines == [28, 29]
+    assert ("Against each row's own reference range: 1 real extreme(s) (more than 10 range widths beyond the "
+            "nearer bound), 1 suspect scale(s) (within 10 widths: the item's scale is likely too small, "
+            "ITEMID 2 (1)), 0 without a range.") in warned.message
+    wider = [f for f in scale.scale_findings(scaled, stats, warn_bound=100.0, ranges=ranges, range_widths=2.0)
+             if f.check == "z_warn_bound"][0]
+    assert "2 real extreme(s)" in wider.message and "0 suspect scale(s)" in wider.message
+
+
+def test_range_classes_per_row():
+    line = pd.Index([2, 3, 4, 5, 6, 7, 8], name="line")
+    values = pd.Series([100.0, 30.0, -50.0, 9.0, 12.0, 7.0, 100.0], index=line)
+    ranges = pd.DataFrame({
+        "REF_RANGE_LOWER": [0.0, 0.0, 0.0, np.nan, 5.0, np.nan, 3.0],
+        "REF_RANGE_UPPER": [8.0, 8.0, 8.0, 5.0, 5.0, np.nan, 3.0],
+    }, index=line)
+    classes = scale.range_classes(values, ranges, range_widths=3.0)
+    # 11.5 widths above; 2.75 above; 6.25 below; upper-only range of width 5: 0.8 above;
+    # lower = upper = 5: width 5, 1.4 above; no range; lower = upper = 3: width 3, 32 above
+    assert classes.tolist() == ["real extreme", "suspect scale", "real extreme", "suspect scale", "suspect scale",
+                                "no range", "real extreme"]
+
+
+def test_reference_ranges_are_read_only_where_labevents_has_them():
+    frame = pd.DataFrame({"ITEMID": [1], "REF_RANGE_LOWER": [1.0], "REF_RANGE_UPPER": [2.0]})
+    assert list(scale.reference_ranges(frame).columns) == ["REF_RANGE_LOWER", "REF_RANGE_UPPER"]
+    assert scale.reference_ranges(frame.drop(columns="REF_RANGE_UPPER")) is None
+    assert scale.reference_ranges(None) is None
+
+
+def test_the_flow_passes_labevents_reference_ranges_to_the_warning_finding():
+    tables = typed()
+    labs = tables.labevents
+    ast = labs["ITEMID"] == AST
+    with_ranges = labs.assign(REF_RANGE_LOWER=pd.Series(0.0, index=labs.index).where(ast),
+                              REF_RANGE_UPPER=pd.Series(40.0, index=labs.index).where(ast))
+    prepared = prepare(dataclasses.replace(tables, labevents=with_ranges), load_config())
+    (warned,) = [f for f in prepared.findings if f.check == "z_warn_bound"]
+    assert warned.count == 5 and "5 real extreme(s)" in warned.message and "0 suspect scale(s)" in warned.message
+    (plain,) = [f for f in prepare(tables, load_config()).findings if f.check == "z_warn_bound"]
+    assert "reference range" not in plain.message and plain.lines == warned.lines
+
+
+# -- the real MIMIC-III demo ----------------------------------------------------------------------------------
+D_DIMER = 51196  # one normal training row among abnormal ones: z reached 8,900 with scale 1
+
+
+@pytest.fixture(scope="module")
+def demo(mimic3demo):
+    """The demo validated by the flow, and its lab rows as the scale stage received them."""
+    validation = validate(mimic3demo, load_config())
+    return validation.prepared, run_stages(validation.tables).encoded
+
+
+def test_on_the_mimic3_demo_no_varying_item_is_constant_and_fallback_z_stays_small(demo):
+    prepared, encoded = demo
+    stats, edges = prepared.stats, prepared.edges
+    spread = scale.fit_rows(encoded).groupby("ITEMID")["X"].agg(["min", "max"])
+    constant = list(stats.constant_items_)
+    assert constant and (spread.loc[constant, "min"] == spread.loc[constant, "max"]).all()
+    assert not set(spread.index[spread["min"] < spread["max"]]) & set(constant)
+    assert (len(constant), len(stats.fallback_items_)) == (47, 91)  # 64 and 38 when scale 1 meant constant
+    assert stats.table().loc[D_DIMER, "rule"] == "all"
+    rule = edges["ITEMID"].map(stats.table()["rule"])
+    z = edges["Z"].abs()
+    assert z[edges["ITEMID"] == D_DIMER].max() < 2  # was 8,900
+    assert z[rule.isin(["all", "all_unclipped"])].max() < 100  # 94 observed (51218: 2 train rows, far test values)
+    assert z[rule == "constant"].max() <= stats.constant_bound
+    assert z.max() < 1_200  # 1,113 observed: AST's real heavy tail, fitted on 90 normal rows
+    assert stats.table().loc[z.groupby(edges["ITEMID"]).max().idxmax(), "rule"] == "normal"
