@@ -385,7 +385,7 @@ def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: floa
     fallback = stats.fallback_items_
     if fallback:
         reasons = table.loc[list(fallback)].assign(WHY=[_fallback_reason(table, i, stats.min_rows) for i in fallback])
-        groups = "; ".join(f"{why}: ITEMID " + ", ".join(f"{item} ({_rows(count, 'train row')})"
+        groups = "; ".join(f"{why}: ITEMID " + ", ".join(f"{item} ({_rows(count, 'fitted row')})"
                                                         for item, count in group["count"].items())
                            for why, group in reasons.groupby("WHY", sort=True))
         findings.append(summary_finding(
@@ -399,21 +399,20 @@ def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: floa
         stage=STAGE, table="LABEVENTS", check="constant_item_value", column="VALUENUM", failed=off_constant,
         what=f"a value other than their item's one training value (|z| at most {stats.constant_bound:g}): "
              f"ITEMID {items_of(off_constant)}", max_lines=max_lines))
-    warned = finding_from_mask(stage=STAGE, table="LABEVENTS", check="z_warn_bound", column="Z", failed=beyond,
-                               what=f"|z| > {warn_bound:g}: ITEMID "
-                                    f"{items_of(beyond, lambda item: _cause(table, item, stats.min_rows))}",
-                               max_lines=max_lines)
-    if warned is not None and ranges is not None:
+    against = ""
+    if ranges is not None and beyond.any():
         classes = range_classes(scaled.loc[beyond, "VALUENUM"], ranges, range_widths=range_widths)
         counts = classes.value_counts()
         suspect = scaled.loc[classes.index[classes == "suspect scale"], "ITEMID"].value_counts().sort_index()
-        against = (f" Against each row's own reference range: {counts.get('real extreme', 0)} real extreme(s) (more "
+        against = (f"; against each row's own reference range: {counts.get('real extreme', 0)} real extreme(s) (more "
                    f"than {range_widths:g} range widths beyond the nearer bound), {counts.get('suspect scale', 0)} "
                    f"suspect scale(s) (within {range_widths:g} widths: the item's scale is likely too small"
                    + (f", ITEMID {', '.join(f'{i} ({n})' for i, n in suspect.head(15).items())}" if len(suspect)
-                      else "") + f"), {counts.get('no range', 0)} without a range.")
-        warned = Finding(**{**warned.__dict__, "message": warned.message + against})
-    findings.append(warned)
+                      else "") + f"), {counts.get('no range', 0)} without a range")
+    findings.append(finding_from_mask(
+        stage=STAGE, table="LABEVENTS", check="z_warn_bound", column="Z", failed=beyond, max_lines=max_lines,
+        what=f"|z| > {warn_bound:g}: ITEMID {items_of(beyond, lambda item: _cause(table, item, stats.min_rows))}"
+             f"{against}"))
     return [f for f in findings if f is not None]
 
 
@@ -440,7 +439,7 @@ def _cause(table: pd.DataFrame, item: int, min_rows: int) -> str:
         return f"heavy tail on an item fitted on {_rows(count, 'normal row')}: real; 'clip' or 'log' bounds it"
     if rule == "constant":
         return "constant item"
-    return (f"scaled on all {_rows(count, 'train row')} because {_fallback_reason(table, item, min_rows)}: "
+    return (f"scaled on all its training rows ({count} fitted) because {_fallback_reason(table, item, min_rows)}: "
             "relative to the spread of the abnormal values, which is real")
 
 

@@ -173,8 +173,8 @@ def test_the_seed_bug_items_get_small_z_and_are_reported_with_their_reason(fitte
     assert "constant_item" not in findings and "constant_item_value" not in findings
     fallback = findings["fallback_item"]
     assert (fallback.stage, fallback.count, fallback.severity) == ("scale", 2, "warning")
-    assert f"normal rows without spread: ITEMID {SODIUM_URINE} (23 train rows)" in fallback.message
-    assert f"only 1 normal row: ITEMID {NTPROBNP} (9 train rows)" in fallback.message
+    assert f"normal rows without spread: ITEMID {SODIUM_URINE} (23 fitted rows)" in fallback.message
+    assert f"only 1 normal row: ITEMID {NTPROBNP} (9 fitted rows)" in fallback.message
 
 
 def test_an_item_with_one_normal_row_among_abnormal_rows_spread_over_thousands_gets_single_digit_z(config):
@@ -265,7 +265,7 @@ def test_item_without_normal_training_rows_falls_back_to_all_its_training_rows(c
     fallback = next(f for f in scale.scale_findings(scaled, stats, warn_bound=config.scale.warn_bound)
                     if f.check == "fallback_item")
     assert fallback.count == 2
-    assert "no normal rows: ITEMID 1 (3 train rows); only 2 normal rows: ITEMID 2 (2 train rows)" in fallback.message
+    assert "no normal rows: ITEMID 1 (3 fitted rows); only 2 normal rows: ITEMID 2 (2 fitted rows)" in fallback.message
 
 
 def test_items_unseen_in_train_get_zero_and_are_reported(scaled, fitted, config):
@@ -569,7 +569,7 @@ def test_the_warning_bound_finding_names_the_cause_of_each_item():
     (warned,) = [f for f in scale.scale_findings(scaled, stats, warn_bound=100.0) if f.check == "z_warn_bound"]
     assert (warned.count, warned.lines, warned.severity) == (2, [28, 29], "warning")
     assert "1 (1 row; heavy tail on an item fitted on 20 normal rows: real; 'clip' or 'log' bounds it)" in warned.message
-    assert ("2 (1 row; scaled on all 6 train rows because only 1 normal row: relative to the spread of the "
+    assert ("2 (1 row; scaled on all its training rows (6 fitted) because only 1 normal row: relative to the spread of the "
             "abnormal values, which is real)") in warned.message
     assert "reference range" not in warned.message  # no ranges given
 
@@ -585,9 +585,9 @@ def test_reference_ranges_sort_rows_above_the_bound_into_real_extremes_and_suspe
     (warned,) = [f for f in scale.scale_findings(scaled, stats, warn_bound=100.0, ranges=ranges, range_widths=10.0)
                  if f.check == "z_warn_bound"]
     assert warned.count == 2 and warned.lines == [28, 29]
-    assert ("Against each row's own reference range: 1 real extreme(s) (more than 10 range widths beyond the "
+    assert ("; against each row's own reference range: 1 real extreme(s) (more than 10 range widths beyond the "
             "nearer bound), 1 suspect scale(s) (within 10 widths: the item's scale is likely too small, "
-            "ITEMID 2 (1)), 0 without a range.") in warned.message
+            "ITEMID 2 (1)), 0 without a range (lines 28, 29)") in warned.message
     wider = [f for f in scale.scale_findings(scaled, stats, warn_bound=100.0, ranges=ranges, range_widths=2.0)
              if f.check == "z_warn_bound"][0]
     assert "2 real extreme(s)" in wider.message and "0 suspect scale(s)" in wider.message
