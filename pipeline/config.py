@@ -81,6 +81,9 @@ class ScaleConfig:
     clip_sigma: float
     warn_bound: float
     error_bound: float
+    min_rows: int = 10
+    constant_bound: float = 10.0
+    range_widths: float = 10.0
     policy: Mapping[int, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
@@ -90,6 +93,12 @@ class ScaleConfig:
         _require(_finite(self.warn_bound) and _finite(self.error_bound) and 0 < self.warn_bound <= self.error_bound,
                  f"[scale] need 0 < warn_bound <= error_bound, both finite, got {self.warn_bound!r} and "
                  f"{self.error_bound!r}")
+        _require(self.min_rows >= 2, f"[scale] min_rows must be an integer >= 2 (one row has no spread), "
+                                     f"got {self.min_rows!r}")
+        _require(_finite(self.constant_bound) and self.constant_bound > 0,
+                 f"[scale] constant_bound must be a finite number > 0, got {self.constant_bound!r}")
+        _require(_finite(self.range_widths) and self.range_widths > 0,
+                 f"[scale] range_widths must be a finite number > 0, got {self.range_widths!r}")
         for item, policy in self.policy.items():
             _require(policy in SCALE_POLICIES,
                      f"[scale.policy] {item} must be one of {', '.join(SCALE_POLICIES)}, got {policy!r}")

@@ -16,9 +16,8 @@ they run and how their parts come back together. With the Dask engine:
   admission (z-scores, fill, bucket, dedup), so it runs on each part alone
   (:meth:`DaskEngine.each`) and its quarantine and steps are gathered and added up.
 - the z-score fit is global: each part's training rows stay on its worker, and
-  five passes of :func:`pipeline.scale.fit_sums` send back per-item counts and sums
-  (normal rows; sums; centred squares; clipped sums; clipped centred squares),
-  added up here, so the std is the two-pass centred one, as in pandas.
+  the passes of :func:`pipeline.scale.fit_by_passes` send back per-item counts,
+  ranges and sums, combined here, so the std is the two-pass centred one, as in pandas.
 - findings about the whole table read the rows or columns they need, gathered
   in the input's row order (:meth:`DaskEngine.rows`).
 - a :class:`StageError` on any part comes back as data; the stage is then run
@@ -153,15 +152,11 @@ class DaskEngine:
         return Parts(futures=tuple(self.client.scatter(frames)), lengths=tuple(len(f) for f in frames),
                      order=events.index)
 
-    def fit_zscore(self, events: Parts, *, eps: float = 1e-12, clip_sigma: float = 3.0,
-                   policy: Any = None) -> scale.ZScoreStats:
-        rows = self._run(scale.fit_rows, events, policy=policy)
-        pass_ = functools.partial(scale.fit_sums, clip_sigma=clip_sigma)
-
-        def sums(known: pd.DataFrame | None) -> pd.DataFrame:
-            return scale.add_sums(self.client.gather(self.client.map(pass_, rows.futures, known=known, pure=False)))
-
-        return scale.fit_from_sums(sums, eps=eps, policy=policy)
+    def fit_zscore(self, events: Parts, **settings: Any) -> scale.ZScoreStats:
+        """:func:`pipeline.scale.fit_by_passes`: each part's fit rows stay on its worker; every pass comes back."""
+        return scale.fit_by_passes(
+            lambda step: self._run(step, events),
+            lambda rows, step: self.client.gather(self.client.map(step, rows.futures, pure=False)), **settings)
 
     def each(self, stage: Callable[..., Any], events: Parts, *args: Any, **kwargs: Any) -> Any:
         return self._run(stage, events, *args, **kwargs)

@@ -248,13 +248,15 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
             progress.step("scale", rows=len(events))
             events = engine.partition(events)  # by admission: every stage from here on is per row or per admission
             stats = stats or engine.fit_zscore(events, eps=config.scale.eps, clip_sigma=config.scale.clip_sigma,
-                                               policy=config.scale.policy)
+                                               min_rows=config.scale.min_rows,
+                                               constant_bound=config.scale.constant_bound, policy=config.scale.policy)
             state["stats"] = stats
             events = engine.each(scale.apply_zscore, events, stats, policy=config.scale.policy,
                                  warn_bound=config.scale.warn_bound, error_bound=config.scale.error_bound)
             ledger.findings.extend(scale.scale_findings(
                 engine.rows(events, scale.reported_rows, stats, warn_bound=config.scale.warn_bound), stats,
-                warn_bound=config.scale.warn_bound, max_lines=config.report.max_lines))
+                warn_bound=config.scale.warn_bound, max_lines=config.report.max_lines,
+                ranges=scale.reference_ranges(tables.labevents), range_widths=config.scale.range_widths))
 
             progress.step("fill", rows=len(events))
             to_fill = engine.rows(events, columns=["SPLIT", *fill.TENSOR_COLUMNS])

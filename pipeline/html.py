@@ -257,9 +257,11 @@ def _items(prepared: Any, z: pd.DataFrame) -> str:
     single = [item for item, count in counts.items() if count == 1]
     unseen = z.loc[~z["seen"], "ITEMID"].value_counts().sort_index()
     groups = [
-        ("constant", "std at most eps x |mean|, or one normal observation: scale set to 1", stats.constant_items_),
-        ("single-observation", "one normal training observation", single),
-        ("fallback", "no normal training rows: fitted on all their training rows", stats.fallback_items_),
+        ("constant", "every training value equal: z = 0 on it, other values' z bounded by [scale] constant_bound",
+         stats.constant_items_),
+        ("single-observation", "one training observation", single),
+        ("fallback", "fewer than [scale] min_rows normal training rows (or none with spread): fitted on all "
+                     "their training rows", stats.fallback_items_),
         ("unseen", "numeric items not in the training split: z = 0", list(unseen.index)),
     ]
     rows = []

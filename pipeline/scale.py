@@ -1,15 +1,28 @@
 """Scale stage: per-ITEMID z-scores of VALUENUM with stats fitted on the training split.
 
-Stats come from each item's normal (unflagged) training rows after 3-sigma
-clipping, the seed researcher's rule, with the std computed in two centred
-passes (never from sums of squares, which go negative for an item with mean 1e6
-and std 1e-3). The std guard is principled: an item whose std is at most
-``eps`` times its |mean|, or that has one normal observation, is *constant* and
-gets scale 1 — not ``std + 1e-7``, which turns noise into z-scores of 1e7.
+Each item is scaled by the first rule of a declared chain that fits it, on its
+training rows only (``RULES``):
+
+- ``normal``: its normal (unflagged) training rows after ``clip_sigma`` clipping,
+  when it has at least ``min_rows`` of them and their std is above ``eps`` x |mean|;
+- ``all``: all its training rows, clipped the same way, when their std is above
+  ``eps`` x |mean| (too few normal rows, none, or normal rows without spread);
+- ``all_unclipped``: all its training rows unclipped, when clipping left no spread;
+- ``constant``: every training value is equal (within ``eps`` relative, after the
+  log transform of 'log' items). Its value c gets z = 0; another value x gets the
+  relative difference (x - c) / |c| (x - c when c = 0), clipped to
+  ``constant_bound``: never a raw-unit difference, never beyond the bound.
+
+The std is computed in two centred passes (never from sums of squares, which go
+negative for an item with mean 1e6 and std 1e-3), not ``std + 1e-7``, which turns
+noise into z-scores of 1e7. The fit reads its rows in additive passes
+(:func:`fit_sums`, combined by :func:`add_sums`), so rows held in parts give the
+same stats (:func:`fit_by_passes`).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -23,51 +36,86 @@ from schemas.guard import guarded
 from schemas.scale import ScaledEvents
 
 STAGE = "scale"
+# The fallback chain, in order; an item is scaled by the first rule that fits it.
+RULES = ("normal", "all", "all_unclipped", "constant")
+# The two row sets each pass of the fit sums over: an item's normal training rows, and all of them.
+BASES = ("NORMAL", "ALL")
+# How per-part columns combine in add_sums (every other column is a sum).
+_COMBINE = {"MIN": "min", "MAX": "max"}
+# Optional per-row reference ranges of LABEVENTS (MIMIC-IV's ref_range_lower / ref_range_upper).
+RANGE_COLUMNS = ("REF_RANGE_LOWER", "REF_RANGE_UPPER")
 
 
 @dataclass(frozen=True)
 class ZScoreStats:
-    """Fitted per-item mean and scale (z = (x - mean_) / scale_), aligned on ``items_``."""
+    """Fitted per-item mean and scale (z = (x - mean_) / scale_), aligned on ``items_``.
+
+    ``rule_`` names the rule of :data:`RULES` that scaled each item, ``count_`` the rows it was fitted on and
+    ``normal_count_`` the item's normal training rows. For a constant item, ``mean_`` is its value and
+    ``scale_`` |value| (1 when 0), and its z is clipped to ``constant_bound``.
+    """
 
     items_: tuple[int, ...]
     mean_: tuple[float, ...]
     scale_: tuple[float, ...]
     count_: tuple[int, ...]
-    constant_items_: tuple[int, ...]
-    fallback_items_: tuple[int, ...]
+    rule_: tuple[str, ...]
+    normal_count_: tuple[int, ...]
     log_items_: tuple[int, ...]
     eps: float
+    min_rows: int = 10
+    constant_bound: float = 10.0
+
+    @property
+    def constant_items_(self) -> tuple[int, ...]:
+        """Items whose training values are all equal."""
+        return tuple(i for i, r in zip(self.items_, self.rule_) if r == "constant")
+
+    @property
+    def fallback_items_(self) -> tuple[int, ...]:
+        """Items scaled on all their training rows (rule ``all`` or ``all_unclipped``)."""
+        return tuple(i for i, r in zip(self.items_, self.rule_) if r in ("all", "all_unclipped"))
 
     def table(self) -> pd.DataFrame:
-        """mean and scale per ITEMID."""
-        return pd.DataFrame({"mean": self.mean_, "scale": self.scale_, "count": self.count_},
+        """mean, scale, count, rule and normal count per ITEMID."""
+        return pd.DataFrame({"mean": self.mean_, "scale": self.scale_, "count": self.count_, "rule": self.rule_,
+                             "normal_count": self.normal_count_},
                             index=pd.Index(self.items_, name="ITEMID", dtype="int64"))
 
     def as_json(self) -> dict[str, Any]:
         return {
             "items": list(self.items_), "mean": list(self.mean_), "scale": list(self.scale_),
-            "count": list(self.count_), "constant_items": list(self.constant_items_),
-            "fallback_items": list(self.fallback_items_), "log_items": list(self.log_items_), "eps": self.eps,
+            "count": list(self.count_), "rule": list(self.rule_), "normal_count": list(self.normal_count_),
+            "constant_items": list(self.constant_items_), "fallback_items": list(self.fallback_items_),
+            "log_items": list(self.log_items_), "eps": self.eps, "min_rows": self.min_rows,
+            "constant_bound": self.constant_bound,
         }
 
     def __post_init__(self) -> None:
-        sizes = {len(self.items_), len(self.mean_), len(self.scale_), len(self.count_)}
+        sizes = {len(self.items_), len(self.mean_), len(self.scale_), len(self.count_), len(self.rule_),
+                 len(self.normal_count_)}
         if len(sizes) != 1:
-            raise ValueError(f"ZScoreStats: items, mean, scale and count differ in length ({sorted(sizes)})")
+            raise ValueError(f"ZScoreStats: items, mean, scale, count, rule and normal_count differ in length "
+                             f"({sorted(sizes)})")
+        unknown = sorted(set(self.rule_) - set(RULES))
+        if unknown:
+            raise ValueError(f"ZScoreStats: unknown rule(s) {unknown}; the rules are {', '.join(RULES)}")
         bad = [item for item, m, s in zip(self.items_, self.mean_, self.scale_)
                if not (np.isfinite(m) and np.isfinite(s) and s > 0)]
         if bad:
             raise ValueError(f"ZScoreStats: non-finite mean or non-positive scale for ITEMID {bad[:10]}; "
                              "refit the stats instead of editing them")
+        if not (np.isfinite(self.constant_bound) and self.constant_bound > 0):
+            raise ValueError(f"ZScoreStats: constant_bound must be finite and > 0, got {self.constant_bound!r}")
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ZScoreStats":
         return cls(
             items_=tuple(int(i) for i in data["items"]), mean_=tuple(float(m) for m in data["mean"]),
             scale_=tuple(float(s) for s in data["scale"]), count_=tuple(int(c) for c in data["count"]),
-            constant_items_=tuple(int(i) for i in data["constant_items"]),
-            fallback_items_=tuple(int(i) for i in data["fallback_items"]),
+            rule_=tuple(str(r) for r in data["rule"]), normal_count_=tuple(int(c) for c in data["normal_count"]),
             log_items_=tuple(int(i) for i in data["log_items"]), eps=float(data["eps"]),
+            min_rows=int(data["min_rows"]), constant_bound=float(data["constant_bound"]),
         )
 
 
@@ -82,8 +130,11 @@ def item_sums(values: pd.Series, items: pd.Series, centre: pd.Series | None = No
 
 
 def add_sums(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    """The per-item sums of all the rows from the sums of each part (in the given order, for repeatable rounding)."""
-    return pd.concat(list(parts)).groupby(level=0).sum()
+    """The per-item sums of all the rows from the sums of each part (in the given order, for repeatable rounding):
+    MIN and MAX columns combine by min and max, every other column by sum."""
+    parts = list(parts)
+    how = {column: _COMBINE.get(column, "sum") for column in parts[0].columns}
+    return pd.concat(parts).groupby(level=0).agg(how)
 
 
 def centred_stats(values: pd.Series, items: pd.Series) -> pd.DataFrame:
@@ -124,11 +175,26 @@ def _transformed(events: pd.DataFrame, log_items: list[int], *, strict: bool = T
         return values.where(~logged, np.log1p(values.where(logged, 0.0)))
 
 
-def fit_zscore(events: pd.DataFrame, *, eps: float = 1e-12, clip_sigma: float = 3.0,
-               policy: Mapping[int, str] | None = None) -> ZScoreStats:
+def fit_zscore(events: pd.DataFrame, *, eps: float = 1e-12, clip_sigma: float = 3.0, min_rows: int = 10,
+               constant_bound: float = 10.0, policy: Mapping[int, str] | None = None) -> ZScoreStats:
     """Fit per-item stats on the training rows that carry a number (``events`` has SPLIT and FLAG)."""
-    rows = fit_rows(events, policy=policy)
-    return fit_from_sums(lambda known: fit_sums(rows, known, clip_sigma=clip_sigma), eps=eps, policy=policy)
+    return fit_by_passes(lambda step: step(events), lambda rows, step: [step(rows)], eps=eps, clip_sigma=clip_sigma,
+                         min_rows=min_rows, constant_bound=constant_bound, policy=policy)
+
+
+def fit_by_passes(keep: Callable[[Callable[[pd.DataFrame], pd.DataFrame]], Any],
+                  each: Callable[[Any, Callable[[pd.DataFrame], pd.DataFrame]], Sequence[pd.DataFrame]], *,
+                  eps: float = 1e-12, clip_sigma: float = 3.0, min_rows: int = 10, constant_bound: float = 10.0,
+                  policy: Mapping[int, str] | None = None) -> ZScoreStats:
+    """The fit of rows that may lie in parts: ``keep(step)`` applies ``step`` to every part and keeps what it
+    gives where the part is; ``each(kept, step)`` gives ``step`` of every kept part. Each pass of
+    :func:`fit_sums` over the parts is added up by :func:`add_sums`, so one part or many give the same stats."""
+    rows = keep(functools.partial(fit_rows, policy=policy))
+
+    def sums(known: pd.DataFrame | None) -> pd.DataFrame:
+        return add_sums(each(rows, functools.partial(fit_sums, known=known, clip_sigma=clip_sigma)))
+
+    return fit_from_sums(sums, eps=eps, min_rows=min_rows, constant_bound=constant_bound, policy=policy)
 
 
 def fit_rows(events: pd.DataFrame, *, policy: Mapping[int, str] | None = None) -> pd.DataFrame:
@@ -146,57 +212,99 @@ def fit_rows(events: pd.DataFrame, *, policy: Mapping[int, str] | None = None) -
 
 
 def fit_sums(rows: pd.DataFrame, known: pd.DataFrame | None = None, *, clip_sigma: float = 3.0) -> pd.DataFrame:
-    """One pass of the fit over ``rows`` (from :func:`fit_rows`): per-item sums that add up over parts of the rows.
+    """One pass of the fit over ``rows`` (from :func:`fit_rows`): per-item sums that :func:`add_sums` combines
+    over parts of the rows.
 
-    Without ``known``: N_NORMAL, each item's count of normal rows. Then ``known`` (indexed by ITEMID) picks the
-    rows: HAS_NORMAL, an item's basis is its normal rows (all its rows when it has none); with MEAN and STD, only
-    the basis rows within ``clip_sigma`` STD of MEAN (all of them where STD is not positive). The result is
-    :func:`item_sums` of their X, about CENTRE when ``known`` has one.
+    Without ``known``: N_NORMAL (the item's normal rows), MIN and MAX (of X over all its rows). With ``known``
+    (indexed by ITEMID), for each basis b of :data:`BASES` (the normal rows, all rows): N_b and SUM_b of
+    :func:`item_sums` of the basis rows' X, about CENTRE_b when ``known`` has it; with MEAN_b and STD_b, only
+    the basis rows within ``clip_sigma`` STD_b of MEAN_b (all of them where STD_b is not positive).
     """
-    items = rows["ITEMID"]
+    items, values = rows["ITEMID"], rows["X"]
     if known is None:
-        return pd.DataFrame({"N_NORMAL": rows["NORMAL"].groupby(items).sum()})
-    values = rows["X"]
-    basis = rows["NORMAL"] | ~items.map(known["HAS_NORMAL"]).astype(bool)
-    if "STD" in known:
-        mean, std = items.map(known["MEAN"]), items.map(known["STD"])
-        basis &= ((values - mean).abs() <= clip_sigma * std) | ~(std > 0)
-    return item_sums(values[basis], items[basis], known["CENTRE"] if "CENTRE" in known else None)
+        grouped = values.groupby(items)
+        return pd.DataFrame({"N_NORMAL": rows["NORMAL"].groupby(items).sum(), "MIN": grouped.min(),
+                             "MAX": grouped.max()})
+    columns = []
+    for basis in BASES:  # two fixed row sets, each summed over all items at once
+        chosen = rows["NORMAL"].to_numpy(bool, copy=True) if basis == "NORMAL" else np.ones(len(rows), dtype=bool)
+        if f"STD_{basis}" in known:
+            mean, std = items.map(known[f"MEAN_{basis}"]), items.map(known[f"STD_{basis}"])
+            chosen = chosen & (((values - mean).abs() <= clip_sigma * std) | ~(std > 0)).to_numpy(bool)
+        centre = known[f"CENTRE_{basis}"] if f"CENTRE_{basis}" in known else None
+        columns.append(item_sums(values[chosen], items[chosen], centre).add_suffix(f"_{basis}"))
+    return pd.concat(columns, axis=1)
 
 
-def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: float = 1e-12,
-                  policy: Mapping[int, str] | None = None) -> ZScoreStats:
+def _centred_bases(sums: Callable[[pd.DataFrame | None], pd.DataFrame], known: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Per basis: mean, centred sample std and count of the rows ``known`` picks, from two passes of ``sums``."""
+    totals = sums(known).reindex(known.index)
+    count = {b: totals[f"N_{b}"].fillna(0).astype("int64") for b in BASES}
+    mean = {b: totals[f"SUM_{b}"].fillna(0.0) / count[b] for b in BASES}  # NaN for an empty basis
+    squares = sums(known.assign(**{f"CENTRE_{b}": mean[b] for b in BASES})).reindex(known.index)
+    return {b: pd.DataFrame({"mean": mean[b], "std": np.sqrt(squares[f"SUM_{b}"] / (count[b] - 1)).where(count[b] > 1),
+                             "count": count[b]}) for b in BASES}
+
+
+def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: float = 1e-12, min_rows: int = 10,
+                  constant_bound: float = 10.0, policy: Mapping[int, str] | None = None) -> ZScoreStats:
     """The stats from ``sums(known)``: :func:`fit_sums` of every training row, in one part or added over many.
 
-    Items without a normal row fall back to all their rows; the mean and centred std of the basis set the
-    ``clip_sigma`` window; the stats are the mean and centred std of the rows inside it.
+    Five passes: counts and ranges; per basis, the mean and centred std (two passes), which set the
+    ``clip_sigma`` window; the mean and centred std of the rows inside it (two passes). Each item then takes
+    the first rule of :data:`RULES` that fits it.
     """
-    has_normal = sums(None)["N_NORMAL"] > 0
-    known = pd.DataFrame({"HAS_NORMAL": has_normal})
-    first = _centred(lambda centre: sums(known if centre is None else known.assign(CENTRE=centre)))
-    window = known.assign(MEAN=first["mean"], STD=first["std"])
-    stats = _centred(lambda centre: sums(window if centre is None else window.assign(CENTRE=centre)))
-    constant = (stats["count"] == 1) | ~(stats["std"] > eps * stats["mean"].abs())
-    scale = stats["std"].where(~constant, 1.0)
+    first = sums(None)
+    index = first.index
+    unclipped = _centred_bases(sums, pd.DataFrame(index=index))
+    window = pd.DataFrame({f"{what}_{b}": unclipped[b][column] for b in BASES
+                           for what, column in (("MEAN", "mean"), ("STD", "std"))}, index=index)
+    clipped = _centred_bases(sums, window)
+    low, high = first["MIN"], first["MAX"]
+    constant = ~((high - low) > eps * np.maximum(low.abs(), high.abs()))
+    candidates = {"normal": clipped["NORMAL"], "all": clipped["ALL"], "all_unclipped": unclipped["ALL"]}
+    fits = {
+        "normal": (first["N_NORMAL"] >= min_rows) & _spread(clipped["NORMAL"], eps),
+        "all": _spread(clipped["ALL"], eps),
+        "all_unclipped": _spread(unclipped["ALL"], 0.0),  # values differ: any finite positive std
+    }
+    rules = list(fits)
+    # An item's values that differ at float64's resolution only (the std underflows) count as constant too.
+    rule = pd.Series(np.select([~constant & fits[r] for r in rules], rules, default="constant"), index=index)
+    value = low.where(low != 0, 0.0)  # the constant value (-0.0 read as 0)
+    mean = pd.Series(np.select([rule == r for r in rules], [candidates[r]["mean"] for r in rules], default=value),
+                     index=index)
+    scale = pd.Series(np.select([rule == r for r in rules], [candidates[r]["std"] for r in rules],
+                                default=value.abs().where(value != 0, 1.0)), index=index)
+    count = pd.Series(np.select([rule == r for r in rules], [candidates[r]["count"] for r in rules],
+                                default=unclipped["ALL"]["count"]), index=index)
     return ZScoreStats(
-        items_=tuple(int(i) for i in stats.index), mean_=tuple(float(m) for m in stats["mean"]),
-        scale_=tuple(float(s) for s in scale), count_=tuple(int(c) for c in stats["count"]),
-        constant_items_=tuple(int(i) for i in stats.index[constant.to_numpy()]),
-        fallback_items_=tuple(int(i) for i in has_normal.index[~has_normal.to_numpy()]),
-        log_items_=tuple(_policy_items(dict(policy or {}), "log")), eps=float(eps),
+        items_=tuple(int(i) for i in index), mean_=tuple(float(m) for m in mean),
+        scale_=tuple(float(s) for s in scale), count_=tuple(int(c) for c in count),
+        rule_=tuple(str(r) for r in rule), normal_count_=tuple(int(n) for n in first["N_NORMAL"]),
+        log_items_=tuple(_policy_items(dict(policy or {}), "log")), eps=float(eps), min_rows=int(min_rows),
+        constant_bound=float(constant_bound),
     )
+
+
+def _spread(stats: pd.DataFrame, eps: float) -> pd.Series:
+    """Whether a fitted set's std is finite and above ``eps`` times its |mean| (so it can scale the item)."""
+    return np.isfinite(stats["std"]) & np.isfinite(stats["mean"]) & (stats["std"] > eps * stats["mean"].abs())
 
 
 def zscores(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[int, str] | None = None,
             warn_bound: float = 100.0, strict: bool = True) -> pd.Series:
     """The z of each row with a number (NaN elsewhere), from ``events``' ITEMID and VALUENUM: train stats;
-    items unseen in train get 0; 'clip' items are clipped at ``warn_bound``. Nothing is checked but, when
-    ``strict``, the log policy's domain: :func:`apply_zscore` guards the result."""
+    items unseen in train get 0; constant items are clipped at the stats' ``constant_bound`` and 'clip' items
+    at ``warn_bound``. Nothing is checked but, when ``strict``, the log policy's domain: :func:`apply_zscore`
+    guards the result."""
     values = _transformed(events, list(stats.log_items_), strict=strict)
     table = stats.table()
     mean, scale = events["ITEMID"].map(table["mean"]), events["ITEMID"].map(table["scale"])
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         z = ((values - mean) / scale).where(mean.notna(), 0.0)
+    constant = events["ITEMID"].isin(stats.constant_items_)
+    z = z.where(~constant, z.clip(-stats.constant_bound, stats.constant_bound))
     clipped = events["ITEMID"].isin(_policy_items(dict(policy or {}), "clip"))
     return z.where(~clipped, z.clip(-warn_bound, warn_bound)).where(values.notna())
 
@@ -204,7 +312,8 @@ def zscores(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[int, st
 @guarded(stage=STAGE, takes=EncodedEvents, gives=ScaledEvents)
 def apply_zscore(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[int, str] | None = None,
                  warn_bound: float = 100.0, error_bound: float = 1e6) -> pd.DataFrame:
-    """Z for every row with a number: train stats; items unseen in train get 0; 'clip' items are clipped."""
+    """Z for every row with a number: train stats; items unseen in train get 0; constant items' z is bounded;
+    'clip' items are clipped."""
     z = zscores(events, stats, policy=policy, warn_bound=warn_bound)
     number = events["VALUENUM"].notna()
     nonfinite = number & pd.Series(~np.isfinite(z.to_numpy("float64", na_value=np.nan)), index=z.index)
@@ -228,38 +337,123 @@ def _raise_if(failed: pd.Series, events: pd.DataFrame, check: str, what: str, ad
     )
 
 
-def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float, max_lines: int = 20) -> list[Finding]:
-    """Constant, fallback and unseen items, and |z| above the warning bound, named by ITEMID."""
-    findings = []
-    unseen, beyond = _named(scaled, stats, warn_bound=warn_bound)
+def reference_ranges(labevents: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The typed raw LABEVENTS' REF_RANGE_LOWER and REF_RANGE_UPPER (index = line), or None without them."""
+    if labevents is None or not set(RANGE_COLUMNS) <= set(labevents.columns):
+        return None
+    return labevents[list(RANGE_COLUMNS)]
 
-    def items_of(mask: pd.Series) -> str:
+
+def range_classes(values: pd.Series, ranges: pd.DataFrame, *, range_widths: float) -> pd.Series:
+    """Each row's value against its own reference range (``ranges`` indexed like ``values``): 'real extreme'
+    when it lies more than ``range_widths`` range widths beyond the nearer bound, 'suspect scale' when it lies
+    within that (or inside the range), 'no range' without a usable range.
+
+    The width is upper - lower; with one bound (or lower = upper), the bound's magnitude.
+    """
+    lower = ranges["REF_RANGE_LOWER"].reindex(values.index).astype("float64")
+    upper = ranges["REF_RANGE_UPPER"].reindex(values.index).astype("float64")
+    width = (upper - lower).where(upper > lower)
+    width = width.fillna(np.fmax(lower.abs(), upper.abs()).where(lambda w: w > 0))
+    beyond = pd.Series(np.fmax(lower - values, values - upper), index=values.index)
+    usable = width.notna() & beyond.notna() & values.notna()
+    classes = np.where(beyond > range_widths * width, "real extreme", "suspect scale")
+    return pd.Series(np.where(usable, classes, "no range"), index=values.index)
+
+
+def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float, max_lines: int = 20,
+                   ranges: pd.DataFrame | None = None, range_widths: float = 10.0) -> list[Finding]:
+    """Constant, fallback and unseen items, values of constant items other than their one value, and |z| above
+    the warning bound, named by ITEMID with the rule that scaled each item; with ``ranges`` (REF_RANGE_LOWER and
+    REF_RANGE_UPPER by line), the rows above the bound are counted as real extremes or suspect scales."""
+    findings = []
+    unseen, beyond, off_constant = _named(scaled, stats, warn_bound=warn_bound)
+    table = stats.table()
+
+    def items_of(mask: pd.Series, why: Callable[[int], str] | None = None) -> str:
         counts = scaled.loc[mask, "ITEMID"].value_counts().sort_index()
-        return ", ".join(f"{item} ({n} row{'s' if n != 1 else ''})" for item, n in counts.head(15).items()) + (
+        return ", ".join(f"{item} ({n} row{'s' if n != 1 else ''}{'; ' + why(item) if why else ''})"
+                         for item, n in counts.head(15).items()) + (
             f" and {len(counts) - 15} more" if len(counts) > 15 else "")
 
-    for check, items in (("constant_item", stats.constant_items_), ("fallback_item", stats.fallback_items_)):
-        if items:
-            findings.append(summary_finding(
-                stage=STAGE, check=check, table="LABEVENTS", column="VALUENUM", count=len(items),
-                message=f"{len(items)} item(s): ITEMID {', '.join(map(str, items))}"))
+    constant = stats.constant_items_
+    if constant:
+        listed = ", ".join(f"{item} ({_rows(table.loc[item, 'count'], 'train row')})" for item in constant)
+        findings.append(summary_finding(
+            stage=STAGE, check="constant_item", table="LABEVENTS", column="VALUENUM", count=len(constant),
+            message=f"{len(constant)} item(s) whose training values are all equal: ITEMID {listed}"))
+    fallback = stats.fallback_items_
+    if fallback:
+        reasons = table.loc[list(fallback)].assign(WHY=[_fallback_reason(table, i, stats.min_rows) for i in fallback])
+        groups = "; ".join(f"{why}: ITEMID " + ", ".join(f"{item} ({_rows(count, 'fitted row')})"
+                                                        for item, count in group["count"].items())
+                           for why, group in reasons.groupby("WHY", sort=True))
+        findings.append(summary_finding(
+            stage=STAGE, check="fallback_item", table="LABEVENTS", column="VALUENUM", count=len(fallback),
+            message=f"{len(fallback)} item(s) scaled on all their training rows ([scale] min_rows "
+                    f"{stats.min_rows}): {groups}"))
     findings.append(finding_from_mask(stage=STAGE, table="LABEVENTS", check="unseen_item", column="ITEMID",
                                       failed=unseen, what=f"numeric items unseen in train: ITEMID {items_of(unseen)}",
                                       max_lines=max_lines))
-    findings.append(finding_from_mask(stage=STAGE, table="LABEVENTS", check="z_warn_bound", column="Z",
-                                      failed=beyond, what=f"|z| > {warn_bound:g}: ITEMID {items_of(beyond)}",
-                                      max_lines=max_lines))
+    findings.append(finding_from_mask(
+        stage=STAGE, table="LABEVENTS", check="constant_item_value", column="VALUENUM", failed=off_constant,
+        what=f"a value other than their item's one training value (|z| at most {stats.constant_bound:g}): "
+             f"ITEMID {items_of(off_constant)}", max_lines=max_lines))
+    against = ""
+    if ranges is not None and beyond.any():
+        classes = range_classes(scaled.loc[beyond, "VALUENUM"], ranges, range_widths=range_widths)
+        counts = classes.value_counts()
+        suspect = scaled.loc[classes.index[classes == "suspect scale"], "ITEMID"].value_counts().sort_index()
+        against = (f"; against each row's own reference range: {counts.get('real extreme', 0)} real extreme(s) (more "
+                   f"than {range_widths:g} range widths beyond the nearer bound), {counts.get('suspect scale', 0)} "
+                   f"suspect scale(s) (within {range_widths:g} widths: the item's scale is likely too small"
+                   + (f", ITEMID {', '.join(f'{i} ({n})' for i, n in suspect.head(15).items())}" if len(suspect)
+                      else "") + f"), {counts.get('no range', 0)} without a range")
+    findings.append(finding_from_mask(
+        stage=STAGE, table="LABEVENTS", check="z_warn_bound", column="Z", failed=beyond, max_lines=max_lines,
+        what=f"|z| > {warn_bound:g}: ITEMID {items_of(beyond, lambda item: _cause(table, item, stats.min_rows))}"
+             f"{against}"))
     return [f for f in findings if f is not None]
 
 
+def _rows(n: int, what: str = "row") -> str:
+    return f"{int(n)} {what}{'s' if int(n) != 1 else ''}"
+
+
+def _fallback_reason(table: pd.DataFrame, item: int, min_rows: int) -> str:
+    """Why an item was scaled on all its training rows."""
+    normal = int(table.loc[item, "normal_count"])
+    if normal == 0:
+        why = "no normal rows"
+    elif normal < min_rows:
+        why = f"only {_rows(normal, 'normal row')}"
+    else:
+        why = "normal rows without spread"
+    return why + (" and clipping left no spread (unclipped)" if table.loc[item, "rule"] == "all_unclipped" else "")
+
+
+def _cause(table: pd.DataFrame, item: int, min_rows: int) -> str:
+    """What a |z| above the warning bound means for an item, from the rule that scaled it."""
+    rule, count = table.loc[item, "rule"], int(table.loc[item, "count"])
+    if rule == "normal":
+        return f"heavy tail on an item fitted on {_rows(count, 'normal row')}: real; 'clip' or 'log' bounds it"
+    if rule == "constant":
+        return "constant item"
+    return (f"scaled on all its training rows ({count} fitted) because {_fallback_reason(table, item, min_rows)}: "
+            "relative to the spread of the abnormal values, which is real")
+
+
 def reported_rows(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float) -> pd.DataFrame:
-    """The rows :func:`scale_findings` names (numeric items unseen in train, |z| above ``warn_bound``) and the
-    columns it reads: its findings from these rows, in their order, are its findings from all the rows."""
-    unseen, beyond = _named(scaled, stats, warn_bound=warn_bound)
-    return scaled.loc[unseen | beyond, ["ITEMID", "VALUENUM", "Z"]]
+    """The rows :func:`scale_findings` names (numeric items unseen in train, values of constant items other than
+    their own, |z| above ``warn_bound``) and the columns it reads: its findings from these rows, in their order,
+    are its findings from all the rows."""
+    unseen, beyond, off_constant = _named(scaled, stats, warn_bound=warn_bound)
+    return scaled.loc[unseen | beyond | off_constant, ["ITEMID", "VALUENUM", "Z"]]
 
 
-def _named(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float) -> tuple[pd.Series, pd.Series]:
-    """Rows of numeric items unseen in train, and rows with |z| above ``warn_bound``."""
+def _named(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """Rows of numeric items unseen in train, rows with |z| above ``warn_bound``, and rows of constant items whose
+    value is not the item's one training value (z is 0 exactly on it)."""
     unseen = scaled["VALUENUM"].notna() & ~scaled["ITEMID"].isin(stats.items_)
-    return unseen, scaled["Z"].abs() > warn_bound
+    off_constant = scaled["ITEMID"].isin(stats.constant_items_) & scaled["Z"].notna() & (scaled["Z"] != 0)
+    return unseen, scaled["Z"].abs() > warn_bound, off_constant

@@ -141,16 +141,23 @@ _CATALOGUE = [
               "Seen in fewer than [encode] min_admissions training admissions, they get code 0 and stay out "
               "of stats.json, so no value that could single out a patient is saved."),
     # -- scale ---------------------------------------------------------------------------
-    CheckInfo("constant_item", "scale", WARNING, "lab item with constant training values",
-              "Its std is below eps relative to its mean, or it has one normal observation: scale set to 1."),
-    CheckInfo("fallback_item", "scale", WARNING, "lab item without normal training rows",
-              "Its mean and scale were fitted on all its training rows instead of the normal ones."),
+    CheckInfo("constant_item", "scale", WARNING, "lab item whose training values are all equal",
+              "Its value gets z = 0 and any other value a bounded relative difference ([scale] constant_bound); "
+              "the item carries no spread to scale by until its training rows vary."),
+    CheckInfo("fallback_item", "scale", WARNING, "lab item scaled on all its training rows",
+              "It has fewer than [scale] min_rows normal training rows (or none, or none with spread), so its "
+              "mean and scale come from all its training rows, abnormal ones included."),
+    CheckInfo("constant_item_value", "scale", WARNING, "value of a constant item other than its training value",
+              "z = (x - c) / |c| ((x - c) when c = 0) clipped to [scale] constant_bound: bounded, never raw-unit "
+              "differences; the item varies outside train, so more training rows would give it a real scale."),
     CheckInfo("unseen_item", "scale", WARNING, "numeric lab item not seen in the training split",
               "Its rows get z = 0; they carry no information about the value."),
     CheckInfo("z_finite", "scale", ERROR, "z-score that is inf or NaN",
               "The scaling produced a non-finite value; check the item's stats in the report."),
     CheckInfo("z_warn_bound", "scale", WARNING, "|z| above the warning bound",
-              "Heavy tails are real in labs; consider a per-item policy ('clip' or 'log') in [scale.policy]."),
+              "Each item's cause is named: a heavy tail on an item fitted on its normal rows is real ('clip' or "
+              "'log' in [scale.policy] bounds it); an item scaled on all its rows is measured against the "
+              "spread of its abnormal values; a suspect scale needs a look at the item's stats in stats.json."),
     CheckInfo("z_error_bound", "scale", ERROR, "|z| above the error bound",
               "Beyond any real measurement: the mark of a failed std guard or a unit error."),
     CheckInfo("log_domain", "scale", ERROR, "value <= -1 in an item scaled with the 'log' policy",

@@ -64,6 +64,7 @@ def run_stages(tables: RawTables, config: Config | None = None) -> Stages:
     vocabularies = encode.fit_vocabularies(split_events, split_admissions, labitems.frame)
     encoded = encode.encode_events(split_events, vocabularies)
     stats = scale.fit_zscore(encoded, eps=config.scale.eps, clip_sigma=config.scale.clip_sigma,
+                             min_rows=config.scale.min_rows, constant_bound=config.scale.constant_bound,
                              policy=config.scale.policy)
     scaled = scale.apply_zscore(encoded, stats, policy=config.scale.policy, warn_bound=config.scale.warn_bound,
                                 error_bound=config.scale.error_bound)

@@ -143,6 +143,23 @@ def test_out_of_range_numbers_are_config_errors(write, text, match):
         load_config(write(text))
 
 
+@pytest.mark.parametrize(("text", "match"), [
+    ("[scale]\nmin_rows = 1\n", r"\[scale\] min_rows must be an integer >= 2 \(one row has no spread\), got 1"),
+    ("[scale]\nmin_rows = 2.5\n", r"\[scale\] min_rows must be a whole number, got 2.5"),
+    ("[scale]\nconstant_bound = 0\n", r"\[scale\] constant_bound must be a finite number > 0, got 0.0"),
+    ("[scale]\nconstant_bound = inf\n", r"constant_bound must be a finite number > 0, got inf"),
+    ("[scale]\nrange_widths = nan\n", r"\[scale\] range_widths must be a finite number > 0, got nan"),
+], ids=["one-row", "fractional-rows", "zero-bound", "inf-bound", "nan-widths"])
+def test_scale_fallback_settings_are_checked(write, text, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(write(text))
+
+
+def test_scale_fallback_settings_have_documented_defaults():
+    scale = load_config().scale
+    assert (scale.min_rows, scale.constant_bound, scale.range_widths) == (10, 10.0, 10.0)
+
+
 @pytest.mark.parametrize(("text", "expected"), [
     ("[report]\nmax_lines = 1\n", 1),
     ("[report]\nmax_lines = 10000\n", 10_000),

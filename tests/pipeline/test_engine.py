@@ -99,7 +99,7 @@ def _same_run(data_dir, engine, partitions):
 def test_the_sample_on_dask_matches_pandas(cluster, sample_dir, partitions):
     got = _same_run(sample_dir, cluster, partitions)
     assert got.report.attrition["LABEVENTS"]["read"] == 13041
-    assert {50963, 51100} <= set(got.prepared.stats.constant_items_)
+    assert {50963, 51100} <= set(got.prepared.stats.fallback_items_)
 
 
 @pytest.mark.parametrize("partitions", [1, 5])

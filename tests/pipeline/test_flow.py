@@ -24,7 +24,7 @@ from pipeline.load import load_text_tables
 from pipeline.parse import RawTables, check_raw
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
-CONSTANT_ITEMS = (50963, 51100)  # one normal observation; every normal value 20
+SEED_BUG_ITEMS = (50963, 51100)  # one normal observation; every normal value 20: they vary, so fallback items
 
 
 # -- inputs ------------------------------------------------------------------------------------------
@@ -86,11 +86,11 @@ def test_sample_edges_are_finite_and_complete(prepared):
     assert edges["CODE"].notna().all() and (edges["CODE"] >= 0).all()
     assert not edges.duplicated(["HADM_ID", "TIMESTEP", "ITEMID"]).any()
     assert set(edges["SPLIT"]) == {"train", "val", "test"}
-    assert set(CONSTANT_ITEMS) <= set(edges["ITEMID"])  # the seed's bug items made it through, finite
+    assert set(SEED_BUG_ITEMS) <= set(edges["ITEMID"])  # the seed's bug items made it through, finite
 
 
 def test_sample_fitted_state_is_kept(prepared):
-    assert prepared.stats is not None and set(CONSTANT_ITEMS) <= set(prepared.stats.constant_items_)
+    assert prepared.stats is not None and set(SEED_BUG_ITEMS) <= set(prepared.stats.fallback_items_)
     assert prepared.vocabularies is not None and prepared.fill_values is not None
     assert prepared.splits is not None and len(prepared.splits) == len(prepared.admissions)
     assert prepared.labitems is not None
@@ -98,7 +98,7 @@ def test_sample_fitted_state_is_kept(prepared):
 
 def test_sample_findings_of_every_stage_are_present(prepared):
     found = checks_of(prepared)
-    expected = {"attrition", "unseen_category", "constant_item", "unseen_item", "z_warn_bound", "filled",
+    expected = {"attrition", "unseen_category", "fallback_item", "unseen_item", "z_warn_bound", "filled",
                 "mixed_item_text", "quarantine_outpatient", "before_admission", "after_discharge", "merged"}
     assert expected <= set(found)
     assert {f.stage for f in prepared.findings} >= {"clean", "encode", "scale", "fill", "bucket", "flow"}
@@ -109,7 +109,7 @@ def test_sample_findings_of_every_stage_are_present(prepared):
     assert attrition.message.startswith(
         f"LABEVENTS: read {ledger['read']} = kept {ledger['kept']} + quarantined {ledger['quarantined']} + "
         f"deduplicated {ledger['deduplicated']}")
-    assert "51100" in found["constant_item"][0].message and "50963" in found["constant_item"][0].message
+    assert "51100" in found["fallback_item"][0].message and "50963" in found["fallback_item"][0].message
     (merged,) = found["merged"]
     assert merged.stage == "dedup" and merged.count == ledger["deduplicated"]
 
@@ -141,7 +141,7 @@ def test_saved_stats_and_vocabularies_are_reused_not_refitted(tables, config, pr
     # Stats fitted elsewhere are used as they are: an item they do not know gets z = 0.
     without_ast = dataclasses.replace(prepared.stats, **{
         name: tuple(v for i, v in zip(prepared.stats.items_, getattr(prepared.stats, name)) if i != 50878)
-        for name in ("items_", "mean_", "scale_", "count_")})
+        for name in ("items_", "mean_", "scale_", "count_", "rule_", "normal_count_")})
     reused = prepare(tables, config, stats=without_ast)
     assert (reused.edges.loc[reused.edges["ITEMID"] == 50878, "Z"] == 0.0).all()
     assert "50878" in next(f for f in reused.findings if f.check == "unseen_item").message

@@ -75,10 +75,10 @@ def test_sample_report_has_every_section_and_is_self_contained(sample_page):
     assert {"findings-table", "fig-funnel", "fig-zscores", "status"} <= ids
     assert sample_page.count("<svg") == 2  # funnel and z-scores (graphs only in a build)
     assert "status: warnings" in sample_page
-    for check in ("hadm_id_missing", "constant_item", "z_warn_bound", "mixed_item_text", "attrition"):
+    for check in ("hadm_id_missing", "fallback_item", "z_warn_bound", "mixed_item_text", "attrition"):
         assert f"<code>{check}</code>" in sample_page
     assert "read 13,041 = kept 9,332 + quarantined 874 + deduplicated 2,835" in sample_page
-    assert "50963 (1 train row)" in sample_page  # the single-observation, constant item
+    assert "50963 (9 train rows)" in sample_page  # one normal observation: a fallback item, scaled on all its rows
     assert_self_contained(sample_page)
 
 

@@ -1,14 +1,18 @@
-"""pipeline/scale.py: per-item z-scores fitted on normal training rows, with a principled std guard.
+"""pipeline/scale.py: per-item z-scores fitted on training rows by a declared fallback chain, with a principled
+std guard.
 
 The seed researcher's bug was an item whose normal training values were all
 equal (std 0), so ``(x - mean) / std`` gave inf and every loss went NaN. Sample
 items 51100 (every normal value 20) and 50963 (one normal observation) carry
-that bug; their z-scores must come out finite, within the error bound, and the
-items must be reported as constant.
+that bug. Calling them constant (scale 1) then turned raw-unit differences into
+z-scores of thousands (D-dimer reached z = 8,900 on the MIMIC-III demo): they vary,
+so they are scaled on all their training rows; only an item whose training values
+are all equal is constant, and its other values get a bounded z.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -16,12 +20,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.pipeline.stages import sample_stages
+from tests.pipeline.stages import run_stages, sample_stages, typed
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from pipeline import clean, scale
 from pipeline.config import load_config
+from pipeline.flow import prepare, validate
 from schemas.errors import StageError
 from schemas.guard import check_frame
 from schemas.scale import ScaledEvents
@@ -128,9 +133,9 @@ def test_fit_uses_the_training_split_only():
 def test_fit_uses_normal_rows_only():
     events = lab_rows([(1, v, None, "train") for v in (10.0, 11.0, 12.0)]
                       + [(1, 400.0, "abnormal", "train"), (1, -90.0, "delta", "train")])
-    stats = scale.fit_zscore(events)
+    stats = scale.fit_zscore(events, min_rows=3)
     assert (stats.table().loc[1, "mean"], stats.table().loc[1, "scale"]) == (11.0, 1.0)
-    assert stats.fallback_items_ == ()
+    assert stats.fallback_items_ == () and stats.rule_ == ("normal",) and stats.count_ == (3,)
 
 
 def test_fit_clips_normal_rows_beyond_three_sigma():
@@ -145,37 +150,99 @@ def test_fit_clips_normal_rows_beyond_three_sigma():
     assert loose.loc[1, "mean"] == pytest.approx(np.mean(normal + [1000.0]))
 
 
-def test_sample_items_with_zero_normal_std_are_constant_with_scale_one(fitted):
+def test_sample_seed_bug_items_vary_so_they_are_scaled_on_all_their_training_rows(encoded, fitted):
     table = fitted.table()
-    assert {SODIUM_URINE, NTPROBNP} <= set(fitted.constant_items_)
-    assert (table.loc[SODIUM_URINE, "mean"], table.loc[SODIUM_URINE, "scale"]) == (20.0, 1.0)
-    assert table.loc[NTPROBNP, "scale"] == 1.0 and table.loc[NTPROBNP, "count"] == 1
-    assert not set(fitted.constant_items_) - {SODIUM_URINE, NTPROBNP}
-    assert (table["scale"] > 0).all() and np.isfinite(table.to_numpy()).all()
+    train = encoded[(encoded["SPLIT"] == "train") & encoded["VALUENUM"].notna()]
+    for item, normal in ((SODIUM_URINE, 20), (NTPROBNP, 1)):
+        values = train.loc[train["ITEMID"] == item, "VALUENUM"]
+        assert values.nunique() > 1  # they vary: not constant
+        assert (table.loc[item, "rule"], table.loc[item, "normal_count"]) == ("all", normal)
+        kept = values[(values - values.mean()).abs() <= 3 * values.std(ddof=1)]  # all rows, 3-sigma clipped
+        assert table.loc[item, "mean"] == pytest.approx(kept.mean()) and table.loc[item, "count"] == len(kept)
+        assert table.loc[item, "scale"] == pytest.approx(kept.std(ddof=1))
+    assert fitted.constant_items_ == () and set(fitted.fallback_items_) == {SODIUM_URINE, NTPROBNP}
+    assert (table["scale"] > 0).all() and np.isfinite(table[["mean", "scale"]].to_numpy()).all()
 
 
-def test_the_seed_bug_constant_items_get_finite_bounded_z_and_are_reported(encoded, fitted, scaled, config):
+def test_the_seed_bug_items_get_small_z_and_are_reported_with_their_reason(fitted, scaled, config):
     rows = scaled["ITEMID"].isin([SODIUM_URINE, NTPROBNP])
     assert rows.sum() > 20 and scaled.loc[rows, "VALUENUM"].nunique() > 2  # abnormal values differ
     z = scaled.loc[rows, "Z"]
-    assert np.isfinite(z).all() and (z.abs() <= config.scale.error_bound).all()
-    mean = scaled.loc[rows, "ITEMID"].map(fitted.table()["mean"])
-    pd.testing.assert_series_equal(z, scaled.loc[rows, "VALUENUM"] - mean, check_names=False)
+    assert np.isfinite(z).all() and z.abs().max() < 10  # scale 1 gave raw-unit differences up to 6,639 here
     findings = {f.check: f for f in scale.scale_findings(scaled, fitted, warn_bound=config.scale.warn_bound)}
-    constant = findings["constant_item"]
-    assert (constant.stage, constant.count, constant.severity) == ("scale", 2, "warning")
-    assert f"ITEMID {NTPROBNP}, {SODIUM_URINE}" in constant.message
+    assert "constant_item" not in findings and "constant_item_value" not in findings
+    fallback = findings["fallback_item"]
+    assert (fallback.stage, fallback.count, fallback.severity) == ("scale", 2, "warning")
+    assert f"normal rows without spread: ITEMID {SODIUM_URINE} (23 fitted rows)" in fallback.message
+    assert f"only 1 normal row: ITEMID {NTPROBNP} (9 fitted rows)" in fallback.message
 
 
-def test_hand_built_constant_items_get_scale_one():
-    events = lab_rows([(1, 5.0, None, "train")] * 4 + [(1, 9.0, "abnormal", "train"), (1, 1.0, "abnormal", "train")]
-                      + [(2, 7.0, None, "train"), (2, 70.0, "abnormal", "train"), (2, 700.0, "abnormal", "val")]
-                      + [(3, 0.0, None, "train")] * 3 + [(3, 0.5, "abnormal", "test")])
-    stats = scale.fit_zscore(events)
-    assert stats.constant_items_ == (1, 2, 3)
-    assert stats.table()["scale"].tolist() == [1.0, 1.0, 1.0]
+def test_an_item_with_one_normal_row_among_abnormal_rows_spread_over_thousands_gets_single_digit_z(config):
+    """MIMIC-IV's NTproBNP: 28 training rows over ~12,860 pg/mL and one normal row. Scale 1 gave z = 62,122."""
+    rng = np.random.default_rng(50963)
+    abnormal = np.round(rng.uniform(400.0, 13_260.0, 27), 1)
+    held = [14_000.0, 90.0, 7_500.0]
+    events = lab_rows([(NTPROBNP, 120.0, None, "train")] + [(NTPROBNP, v, "abnormal", "train") for v in abnormal]
+                      + [(NTPROBNP, v, "abnormal", "val") for v in held])
+    stats = scale.fit_zscore(events, min_rows=config.scale.min_rows)
+    train = np.concatenate([[120.0], abnormal])
+    mean, std = train.mean(), np.std(train, ddof=1)
+    assert stats.table().loc[NTPROBNP].tolist() == [pytest.approx(mean), pytest.approx(std), 28, "all", 1]
     z = scale.apply_zscore(events, stats)["Z"]
-    assert z.tolist() == [0.0] * 4 + [4.0, -4.0, 0.0, 63.0, 693.0, 0.0, 0.0, 0.0, 0.5]
+    own = np.abs(train - mean).max() / std  # the largest |z| the training rows' own spread gives
+    assert z.iloc[:28].abs().max() == pytest.approx(own) and own < 3
+    assert z.abs().max() == pytest.approx(np.abs(np.array(held) - mean).max() / std) and z.abs().max() < 10
+
+
+def test_an_item_whose_training_values_are_all_equal_is_constant_with_bounded_other_values(config):
+    events = lab_rows([(1, 5.0, None, "train")] * 4 + [(1, 5.0, "abnormal", "train")]
+                      + [(1, 5.0, None, "val"), (1, 7.5, None, "val"), (1, 500.0, "abnormal", "test"),
+                         (1, -20.0, None, "test")]
+                      + [(3, 0.0, None, "train")] * 3 + [(3, 0.25, "abnormal", "test"), (3, -40.0, None, "val")])
+    stats = scale.fit_zscore(events, constant_bound=10.0)
+    assert stats.constant_items_ == (1, 3) and stats.fallback_items_ == ()
+    table = stats.table()
+    assert table.loc[1].tolist() == [5.0, 5.0, 5, "constant", 4]
+    assert table.loc[3].tolist() == [0.0, 1.0, 3, "constant", 3]
+    scaled = scale.apply_zscore(events, stats)
+    # its value: 0; others: (x - c) / |c| (x - c when c = 0), clipped to +-10
+    assert scaled["Z"].tolist() == [0.0] * 6 + [0.5, 10.0, -5.0] + [0.0] * 3 + [0.25, -10.0]
+    findings = {f.check: f for f in scale.scale_findings(scaled, stats, warn_bound=config.scale.warn_bound)}
+    constant = findings["constant_item"]
+    assert (constant.count, constant.severity) == (2, "warning")
+    assert "training values are all equal: ITEMID 1 (5 train rows), 3 (3 train rows)" in constant.message
+    other = findings["constant_item_value"]
+    assert (other.stage, other.count, other.lines, other.severity) == ("scale", 5, [8, 9, 10, 14, 15], "warning")
+    assert "ITEMID 1 (3 rows), 3 (2 rows)" in other.message and "|z| at most 10" in other.message
+    assert "z_warn_bound" not in findings
+    assert scale.scale_findings(scale.reported_rows(scaled, stats, warn_bound=100.0), stats,
+                                warn_bound=100.0) == scale.scale_findings(scaled, stats, warn_bound=100.0)
+
+
+def test_items_that_vary_are_never_constant_even_when_clipping_leaves_one_value():
+    # 30 equal normal values and one far abnormal one: clipping all the rows keeps only the equal values
+    events = lab_rows([(1, 5.0, None, "train")] * 30 + [(1, 1000.0, "abnormal", "train")]
+                      + [(2, 7.0, None, "train"), (2, 7.0 + 1e-9, None, "train")])
+    stats = scale.fit_zscore(events)
+    table = stats.table()
+    values = np.array([5.0] * 30 + [1000.0])
+    assert table.loc[1].tolist() == [pytest.approx(values.mean()), pytest.approx(np.std(values, ddof=1)), 31,
+                                     "all_unclipped", 30]
+    assert table.loc[2, "rule"] == "all" and stats.constant_items_ == ()
+    assert scale.apply_zscore(events, stats)["Z"].abs().max() <= 30 / np.sqrt(31)  # (n - 1) / sqrt(n)
+
+
+@pytest.mark.parametrize(("normal_rows", "min_rows", "rule"), [
+    (10, 10, "normal"), (9, 10, "all"), (9, 9, "normal"), (0, 10, "all"), (1, 2, "all")])
+def test_min_rows_picks_the_rule_in_the_chain(normal_rows, min_rows, rule):
+    normal = [10.0 + 0.5 * k for k in range(normal_rows)]
+    events = lab_rows([(1, v, None, "train") for v in normal]
+                      + [(1, v, "abnormal", "train") for v in (100.0, 200.0, 300.0)])
+    stats = scale.fit_zscore(events, min_rows=min_rows)
+    assert stats.rule_ == (rule,) and stats.normal_count_ == (normal_rows,)
+    used = normal if rule == "normal" else normal + [100.0, 200.0, 300.0]
+    assert stats.count_ == (len(used),)
+    assert stats.scale_[0] == pytest.approx(np.std(used, ddof=1))
 
 
 def test_tiny_relative_std_is_constant_but_a_real_spread_is_not():
@@ -192,12 +259,13 @@ def test_item_without_normal_training_rows_falls_back_to_all_its_training_rows(c
     events = lab_rows([(1, v, "abnormal", "train") for v in (2.0, 4.0, 6.0)]
                       + [(1, 3.0, None, "val"), (2, 1.0, None, "train"), (2, 3.0, None, "train")])
     stats = scale.fit_zscore(events)
-    assert stats.fallback_items_ == (1,)
+    assert stats.fallback_items_ == (1, 2) and stats.rule_ == ("all", "all") and stats.normal_count_ == (0, 2)
     assert (stats.table().loc[1, "mean"], stats.table().loc[1, "scale"]) == (4.0, 2.0)
     scaled = scale.apply_zscore(events, stats)
     fallback = next(f for f in scale.scale_findings(scaled, stats, warn_bound=config.scale.warn_bound)
                     if f.check == "fallback_item")
-    assert fallback.count == 1 and "ITEMID 1" in fallback.message
+    assert fallback.count == 2
+    assert "no normal rows: ITEMID 1 (3 fitted rows); only 2 normal rows: ITEMID 2 (2 fitted rows)" in fallback.message
 
 
 def test_items_unseen_in_train_get_zero_and_are_reported(scaled, fitted, config):
@@ -230,8 +298,7 @@ def test_clip_policy_clips_z_at_the_warning_bound(encoded, fitted, scaled):
     assert clipped.loc[ast, "Z"].abs().max() == 100.0
     assert (clipped.loc[ast, "Z"] == scaled.loc[ast, "Z"].clip(-100.0, 100.0)).all()
     pd.testing.assert_series_equal(clipped.loc[~ast, "Z"], scaled.loc[~ast, "Z"])
-    beyond = next(f for f in scale.scale_findings(clipped, fitted, warn_bound=100.0) if f.check == "z_warn_bound")
-    assert f"{AST} (" not in beyond.message
+    assert "z_warn_bound" not in {f.check for f in scale.scale_findings(clipped, fitted, warn_bound=100.0)}
 
 
 def test_log_policy_scales_log1p_of_the_value():
@@ -269,7 +336,7 @@ def test_sample_warning_bound_names_items_and_counts(scaled, fitted, config):
     counts = scaled.loc[beyond, "ITEMID"].value_counts()
     assert AST in counts.index  # AST's shock-liver values reach z ~ 2,000
     for item, n in counts.items():
-        assert f"{item} ({n} row{'s' if n != 1 else ''})" in finding.message
+        assert f"{item} ({n} row{'s' if n != 1 else ''}; heavy tail on an item fitted on" in finding.message
 
 
 def test_z_above_the_error_bound_stops_the_stage_naming_items_and_lines(encoded, fitted):
@@ -289,16 +356,16 @@ def test_z_above_the_error_bound_stops_the_stage_naming_items_and_lines(encoded,
 
 def _zero_scale(mean: float) -> scale.ZScoreStats:
     """Stats as memory corruption could hold them (the constructor refuses scale 0): the output guard still holds."""
-    stats = scale.ZScoreStats(items_=(1,), mean_=(mean,), scale_=(1.0,), count_=(2,), constant_items_=(),
-                              fallback_items_=(), log_items_=(), eps=1e-6)
+    stats = scale.ZScoreStats(items_=(1,), mean_=(mean,), scale_=(1.0,), count_=(2,), rule_=("normal",),
+                              normal_count_=(2,), log_items_=(), eps=1e-6)
     object.__setattr__(stats, "scale_", (0.0,))
     return stats
 
 
 @pytest.mark.parametrize(("mean", "scale_"), [(float("nan"), 1.0), (1.0, 0.0), (1.0, -2.0), (1.0, float("inf"))])
 def test_stats_refuse_non_finite_means_and_non_positive_scales(mean, scale_):
-    record = {"items": [7], "mean": [mean], "scale": [scale_], "count": [3], "constant_items": [],
-              "fallback_items": [], "log_items": [], "eps": 1e-12}
+    record = {"items": [7], "mean": [mean], "scale": [scale_], "count": [3], "rule": ["normal"],
+              "normal_count": [3], "log_items": [], "eps": 1e-12, "min_rows": 10, "constant_bound": 10.0}
     with pytest.raises(ValueError, match="ITEMID \\[7\\]"):
         scale.ZScoreStats.from_json(record)
 
@@ -398,11 +465,10 @@ def test_z_is_finite_for_every_row_with_a_number_or_the_stage_says_why(items, lo
 
 # -- the fit from per-part sums (what the Dask engine adds up) ------------------------------------------
 def _fit_from_parts(events: pd.DataFrame, parts: int, **settings) -> scale.ZScoreStats:
-    rows = [scale.fit_rows(events[events["HADM_ID"] % parts == n], policy=settings.get("policy"))
-            for n in range(parts)]
-    return scale.fit_from_sums(
-        lambda known: scale.add_sums([scale.fit_sums(r, known, clip_sigma=settings.get("clip_sigma", 3.0))
-                                      for r in rows]), eps=settings.get("eps", 1e-12), policy=settings.get("policy"))
+    """The fit as the Dask engine runs it: fit rows kept per part, every pass of fit_sums added over the parts."""
+    frames = [events[events["HADM_ID"] % parts == n] for n in range(parts)]
+    return scale.fit_by_passes(lambda step: [step(frame) for frame in frames],
+                               lambda kept, step: [step(rows) for rows in kept], **settings)
 
 
 def test_sums_added_over_parts_give_the_whole_fit(encoded):
@@ -410,8 +476,8 @@ def test_sums_added_over_parts_give_the_whole_fit(encoded):
     assert _fit_from_parts(encoded, 1, policy={AST: "log"}) == whole  # one part: bit for bit
     for parts in (2, 7):
         split = _fit_from_parts(encoded, parts, policy={AST: "log"})
-        assert (split.items_, split.count_, split.constant_items_, split.fallback_items_) == (
-            whole.items_, whole.count_, whole.constant_items_, whole.fallback_items_)
+        assert (split.items_, split.count_, split.rule_, split.normal_count_) == (
+            whole.items_, whole.count_, whole.rule_, whole.normal_count_)
         np.testing.assert_allclose(split.mean_, whole.mean_, rtol=1e-12)
         np.testing.assert_allclose(split.scale_, whole.scale_, rtol=1e-12)
 
@@ -431,3 +497,160 @@ def test_reported_rows_give_the_same_findings_as_all_rows(scaled, fitted):
     picked = scale.reported_rows(scaled, fitted, warn_bound=5.0)
     assert 0 < len(picked) < len(scaled)
     assert scale.scale_findings(picked, fitted, warn_bound=5.0) == scale.scale_findings(scaled, fitted, warn_bound=5.0)
+
+
+def test_fit_by_passes_over_parts_records_the_same_rules_ranges_and_counts():
+    rng = np.random.default_rng(3)
+    rows = ([(1, v, None, "train") for v in rng.normal(10, 1, 40)] + [(1, 90.0, "abnormal", "train")]
+            + [(2, 120.0, None, "train")] + [(2, v, "abnormal", "train") for v in rng.uniform(400, 13_000, 27)]
+            + [(3, 4.0, None, "train")] * 6 + [(4, 5.0, None, "train")] * 30 + [(4, 1000.0, "abnormal", "train")])
+    events = lab_rows(rows)
+    events["HADM_ID"] = np.arange(len(events)) % 5 + 100
+    whole = scale.fit_zscore(events)
+    assert whole.rule_ == ("normal", "all", "constant", "all_unclipped")
+    for parts in (1, 2, 5):
+        split = _fit_from_parts(events, parts)
+        assert (split.items_, split.rule_, split.count_, split.normal_count_) == (
+            whole.items_, whole.rule_, whole.count_, whole.normal_count_)
+        assert split.mean_[2] == whole.mean_[2] == 4.0  # the constant value exactly, from the min over parts
+        np.testing.assert_allclose(split.mean_, whole.mean_, rtol=1e-12)
+        np.testing.assert_allclose(split.scale_, whole.scale_, rtol=1e-12)
+
+
+def test_add_sums_takes_min_of_mins_and_max_of_maxes():
+    one = pd.DataFrame({"N_NORMAL": [1, 0], "MIN": [3.0, -1.0], "MAX": [5.0, 2.0]}, index=[7, 8])
+    two = pd.DataFrame({"N_NORMAL": [2], "MIN": [-4.0], "MAX": [4.0]}, index=[7])
+    added = scale.add_sums([one, two])
+    assert added.loc[7].tolist() == [3, -4.0, 5.0] and added.loc[8].tolist() == [0, -1.0, 2.0]
+
+
+# -- what stats.json records per item ---------------------------------------------------------------------
+def test_stats_json_records_the_rule_and_rows_of_every_item_and_round_trips():
+    events = lab_rows([(1, 10.0 + k, None, "train") for k in range(12)] + [(2, 7.0, None, "train"),
+                      (2, 70.0, "abnormal", "train"), (2, 90.0, "abnormal", "train"), (3, 1.0, None, "train")])
+    stats = scale.fit_zscore(events, min_rows=10, constant_bound=8.0)
+    record = json.loads(json.dumps(stats.as_json()))
+    assert record["items"] == [1, 2, 3] and record["rule"] == ["normal", "all", "constant"]
+    assert record["count"] == [12, 3, 1] and record["normal_count"] == [12, 1, 1]
+    assert (record["constant_items"], record["fallback_items"]) == ([3], [2])
+    assert (record["min_rows"], record["constant_bound"]) == (10, 8.0)
+    assert scale.ZScoreStats.from_json(record) == stats
+    with pytest.raises(ValueError, match="unknown rule"):
+        scale.ZScoreStats.from_json({**record, "rule": ["normal", "guess", "constant"]})
+
+
+def test_shuffled_rows_give_identical_rules_and_stats_on_the_fallback_items():
+    rng = np.random.default_rng(9)
+    events = lab_rows([(NTPROBNP, 120.0, None, "train")]
+                      + [(NTPROBNP, v, "abnormal", "train") for v in rng.uniform(400, 13_000, 27)]
+                      + [(1, 5.0, None, "train")] * 5 + [(1, 8.0, None, "test")]
+                      + [(2, v, None, "train") for v in rng.normal(3, 0.2, 15)])
+    stats = scale.fit_zscore(events)
+    for seed in range(3):
+        again = scale.fit_zscore(events.sample(frac=1.0, random_state=seed))
+        assert again == stats  # bit-identical
+    assert stats.items_ == (1, 2, NTPROBNP) and stats.rule_ == ("constant", "normal", "all")
+
+
+# -- z_warn_bound: the cause per item, and reference ranges ------------------------------------------------
+def _warned_events() -> pd.DataFrame:
+    """Item 1 fitted on 20 normal rows with a far value in val; item 2 with one normal row, scaled on all 6 rows."""
+    normal = [(1, 20.0 + 0.1 * k, None, "train") for k in range(-10, 10)]
+    few = [(2, 10.0, None, "train")] + [(2, v, "abnormal", "train") for v in (11.0, 12.0, 13.0, 14.0, 15.0)]
+    return lab_rows(normal + few + [(1, 500.0, "abnormal", "val"), (2, 2_000.0, "abnormal", "test"),
+                                    (1, 21.5, None, "test")])
+
+
+def test_the_warning_bound_finding_names_the_cause_of_each_item():
+    events = _warned_events()
+    stats = scale.fit_zscore(events)
+    assert stats.rule_ == ("normal", "all")
+    scaled = scale.apply_zscore(events, stats)
+    (warned,) = [f for f in scale.scale_findings(scaled, stats, warn_bound=100.0) if f.check == "z_warn_bound"]
+    assert (warned.count, warned.lines, warned.severity) == (2, [28, 29], "warning")
+    assert "1 (1 row; heavy tail on an item fitted on 20 normal rows: real; 'clip' or 'log' bounds it)" in warned.message
+    assert ("2 (1 row; scaled on all its training rows (6 fitted) because only 1 normal row: relative to the spread of the "
+            "abnormal values, which is real)") in warned.message
+    assert "reference range" not in warned.message  # no ranges given
+
+
+def test_reference_ranges_sort_rows_above_the_bound_into_real_extremes_and_suspect_scales():
+    events = _warned_events()
+    stats = scale.fit_zscore(events)
+    scaled = scale.apply_zscore(events, stats)
+    # line 28 (item 1, 500): range 18-22, 120 widths beyond: a real extreme.
+    # line 29 (item 2, 2,000): range 0-500 (upper only counts: 1,500 / 500 = 3 widths): a suspect scale.
+    ranges = pd.DataFrame({"REF_RANGE_LOWER": [18.0, 0.0, np.nan], "REF_RANGE_UPPER": [22.0, 500.0, np.nan]},
+                          index=pd.Index([28, 29, 30], name="line"))
+    (warned,) = [f for f in scale.scale_findings(scaled, stats, warn_bound=100.0, ranges=ranges, range_widths=10.0)
+                 if f.check == "z_warn_bound"]
+    assert warned.count == 2 and warned.lines == [28, 29]
+    assert ("; against each row's own reference range: 1 real extreme(s) (more than 10 range widths beyond the "
+            "nearer bound), 1 suspect scale(s) (within 10 widths: the item's scale is likely too small, "
+            "ITEMID 2 (1)), 0 without a range (lines 28, 29)") in warned.message
+    wider = [f for f in scale.scale_findings(scaled, stats, warn_bound=100.0, ranges=ranges, range_widths=2.0)
+             if f.check == "z_warn_bound"][0]
+    assert "2 real extreme(s)" in wider.message and "0 suspect scale(s)" in wider.message
+
+
+def test_range_classes_per_row():
+    line = pd.Index([2, 3, 4, 5, 6, 7, 8], name="line")
+    values = pd.Series([100.0, 30.0, -50.0, 9.0, 12.0, 7.0, 100.0], index=line)
+    ranges = pd.DataFrame({
+        "REF_RANGE_LOWER": [0.0, 0.0, 0.0, np.nan, 5.0, np.nan, 3.0],
+        "REF_RANGE_UPPER": [8.0, 8.0, 8.0, 5.0, 5.0, np.nan, 3.0],
+    }, index=line)
+    classes = scale.range_classes(values, ranges, range_widths=3.0)
+    # 11.5 widths above; 2.75 above; 6.25 below; upper-only range of width 5: 0.8 above;
+    # lower = upper = 5: width 5, 1.4 above; no range; lower = upper = 3: width 3, 32 above
+    assert classes.tolist() == ["real extreme", "suspect scale", "real extreme", "suspect scale", "suspect scale",
+                                "no range", "real extreme"]
+
+
+def test_reference_ranges_are_read_only_where_labevents_has_them():
+    frame = pd.DataFrame({"ITEMID": [1], "REF_RANGE_LOWER": [1.0], "REF_RANGE_UPPER": [2.0]})
+    assert list(scale.reference_ranges(frame).columns) == ["REF_RANGE_LOWER", "REF_RANGE_UPPER"]
+    assert scale.reference_ranges(frame.drop(columns="REF_RANGE_UPPER")) is None
+    assert scale.reference_ranges(None) is None
+
+
+def test_the_flow_passes_labevents_reference_ranges_to_the_warning_finding():
+    tables = typed()
+    labs = tables.labevents
+    ast = labs["ITEMID"] == AST
+    with_ranges = labs.assign(REF_RANGE_LOWER=pd.Series(0.0, index=labs.index).where(ast),
+                              REF_RANGE_UPPER=pd.Series(40.0, index=labs.index).where(ast))
+    prepared = prepare(dataclasses.replace(tables, labevents=with_ranges), load_config())
+    (warned,) = [f for f in prepared.findings if f.check == "z_warn_bound"]
+    assert warned.count == 5 and "5 real extreme(s)" in warned.message and "0 suspect scale(s)" in warned.message
+    (plain,) = [f for f in prepare(tables, load_config()).findings if f.check == "z_warn_bound"]
+    assert "reference range" not in plain.message and plain.lines == warned.lines
+
+
+# -- the real MIMIC-III demo ----------------------------------------------------------------------------------
+D_DIMER = 51196  # one normal training row among abnormal ones: z reached 8,900 with scale 1
+
+
+@pytest.fixture(scope="module")
+def demo(mimic3demo):
+    """The demo validated by the flow, and its lab rows as the scale stage received them."""
+    validation = validate(mimic3demo, load_config())
+    return validation.prepared, run_stages(validation.tables).encoded
+
+
+def test_on_the_mimic3_demo_no_varying_item_is_constant_and_fallback_z_stays_small(demo):
+    prepared, encoded = demo
+    stats, edges = prepared.stats, prepared.edges
+    spread = scale.fit_rows(encoded).groupby("ITEMID")["X"].agg(["min", "max"])
+    constant = list(stats.constant_items_)
+    assert constant and (spread.loc[constant, "min"] == spread.loc[constant, "max"]).all()
+    assert not set(spread.index[spread["min"] < spread["max"]]) & set(constant)
+    assert (len(constant), len(stats.fallback_items_)) == (47, 91)  # 64 and 38 when scale 1 meant constant
+    assert stats.table().loc[D_DIMER, "rule"] == "all"
+    rule = edges["ITEMID"].map(stats.table()["rule"])
+    z = edges["Z"].abs()
+    assert z[edges["ITEMID"] == D_DIMER].max() < 2  # was 8,900
+    assert z[rule.isin(["all", "all_unclipped"])].max() < 100  # 94 observed (51218: 2 train rows, far test values)
+    assert z[rule == "constant"].max() <= stats.constant_bound
+    assert z.max() < 1_200  # 1,113 observed: AST's real heavy tail, fitted on 90 normal rows
+    assert stats.table().loc[z.groupby(edges["ITEMID"]).max().idxmax(), "rule"] == "normal"
