@@ -107,7 +107,7 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
     require_validation()
     progress = progress or NO_PROGRESS
     located, problems = locate_tables(Path(data_dir))
-    digests = {table: file_sha256(path, table) for table, path in located.items()} if cache else {}
+    digests = _digests(located, problems) if cache else {}
     report_key = None
     if cache is not None and reuse_report and not problems:
         report_key = cache_key("report", digests, {t: p.name.lower() for t, p in located.items()},
@@ -160,6 +160,19 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
     if report_key is not None and validation.exit_code != 2:
         cache.put_report(report_key, validation.report)
     return validation
+
+
+def _digests(located: dict[str, Path], problems: list[StageError]) -> dict[str, str]:
+    """Each located file's sha256 (the cache's key). A file that cannot be read is a problem like any other
+    load problem and leaves ``located``, as reading it would have."""
+    digests = {}
+    for table, path in list(located.items()):
+        try:
+            digests[table] = file_sha256(path, table)
+        except StageError as problem:
+            problems.append(problem)
+            del located[table]
+    return digests
 
 
 def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabularies | None = None,

@@ -167,3 +167,21 @@ def test_a_dask_cluster_that_fails_mid_run_is_cannot_run_not_a_bug(monkeypatch, 
     said = (tmp_path / "err.txt").read_text()
     assert "cannot run" in said and "CommClosedError" in said and "--memory-limit" in said
     assert "bug" not in said
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").is_file(), reason="needs Linux's /proc/self/mem for a real I/O error")
+@pytest.mark.parametrize("cache", [[], ["--no-cache"]], ids=["cache", "no-cache"])
+def test_an_unreadable_table_is_file_unreadable_with_or_without_the_cache(tmp_path, sample_dir, cache):
+    """A regular file whose read fails (here /proc/self/mem: EIO at offset 0, even as root) is reported as
+    file_unreadable, exit 2: with the cache on, it is hashed before it is read, and that must not be a bug."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("ADMISSIONS.csv", "D_LABITEMS.csv"):
+        shutil.copy(sample_dir / name, data / name)
+    (data / "LABEVENTS.csv").symlink_to("/proc/self/mem")
+    done = _badpoints("validate", str(data), "--json", str(tmp_path / "r.json"), *cache)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "internal error" not in done.stderr and "Traceback" not in done.stdout + done.stderr
+    findings = json.loads((tmp_path / "r.json").read_text())["findings"]
+    assert [(f["check"], f["table"]) for f in findings if f["severity"] == "error"] == [("file_unreadable", "LABEVENTS")]
+    assert "Input/output error" in done.stdout
