@@ -20,6 +20,7 @@ STAGE = "bucket"
 NO_ADMISSION = "admission not among the clean admissions"
 BEFORE = "charted before the admission day"
 LATE = "beyond the maximum timestep or after discharge"
+COLUMNS = {NO_ADMISSION: "HADM_ID", BEFORE: "CHARTTIME", LATE: "CHARTTIME"}  # the column each filter reads
 
 
 @guarded(stage=STAGE, takes=FilledEvents, gives=BucketedEvents)
@@ -41,12 +42,12 @@ def bucket(events: pd.DataFrame, admissions: pd.DataFrame, *, interval_hours: fl
     late = (step > max_timestep) | pd.Series(charted > discharge + after_discharge_hours * 3600.0, index=events.index)
     if late_policy == "clip":
         timed = events.assign(TIMESTEP=np.minimum(step, last).where(~(before | unknown), 0).astype("int64"))
-        kept = set_aside(timed, [(NO_ADMISSION, unknown), (BEFORE, before)], stage=STAGE)
+        kept = set_aside(timed, [(NO_ADMISSION, unknown), (BEFORE, before)], stage=STAGE, columns=COLUMNS)
         note = Step(stage=STAGE, step=f"{LATE} (clipped)", rows_in=len(kept.frame), rows_out=len(kept.frame),
-                    clipped=int((late & ~before & ~unknown).sum()))
+                    clipped=int((late & ~before & ~unknown).sum()), column=COLUMNS[LATE])
         return Kept(frame=kept.frame, quarantine=kept.quarantine, steps=kept.steps + (note,))
     timed = events.assign(TIMESTEP=step.where(~(before | late | unknown), 0).astype("int64"))
-    return set_aside(timed, [(NO_ADMISSION, unknown), (BEFORE, before), (LATE, late)], stage=STAGE)
+    return set_aside(timed, [(NO_ADMISSION, unknown), (BEFORE, before), (LATE, late)], stage=STAGE, columns=COLUMNS)
 
 
 def _seconds(times: pd.Series) -> pd.Series:

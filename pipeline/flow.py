@@ -278,7 +278,8 @@ class _Ledger:
         removed = (step.rows_in - step.rows_out) / step.rows_in
         where = f"{step.stage} step '{step.step}'"
         if step.rows_out == 0:
-            raise StageError(stage=step.stage, side="output", check="step_empty", column=None, count=step.rows_in,
+            raise StageError(stage=step.stage, side="output", check="step_empty", column=step.column,
+                             count=step.rows_in,
                              failure_cases=pd.DataFrame({"line": []}), table=step.table,
                              detail=f"{where} removed all {step.rows_in} rows",
                              advice="Nothing would reach the graphs; check the inputs and this step's settings")
@@ -287,7 +288,8 @@ class _Ledger:
                  else "step_removed_most" if removed > filters.warn_removed_fraction else None)
         if check:
             self.findings.append(summary_finding(
-                stage=step.stage, check=check, table=step.table, column=None, count=step.rows_in - step.rows_out,
+                stage=step.stage, check=check, table=step.table, column=step.column,
+                count=step.rows_in - step.rows_out,
                 message=f"{where} removed {removed:.1%} of its {step.rows_in} rows"))
 
 

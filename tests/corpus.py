@@ -466,7 +466,7 @@ def every_lab_outpatient(d: Dataset) -> Expect:
     for record in d.rows["LABEVENTS"]:
         record[i] = ""
     d.plant("LABEVENTS", 0, "VALUE")
-    return Expect(1, "step_empty", "LABEVENTS", secret=CANARY)
+    return Expect(1, "step_empty", "LABEVENTS", "HADM_ID", secret=CANARY)
 
 
 @case

@@ -167,6 +167,17 @@ def test_every_row_outpatient_is_an_empty_step(tables, config):
     (empty,) = checks_of(stopped)["step_empty"]
     assert (empty.severity, empty.stage, empty.count) == ("error", "clean", len(events))
     assert "outpatient lab (no HADM_ID)" in empty.message and "removed all" in empty.message
+    assert empty.column == "HADM_ID" and "LABEVENTS.HADM_ID step_empty" in empty.message
+
+
+def test_every_row_charted_before_its_admission_day_is_an_empty_step_on_charttime(tables, config):
+    """The step that empties LABEVENTS names the column its filter read: here the bucket stage's CHARTTIME."""
+    events = tables.labevents.assign(CHARTTIME=pd.Timestamp("1900-01-01"))
+    stopped = prepare(with_events(tables, events), config)
+    assert stopped.stopped_at == "bucket" and stopped.edges is None
+    (empty,) = checks_of(stopped)["step_empty"]
+    assert (empty.stage, empty.table, empty.column) == ("bucket", "LABEVENTS", "CHARTTIME")
+    assert "LABEVENTS.CHARTTIME step_empty" in empty.message and "charted before the admission day" in empty.message
 
 
 def test_a_step_removing_most_rows_is_a_warning(tables, config):
@@ -177,6 +188,7 @@ def test_a_step_removing_most_rows_is_a_warning(tables, config):
     assert result.stopped_at is None and closes(result)
     most = [f for f in checks_of(result)["step_removed_most"] if "outpatient" in f.message]
     assert len(most) == 1 and most[0].severity == "warning" and most[0].stage == "clean"
+    assert most[0].column == "HADM_ID" and most[0].message.startswith("LABEVENTS.HADM_ID: ")
     assert most[0].count == int(events["HADM_ID"].isna().sum())
     assert "step_removed_nearly_all" not in checks_of(result)
 
