@@ -302,6 +302,8 @@ def _print_summary(console: Console, report: Report, prepared) -> None:
         console.print(f"  findings  {by_stage}")
     attrition = report.attrition or {}
     ledger = attrition.get("LABEVENTS")
+    if not ledger and any(f.stage == "load" and f.severity == "error" for f in report.findings):
+        console.print("  stages    not run: the run stopped before the stages (a table could not be read)")
     if ledger:
         console.print(f"  LABEVENTS read {ledger['read']:,} = kept {ledger['kept']:,} + quarantined "
                       f"{ledger['quarantined']:,} + deduplicated {ledger['deduplicated']:,}")

@@ -154,7 +154,8 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
         prepared = prepare(raw.tables, config, progress=progress, engine=engine)
     progress.end()
     report.add(prepared.findings)
-    report.attrition = prepared.attrition()
+    # A table that could not be read stops the run before the stages: there is no ledger to report.
+    report.attrition = prepared.attrition() if all(raw.tables.of(t) is not None for t in TABLES) else {}
     validation = Validation(report=report.with_severities(dict(config.severity)), tables=raw.tables,
                             prepared=prepared)
     if report_key is not None and validation.exit_code != 2:

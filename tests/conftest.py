@@ -19,3 +19,18 @@ os.environ.setdefault("BADPOINTS_CACHE_DIR", tempfile.mkdtemp(prefix="badpoints-
 @pytest.fixture
 def sample_dir() -> Path:
     return ROOT / "data" / "sample"
+
+
+# The real MIMIC-III demo's lab tables (read-only, outside the project: ../shared/real/mimic3demo from the
+# project root, or from a folder above it for a git worktree; see shared/real/README.md there).
+_DEMO = Path("shared", "real", "mimic3demo")
+MIMIC3DEMO = next((parent / _DEMO for parent in ROOT.parents if (parent / _DEMO).is_dir()), ROOT.parent / _DEMO)
+
+
+@pytest.fixture
+def mimic3demo() -> Path:
+    """The real MIMIC-III demo folder; tests that need it skip where it is absent."""
+    folder = Path(os.environ.get("BADPOINTS_MIMIC3DEMO", MIMIC3DEMO))
+    if not (folder / "D_LABITEMS.csv").is_file():
+        pytest.skip(f"the real MIMIC-III demo tables are not at {folder} (set BADPOINTS_MIMIC3DEMO)")
+    return folder

@@ -185,3 +185,21 @@ def test_an_unreadable_table_is_file_unreadable_with_or_without_the_cache(tmp_pa
     findings = json.loads((tmp_path / "r.json").read_text())["findings"]
     assert [(f["check"], f["table"]) for f in findings if f["severity"] == "error"] == [("file_unreadable", "LABEVENTS")]
     assert "Input/output error" in done.stdout
+
+
+def test_the_demo_as_published_names_its_admissions_file_and_prints_no_ledger(tmp_path, mimic3demo):
+    """The MIMIC-III demo re-publication named its admissions file Admission.csv: the report says which file was
+    meant, counts no rows for a missing file, and prints no ledger for stages that never ran."""
+    data = tmp_path / "demo"
+    data.mkdir()
+    for name in ("D_LABITEMS.csv", "LABEVENTS.csv"):
+        (data / name).symlink_to(mimic3demo / name)
+    (data / "Admission.csv").symlink_to(mimic3demo / "ADMISSIONS.csv")
+    done = _badpoints("validate", str(data), "--json", str(tmp_path / "r.json"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "did you mean 'Admission.csv'? Rename it to ADMISSIONS.csv" in done.stdout.replace("Did", "did")
+    assert "file_missing failed on" not in done.stdout and "LABEVENTS read" not in done.stdout
+    assert "stages    not run: the run stopped before the stages" in done.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["attrition"] == {}
+    assert [i["table"] for i in report["inputs"]] == ["D_LABITEMS", "LABEVENTS"]
