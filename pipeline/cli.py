@@ -27,7 +27,27 @@ from pipeline.report import Report
 from schemas.checks import CHECKS
 from schemas.errors import ValidationDisabled
 
+class _Flags:
+    """Flags shown as flags in --help: typer shows an on/off option's type, ``<bool>``, as if it took a value."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""  # the help's type column stays empty, as for --help in plain click
+        return params
+
+
+class _Command(_Flags, typer.core.TyperCommand):
+    pass
+
+
+class _Group(_Flags, typer.core.TyperGroup):
+    pass
+
+
 app = typer.Typer(
+    cls=_Group,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -92,7 +112,7 @@ def _where(err: Console, *, cache_dir: Optional[Path], no_cache: bool, engine: E
         yield cache, running
 
 
-@app.command()
+@app.command(cls=_Command)
 def validate(
     data_dir: Annotated[Path, _DATA_DIR],
     config: Annotated[Optional[Path], _CONFIG] = None,
@@ -134,7 +154,7 @@ def validate(
     raise typer.Exit(result.exit_code)
 
 
-@app.command()
+@app.command(cls=_Command)
 def build(
     data_dir: Annotated[Path, _DATA_DIR],
     out: Annotated[Path, typer.Option("--out", help="Folder for the graphs, manifest, stats and report.")],
@@ -174,7 +194,7 @@ def build(
     raise typer.Exit(result.exit_code)
 
 
-@app.command()
+@app.command(cls=_Command)
 def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `badpoints build`.")]) -> None:
     """Re-check every graph and the manifest's hashes, and summarise the build."""
     from pipeline.inspect import inspect_build
@@ -264,9 +284,9 @@ def _write_file(err: Console, path: Path, write) -> None:
         raise typer.Exit(2)
 
 
-@app.command()
+@app.command(cls=_Command)
 def checks() -> None:
-    """List every check with its id and default severity (ids are what [severity] in the config takes)."""
+    """List every check with its id and default severity (ids are what \\[severity] in the config takes)."""
     table = Table("check", "stage", "severity", "finds", box=None)
     for info in CHECKS.values():
         table.add_row(info.id, info.stage, info.severity, info.title)

@@ -203,3 +203,20 @@ def test_the_demo_as_published_names_its_admissions_file_and_prints_no_ledger(tm
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["attrition"] == {}
     assert [i["table"] for i in report["inputs"]] == ["D_LABITEMS", "LABEVENTS"]
+
+
+@pytest.mark.parametrize("command", [[], ["validate"], ["build"], ["inspect"], ["checks"]])
+def test_help_shows_flags_as_flags(command):
+    """On/off options take no value: their help line shows no type (typer renders one as '<bool>')."""
+    result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "200"}, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "<bool>" not in result.output
+    rows = [line.strip("│ ").removeprefix("* ").split() for line in result.output.splitlines()]
+    options = {row[0]: row[1:] for row in rows if row and row[0].startswith("--")}
+    assert options["--help"] == "Show this message and exit.".split()
+    if command in (["validate"], ["build"]):
+        assert options["--quiet"][:2] == ["-q", "No"] and options["--no-cache"][0] == "Neither"
+        assert options["--show-values"][:3] == ["Include", "capped", "raw"]
+        assert options["--json"][0] == "<path>"  # options that take a value still say which
+    if not command:
+        assert "[severity] in the config" in result.output
