@@ -211,8 +211,11 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
 
             progress.step("encode", rows=len(events))
             vocabularies = vocabularies or encode.fit_vocabularies(
-                    events, admissions, labitems, min_admissions=config.encode.min_admissions)
+                    events, admissions, labitems, min_admissions=config.encode.min_admissions,
+                    fold_case=config.encode.fold_case)
             state["vocabularies"] = vocabularies
+            ledger.findings.extend(encode.case_findings(labitems, fold_case=vocabularies.fold_case_,
+                                                        max_lines=config.report.max_lines))
             events = encode.encode_events(events, vocabularies)
             state["admissions"] = encode.encode_admissions(admissions, vocabularies)
             state["labitems"] = encode.encode_labitems(labitems, vocabularies)
