@@ -23,7 +23,7 @@ from pipeline.flow import build as run_build
 from pipeline.flow import validate as run_validate
 from pipeline.paths import OutputError
 from pipeline.progress import BUILD_STEPS, VALIDATE_STEPS, progress_for
-from pipeline.report import Report
+from pipeline.report import Report, format_items, item_names
 from schemas.checks import CHECKS
 from schemas.errors import ValidationDisabled
 
@@ -337,9 +337,9 @@ def _print_summary(console: Console, report: Report, prepared) -> None:
         console.print(f"  funnel    {' -> '.join(funnel)}{stopped}")
     stats = getattr(prepared, "stats", None)
     if stats is not None:
+        names = item_names(getattr(prepared, "labitems", None))
         for name, items in (("constant", stats.constant_items_), ("fallback", stats.fallback_items_)):
-            listed = ", ".join(map(str, items[:20])) + (f" and {len(items) - 20} more" if len(items) > 20 else "")
-            console.print(f"  {name:<9} {'ITEMID ' + listed if items else 'none'}")
+            console.print(f"  {name:<9} {escape(format_items(items, names=names)) if items else 'none'}")
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
     style = {"errors": "bold red", "warnings": "yellow", "ok": "green"}[report.status]

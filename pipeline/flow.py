@@ -25,7 +25,8 @@ from pipeline.engine import PANDAS, Engine
 from pipeline.parse import RawTables, check_relations, check_table
 from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.quarantine import Kept, Step, combine, empty_quarantine
-from pipeline.report import Finding, InputFile, Report, finding_from_error, finding_from_mask, summary_finding
+from pipeline.report import (Finding, InputFile, Report, finding_from_error, finding_from_mask, format_items,
+                             item_names, summary_finding)
 from schemas.errors import StageError, require_validation
 from schemas.guard import trusted_chain
 
@@ -196,6 +197,7 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
             progress.step("clean", rows=len(tables.labevents))
             admissions = ledger.take(clean.clean_admissions(tables.admissions))
             labitems = ledger.take(clean.clean_labitems(tables.labitems))
+            state["names"] = item_names(labitems)  # how findings name lab items: '50963 NTproBNP (Blood)'
             events = ledger.take(clean.clean_events(tables.labevents, admissions, labitems))
 
             progress.step("split", rows=len(events))
@@ -219,7 +221,8 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
             events = encode.encode_events(events, vocabularies)
             state["admissions"] = encode.encode_admissions(admissions, vocabularies)
             state["labitems"] = encode.encode_labitems(labitems, vocabularies)
-            ledger.findings.extend(_unseen_findings(events, admissions, state["admissions"], config))
+            ledger.findings.extend(_unseen_findings(events, admissions, state["admissions"], config,
+                                                    names=state["names"]))
 
             progress.step("scale", rows=len(events))
             events = engine.partition(events)  # by admission: every stage from here on is per row or per admission
@@ -255,8 +258,9 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
         except StageError as error:
             ledger.findings.append(finding_from_error(error))
             state["stopped_at"] = error.stage
+    names = state.pop("names", {})
     prepared = Prepared(quarantine=combine(ledger.quarantines), steps=tuple(ledger.steps), **state)
-    findings = ledger.findings + _quarantine_findings(prepared.quarantine, config) + [_attrition(prepared)]
+    findings = ledger.findings + _quarantine_findings(prepared.quarantine, config, names=names) + [_attrition(prepared)]
     return Prepared(**{**prepared.__dict__, "findings": tuple(findings)})
 
 
@@ -297,14 +301,16 @@ class _Ledger:
                 message=f"{where} removed {removed:.1%} of its {step.rows_in} rows"))
 
 
-def _quarantine_findings(quarantine: pd.DataFrame, config: Config) -> list[Finding]:
-    """One finding per quarantine reason, with the first source lines (LABEVENTS rows)."""
+def _quarantine_findings(quarantine: pd.DataFrame, config: Config, *, names: dict[int, str] | None = None
+                         ) -> list[Finding]:
+    """One finding per quarantine reason, with the first source lines (LABEVENTS rows); mixed items named."""
     findings = []
     for (table, stage, reason), rows in quarantine.groupby(["TABLE", "STAGE", "REASON"], sort=True):
         check = REASON_CHECKS.get(reason, "quarantine_raw_error")
         items = ""
         if reason == clean.MIXED_TEXT:
-            items = ": ITEMID " + ", ".join(map(str, sorted(rows["ITEMID"].dropna().unique())))
+            items = ": items " + format_items(rows["ITEMID"].dropna().astype("int64").value_counts().sort_index(),
+                                              names=names, limit=config.report.max_lines)
         failed = pd.Series(True, index=rows.index)
         findings.append(finding_from_mask(stage=stage, table=table, check=check, column=None, failed=failed,
                                           verb="quarantined:", what=f"{reason}{items}",
@@ -313,7 +319,7 @@ def _quarantine_findings(quarantine: pd.DataFrame, config: Config) -> list[Findi
 
 
 def _unseen_findings(events: pd.DataFrame, admissions: pd.DataFrame, encoded: pd.DataFrame,
-                     config: Config) -> list[Finding]:
+                     config: Config, *, names: dict[int, str] | None = None) -> list[Finding]:
     """Categorical values that got code 0: unseen in train (a warning), or too rare there to be coded (a note)."""
     k = config.encode.min_admissions
     coded_zero = encode.unseen_lab_values(events)
@@ -323,13 +329,19 @@ def _unseen_findings(events: pd.DataFrame, admissions: pd.DataFrame, encoded: pd
     in_train = pd.Series(False, index=events.index)
     in_train[coded_zero] = zero.isin(seen)
     lines = config.report.max_lines
+
+    def items(failed: pd.Series) -> str:
+        counts = events.loc[failed, "ITEMID"].value_counts().sort_index()
+        return "items " + format_items(counts, names=names, limit=lines)
+
+    unseen, rare = coded_zero & ~in_train, coded_zero & in_train
     findings = [
         finding_from_mask(stage="encode", table="LABEVENTS", check="unseen_category", column="VALUE",
-                          failed=coded_zero & ~in_train, what="categorical VALUE unseen in train (code 0)",
+                          failed=unseen, what=f"categorical VALUE unseen in train (code 0), in {items(unseen)}",
                           max_lines=lines),
         finding_from_mask(stage="encode", table="LABEVENTS", check="rare_category", column="VALUE",
-                          failed=coded_zero & in_train, max_lines=lines,
-                          what=f"categorical VALUE seen in fewer than {k} train admissions (code 0)"),
+                          failed=rare, max_lines=lines,
+                          what=f"categorical VALUE seen in fewer than {k} train admissions (code 0), in {items(rare)}"),
     ]
     train_admissions = admissions[admissions["SPLIT"] == "train"]
     for column in encode.admission_columns(admissions):

@@ -125,7 +125,7 @@ def test_log_mode_prints_plain_progress_to_stderr_and_the_summary_last(tmp_path)
     summary = done.stdout[done.stdout.index("summary\n"):].splitlines()
     assert summary[-1] == "status: warnings (0 errors, 10 warnings, 14 notes)"
     assert any(line.split()[:1] == ["funnel"] and "dedup 9,332" in line for line in summary)
-    assert "  constant  ITEMID 50963, 51100" in summary
+    assert "  constant  50963 NTproBNP (Blood), 51100 Sodium, Urine (Urine)" in summary
     assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
     assert (tmp_path / "j.xml").read_bytes().startswith(b"<?xml")
 

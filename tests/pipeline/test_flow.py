@@ -119,7 +119,25 @@ def test_sample_quarantine_findings_count_the_quarantined_rows(prepared):
     assert found["before_admission"][0].count == reasons["charted before the admission day"]
     assert found["late_rows"][0].count == reasons["beyond the maximum timestep or after discharge"]
     assert found["quarantine_outpatient"][0].count == reasons["outpatient lab (no HADM_ID)"]
-    assert "51003" in found["mixed_item_text"][0].message
+    assert "items 51003 Troponin T (Blood) (24 rows), 51275 PTT (Blood) (10 rows), 51514 Urobilinogen (Urine) " \
+           "(28 rows)" in found["mixed_item_text"][0].message  # named from D_LABITEMS' LABEL and FLUID
+
+
+def test_findings_that_list_items_stop_at_max_lines(tables, config):
+    capped = dataclasses.replace(config, report=dataclasses.replace(config.report, max_lines=1))
+    (mixed,) = checks_of(prepare(tables, capped))["mixed_item_text"]
+    assert "items 51003 Troponin T (Blood) (24 rows) and 2 more" in mixed.message
+    unnamed = prepare(dataclasses.replace(tables, labitems=tables.labitems.drop(columns="LABEL")), config)
+    assert "items 51003 (Blood) (24 rows), 51275 (Blood)" in checks_of(unnamed)["mixed_item_text"][0].message
+
+
+def test_the_mimic3_demo_names_its_mixed_items(mimic3demo, config):
+    text, problems = load_text_tables(mimic3demo)
+    assert not problems
+    result = prepare(check_raw({name: table.frame for name, table in text.items()}).tables, config)
+    (mixed,) = checks_of(result)["mixed_item_text"]
+    assert "items 50809 Glucose (Blood) (1 row), 50835 Albumin, Ascites (Ascites) (4 rows), " in mixed.message
+    assert "50993 Thyroid Stimulating Hormone (Blood) (3 rows) and 36 more (lines " in mixed.message  # 20 named
 
 
 def test_clip_policy_keeps_late_rows_and_the_ledger_still_closes(tables, config, prepared):
