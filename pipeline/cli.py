@@ -27,6 +27,7 @@ from pipeline.report import Report, format_items, item_names
 from schemas.checks import CHECKS
 from schemas.errors import ValidationDisabled
 
+
 class _Flags:
     """Flags shown as flags in --help: typer shows an on/off option's type, ``<bool>``, as if it took a value."""
 

@@ -88,7 +88,8 @@ def case_variants(values: pd.Series) -> pd.DataFrame:
     frame = pd.DataFrame({"VALUE": spellings.index, "N": counts.reindex(spellings.index).to_numpy(),
                           "KEPT": spellings.to_numpy()})
     frame = frame[frame.groupby("KEPT")["VALUE"].transform("size") > 1]
-    return frame.sort_values(["KEPT", "N", "VALUE"], ascending=[True, False, True], kind="stable").reset_index(drop=True)
+    frame = frame.sort_values(["KEPT", "N", "VALUE"], ascending=[True, False, True], kind="stable")
+    return frame.reset_index(drop=True)
 
 
 def admission_columns(admissions: pd.DataFrame) -> list[str]:

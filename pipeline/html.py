@@ -225,7 +225,8 @@ def _zscores(z: pd.DataFrame, config: Config, names: dict[int, str]) -> str:
                                f"(warn bound); red points: rows above it",
                     lambda: _z_chart(z, top, warn, error))
     table = _table(["ITEMID", "rows", "max |z|", "rows above the warn bound", "non-finite z"],
-                   [[format_items([r.Index], names=names), _n(r.rows), f"{r.max_abs:.3g}", _n(r.flagged), _n(r.nonfinite)]
+                   [[format_items([r.Index], names=names), _n(r.rows), f"{r.max_abs:.3g}", _n(r.flagged),
+                     _n(r.nonfinite)]
                     for r in top.itertuples()], numeric={1, 2, 3, 4})
     return (f'<section id="zscores"><h2>z-score distributions</h2><p>Per ITEMID, z from the training stats, on '
             f"the rows the scale stage saw. Bounds: warning above {warn:g}, error above {error:g}.</p>"

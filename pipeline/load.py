@@ -71,7 +71,7 @@ def locate_table(data_dir: Path, table: str) -> Path:
     """The file holding ``table`` under ``data_dir`` (MIMIC-III or MIMIC-IV naming, any case)."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
-        raise _load_error(table, "file_unreadable", detail=f"DATA_DIR {str(data_dir)!r} is not a folder")
+        raise _load_error(table, "file_unreadable", path=data_dir, detail="DATA_DIR is not a folder")
     for sub in SUBFOLDERS:
         folder = _child_ci(data_dir, sub) if sub else data_dir
         if folder is None:
