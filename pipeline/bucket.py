@@ -26,6 +26,8 @@ BEFORE = "charted before the admission day"
 AFTER_DISCHARGE = "charted more than after_discharge_hours after discharge"
 BEYOND_STAY = "charted more than max_stay_days after the admission day"
 BEYOND_MAX = "beyond max_timestep"
+COLUMNS = {NO_ADMISSION: "HADM_ID", BEFORE: "CHARTTIME", AFTER_DISCHARGE: "CHARTTIME", BEYOND_STAY: "CHARTTIME",
+           BEYOND_MAX: "CHARTTIME"}  # the column each filter reads
 DAY = 86_400.0
 
 
@@ -62,16 +64,16 @@ def bucket(events: pd.DataFrame, admissions: pd.DataFrame, *, interval_hours: fl
         gone = before | unknown | beyond_stay
         timed = events.assign(TIMESTEP=np.minimum(step, last).where(~gone, 0).astype("int64"))
         kept = set_aside(timed, [(NO_ADMISSION, unknown), (BEFORE, before), (BEYOND_STAY, beyond_stay)],
-                         stage=STAGE)
+                         stage=STAGE, columns=COLUMNS)
         rows = len(kept.frame)
         notes = tuple(Step(stage=STAGE, step=f"{reason} (clipped)", rows_in=rows, rows_out=rows,
-                           clipped=int(mask.sum()))
+                           clipped=int(mask.sum()), column=COLUMNS[reason])
                       for reason, mask in ((AFTER_DISCHARGE, after & ~gone), (BEYOND_MAX, beyond_max & ~after & ~gone)))
         return Kept(frame=kept.frame, quarantine=kept.quarantine, steps=kept.steps + notes)
     gone = before | unknown | after | beyond_stay | beyond_max
     timed = events.assign(TIMESTEP=step.where(~gone, 0).astype("int64"))
     return set_aside(timed, [(NO_ADMISSION, unknown), (BEFORE, before), (AFTER_DISCHARGE, after),
-                             (BEYOND_STAY, beyond_stay), (BEYOND_MAX, beyond_max)], stage=STAGE)
+                             (BEYOND_STAY, beyond_stay), (BEYOND_MAX, beyond_max)], stage=STAGE, columns=COLUMNS)
 
 
 def _seconds(times: pd.Series) -> pd.Series:

@@ -34,7 +34,8 @@ EMPTY_VALUE_POLICIES = ("quarantine", "category")
 @guarded(stage=STAGE, takes=Admissions, gives=CleanAdmissions)
 def clean_admissions(admissions: pd.DataFrame) -> Kept:
     """Admissions whose key and times passed the raw checks; the others are quarantined."""
-    kept = set_aside(admissions, [(RAW_ERROR, admissions["REJECT"].notna())], stage=STAGE, table="ADMISSIONS")
+    kept = set_aside(admissions, [(RAW_ERROR, admissions["REJECT"].notna())], stage=STAGE, table="ADMISSIONS",
+                     columns={RAW_ERROR: "REJECT"})
     frame = kept.frame.drop(columns="REJECT").astype({"HADM_ID": "int64"})
     return Kept(frame=frame, quarantine=kept.quarantine, steps=kept.steps)
 
@@ -42,7 +43,8 @@ def clean_admissions(admissions: pd.DataFrame) -> Kept:
 @guarded(stage=STAGE, takes=LabItems, gives=CleanLabItems)
 def clean_labitems(labitems: pd.DataFrame) -> Kept:
     """Lab items whose ITEMID passed the raw checks; the others are quarantined."""
-    kept = set_aside(labitems, [(RAW_ERROR, labitems["REJECT"].notna())], stage=STAGE, table="D_LABITEMS")
+    kept = set_aside(labitems, [(RAW_ERROR, labitems["REJECT"].notna())], stage=STAGE, table="D_LABITEMS",
+                     columns={RAW_ERROR: "REJECT"})
     frame = kept.frame.drop(columns="REJECT").astype({"ITEMID": "int64"})
     return Kept(frame=frame, quarantine=kept.quarantine, steps=kept.steps)
 
@@ -64,7 +66,8 @@ def clean_events(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd
         (RAW_ERROR, labevents["REJECT"].notna()),
         (ADMISSION_REJECTED, ~labevents["HADM_ID"].isin(admissions["HADM_ID"])),
         (ITEM_REJECTED, ~labevents["ITEMID"].isin(labitems["ITEMID"])),
-    ], stage=STAGE)
+    ], stage=STAGE, columns={OUTPATIENT: "HADM_ID", RAW_ERROR: "REJECT", ADMISSION_REJECTED: "HADM_ID",
+                             ITEM_REJECTED: "ITEMID"})
     events = kept.frame.drop(columns=["REJECT", "SUBJECT_ID"], errors="ignore")
     events = events.astype({"HADM_ID": "int64", "ITEMID": "int64"})
     events = events.assign(KIND=item_kinds(events))
@@ -79,7 +82,8 @@ def clean_events(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd
     # A class of rows that does not occur adds no step: data without empty values keeps its attrition as it was.
     filters = [(reason, mask) for reason, mask in filters if mask.any()]
     filters.append((MIXED_TEXT, (events["KIND"] == "mixed") & events["VALUENUM"].isna()))
-    results = set_aside(events.drop(columns="COMMENTS", errors="ignore"), filters, stage=STAGE)
+    results = set_aside(events.drop(columns="COMMENTS", errors="ignore"), filters, stage=STAGE,
+                        columns={NO_RESULT: "VALUE", IN_COMMENTS: "VALUE", MIXED_TEXT: "VALUENUM"})
     return Kept(frame=results.frame, quarantine=pd.concat([kept.quarantine, results.quarantine]),
                 steps=kept.steps + results.steps)
 

@@ -23,11 +23,32 @@ from pipeline.flow import build as run_build
 from pipeline.flow import validate as run_validate
 from pipeline.paths import OutputError
 from pipeline.progress import BUILD_STEPS, VALIDATE_STEPS, progress_for
-from pipeline.report import Report
+from pipeline.report import Report, format_items, item_names
 from schemas.checks import CHECKS
 from schemas.errors import ValidationDisabled
 
+
+class _Flags:
+    """Flags shown as flags in --help: typer shows an on/off option's type, ``<bool>``, as if it took a value."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""  # the help's type column stays empty, as for --help in plain click
+        return params
+
+
+class _Command(_Flags, typer.core.TyperCommand):
+    pass
+
+
+class _Group(_Flags, typer.core.TyperGroup):
+    pass
+
+
 app = typer.Typer(
+    cls=_Group,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -92,7 +113,7 @@ def _where(err: Console, *, cache_dir: Optional[Path], no_cache: bool, engine: E
         yield cache, running
 
 
-@app.command()
+@app.command(cls=_Command)
 def validate(
     data_dir: Annotated[Path, _DATA_DIR],
     config: Annotated[Optional[Path], _CONFIG] = None,
@@ -134,7 +155,7 @@ def validate(
     raise typer.Exit(result.exit_code)
 
 
-@app.command()
+@app.command(cls=_Command)
 def build(
     data_dir: Annotated[Path, _DATA_DIR],
     out: Annotated[Path, typer.Option("--out", help="Folder for the graphs, manifest, stats and report.")],
@@ -174,7 +195,7 @@ def build(
     raise typer.Exit(result.exit_code)
 
 
-@app.command()
+@app.command(cls=_Command)
 def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `badpoints build`.")]) -> None:
     """Re-check every graph and the manifest's hashes, and summarise the build."""
     from pipeline.inspect import inspect_build
@@ -264,9 +285,9 @@ def _write_file(err: Console, path: Path, write) -> None:
         raise typer.Exit(2)
 
 
-@app.command()
+@app.command(cls=_Command)
 def checks() -> None:
-    """List every check with its id and default severity (ids are what [severity] in the config takes)."""
+    """List every check with its id and default severity (ids are what \\[severity] in the config takes)."""
     table = Table("check", "stage", "severity", "finds", box=None)
     for info in CHECKS.values():
         table.add_row(info.id, info.stage, info.severity, info.title)
@@ -302,6 +323,8 @@ def _print_summary(console: Console, report: Report, prepared) -> None:
         console.print(f"  findings  {by_stage}")
     attrition = report.attrition or {}
     ledger = attrition.get("LABEVENTS")
+    if not ledger and any(f.stage == "load" and f.severity == "error" for f in report.findings):
+        console.print("  stages    not run: the run stopped before the stages (a table could not be read)")
     if ledger:
         console.print(f"  LABEVENTS read {ledger['read']:,} = kept {ledger['kept']:,} + quarantined "
                       f"{ledger['quarantined']:,} + deduplicated {ledger['deduplicated']:,}")
@@ -323,9 +346,9 @@ def _print_summary(console: Console, report: Report, prepared) -> None:
                       f"{admissions['dropped']:,}{f' ({reasons})' if reasons else ''}; in graphs/read: {splits}")
     stats = getattr(prepared, "stats", None)
     if stats is not None:
+        names = item_names(getattr(prepared, "labitems", None))
         for name, items in (("constant", stats.constant_items_), ("fallback", stats.fallback_items_)):
-            listed = ", ".join(map(str, items[:20])) + (f" and {len(items) - 20} more" if len(items) > 20 else "")
-            console.print(f"  {name:<9} {'ITEMID ' + listed if items else 'none'}")
+            console.print(f"  {name:<9} {escape(format_items(items, names=names)) if items else 'none'}")
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
     style = {"errors": "bold red", "warnings": "yellow", "ok": "green"}[report.status]

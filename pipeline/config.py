@@ -157,6 +157,7 @@ class GraphConfig:
 @dataclass(frozen=True)
 class EncodeConfig:
     min_admissions: int
+    fold_case: bool = True
 
     def __post_init__(self) -> None:
         _require(self.min_admissions >= 1,

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline.report import Finding, summary_finding
 from schemas.encode import EncodedAdmissions, EncodedEvents, EncodedLabItems
 from schemas.guard import guarded
 from schemas.raw import ADMISSION_CATEGORICALS
@@ -34,6 +35,7 @@ class Vocabularies:
     admission_: tuple[tuple[str, tuple[str, ...]], ...]
     fluid_: tuple[str, ...]
     category_: tuple[str, ...]
+    fold_case_: bool = False  # FLUID and CATEGORY looked up regardless of letter case
 
     def lab_table(self) -> pd.DataFrame:
         """(ITEMID, VALUE) -> CODE."""
@@ -46,6 +48,7 @@ class Vocabularies:
             "admission": [[column, list(values)] for column, values in self.admission_],
             "fluid": list(self.fluid_),
             "category": list(self.category_),
+            "fold_case": self.fold_case_,
         }
 
     @classmethod
@@ -55,6 +58,7 @@ class Vocabularies:
             admission_=tuple((column, tuple(values)) for column, values in data["admission"]),
             fluid_=tuple(data["fluid"]),
             category_=tuple(data["category"]),
+            fold_case_=bool(data.get("fold_case", False)),
         )
 
 
@@ -64,6 +68,28 @@ def ordered_vocabulary(values: pd.Series, *, min_count: int = 1) -> tuple[str, .
     counts = values.dropna().astype("str").value_counts().rename_axis("value").reset_index(name="n")
     counts = counts[counts["n"] >= min_count]
     return tuple(counts.sort_values(["n", "value"], ascending=[False, True])["value"])
+
+
+def case_spellings(values: pd.Series) -> pd.Series:
+    """Per distinct value, the spelling its case variants fold to: of the values equal but for letter case, the
+    most frequent, ties by sort order (never by row order). Indexed by value."""
+    counts = values.dropna().astype("str").value_counts().rename_axis("value").reset_index(name="n")
+    counts["key"] = counts["value"].str.casefold()
+    counts = counts.sort_values(["key", "n", "value"], ascending=[True, False, True], kind="stable")
+    kept = counts.drop_duplicates("key").set_index("key")["value"]
+    return pd.Series(kept.reindex(counts["key"]).to_numpy(), index=pd.Index(counts["value"], dtype="str"), dtype="str")
+
+
+def case_variants(values: pd.Series) -> pd.DataFrame:
+    """The values that differ from another only in letter case: VALUE, N (rows) and KEPT (the folded spelling),
+    grouped by KEPT (by sort order), most frequent first within a group."""
+    spellings = case_spellings(values)
+    counts = values.dropna().astype("str").value_counts()
+    frame = pd.DataFrame({"VALUE": spellings.index, "N": counts.reindex(spellings.index).to_numpy(),
+                          "KEPT": spellings.to_numpy()})
+    frame = frame[frame.groupby("KEPT")["VALUE"].transform("size") > 1]
+    frame = frame.sort_values(["KEPT", "N", "VALUE"], ascending=[True, False, True], kind="stable")
+    return frame.reset_index(drop=True)
 
 
 def admission_columns(admissions: pd.DataFrame) -> list[str]:
@@ -79,13 +105,14 @@ def train_lab_values(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def fit_vocabularies(events: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
-                     min_admissions: int = 1) -> Vocabularies:
+                     min_admissions: int = 1, fold_case: bool = False) -> Vocabularies:
     """Fit on the training split: lab VALUEs of categorical items, admission columns; FLUID/CATEGORY on the dictionary.
 
     ``events`` and ``admissions`` carry SPLIT. A lab VALUE or admission value enters a vocabulary only when
     at least ``min_admissions`` training admissions have it (rarer ones get code 0, as unseen ones do), so no
     value that could single out a patient is saved. The lab-item dictionary is not patient data, so its FLUID
-    and CATEGORY vocabularies cover every item (labitem nodes are the whole dictionary).
+    and CATEGORY vocabularies cover every item (labitem nodes are the whole dictionary). With ``fold_case``,
+    FLUID and CATEGORY values that differ only in letter case share one entry (:func:`case_spellings`).
     """
     train = train_lab_values(events)
     grouped = train.groupby(["ITEMID", "VALUE"])
@@ -100,15 +127,48 @@ def fit_vocabularies(events: pd.DataFrame, admissions: pd.DataFrame, labitems: p
         lab_values_=lab_values,
         admission_=tuple((column, ordered_vocabulary(train_admissions[column], min_count=min_admissions))
                          for column in admission_columns(admissions)),
-        fluid_=ordered_vocabulary(labitems["FLUID"]),
-        category_=ordered_vocabulary(labitems["CATEGORY"]),
+        fluid_=ordered_vocabulary(_folded(labitems["FLUID"]) if fold_case else labitems["FLUID"]),
+        category_=ordered_vocabulary(_folded(labitems["CATEGORY"]) if fold_case else labitems["CATEGORY"]),
+        fold_case_=fold_case,
     )
 
 
-def codes(values: pd.Series, vocabulary: tuple[str, ...]) -> pd.Series:
-    """Code of each value in ``vocabulary`` (position + 1); 0 for missing and unseen values."""
-    lookup = pd.Series(range(1, len(vocabulary) + 1), index=pd.Index(vocabulary, dtype="str"), dtype="int64")
-    return values.astype("str").map(lookup).fillna(MISSING).astype("int64")
+def _folded(values: pd.Series) -> pd.Series:
+    """Each value as the spelling its case variants fold to."""
+    return values.map(case_spellings(values))
+
+
+def case_findings(labitems: pd.DataFrame, *, fold_case: bool, max_lines: int = 20) -> list[Finding]:
+    """D_LABITEMS' FLUID and CATEGORY values that differ only in letter case, per column, naming the variants
+    (dictionary metadata, not patient data) and what encoding did with them."""
+    findings = []
+    for column in ("FLUID", "CATEGORY"):
+        variants = case_variants(labitems[column])
+        if variants.empty:
+            continue
+        groups = [" / ".join(f"{value!r} ({n} item{'s' if n != 1 else ''})"
+                             for value, n in zip(group["VALUE"], group["N"])) + (f" -> {kept!r}" if fold_case else "")
+                  for kept, group in variants.groupby("KEPT", sort=True)]
+        listed = "; ".join(groups[:max_lines]) + (f"; and {len(groups) - max_lines} more" if len(groups) > max_lines
+                                                  else "")
+        done = ("folded into one code each (the most used spelling; [encode] fold_case = true)" if fold_case else
+                "coded apart ([encode] fold_case = false)")
+        findings.append(summary_finding(
+            stage=STAGE, check="category_case_variants", table="D_LABITEMS", column=column,
+            count=int(variants["N"].sum()),
+            message=f"{len(groups)} value(s) spelled in more than one letter case, {done}: {listed}"))
+    return findings
+
+
+def codes(values: pd.Series, vocabulary: tuple[str, ...], *, fold_case: bool = False) -> pd.Series:
+    """Code of each value in ``vocabulary`` (position + 1); 0 for missing and unseen values. With ``fold_case``,
+    values are matched regardless of letter case (the vocabulary then holds one spelling per value)."""
+    keys = pd.Index(vocabulary, dtype="str")
+    text = values.astype("str")
+    if fold_case:
+        keys, text = keys.str.casefold(), text.str.casefold()
+    lookup = pd.Series(range(1, len(vocabulary) + 1), index=keys, dtype="int64")
+    return text.map(lookup).fillna(MISSING).astype("int64")
 
 
 @guarded(stage=STAGE, takes=SplitEvents, gives=EncodedEvents)
@@ -142,6 +202,6 @@ def encode_admissions(admissions: pd.DataFrame, vocabularies: Vocabularies) -> p
 def encode_labitems(labitems: pd.DataFrame, vocabularies: Vocabularies) -> pd.DataFrame:
     """Every lab item with FLUID_CODE and CATEGORY_CODE, sorted by ITEMID (the labitem node order)."""
     return labitems.assign(
-        FLUID_CODE=codes(labitems["FLUID"], vocabularies.fluid_),
-        CATEGORY_CODE=codes(labitems["CATEGORY"], vocabularies.category_),
+        FLUID_CODE=codes(labitems["FLUID"], vocabularies.fluid_, fold_case=vocabularies.fold_case_),
+        CATEGORY_CODE=codes(labitems["CATEGORY"], vocabularies.category_, fold_case=vocabularies.fold_case_),
     ).sort_values("ITEMID", kind="stable")

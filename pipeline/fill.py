@@ -80,9 +80,10 @@ def apply_fill(events: pd.DataFrame, values: FillValues, policies: Mapping[str, 
                 [filled.loc[order, "HADM_ID"], filled.loc[order, "ITEMID"]]).ffill()
         if policy.indicator:
             filled[f"{column}_MISSING"] = missing[column].astype("int8")
-    drops = [(f"fill: {column} missing (policy 'drop')", filled[column].isna())
-             for column in sorted(policies) if policies[column].policy == "drop"]
-    kept = set_aside(filled, drops, stage=STAGE)
+    dropped = {f"fill: {column} missing (policy 'drop')": column
+               for column in sorted(policies) if policies[column].policy == "drop"}
+    kept = set_aside(filled, [(reason, filled[column].isna()) for reason, column in dropped.items()], stage=STAGE,
+                     columns=dropped)
     for column in TENSOR_COLUMNS:
         left = kept.frame[column].isna()
         if left.any():

@@ -26,7 +26,7 @@ from pipeline.parse import RawTables, check_relations, check_table
 from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.quarantine import Kept, Step, combine, empty_quarantine
 from pipeline.report import (STAGE_ORDER, Finding, InputFile, Report, finding_from_error, finding_from_mask,
-                             summary_finding)
+                             format_items, item_names, summary_finding)
 from schemas.split import SPLITS
 from schemas.errors import StageError, require_validation
 from schemas.guard import trusted_chain
@@ -147,7 +147,7 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
     require_validation()
     progress = progress or NO_PROGRESS
     located, problems = locate_tables(Path(data_dir))
-    digests = {table: file_sha256(path, table) for table, path in located.items()} if cache else {}
+    digests = _digests(located, problems) if cache else {}
     report_key = None
     if cache is not None and reuse_report and not problems:
         report_key = cache_key("report", digests, {t: p.name.lower() for t, p in located.items()},
@@ -194,12 +194,26 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
         prepared = prepare(raw.tables, config, progress=progress, engine=engine)
     progress.end()
     report.add(prepared.findings)
-    report.attrition = prepared.attrition()
+    # A table that could not be read stops the run before the stages: there is no ledger to report.
+    report.attrition = prepared.attrition() if all(raw.tables.of(t) is not None for t in TABLES) else {}
     validation = Validation(report=report.with_severities(dict(config.severity)), tables=raw.tables,
                             prepared=prepared)
     if report_key is not None and validation.exit_code != 2:
         cache.put_report(report_key, validation.report)
     return validation
+
+
+def _digests(located: dict[str, Path], problems: list[StageError]) -> dict[str, str]:
+    """Each located file's sha256 (the cache's key). A file that cannot be read is a problem like any other
+    load problem and leaves ``located``, as reading it would have."""
+    digests = {}
+    for table, path in list(located.items()):
+        try:
+            digests[table] = file_sha256(path, table)
+        except StageError as problem:
+            problems.append(problem)
+            del located[table]
+    return digests
 
 
 def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabularies | None = None,
@@ -222,8 +236,9 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
             progress.step("clean", rows=len(tables.labevents))
             admissions = ledger.take(clean.clean_admissions(tables.admissions))
             labitems = ledger.take(clean.clean_labitems(tables.labitems))
+            state["names"] = item_names(labitems)  # how findings name lab items: '50963 NTproBNP (Blood)'
             events = ledger.take(clean.clean_events(tables.labevents, admissions, labitems,
-                                                             empty_value=config.comments.empty_value))
+                                                    empty_value=config.comments.empty_value))
 
             progress.step("split", rows=len(events))
             splits = split.assign_splits(admissions, train=config.split.train, val=config.split.val,
@@ -238,12 +253,16 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
 
             progress.step("encode", rows=len(events))
             vocabularies = vocabularies or encode.fit_vocabularies(
-                    events, admissions, labitems, min_admissions=config.encode.min_admissions)
+                    events, admissions, labitems, min_admissions=config.encode.min_admissions,
+                    fold_case=config.encode.fold_case)
             state["vocabularies"] = vocabularies
+            ledger.findings.extend(encode.case_findings(labitems, fold_case=vocabularies.fold_case_,
+                                                        max_lines=config.report.max_lines))
             events = encode.encode_events(events, vocabularies)
             state["admissions"] = encode.encode_admissions(admissions, vocabularies)
             state["labitems"] = encode.encode_labitems(labitems, vocabularies)
-            ledger.findings.extend(_unseen_findings(events, admissions, state["admissions"], config))
+            ledger.findings.extend(_unseen_findings(events, admissions, state["admissions"], config,
+                                                    names=state["names"]))
 
             progress.step("scale", rows=len(events))
             events = engine.partition(events)  # by admission: every stage from here on is per row or per admission
@@ -283,10 +302,11 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
         except StageError as error:
             ledger.findings.append(finding_from_error(error))
             state["stopped_at"] = error.stage
+    names = state.pop("names", {})
     prepared = Prepared(quarantine=combine(ledger.quarantines), steps=tuple(ledger.steps), **state)
     if prepared.edges is not None:
         prepared = Prepared(**{**prepared.__dict__, "fates": admission_fates(tables, prepared)})
-    findings = (ledger.findings + _quarantine_findings(prepared.quarantine, config)
+    findings = (ledger.findings + _quarantine_findings(prepared.quarantine, config, names=names)
                 + _admission_findings(prepared, config) + [_attrition(prepared)])
     return Prepared(**{**prepared.__dict__, "findings": tuple(findings)})
 
@@ -313,7 +333,8 @@ class _Ledger:
         removed = (step.rows_in - step.rows_out) / step.rows_in
         where = f"{step.stage} step '{step.step}'"
         if step.rows_out == 0:
-            raise StageError(stage=step.stage, side="output", check="step_empty", column=None, count=step.rows_in,
+            raise StageError(stage=step.stage, side="output", check="step_empty", column=step.column,
+                             count=step.rows_in,
                              failure_cases=pd.DataFrame({"line": []}), table=step.table,
                              detail=f"{where} removed all {step.rows_in} rows",
                              advice="Nothing would reach the graphs; check the inputs and this step's settings")
@@ -322,7 +343,8 @@ class _Ledger:
                  else "step_removed_most" if removed > filters.warn_removed_fraction else None)
         if check:
             self.findings.append(summary_finding(
-                stage=step.stage, check=check, table=step.table, column=None, count=step.rows_in - step.rows_out,
+                stage=step.stage, check=check, table=step.table, column=step.column,
+                count=step.rows_in - step.rows_out,
                 message=f"{where} removed {removed:.1%} of its {step.rows_in} rows"))
 
 
@@ -381,16 +403,17 @@ def _admission_findings(prepared: Prepared, config: Config) -> list[Finding]:
     return findings
 
 
-def _quarantine_findings(quarantine: pd.DataFrame, config: Config) -> list[Finding]:
-    """One finding per quarantine reason, with the first source lines (LABEVENTS rows)."""
+def _quarantine_findings(quarantine: pd.DataFrame, config: Config, *, names: dict[int, str] | None = None
+                         ) -> list[Finding]:
+    """One finding per quarantine reason, with the first source lines (LABEVENTS rows); items named."""
     findings = []
     for (table, stage, reason), rows in quarantine.groupby(["TABLE", "STAGE", "REASON"], sort=True):
         check = REASON_CHECKS.get(reason, "quarantine_raw_error")
         items = ""
         if reason == clean.MIXED_TEXT:
-            items = ": ITEMID " + ", ".join(map(str, sorted(rows["ITEMID"].dropna().unique())))
-        elif reason in (clean.IN_COMMENTS, clean.NO_RESULT):
-            items = ": ITEMID " + _rows_per_item(rows["ITEMID"])
+        if reason in (clean.MIXED_TEXT, clean.IN_COMMENTS, clean.NO_RESULT):
+            per_item = rows["ITEMID"].dropna().astype("int64").value_counts().sort_index()
+            items = ": items " + format_items(per_item, names=names, limit=config.report.max_lines)
         if reason in PER_ADMISSION:
             n = rows["HADM_ID"].nunique()
             items = f", in {n} admission{'s' if n != 1 else ''}"
@@ -401,17 +424,8 @@ def _quarantine_findings(quarantine: pd.DataFrame, config: Config) -> list[Findi
     return [f for f in findings if f is not None]
 
 
-def _rows_per_item(items: pd.Series, shown: int = 20) -> str:
-    """'51003 (12 rows), 51484 (1 row)': the rows of each item, the most first (ties by ITEMID)."""
-    counts = items.dropna().astype("int64").value_counts().rename_axis("ITEMID").reset_index(name="n")
-    counts = counts.sort_values(["n", "ITEMID"], ascending=[False, True], kind="stable")
-    listed = ", ".join(f"{item} ({n} row{'s' if n != 1 else ''})"
-                       for item, n in zip(counts["ITEMID"].head(shown), counts["n"].head(shown)))
-    return listed + (f" and {len(counts) - shown} more items" if len(counts) > shown else "")
-
-
 def _unseen_findings(events: pd.DataFrame, admissions: pd.DataFrame, encoded: pd.DataFrame,
-                     config: Config) -> list[Finding]:
+                     config: Config, *, names: dict[int, str] | None = None) -> list[Finding]:
     """Categorical values that got code 0: unseen in train (a warning), or too rare there to be coded (a note)."""
     k = config.encode.min_admissions
     coded_zero = encode.unseen_lab_values(events)
@@ -421,13 +435,19 @@ def _unseen_findings(events: pd.DataFrame, admissions: pd.DataFrame, encoded: pd
     in_train = pd.Series(False, index=events.index)
     in_train[coded_zero] = zero.isin(seen)
     lines = config.report.max_lines
+
+    def items(failed: pd.Series) -> str:
+        counts = events.loc[failed, "ITEMID"].value_counts().sort_index()
+        return "items " + format_items(counts, names=names, limit=lines)
+
+    unseen, rare = coded_zero & ~in_train, coded_zero & in_train
     findings = [
         finding_from_mask(stage="encode", table="LABEVENTS", check="unseen_category", column="VALUE",
-                          failed=coded_zero & ~in_train, what="categorical VALUE unseen in train (code 0)",
+                          failed=unseen, what=f"categorical VALUE unseen in train (code 0), in {items(unseen)}",
                           max_lines=lines),
         finding_from_mask(stage="encode", table="LABEVENTS", check="rare_category", column="VALUE",
-                          failed=coded_zero & in_train, max_lines=lines,
-                          what=f"categorical VALUE seen in fewer than {k} train admissions (code 0)"),
+                          failed=rare, max_lines=lines,
+                          what=f"categorical VALUE seen in fewer than {k} train admissions (code 0), in {items(rare)}"),
     ]
     train_admissions = admissions[admissions["SPLIT"] == "train"]
     for column in encode.admission_columns(admissions):

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.config import Config
-from pipeline.report import STAGE_ORDER, Report, write_atomic
+from pipeline.report import STAGE_ORDER, Report, format_items, item_names, write_atomic
 from pipeline.scale import zscores
 from schemas.checks import CHECKS
 
@@ -81,12 +81,13 @@ def render(result: Any, config: Config, *, show_values: bool = False) -> str:
     graphs = list(getattr(result, "graphs", ()) or ())
     kind = "build" if validation is not result else "validate"
     z = z_scores(tables.labevents, prepared, config)
+    names = item_names(getattr(prepared, "labitems", None))  # '50963 NTproBNP (Blood)'
     sections = [
         _header(report, kind, getattr(validation, "cached", False)),
         _findings(report, show_values=show_values),
         _attrition(report),
-        _zscores(z, config),
-        _items(prepared, z),
+        _zscores(z, config, names),
+        _items(prepared, z, names, config),
         _missingness(tables, report, prepared, config),
         _splits(prepared, graphs),
     ]
@@ -233,7 +234,7 @@ def _admissions(ledger: dict | None) -> str:
     return equation + _table(head, rows, numeric=set(range(1, len(head)))) + note
 
 
-def _zscores(z: pd.DataFrame, config: Config) -> str:
+def _zscores(z: pd.DataFrame, config: Config, names: dict[int, str]) -> str:
     warn, error = config.scale.warn_bound, config.scale.error_bound
     top = extreme_items(z, warn)
     if top.empty:
@@ -242,14 +243,15 @@ def _zscores(z: pd.DataFrame, config: Config) -> str:
                                f"(warn bound); red points: rows above it",
                     lambda: _z_chart(z, top, warn, error))
     table = _table(["ITEMID", "rows", "max |z|", "rows above the warn bound", "non-finite z"],
-                   [[str(r.Index), _n(r.rows), f"{r.max_abs:.3g}", _n(r.flagged), _n(r.nonfinite)]
+                   [[format_items([r.Index], names=names), _n(r.rows), f"{r.max_abs:.3g}", _n(r.flagged),
+                     _n(r.nonfinite)]
                     for r in top.itertuples()], numeric={1, 2, 3, 4})
     return (f'<section id="zscores"><h2>z-score distributions</h2><p>Per ITEMID, z from the training stats, on '
             f"the rows the scale stage saw. Bounds: warning above {warn:g}, error above {error:g}.</p>"
             f"{chart}{table}</section>")
 
 
-def _items(prepared: Any, z: pd.DataFrame) -> str:
+def _items(prepared: Any, z: pd.DataFrame, names: dict[int, str], config: Config) -> str:
     stats = getattr(prepared, "stats", None)
     if stats is None:
         return ""
@@ -267,9 +269,10 @@ def _items(prepared: Any, z: pd.DataFrame) -> str:
     rows = []
     for name, what, items in groups:
         if name == "unseen":
-            listed = ", ".join(f"{item} ({_rows(n)})" for item, n in unseen.items())
+            listed = format_items(unseen, names=names, limit=config.report.max_lines)
         else:
-            listed = ", ".join(f"{item} ({_rows(counts.get(item, 0), 'train row')})" for item in items)
+            listed = format_items({item: counts.get(item, 0) for item in items}, names=names,
+                                  limit=config.report.max_lines, unit="train row")
         rows.append([name, str(len(items)), listed or "none", what])
     table = _table(["items", "count", "ITEMID", "meaning"], rows, numeric={1})
     return f'<section id="items"><h2>Constant, single-observation, fallback and unseen items</h2>{table}</section>'

@@ -9,6 +9,7 @@ File-level problems raise :class:`schemas.StageError` with stage ``load``.
 from __future__ import annotations
 
 import csv
+import difflib
 import gzip
 import hashlib
 import io
@@ -31,6 +32,20 @@ SUFFIXES = (".csv", ".csv.gz")
 SUBFOLDERS = ("", "hosp")
 _GZIP_MAGIC = b"\x1f\x8b"
 _BLANK = re.compile(rb"[\r\n\t \xef\xbb\xbf]*")  # a file of only these bytes has not even a header
+# A missing table's file name is compared with the names in DATA_DIR and its subfolders; one this close
+# (difflib's ratio) is suggested: 'Admission.csv' for ADMISSIONS, 'labevents.tsv' for LABEVENTS.
+NEAR_NAME_CUTOFF = 0.8
+# The other tables of MIMIC-III and MIMIC-IV: a file named for one of them is that table, never a misspelling
+# (D_ITEMS is near D_LABITEMS, CHARTEVENTS near LABEVENTS).
+OTHER_MIMIC_TABLES = frozenset("""
+    callout caregiver caregivers chartevents cptevents d_cpt d_hcpcs d_icd_diagnoses d_icd_procedures d_items
+    datetimeevents diagnoses_icd drgcodes emar emar_detail hcpcsevents icustays ingredientevents inputevents
+    inputevents_cv inputevents_mv microbiologyevents noteevents omr outputevents patients pharmacy poe poe_detail
+    prescriptions procedureevents procedureevents_mv procedures_icd provider services transfers
+""".split())
+# Problems of the file as a whole: their message counts no rows.
+WHOLE_FILE = frozenset({"file_missing", "file_unreadable", "file_empty", "compression", "table_empty"})
+_NEAR_NAME_SCAN = 2000  # entries looked at, at most: DATA_DIR may be a large folder
 
 
 @dataclass(frozen=True)
@@ -56,7 +71,7 @@ def locate_table(data_dir: Path, table: str) -> Path:
     """The file holding ``table`` under ``data_dir`` (MIMIC-III or MIMIC-IV naming, any case)."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
-        raise _load_error(table, "file_unreadable", detail=f"DATA_DIR {str(data_dir)!r} is not a folder")
+        raise _load_error(table, "file_unreadable", path=data_dir, detail="DATA_DIR is not a folder")
     for sub in SUBFOLDERS:
         folder = _child_ci(data_dir, sub) if sub else data_dir
         if folder is None:
@@ -66,7 +81,54 @@ def locate_table(data_dir: Path, table: str) -> Path:
             if found is not None and found.is_file():
                 return found
     tried = ", ".join(candidate_names(table))
-    raise _load_error(table, "file_missing", detail=f"Tried (any case) in {str(data_dir)!r}: {tried}")
+    near = near_name(data_dir, table)
+    hint = ""
+    if near is not None:
+        target = f"{table}.csv" + (".gz" if near.name.lower().endswith(".gz") else "")
+        relative = near.relative_to(data_dir).as_posix()
+        hint = (f"Did you mean {relative!r}? Rename it to {target}. "
+                if near.parent in (data_dir, data_dir / "hosp") else
+                f"Did you mean {relative!r}? Move it to DATA_DIR as {target}, "
+                "or give its folder as DATA_DIR. ")
+    raise _load_error(table, "file_missing", path=data_dir, detail=f"{hint}Tried (any case): {tried}")
+
+
+def near_name(data_dir: Path, table: str) -> Path | None:
+    """The file in ``data_dir`` or one of its subfolders whose name is nearest one of ``table``'s names
+    (``Admission.csv`` for ADMISSIONS), when it is near enough; files named for any MIMIC table are left out."""
+    known = {name for other in TABLES for name in (f"{other.lower()}.csv", f"{other.lower()}.csv.gz")}
+    wanted = [f"{table.lower()}.csv", f"{table.lower()}.csv.gz"]
+    files: dict[str, Path] = {}  # lower-case name (with its subfolder) -> file
+    try:
+        for entry in _entries(data_dir):
+            name = entry.name.lower()
+            if entry.name.startswith(".") or name.split(".")[0] in OTHER_MIMIC_TABLES:
+                continue
+            if entry.is_dir():
+                for inner in _entries(entry):
+                    inner_name = inner.name.lower()
+                    if inner.is_file() and inner_name.split(".")[0] not in OTHER_MIMIC_TABLES \
+                            and (inner_name not in known or inner_name in wanted):
+                        files.setdefault(f"{name}/{inner_name}", inner)
+            elif name not in known and entry.is_file():
+                files.setdefault(name, entry)
+    except OSError:
+        return None
+    scored = sorted((-max(difflib.SequenceMatcher(None, key.rsplit("/", 1)[-1], w).ratio() for w in wanted),
+                     key.count("/"), key) for key in files)
+    if not scored or -scored[0][0] < NEAR_NAME_CUTOFF:
+        return None
+    return files[scored[0][2]]
+
+
+def _entries(folder: Path) -> list[Path]:
+    """The first entries of ``folder`` in name order (at most ``_NEAR_NAME_SCAN``)."""
+    entries = []
+    for entry in folder.iterdir():
+        entries.append(entry)
+        if len(entries) >= _NEAR_NAME_SCAN:
+            break
+    return sorted(entries)
 
 
 def _child_ci(folder: Path, name: str) -> Path | None:
@@ -151,6 +213,7 @@ def _load_error(
         table=table,
         detail=f"{check_info(check).title} in {where}" + (f". {detail}" if detail else ""),
         advice=check_info(check).advice,
+        whole_file=check in WHOLE_FILE,
     )
 
 

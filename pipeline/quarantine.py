@@ -9,7 +9,7 @@ is caught at the step that made it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import pandas as pd
 
@@ -29,6 +29,7 @@ class Step:
     merged: int = 0
     clipped: int = 0
     table: str = "LABEVENTS"
+    column: str | None = None  # the column its filter read (CHARTTIME, HADM_ID, ...), named in its findings
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,11 @@ def quarantine_frame(rows: pd.DataFrame, table: str, stage: str, reason: str | p
 
 
 def set_aside(frame: pd.DataFrame, filters: Sequence[tuple[str, pd.Series]], *, stage: str,
-              table: str = "LABEVENTS") -> Kept:
-    """Apply ``(reason, mask)`` filters in order; a row goes to quarantine under the first reason that takes it."""
+              table: str = "LABEVENTS", columns: Mapping[str, str] | None = None) -> Kept:
+    """Apply ``(reason, mask)`` filters in order; a row goes to quarantine under the first reason that takes it.
+
+    ``columns`` names, per reason, the column its mask was computed from: its step carries it to the findings.
+    """
     remaining = pd.Series(True, index=frame.index)
     keys = [key for key in KEYS if key in frame]  # all a quarantine record keeps of a row
     parts, steps = [], []
@@ -68,7 +72,7 @@ def set_aside(frame: pd.DataFrame, filters: Sequence[tuple[str, pd.Series]], *, 
         parts.append(quarantine_frame(frame.loc[taken, keys], table, stage, reason))
         remaining &= ~taken
         steps.append(Step(stage=stage, step=reason, rows_in=rows_in, rows_out=int(remaining.sum()),
-                          quarantined=int(taken.sum()), table=table))
+                          quarantined=int(taken.sum()), table=table, column=(columns or {}).get(reason)))
     quarantine = pd.concat(parts) if parts else empty_quarantine()
     kept = frame if remaining.all() else frame[remaining]  # nothing taken: no copy of every column
     return Kept(frame=kept, quarantine=quarantine, steps=tuple(steps))

@@ -13,7 +13,7 @@ import os
 import threading
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 import pandas as pd
 
@@ -112,6 +112,48 @@ def summary_finding(*, stage: str, check: str, table: str | None, column: str | 
     return Finding(severity=info.severity, stage=stage, table=table, check=check, column=column, count=int(count),
                    lines=list(lines or []), message=f"{where}: {message}. {info.advice}" if where else
                    f"{message}. {info.advice}")
+
+
+def item_names(labitems: pd.DataFrame | None) -> dict[int, str]:
+    """ITEMID -> how findings name it, ``'NTproBNP (Blood)'``: D_LABITEMS' LABEL (read when the file has one) and
+    FLUID. Dictionary metadata, not patient data. Build it once per run from the typed or clean D_LABITEMS and
+    hand it to :func:`format_items`; an ITEMID that appears twice gets no name."""
+    if labitems is None or "ITEMID" not in labitems or labitems.empty:
+        return {}
+    items = labitems[labitems["ITEMID"].notna()].drop_duplicates("ITEMID", keep=False)
+
+    def text(column: str) -> pd.Series:  # whitespace collapsed: a name is one short line
+        if column not in items:
+            return pd.Series("", index=items.index, dtype="str")
+        return items[column].astype("str").fillna("").str.split().str.join(" ").fillna("")
+
+    label, fluid = text("LABEL"), text("FLUID")
+    name = (label + (" (" + fluid + ")").where(fluid != "", "")).str.strip()
+    named = name != ""
+    return dict(zip(items.loc[named, "ITEMID"].astype("int64").tolist(), name[named].tolist()))
+
+
+def format_items(items: Iterable[int] | Mapping[int, int] | pd.Series, *, names: Mapping[int, str] | None = None,
+                 limit: int = SAMPLE_CAP, unit: str = "row") -> str:
+    """``'50963 NTproBNP (Blood) (28 rows), 51100 Troponin T (Blood) (3 rows) and 12 more'``.
+
+    ``items`` are ITEMIDs in the order to list them, or ITEMID -> count (a dict, or a Series such as
+    ``value_counts().sort_index()``), each then followed by its count of ``unit``. ``names`` comes from
+    :func:`item_names` (an item without a name is its number alone). At most ``limit`` items are listed,
+    like a finding's lines (``[report] max_lines``).
+    """
+    counts = dict(items.items()) if hasattr(items, "items") else None
+    listed = list(counts) if counts is not None else list(items)
+    names = names or {}
+    parts = []
+    for item in listed[:limit]:
+        part = f"{int(item)} {names[int(item)]}" if int(item) in names else str(int(item))
+        if counts is not None:
+            count = int(counts[item])
+            part += f" ({count:,} {unit}{'' if count == 1 else 's'})"
+        parts.append(part)
+    more = len(listed) - limit
+    return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
 
 
 @dataclass(frozen=True)

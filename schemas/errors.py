@@ -99,6 +99,7 @@ class StageError(ValueError):
         table: str | None = None,
         detail: str = "",
         advice: str = "",
+        whole_file: bool = False,
     ) -> None:
         self.stage = stage
         self.side = side
@@ -109,6 +110,7 @@ class StageError(ValueError):
         self.table = table
         self.detail = detail
         self.advice = advice
+        self.whole_file = whole_file  # about the file itself (missing, unreadable): no rows to count
         super().__init__(self._message())
 
     @property
@@ -120,10 +122,11 @@ class StageError(ValueError):
     def _message(self) -> str:
         where = ".".join(part for part in (self.table, self.column) if part) or "frame"
         classes = summarize_classes(self.failure_cases.get("value_class", pd.Series(dtype="str")))
-        found = f"{where} {self.check} failed on {self.count} row{'s' if self.count != 1 else ''}"
+        found = f"{where} {self.check}" if self.whole_file else \
+            f"{where} {self.check} failed on {self.count} row{'s' if self.count != 1 else ''}"
         detail = f" ({format_lines(self.lines, self.count)})" if self.lines else ""
         values = f": {classes}" if classes else ""
-        extra = f". {self.detail}" if self.detail else ""
+        extra = f"{':' if self.whole_file else '.'} {self.detail}" if self.detail else ""
         advice = f". {self.advice}" if self.advice else ""
         return f"[{self.stage}:{self.side}] {found}{detail}{values}{extra}{advice}"
 

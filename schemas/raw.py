@@ -27,7 +27,7 @@ REQUIRED = {
 }
 OPTIONAL = {
     "ADMISSIONS": ("SUBJECT_ID",),
-    "D_LABITEMS": (),
+    "D_LABITEMS": ("LABEL",),  # free text, but dictionary metadata: findings name items by it
     "LABEVENTS": ("SUBJECT_ID", "VALUENUM", "COMMENTS", "REF_RANGE_LOWER", "REF_RANGE_UPPER"),
 }
 # MIMIC-IV's reference range bounds: metadata read as numbers (null where the text is not one).
@@ -69,6 +69,7 @@ class RawLabItems(_Text):
     ITEMID: Series[str] = pa.Field(nullable=False, id_positive_integer=(), id_float_format=())
     FLUID: Series[str] = pa.Field(nullable=True)
     CATEGORY: Series[str] = pa.Field(nullable=True)
+    LABEL: Series[str] = pa.Field(nullable=True, required=False)
 
 
 class RawLabEvents(_Text):
@@ -126,6 +127,7 @@ class LabItems(_Typed):
     ITEMID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
     FLUID: Series[str] = pa.Field(nullable=True)
     CATEGORY: Series[str] = pa.Field(nullable=True)
+    LABEL: Series[str] = pa.Field(nullable=True, required=False)
     REJECT: Series[str] = pa.Field(nullable=True)
 
 

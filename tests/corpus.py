@@ -6,7 +6,8 @@ possible, and returns an :class:`Expect`: the exit code and the finding
 planted raw value that must not appear in any output unless ``--show-values``.
 Every case also plants :data:`CANARY` in its data: as the broken value itself
 where the problem allows text, else in a field of the broken row (LABEVENTS
-VALUE of a numeric row, ADMISSIONS DIAGNOSIS, D_LABITEMS LABEL) or, where the
+VALUE of a numeric row, ADMISSIONS DIAGNOSIS, D_LABITEMS LABEL: dictionary metadata that findings may show
+to name an item, so only in an item that is rejected or never read) or, where the
 broken table has no rows, in another table (``tests/test_canary.py`` checks
 that neither ever reaches an output).
 Nothing here is hand-pasted: each broken file is derived from the sample.
@@ -491,7 +492,7 @@ def every_lab_outpatient(d: Dataset) -> Expect:
     for record in d.rows["LABEVENTS"]:
         record[i] = ""
     d.plant("LABEVENTS", 0, "VALUE")
-    return Expect(1, "step_empty", "LABEVENTS", secret=CANARY)
+    return Expect(1, "step_empty", "LABEVENTS", "HADM_ID", secret=CANARY)
 
 
 @case

@@ -125,7 +125,8 @@ def test_log_mode_prints_plain_progress_to_stderr_and_the_summary_last(tmp_path)
     summary = done.stdout[done.stdout.index("summary\n"):].splitlines()
     assert summary[-1] == "status: warnings (0 errors, 10 warnings, 14 notes)"
     assert any(line.split()[:1] == ["funnel"] and "dedup 9,332" in line for line in summary)
-    assert "  constant  none" in summary and "  fallback  ITEMID 50963, 51100" in summary
+    assert "  constant  none" in summary
+    assert "  fallback  50963 NTproBNP (Blood), 51100 Sodium, Urine (Urine)" in summary
     assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
     assert (tmp_path / "j.xml").read_bytes().startswith(b"<?xml")
 
@@ -167,3 +168,56 @@ def test_a_dask_cluster_that_fails_mid_run_is_cannot_run_not_a_bug(monkeypatch, 
     said = (tmp_path / "err.txt").read_text()
     assert "cannot run" in said and "CommClosedError" in said and "--memory-limit" in said
     assert "bug" not in said
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").is_file(), reason="needs Linux's /proc/self/mem for a real I/O error")
+@pytest.mark.parametrize("cache", [[], ["--no-cache"]], ids=["cache", "no-cache"])
+def test_an_unreadable_table_is_file_unreadable_with_or_without_the_cache(tmp_path, sample_dir, cache):
+    """A regular file whose read fails (here /proc/self/mem: EIO at offset 0, even as root) is reported as
+    file_unreadable, exit 2: with the cache on, it is hashed before it is read, and that must not be a bug."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("ADMISSIONS.csv", "D_LABITEMS.csv"):
+        shutil.copy(sample_dir / name, data / name)
+    (data / "LABEVENTS.csv").symlink_to("/proc/self/mem")
+    done = _badpoints("validate", str(data), "--json", str(tmp_path / "r.json"), *cache)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "internal error" not in done.stderr and "Traceback" not in done.stdout + done.stderr
+    findings = json.loads((tmp_path / "r.json").read_text())["findings"]
+    assert [(f["check"], f["table"]) for f in findings if f["severity"] == "error"] == [("file_unreadable", "LABEVENTS")]
+    assert "Input/output error" in done.stdout
+
+
+def test_the_demo_as_published_names_its_admissions_file_and_prints_no_ledger(tmp_path, mimic3demo):
+    """The MIMIC-III demo re-publication named its admissions file Admission.csv: the report says which file was
+    meant, counts no rows for a missing file, and prints no ledger for stages that never ran."""
+    data = tmp_path / "demo"
+    data.mkdir()
+    for name in ("D_LABITEMS.csv", "LABEVENTS.csv"):
+        (data / name).symlink_to(mimic3demo / name)
+    (data / "Admission.csv").symlink_to(mimic3demo / "ADMISSIONS.csv")
+    done = _badpoints("validate", str(data), "--json", str(tmp_path / "r.json"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "did you mean 'Admission.csv'? Rename it to ADMISSIONS.csv" in done.stdout.replace("Did", "did")
+    assert "file_missing failed on" not in done.stdout and "LABEVENTS read" not in done.stdout
+    assert "stages    not run: the run stopped before the stages" in done.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["attrition"] == {}
+    assert [i["table"] for i in report["inputs"]] == ["D_LABITEMS", "LABEVENTS"]
+
+
+@pytest.mark.parametrize("command", [[], ["validate"], ["build"], ["inspect"], ["checks"]])
+def test_help_shows_flags_as_flags(command):
+    """On/off options take no value: their help line shows no type (typer renders one as '<bool>')."""
+    result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "200"}, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "<bool>" not in result.output
+    rows = [line.strip("│ ").removeprefix("* ").split() for line in result.output.splitlines()]
+    options = {row[0]: row[1:] for row in rows if row and row[0].startswith("--")}
+    assert options["--help"] == "Show this message and exit.".split()
+    if command in (["validate"], ["build"]):
+        assert options["--quiet"][:2] == ["-q", "No"] and options["--no-cache"][0] == "Neither"
+        assert options["--show-values"][:3] == ["Include", "capped", "raw"]
+        assert options["--json"][0] == "<path>"  # options that take a value still say which
+    if not command:
+        assert "[severity] in the config" in result.output

@@ -175,7 +175,7 @@ def test_vocabularies_round_trip_through_json(sample):
     again = encode.Vocabularies.from_json(json.loads(text))
     assert again == vocabularies
     assert json.dumps(again.as_json()) == text
-    assert set(vocabularies.as_json()) == {"lab_values", "admission", "fluid", "category"}
+    assert set(vocabularies.as_json()) == {"lab_values", "admission", "fluid", "category", "fold_case"}
     assert [column for column, _ in again.admission_] == SAMPLE_ADMISSION_COLUMNS
     assert set(SAMPLE_ADMISSION_COLUMNS) <= set(ADMISSION_CATEGORICALS)
 
@@ -186,3 +186,76 @@ def test_shuffled_rows_give_equal_vocabularies(sample):
     assert again == sample.vocabularies
     pd.testing.assert_frame_equal(encode.encode_events(shuffled(sample.split_events, 11), again).sort_index(),
                                   sample.encoded)
+
+
+# -- letter case ---------------------------------------------------------------------------------------
+def _labitems_with_case_variants(sample) -> pd.DataFrame:
+    """The sample's dictionary with 'BLOOD' x3 and 'blood' x3 beside 'Blood', and a CATEGORY tie."""
+    labitems = sample.labitems.frame.copy()
+    blood = labitems.index[labitems["FLUID"] == "Blood"]
+    labitems.loc[blood[:3], "FLUID"] = "BLOOD"
+    labitems.loc[blood[3:6], "FLUID"] = "blood"
+    gas = labitems.index[labitems["CATEGORY"] == "Blood Gas"]  # 5 items: 'Blood Gas' x2, 'BLOOD GAS' x2, 'blood gas'
+    labitems.loc[gas[:2], "CATEGORY"] = "BLOOD GAS"
+    labitems.loc[gas[2:3], "CATEGORY"] = "blood gas"
+    return labitems
+
+
+def test_case_variants_fold_to_the_most_used_spelling_ties_by_sort_order(sample):
+    labitems = _labitems_with_case_variants(sample)
+    folded = _fit_folded(sample, labitems, fold_case=True)
+    assert "Blood" in folded.fluid_ and not {"BLOOD", "blood"} & set(folded.fluid_)
+    assert "BLOOD GAS" in folded.category_ and not {"Blood Gas", "blood gas"} & set(folded.category_)  # 2-2 tie
+    coded = encode.encode_labitems(labitems, folded).set_index("ITEMID")
+    assert coded.groupby(coded["FLUID"].str.casefold())["FLUID_CODE"].nunique().max() == 1
+    assert coded.groupby(coded["CATEGORY"].str.casefold())["CATEGORY_CODE"].nunique().max() == 1
+    assert (coded["FLUID_CODE"] > 0).all() and (coded["CATEGORY_CODE"] > 0).all()
+    for seed in (1, 2, 3):  # the kept spelling never depends on row order
+        assert _fit_folded(sample, shuffled(labitems, seed), fold_case=True) == folded
+    assert encode.Vocabularies.from_json(json.loads(json.dumps(folded.as_json()))) == folded
+
+    apart = _fit_folded(sample, labitems, fold_case=False)
+    assert {"Blood", "BLOOD", "blood"} <= set(apart.fluid_)
+    assert encode.encode_labitems(labitems, apart)["FLUID_CODE"].nunique() > coded["FLUID_CODE"].nunique()
+
+
+def test_case_variants_are_reported_naming_column_and_spellings(sample):
+    labitems = _labitems_with_case_variants(sample)
+    for fold_case in (True, False):
+        findings = {f.column: f for f in encode.case_findings(labitems, fold_case=fold_case)}
+        assert set(findings) == {"FLUID", "CATEGORY"}
+        fluid = findings["FLUID"]
+        assert (fluid.check, fluid.severity, fluid.table) == ("category_case_variants", "warning", "D_LABITEMS")
+        assert fluid.count == int(labitems["FLUID"].str.casefold().eq("blood").sum())
+        assert "'Blood' (" in fluid.message and "'BLOOD' (3 items)" in fluid.message
+        assert "'blood' (3 items)" in fluid.message
+        assert ("-> 'Blood'" in fluid.message) is fold_case
+        assert ("fold_case = false" in fluid.message) is not fold_case
+    assert encode.case_findings(sample.labitems.frame, fold_case=True) == []  # the sample spells each value once
+
+
+def test_the_mimic3_demo_dictionary_folds_blood_and_blood(mimic3demo):
+    from pipeline.clean import clean_labitems
+    from pipeline.load import read_table
+    from pipeline.parse import check_raw
+
+    text = read_table(mimic3demo / "D_LABITEMS.csv", "D_LABITEMS").frame
+    labitems = clean_labitems(check_raw({"D_LABITEMS": text}).tables.labitems).frame
+    assert {"BLOOD", "Blood"} <= set(labitems["FLUID"])  # as published
+    empty = pd.DataFrame({"SPLIT": pd.Series([], dtype="str"), "KIND": pd.Series([], dtype="str"),
+                          "HADM_ID": pd.Series([], dtype="int64"), "ITEMID": pd.Series([], dtype="int64"),
+                          "VALUE": pd.Series([], dtype="str")})
+    admissions = pd.DataFrame({"SPLIT": pd.Series([], dtype="str")})
+    folded = encode.fit_vocabularies(empty, admissions, labitems, fold_case=True)
+    assert folded.fluid_[0] == "Blood" and "BLOOD" not in folded.fluid_
+    assert {"Chemistry", "Hematology", "Blood Gas"} <= set(folded.category_) and "CHEMISTRY" not in folded.category_
+    assert len({value.casefold() for value in folded.fluid_}) == len(folded.fluid_)
+    coded = encode.encode_labitems(labitems, folded)
+    assert coded.loc[coded["FLUID"] == "BLOOD", "FLUID_CODE"].eq(1).all()
+    findings = {f.column: f for f in encode.case_findings(labitems, fold_case=True)}
+    assert "'Blood' (359 items) / 'BLOOD' (15 items) -> 'Blood'" in findings["FLUID"].message
+    assert "'Chemistry' (274 items) / 'CHEMISTRY' (19 items)" in findings["CATEGORY"].message
+
+
+def _fit_folded(sample, labitems, *, fold_case):
+    return encode.fit_vocabularies(sample.split_events, sample.split_admissions, labitems, fold_case=fold_case)

@@ -121,7 +121,25 @@ def test_sample_quarantine_findings_count_the_quarantined_rows(prepared):
     assert found["after_discharge"][0].count == reasons[bucket_stage.AFTER_DISCHARGE]
     assert "in 9 admissions" in found["after_discharge"][0].message
     assert found["quarantine_outpatient"][0].count == reasons["outpatient lab (no HADM_ID)"]
-    assert "51003" in found["mixed_item_text"][0].message
+    assert "items 51003 Troponin T (Blood) (24 rows), 51275 PTT (Blood) (10 rows), 51514 Urobilinogen (Urine) " \
+           "(28 rows)" in found["mixed_item_text"][0].message  # named from D_LABITEMS' LABEL and FLUID
+
+
+def test_findings_that_list_items_stop_at_max_lines(tables, config):
+    capped = dataclasses.replace(config, report=dataclasses.replace(config.report, max_lines=1))
+    (mixed,) = checks_of(prepare(tables, capped))["mixed_item_text"]
+    assert "items 51003 Troponin T (Blood) (24 rows) and 2 more" in mixed.message
+    unnamed = prepare(dataclasses.replace(tables, labitems=tables.labitems.drop(columns="LABEL")), config)
+    assert "items 51003 (Blood) (24 rows), 51275 (Blood)" in checks_of(unnamed)["mixed_item_text"][0].message
+
+
+def test_the_mimic3_demo_names_its_mixed_items(mimic3demo, config):
+    text, problems = load_text_tables(mimic3demo)
+    assert not problems
+    result = prepare(check_raw({name: table.frame for name, table in text.items()}).tables, config)
+    (mixed,) = checks_of(result)["mixed_item_text"]
+    assert "items 50809 Glucose (Blood) (1 row), 50835 Albumin, Ascites (Ascites) (4 rows), " in mixed.message
+    assert "50993 Thyroid Stimulating Hormone (Blood) (3 rows) and 36 more (lines " in mixed.message  # 20 named
 
 
 def test_clip_policy_keeps_late_rows_and_the_ledger_still_closes(tables, config, prepared):
@@ -169,6 +187,17 @@ def test_every_row_outpatient_is_an_empty_step(tables, config):
     (empty,) = checks_of(stopped)["step_empty"]
     assert (empty.severity, empty.stage, empty.count) == ("error", "clean", len(events))
     assert "outpatient lab (no HADM_ID)" in empty.message and "removed all" in empty.message
+    assert empty.column == "HADM_ID" and "LABEVENTS.HADM_ID step_empty" in empty.message
+
+
+def test_every_row_charted_before_its_admission_day_is_an_empty_step_on_charttime(tables, config):
+    """The step that empties LABEVENTS names the column its filter read: here the bucket stage's CHARTTIME."""
+    events = tables.labevents.assign(CHARTTIME=pd.Timestamp("1900-01-01"))
+    stopped = prepare(with_events(tables, events), config)
+    assert stopped.stopped_at == "bucket" and stopped.edges is None
+    (empty,) = checks_of(stopped)["step_empty"]
+    assert (empty.stage, empty.table, empty.column) == ("bucket", "LABEVENTS", "CHARTTIME")
+    assert "LABEVENTS.CHARTTIME step_empty" in empty.message and "charted before the admission day" in empty.message
 
 
 def test_a_step_removing_most_rows_is_a_warning(tables, config):
@@ -179,6 +208,7 @@ def test_a_step_removing_most_rows_is_a_warning(tables, config):
     assert result.stopped_at is None and closes(result)
     most = [f for f in checks_of(result)["step_removed_most"] if "outpatient" in f.message]
     assert len(most) == 1 and most[0].severity == "warning" and most[0].stage == "clean"
+    assert most[0].column == "HADM_ID" and most[0].message.startswith("LABEVENTS.HADM_ID: ")
     assert most[0].count == int(events["HADM_ID"].isna().sum())
     assert "step_removed_nearly_all" not in checks_of(result)
 

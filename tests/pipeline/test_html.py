@@ -78,7 +78,7 @@ def test_sample_report_has_every_section_and_is_self_contained(sample_page):
     for check in ("hadm_id_missing", "fallback_item", "z_warn_bound", "mixed_item_text", "attrition"):
         assert f"<code>{check}</code>" in sample_page
     assert "read 13,041 = kept 9,332 + quarantined 874 + deduplicated 2,835" in sample_page
-    assert "50963 (9 train rows)" in sample_page  # one normal observation: a fallback item, scaled on all its rows
+    assert "50963 NTproBNP (Blood) (9 train rows)" in sample_page  # one normal row: a fallback item, on all rows
     assert_self_contained(sample_page)
 
 
@@ -139,7 +139,7 @@ def test_z_chart_marks_the_items_beyond_the_error_bound(tmp_path):
     assert "<code>z_error_bound</code>" in page and "stopped at stage <b>scale</b>" in page
     assert 'id="fig-zscores"' in page  # the distributions exist although the scale stage stopped the run
     item = int(validation.tables.labevents.loc[row + 2, "ITEMID"])
-    assert re.search(rf"<tr><td>{item}</td><td class=\"num\"[^>]*>[\d,]+</td><td class=\"num\"[^>]*>[\d.e+]+</td>"
+    assert re.search(rf"<tr><td>{item}[^<]*</td><td class=\"num\"[^>]*>[\d,]+</td><td class=\"num\"[^>]*>[\d.e+]+</td>"
                      r"<td class=\"num\"[^>]*>[1-9]", page), "the planted item leads the z table with a flagged row"
 
 

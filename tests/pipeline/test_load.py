@@ -172,3 +172,32 @@ def test_load_text_tables_collects_every_file_problem(tmp_path, sample_dir):
     assert sorted((p.table, p.check) for p in problems) == [("ADMISSIONS", "file_empty"),
                                                           ("D_LABITEMS", "file_missing")]
     assert set(TABLES) == {"ADMISSIONS", "D_LABITEMS", "LABEVENTS"}
+
+
+@pytest.mark.parametrize("present, table, suggested, target", [
+    ("Admission.csv", "ADMISSIONS", "'Admission.csv'", "Rename it to ADMISSIONS.csv."),
+    ("admissions.gz", "ADMISSIONS", "'admissions.gz'", "Rename it to ADMISSIONS.csv.gz."),
+    ("labevents.tsv", "LABEVENTS", "'labevents.tsv'", "Rename it to LABEVENTS.csv."),
+    ("mimic3/ADMISSIONS.csv.gz", "ADMISSIONS", "'mimic3/ADMISSIONS.csv.gz'", "Move it to DATA_DIR as ADMISSIONS.csv.gz"),
+])
+def test_missing_table_suggests_a_near_name(tmp_path, present, table, suggested, target):
+    (tmp_path / present).parent.mkdir(exist_ok=True)
+    (tmp_path / present).write_text("x")
+    if table != "LABEVENTS":
+        (tmp_path / "LABEVENTS.csv").write_text("x")  # another table's file is never suggested
+    with pytest.raises(StageError) as raised:
+        locate_table(tmp_path, table)
+    message = str(raised.value)
+    assert f"Did you mean {suggested}? {target}" in message
+    assert message.startswith(f"[load:input] {table} file_missing: table file not found in {tmp_path}.")
+    assert "failed on" not in message and "row" not in message  # a missing file has no rows
+
+
+def test_no_near_name_is_suggested_for_other_tables_or_far_names(tmp_path):
+    """D_ITEMS and CHARTEVENTS are tables of their own in a full MIMIC-III folder, not misspellings."""
+    for name in ("D_ITEMS.csv", "CHARTEVENTS.csv", "PATIENTS.csv", "notes.txt", "ADMISSIONS.csv"):
+        (tmp_path / name).write_text("x")
+    for table in ("D_LABITEMS", "LABEVENTS"):
+        with pytest.raises(StageError) as raised:
+            locate_table(tmp_path, table)
+        assert "Did you mean" not in str(raised.value)

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.report import Finding, InputFile, Report, finding_from_error, finding_from_mask, write_atomic
+from pipeline.report import (Finding, InputFile, Report, finding_from_error, finding_from_mask, format_items,
+                             item_names, write_atomic)
 from schemas.checks import CHECKS
 from schemas.errors import SAMPLE_CAP, StageError
 
@@ -262,3 +263,30 @@ def test_findings_are_frozen():
 def test_report_path_argument_may_be_text(tmp_path):
     Report().write_json(str(tmp_path / "r.json"))  # type: ignore[arg-type]
     assert json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))["findings"] == []
+
+
+# -- naming lab items ----------------------------------------------------------------------------------
+def _labitems(**columns) -> pd.DataFrame:
+    frame = pd.DataFrame({"ITEMID": pd.array([50963, 51100, 51003, 51003, 7], dtype="Int64"),
+                          "FLUID": pd.array(["Blood", "Urine", "Blood", "Blood", None], dtype="str"),
+                          "LABEL": pd.array(["NTproBNP", " Sodium,\n  Urine ", "Troponin T", "Troponin I", None],
+                                            dtype="str")})
+    return frame.assign(**columns)
+
+
+def test_item_names_are_label_and_fluid_from_the_dictionary():
+    assert item_names(_labitems()) == {50963: "NTproBNP (Blood)", 51100: "Sodium, Urine (Urine)"}  # 51003 twice
+    assert item_names(_labitems().drop(columns="LABEL")) == {50963: "(Blood)", 51100: "(Urine)"}
+    assert item_names(None) == {} and item_names(_labitems().iloc[:0]) == {}
+
+
+def test_format_items_names_counts_and_caps():
+    names = item_names(_labitems())
+    assert format_items([50963, 7], names=names) == "50963 NTproBNP (Blood), 7"
+    counts = pd.Series([28, 1, 5], index=[50963, 51100, 7])
+    assert format_items(counts, names=names) == \
+        "50963 NTproBNP (Blood) (28 rows), 51100 Sodium, Urine (Urine) (1 row), 7 (5 rows)"
+    assert format_items(counts, names=names, limit=2, unit="train row") == \
+        "50963 NTproBNP (Blood) (28 train rows), 51100 Sodium, Urine (Urine) (1 train row) and 1 more"
+    assert format_items(range(1, 31)).endswith("20 and 10 more")  # the cap defaults to a finding's lines
+    assert format_items([]) == ""
