@@ -410,7 +410,6 @@ def _quarantine_findings(quarantine: pd.DataFrame, config: Config, *, names: dic
     for (table, stage, reason), rows in quarantine.groupby(["TABLE", "STAGE", "REASON"], sort=True):
         check = REASON_CHECKS.get(reason, "quarantine_raw_error")
         items = ""
-        if reason == clean.MIXED_TEXT:
         if reason in (clean.MIXED_TEXT, clean.IN_COMMENTS, clean.NO_RESULT):
             per_item = rows["ITEMID"].dropna().astype("int64").value_counts().sort_index()
             items = ": items " + format_items(per_item, names=names, limit=config.report.max_lines)
