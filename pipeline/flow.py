@@ -30,7 +30,7 @@ from schemas.errors import StageError, require_validation
 from schemas.guard import trusted_chain
 
 # Checks that mean the run could not happen at all (exit 2), rather than that the data is bad (exit 1).
-CANNOT_RUN = ("file_missing", "file_unreadable")
+CANNOT_RUN = ("file_missing", "file_unreadable", "decompression_bound")
 
 # Quarantine reasons and the check that reports them.
 REASON_CHECKS = {
@@ -118,13 +118,15 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
 
     settings = dict(valuenum_abs_bound=config.raw.valuenum_abs_bound, severity=config.severity,
                     show_values=show_values, max_lines=config.report.max_lines)
+    limits = dict(max_expanded_bytes=config.load.max_expanded_bytes,
+                  max_expansion_ratio=config.load.max_expansion_ratio)
     # Checked tables are stored in the cache behind the run, while the next table and the stages go on.
     with cache.writing_behind() if cache else contextlib.nullcontext() as store:
         checked, inputs = {}, []
         for table, path in located.items():
             # The file name says how the bytes are read (.gz or not): the same bytes under another name differ.
-            key = cache_key("table", table, digests.get(table), path.name.lower().endswith(".gz"), settings) \
-                if cache else None
+            key = cache_key("table", table, digests.get(table), path.name.lower().endswith(".gz"), settings,
+                            limits) if cache else None
             result = cache.get_table(table, key) if cache else None
             if result is not None:
                 sha256 = digests[table]
@@ -132,7 +134,7 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
             else:
                 progress.step(f"read {table}")
                 try:
-                    text = read_table(path, table)
+                    text = read_table(path, table, **limits)
                 except StageError as problem:
                     problems.append(problem)
                     continue

@@ -12,10 +12,12 @@ import csv
 import gzip
 import hashlib
 import io
+import os
 import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -31,6 +33,12 @@ SUFFIXES = (".csv", ".csv.gz")
 SUBFOLDERS = ("", "hosp")
 _GZIP_MAGIC = b"\x1f\x8b"
 _BLANK = re.compile(rb"[\r\n\t \xef\xbb\xbf]*")  # a file of only these bytes has not even a header
+# Reading bounds; the config's [load] section sets them (pipeline/defaults.toml says why these values).
+MAX_EXPANDED_BYTES = 64 * 2**30
+MAX_EXPANSION_RATIO = 100.0
+RATIO_FREE_BYTES = 64 * 2**20  # text up to this size is never refused for its expansion ratio
+MAX_FIELD_CHARS = 2**20
+_CHUNK = 1 << 23  # decompressed bytes taken at a time
 
 
 @dataclass(frozen=True)
@@ -78,12 +86,23 @@ def _child_ci(folder: Path, name: str) -> Path | None:
     return matches[0] if matches else None
 
 
-def read_table(path: Path, table: str) -> TextTable:
-    """Read the needed columns of one raw table as text, keeping each row's source line."""
+def read_table(path: Path, table: str, *, max_expanded_bytes: int = MAX_EXPANDED_BYTES,
+               max_expansion_ratio: float = MAX_EXPANSION_RATIO) -> TextTable:
+    """Read the needed columns of one raw table as text, keeping each row's source line.
+
+    A ``.gz`` file is decompressed as a stream and refused (``decompression_bound``) as soon as its text
+    passes ``max_expanded_bytes``, or ``max_expansion_ratio`` times the file's size beyond the first
+    :data:`RATIO_FREE_BYTES`: memory stays bounded whatever the file expands to.
+    """
     path = Path(path)
-    raw = _read_bytes(path, table)
-    sha256 = hashlib.sha256(raw).hexdigest()
-    data = _decompress(raw, path, table)
+    if path.name.lower().endswith(".gz"):
+        sha256, data = _read_gzip(path, table, max_expanded_bytes=max_expanded_bytes,
+                                  max_expansion_ratio=max_expansion_ratio)
+    else:
+        data = _read_bytes(path, table)
+        sha256 = hashlib.sha256(data).hexdigest()
+        if data.startswith(_GZIP_MAGIC):
+            raise _load_error(table, "compression", path=path, detail="the file is gzip-compressed but not named .gz")
     if _BLANK.fullmatch(data):
         raise _load_error(table, "file_empty", path=path)
     data = _require_utf8(data, path, table)
@@ -163,16 +182,52 @@ def _read_bytes(path: Path, table: str) -> bytes:
         raise _load_error(table, "file_unreadable", path=path, detail=exc.strerror or type(exc).__name__) from None
 
 
-def _decompress(raw: bytes, path: Path, table: str) -> bytes:
-    if path.name.lower().endswith(".gz"):
+class _Hashing:
+    """A binary file read through: hashes every byte read and keeps the first two (the gzip magic)."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle = handle
+        self.digest = hashlib.sha256()
+        self.head = b""
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.handle.read(size)
+        self.digest.update(data)
+        if len(self.head) < 2:
+            self.head = (self.head + data)[:2]
+        return data
+
+
+def _read_gzip(path: Path, table: str, *, max_expanded_bytes: int,
+               max_expansion_ratio: float) -> tuple[str, bytearray]:
+    """The file's sha256 and its decompressed text, streamed: refused once the text passes the bounds."""
+    try:
+        handle = open(path, "rb")
+        size = os.fstat(handle.fileno()).st_size
+    except OSError as exc:
+        raise _load_error(table, "file_unreadable", path=path, detail=exc.strerror or type(exc).__name__) from None
+    by_ratio = max(RATIO_FREE_BYTES, max_expansion_ratio * size)
+    bound = min(max_expanded_bytes, by_ratio)
+    text = bytearray()
+    source = _Hashing(handle)
+    with handle:
         try:
-            return gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            reason = "not a gzip file" if not raw.startswith(_GZIP_MAGIC) else "truncated or corrupt stream"
+            with gzip.GzipFile(fileobj=source, mode="rb") as stream:
+                while chunk := stream.read(_CHUNK):
+                    text += chunk
+                    if len(text) > bound:
+                        which = ("[load] max_expanded_bytes" if bound == max_expanded_bytes else
+                                 f"{max_expansion_ratio:g} times its {size:,} bytes ([load] max_expansion_ratio)")
+                        raise _load_error(
+                            table, "decompression_bound", path=path,
+                            detail=f"It expands to more than {bound:,.0f} bytes of text, over {which}; "
+                                   "decompression stopped there and the table was not read")
+        except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+            reason = "truncated or corrupt stream" if source.head == _GZIP_MAGIC else "not a gzip file"
             raise _load_error(table, "compression", path=path, detail=f"{reason} ({type(exc).__name__})") from None
-    if raw.startswith(_GZIP_MAGIC):
-        raise _load_error(table, "compression", path=path, detail="the file is gzip-compressed but not named .gz")
-    return raw
+        except OSError as exc:
+            raise _load_error(table, "file_unreadable", path=path, detail=exc.strerror or type(exc).__name__) from None
+    return source.digest.hexdigest(), text
 
 
 def _require_utf8(data: bytes, path: Path, table: str) -> bytes:

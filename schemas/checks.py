@@ -52,6 +52,9 @@ _CATALOGUE = [
               "Re-export or re-download the table; an empty file has not even a header."),
     CheckInfo("compression", "load", ERROR, "gzip stream is truncated or corrupt",
               "Re-download the file or re-compress it with gzip; a file named .gz must be gzip."),
+    CheckInfo("decompression_bound", "load", ERROR, "gzip file expands beyond the configured bound",
+              "A file that expands this far is most often a gzip bomb or a broken export; if it is real, raise "
+              "[load] max_expanded_bytes or max_expansion_ratio."),
     CheckInfo("encoding", "load", ERROR, "bytes that are not UTF-8",
               "Re-export the table as UTF-8 (MIMIC ships UTF-8; a spreadsheet save may not)."),
     CheckInfo("duplicate_header", "load", ERROR, "header names a column twice",

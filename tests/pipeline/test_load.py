@@ -4,16 +4,27 @@ from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from pipeline.cli import app
 
 from pipeline.load import TABLES, candidate_names, load_text_tables, locate_table, read_table
 from schemas.errors import StageError
 
+ROOT = Path(__file__).resolve().parents[2]
 HEADER = "ROW_ID,SUBJECT_ID,HADM_ID,ITEMID,CHARTTIME,VALUE,VALUENUM,VALUEUOM,FLAG"
 
 
@@ -172,3 +183,65 @@ def test_load_text_tables_collects_every_file_problem(tmp_path, sample_dir):
     assert sorted((p.table, p.check) for p in problems) == [("ADMISSIONS", "file_empty"),
                                                           ("D_LABITEMS", "file_missing")]
     assert set(TABLES) == {"ADMISSIONS", "D_LABITEMS", "LABEVENTS"}
+
+
+# -- hostile or huge input -----------------------------------------------------------------------
+def _nul_bomb(path, gib: float = 1.0) -> int:
+    """A valid .gz of ``gib`` GiB of NUL bytes, ~1 MB on disk: one 16 MiB member written many times (gzip
+    allows members end to end), so it is made in milliseconds."""
+    member = gzip.compress(bytes(1 << 24), compresslevel=9, mtime=0)
+    with open(path, "wb") as handle:
+        for _ in range(int(gib * 64)):
+            handle.write(member)
+    return path.stat().st_size
+
+
+def test_a_gzip_bomb_is_refused_early_and_memory_stays_bounded(tmp_path):
+    """1 GiB of NULs in ~1 MB: refused at the ratio bound, long before it is held whole (peak RSS measured
+    in a fresh process; the whole text alone would be 1 GiB)."""
+    bomb = tmp_path / "LABEVENTS.csv.gz"
+    size = _nul_bomb(bomb)
+    probe = (
+        "import json, resource, sys\n"
+        "from pipeline.load import read_table\n"
+        "from schemas.errors import StageError\n"
+        "try:\n"
+        "    read_table(sys.argv[1], 'LABEVENTS')\n"
+        "    check = None\n"
+        "except StageError as error:\n"
+        "    check, detail = error.check, str(error)\n"
+        "print(json.dumps({'check': check, 'detail': detail,\n"
+        "                  'rss': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(bomb)], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["check"] == "decompression_bound"
+    assert f"over 100 times its {size:,} bytes ([load] max_expansion_ratio)" in result["detail"]
+    assert result["rss"] < 600 * 2**20, f"peak RSS {result['rss'] / 2**20:.0f} MiB"
+
+
+def test_the_expanded_size_bound_refuses_a_real_table_and_exits_2(tmp_path, sample_dir):
+    data = tmp_path / "data"
+    shutil.copytree(sample_dir, data, ignore=shutil.ignore_patterns("*.py", "*.png", "__pycache__"))
+    text = (data / "LABEVENTS.csv").read_bytes()
+    (data / "LABEVENTS.csv").unlink()
+    (data / "LABEVENTS.csv.gz").write_bytes(gzip.compress(text, mtime=0))
+    config = tmp_path / "small.toml"
+    config.write_text(f"[load]\nmax_expanded_bytes = {len(text) - 1}\n")
+
+    refused = CliRunner().invoke(app, ["validate", str(data), "--no-cache", "--config", str(config)])
+    read = CliRunner().invoke(app, ["validate", str(data), "--no-cache"])
+
+    assert refused.exit_code == 2, refused.output
+    assert "load/decompression_bound LABEVENTS" in refused.output
+    assert "over [load] max_expanded_bytes" in refused.output
+    assert read.exit_code == 0, read.output
+
+
+def test_gzip_tables_are_hashed_as_their_compressed_bytes(tmp_path, sample_dir):
+    raw = (sample_dir / "D_LABITEMS.csv").read_bytes()
+    path = tmp_path / "D_LABITEMS.csv.gz"
+    path.write_bytes(gzip.compress(raw, mtime=0))
+    assert read_table(path, "D_LABITEMS").sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
