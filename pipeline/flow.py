@@ -22,7 +22,7 @@ from pipeline.cache import Cache
 from pipeline.cache import key_of as cache_key
 from pipeline.load import TABLES, file_sha256, locate_tables, read_table
 from pipeline.engine import PANDAS, Engine
-from pipeline.parse import RawTables, check_relations, check_table
+from pipeline.parse import RawResult, RawTables, check_relations, check_table
 from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.quarantine import Kept, Step, combine, empty_quarantine
 from pipeline.report import Finding, InputFile, Report, finding_from_error, finding_from_mask, summary_finding
@@ -119,7 +119,7 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
     settings = dict(valuenum_abs_bound=config.raw.valuenum_abs_bound, severity=config.severity,
                     show_values=show_values, max_lines=config.report.max_lines)
     limits = dict(max_expanded_bytes=config.load.max_expanded_bytes,
-                  max_expansion_ratio=config.load.max_expansion_ratio)
+                  max_expansion_ratio=config.load.max_expansion_ratio, max_field_chars=config.load.max_field_chars)
     # Checked tables are stored in the cache behind the run, while the next table and the stages go on.
     with cache.writing_behind() if cache else contextlib.nullcontext() as store:
         checked, inputs = {}, []
@@ -141,6 +141,9 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
                 progress.rows(text.rows)
                 progress.step(f"check {table}", rows=text.rows)
                 result = check_table(table, text.frame, engine=engine, **settings)
+                if text.problems:  # rows left out while the rest was read: reported, and cached, with the checks
+                    result = RawResult(tables=result.tables,
+                                       findings=[*map(finding_from_error, text.problems), *result.findings])
                 sha256 = text.sha256
                 del text  # the text frame is the largest object of a run: free it before the next table
                 if store is not None and sha256 == digests[table]:

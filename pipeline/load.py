@@ -8,20 +8,23 @@ File-level problems raise :class:`schemas.StageError` with stage ``load``.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import hashlib
 import io
 import os
 import re
+import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Iterator
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pv
 
 from schemas.checks import check_info
@@ -39,6 +42,8 @@ MAX_EXPANSION_RATIO = 100.0
 RATIO_FREE_BYTES = 64 * 2**20  # text up to this size is never refused for its expansion ratio
 MAX_FIELD_CHARS = 2**20
 _CHUNK = 1 << 23  # decompressed bytes taken at a time
+_BLOCK = 1 << 24  # pyarrow's first block size; doubled for rows longer than a block
+_MAX_BLOCK = 1 << 30  # beyond this, rows are read by the csv module
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,7 @@ class TextTable:
     path: Path
     sha256: str
     frame: pd.DataFrame
+    problems: tuple[StageError, ...] = ()  # rows rejected while the rest was read (field_too_long)
 
     @property
     def rows(self) -> int:
@@ -87,12 +93,13 @@ def _child_ci(folder: Path, name: str) -> Path | None:
 
 
 def read_table(path: Path, table: str, *, max_expanded_bytes: int = MAX_EXPANDED_BYTES,
-               max_expansion_ratio: float = MAX_EXPANSION_RATIO) -> TextTable:
+               max_expansion_ratio: float = MAX_EXPANSION_RATIO, max_field_chars: int = MAX_FIELD_CHARS) -> TextTable:
     """Read the needed columns of one raw table as text, keeping each row's source line.
 
     A ``.gz`` file is decompressed as a stream and refused (``decompression_bound``) as soon as its text
     passes ``max_expanded_bytes``, or ``max_expansion_ratio`` times the file's size beyond the first
-    :data:`RATIO_FREE_BYTES`: memory stays bounded whatever the file expands to.
+    :data:`RATIO_FREE_BYTES`: memory stays bounded whatever the file expands to. Rows with a read field
+    longer than ``max_field_chars`` are left out and reported (``field_too_long``, in ``problems``).
     """
     path = Path(path)
     if path.name.lower().endswith(".gz"):
@@ -109,9 +116,12 @@ def read_table(path: Path, table: str, *, max_expanded_bytes: int = MAX_EXPANDED
     header = _read_header(data, path, table)
     columns = _select_columns(header, path, table)
     frame = _parse(data, header, columns, path, table)
-    if frame.empty:
+    frame, too_long = _without_long_fields(frame, max_field_chars, path, table)
+    if frame.empty and too_long is None:
         raise _load_error(table, "table_empty", path=path, detail="Only the header line was found")
-    return TextTable(table=table, path=path, sha256=sha256, frame=frame)
+    if frame.empty:
+        raise too_long
+    return TextTable(table=table, path=path, sha256=sha256, frame=frame, problems=(too_long,) if too_long else ())
 
 
 def locate_tables(data_dir: Path) -> tuple[dict[str, Path], list[StageError]]:
@@ -144,6 +154,8 @@ def load_text_tables(data_dir: Path) -> tuple[dict[str, TextTable], list[StageEr
             tables[table] = read_table(path, table)
         except StageError as problem:
             problems.append(problem)
+        else:
+            problems.extend(tables[table].problems)
     return tables, sorted(problems, key=lambda p: TABLES.index(p.table))
 
 
@@ -304,22 +316,28 @@ def _select_columns(header: list[str], path: Path, table: str) -> dict[str, str]
 def _parse(data: bytes, header: list[str], columns: dict[str, str], path: Path, table: str) -> pd.DataFrame:
     """Fast path through pyarrow; exact line numbers through the csv module when rows span lines."""
     ragged: list[int] = []
-    try:
-        arrow = pv.read_csv(
-            pa.py_buffer(data),
-            read_options=pv.ReadOptions(use_threads=True, block_size=1 << 24),
-            parse_options=pv.ParseOptions(invalid_row_handler=lambda row: ragged.append(1) or "skip"),
-            convert_options=pv.ConvertOptions(
-                include_columns=list(columns.values()),
-                column_types={name: pa.string() for name in columns.values()},
-                null_values=[""],
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=True,
-                check_utf8=False,  # _require_utf8 checked every byte of the file
-            ),
-        )
-    except (pa.ArrowInvalid, pa.ArrowException):
-        arrow = None
+    convert = pv.ConvertOptions(
+        include_columns=list(columns.values()),
+        column_types={name: pa.string() for name in columns.values()},
+        null_values=[""],
+        strings_can_be_null=True,
+        quoted_strings_can_be_null=True,
+        check_utf8=False,  # _require_utf8 checked every byte of the file
+    )
+    arrow, block = None, _BLOCK
+    while arrow is None:
+        ragged.clear()
+        try:
+            arrow = pv.read_csv(
+                pa.py_buffer(data),
+                read_options=pv.ReadOptions(use_threads=True, block_size=block),
+                parse_options=pv.ParseOptions(invalid_row_handler=lambda row: ragged.append(1) or "skip"),
+                convert_options=convert,
+            )
+        except (pa.ArrowInvalid, pa.ArrowException) as exc:
+            if "straddl" not in str(exc) or block >= min(len(data), _MAX_BLOCK):
+                break  # not a row longer than a block: the csv module says what it is
+            block *= 2  # a row longer than a block (a long field, or a quote that never closes)
     physical = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
     if arrow is not None and not ragged and physical == arrow.num_rows + 1:
         frame = arrow.to_pandas()
@@ -331,6 +349,24 @@ def _parse(data: bytes, header: list[str], columns: dict[str, str], path: Path, 
 def _parse_exact(data: bytes, header: list[str], columns: dict[str, str], path: Path, table: str) -> pd.DataFrame:
     """Record by record with the csv module: exact start lines, ragged rows and unclosed quotes."""
     positions = [header.index(name) for name in columns.values()]
+    with _any_field_size():
+        return _read_records(data, header, columns, positions, path, table)
+
+
+@contextlib.contextmanager
+def _any_field_size() -> Iterator[None]:
+    """Lift the csv module's field size limit (131,072 characters) while a table is read: a long field is
+    then read whole and reported for what it is (``field_too_long``), not as a quote that never closes."""
+    limit = csv.field_size_limit()
+    csv.field_size_limit(sys.maxsize)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(limit)
+
+
+def _read_records(data: bytes, header: list[str], columns: dict[str, str], positions: list[int], path: Path,
+                  table: str) -> pd.DataFrame:
     reader = csv.reader(io.StringIO(data.decode("utf-8-sig"), newline=""), strict=True)
     records: list[list[str]] = []
     lines: list[int] = []
@@ -361,3 +397,34 @@ def _parse_exact(data: bytes, header: list[str], columns: dict[str, str], path: 
     values = np.array(records, dtype=object).reshape(len(records), len(positions))
     frame = pd.DataFrame(values, columns=list(columns), index=pd.Index(lines, name="line", dtype="int64"))
     return frame.replace("", None).astype("str")
+
+
+def _without_long_fields(frame: pd.DataFrame, max_chars: int, path: Path,
+                         table: str) -> tuple[pd.DataFrame, StageError | None]:
+    """The rows whose read fields all fit ``max_chars``, and the error naming the others (None if none).
+
+    Lengths are taken chunk by chunk from the Arrow data (no length column for the whole table); only a
+    column that holds a long field is measured whole."""
+    arrow = pa.Table.from_pandas(frame, preserve_index=False)
+    over = np.zeros(len(frame), dtype=bool)
+    worst = (0, "", 0)  # characters, column, line
+    for name in frame.columns:
+        column = arrow.column(name)
+        if not any((pc.max(pc.utf8_length(chunk)).as_py() or 0) > max_chars for chunk in column.chunks):
+            continue
+        lengths = pc.fill_null(pc.utf8_length(column), 0).to_numpy()
+        over |= lengths > max_chars
+        at = int(lengths.argmax())
+        worst = max(worst, (int(lengths[at]), name, int(frame.index[at])))
+    if not over.any():
+        return frame, None
+    chars, column, line = worst
+    count = int(over.sum())
+    rows = "A row" if count == 1 else f"{count} rows"
+    problem = _load_error(
+        table, "field_too_long", path=path, lines=frame.index[over].tolist(), count=count, column=column,
+        detail=f"{rows} with a field longer than [load] max_field_chars ({max_chars:,} characters), the longest "
+               f"a field of {chars:,} characters ({chars / 2**20:.1f} MiB) in {column} at line {line}; "
+               f"{'it was' if count == 1 else 'they were'} left out and the rest of the table read",
+    )
+    return frame[~over], problem

@@ -63,6 +63,9 @@ _CATALOGUE = [
               "Check the delimiter (badpoints reads comma-separated files) and the header names."),
     CheckInfo("malformed_row", "load", ERROR, "row that is not valid CSV",
               "Fix the rows: every row needs as many fields as the header, and every quote must close."),
+    CheckInfo("field_too_long", "load", ERROR, "a field longer than the configured bound",
+              "No lab value, time or ID is this long: the export merged rows or lost a delimiter; fix the rows "
+              "named. They were left out; the rest of the table was read and checked."),
     CheckInfo("table_empty", "load", ERROR, "table has a header but no rows",
               "Re-export the table with its rows; an empty table leaves nothing to train on."),
     # -- values -------------------------------------------------------------------------

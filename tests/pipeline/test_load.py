@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from pipeline.cli import app
+from pipeline.config import load_config
+from pipeline.flow import validate
 
 from pipeline.load import TABLES, candidate_names, load_text_tables, locate_table, read_table
 from schemas.errors import StageError
@@ -245,3 +247,61 @@ def test_gzip_tables_are_hashed_as_their_compressed_bytes(tmp_path, sample_dir):
     path = tmp_path / "D_LABITEMS.csv.gz"
     path.write_bytes(gzip.compress(raw, mtime=0))
     assert read_table(path, "D_LABITEMS").sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _rows(values: list[str]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(HEADER.split(","))
+    for number, value in enumerate(values, start=1):
+        writer.writerow([str(number), "5", "100", "50912", "2101-01-01 10:00:00", value, "", "mg/dL", ""])
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("quoted_newline", [False, True], ids=["one line a row", "a quoted newline elsewhere"])
+def test_a_50_mb_field_is_reported_as_such_and_the_rest_is_read(tmp_path, quoted_newline):
+    """A row beyond pyarrow's block (16 MiB) or a field beyond the csv module's limit (131,072 characters)
+    was reported as 'a quote ... never closes' and the whole table rejected."""
+    long = "x" * (50 * 2**20)
+    values = ["1.0", "two\nlines" if quoted_newline else "2.0", "3.0", long, "5.0"]
+    table = _labevents(tmp_path, _rows(values))
+
+    shift = 1 if quoted_newline else 0
+    assert table.frame.index.tolist() == [2, 3, 4 + shift, 6 + shift]
+    assert table.frame["VALUE"].tolist()[-1] == "5.0"
+    (problem,) = table.problems
+    assert problem.check == "field_too_long" and problem.column == "VALUE" and problem.lines == [5 + shift]
+    assert f"a field of {len(long):,} characters (50.0 MiB) in VALUE at line {5 + shift}" in str(problem)
+    assert "never closes" not in str(problem)
+
+
+def test_fields_longer_than_the_csv_modules_limit_are_read_when_rows_span_lines(tmp_path):
+    values = ["two\nlines", "y" * 200_000, "3.0"]
+    table = _labevents(tmp_path, _rows(values))
+    assert table.frame.index.tolist() == [2, 4, 5] and not table.problems
+    assert table.frame.loc[4, "VALUE"] == values[1]
+
+
+def test_a_quote_that_never_closes_is_still_named_after_a_long_row(tmp_path):
+    body = _rows(["1.0", "z" * (20 * 2**20), "3.0"]) + '6,5,100,50912,2101-01-01 10:00:00,"open,1,u,\n7,5\n'
+    with pytest.raises(StageError, match="A quote opened at line 5 never closes") as caught:
+        _labevents(tmp_path, body)
+    assert caught.value.check == "malformed_row"
+
+
+def test_a_long_field_is_a_finding_of_the_run_and_the_other_rows_are_checked(tmp_path, sample_dir):
+    data = tmp_path / "data"
+    shutil.copytree(sample_dir, data, ignore=shutil.ignore_patterns("*.py", "*.png", "__pycache__"))
+    path = data / "LABEVENTS.csv"
+    rows = list(csv.reader(io.StringIO(path.read_text())))
+    rows[5][rows[0].index("VALUE")] = "x" * (2 * 2**20)
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    path.write_text(out.getvalue())
+
+    validation = validate(data, load_config(None))
+
+    found = [f for f in validation.report.findings if f.check == "field_too_long"]
+    assert len(found) == 1 and found[0].lines == [6] and found[0].severity == "error"
+    assert validation.exit_code == 1
+    assert validation.report.attrition["LABEVENTS"]["read"] == len(rows) - 2  # all but the header and line 6
