@@ -15,6 +15,7 @@ import hashlib
 import io
 import os
 import re
+import stat
 import sys
 import zlib
 from dataclasses import dataclass
@@ -71,16 +72,42 @@ def locate_table(data_dir: Path, table: str) -> Path:
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise _load_error(table, "file_unreadable", detail=f"DATA_DIR {str(data_dir)!r} is not a folder")
-    for sub in SUBFOLDERS:
-        folder = _child_ci(data_dir, sub) if sub else data_dir
-        if folder is None:
-            continue
-        for suffix in SUFFIXES:
-            found = _child_ci(folder, f"{table}{suffix}")
-            if found is not None and found.is_file():
-                return found
+    found = next(_candidates(data_dir, table), None)
+    if found is not None:
+        return _regular(found, table)
     tried = ", ".join(candidate_names(table))
     raise _load_error(table, "file_missing", detail=f"Tried (any case) in {str(data_dir)!r}: {tried}")
+
+
+def _candidates(data_dir: Path, table: str) -> Iterator[Path]:
+    """Every entry named like ``table`` under ``data_dir``, the one to read first (exact case before other cases)."""
+    for sub in SUBFOLDERS:
+        folder = _child_ci(data_dir, sub) if sub else data_dir
+        if folder is None or not folder.is_dir():
+            continue
+        for suffix in SUFFIXES:
+            name = f"{table}{suffix}"
+            exact = [folder / name] if os.path.lexists(folder / name) else []
+            yield from exact + sorted(p for p in folder.iterdir() if p.name.lower() == name.lower() and p not in exact)
+
+
+def _regular(path: Path, table: str) -> Path:
+    """``path`` when it is a regular file (or a link to one); else file_unreadable, saying what it is.
+
+    Only ``stat`` is called: a FIFO is never opened, so reading never blocks on it."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        what = "a link to nothing" if path.is_symlink() else (exc.strerror or type(exc).__name__)
+        raise _load_error(table, "file_unreadable", path=path, detail=f"It is not a regular file: {what}") from None
+    if stat.S_ISREG(mode):
+        return path
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    what = next((kind for test, kind in kinds if test(mode)), "not a file")
+    link = f" (a link to {os.path.realpath(path)})" if path.is_symlink() else ""
+    raise _load_error(table, "file_unreadable", path=path,
+                      detail=f"It is not a regular file but {what}{link}; badpoints reads regular files only")
 
 
 def _child_ci(folder: Path, name: str) -> Path | None:
@@ -133,6 +160,12 @@ def locate_tables(data_dir: Path) -> tuple[dict[str, Path], list[StageError]]:
             found[table] = locate_table(data_dir, table)
         except StageError as problem:
             problems.append(problem)
+            continue
+        others = [path for path in _candidates(Path(data_dir), table) if path != found[table]]
+        if others:
+            problems.append(_load_error(
+                table, "file_ambiguous", path=found[table], count=len(others),
+                detail=f"Read {str(found[table])!r}; also found, not read: " + ", ".join(repr(str(p)) for p in others)))
     return found, problems
 
 

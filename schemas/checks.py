@@ -48,6 +48,8 @@ _CATALOGUE = [
               "Put the table in DATA_DIR under one of the names tried (.csv or .csv.gz, any case)."),
     CheckInfo("file_unreadable", "load", ERROR, "file cannot be read",
               "Check the file's permissions and that it is a regular file."),
+    CheckInfo("file_ambiguous", "load", WARNING, "more than one file could hold the table",
+              "Keep one file per table in DATA_DIR (and its hosp/ folder); the one read is named."),
     CheckInfo("file_empty", "load", ERROR, "file has no bytes",
               "Re-export or re-download the table; an empty file has not even a header."),
     CheckInfo("compression", "load", ERROR, "gzip stream is truncated or corrupt",

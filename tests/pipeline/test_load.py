@@ -305,3 +305,57 @@ def test_a_long_field_is_a_finding_of_the_run_and_the_other_rows_are_checked(tmp
     assert len(found) == 1 and found[0].lines == [6] and found[0].severity == "error"
     assert validation.exit_code == 1
     assert validation.report.attrition["LABEVENTS"]["read"] == len(rows) - 2  # all but the header and line 6
+
+
+def _sample_copy(tmp_path, sample_dir):
+    data = tmp_path / "data"
+    shutil.copytree(sample_dir, data, ignore=shutil.ignore_patterns("*.py", "*.png", "__pycache__"))
+    return data
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "dangling"])
+def test_a_table_name_that_is_not_a_regular_file_says_so_and_never_blocks(tmp_path, sample_dir, kind):
+    data = _sample_copy(tmp_path, sample_dir)
+    path = data / "LABEVENTS.csv"
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+        expected = "It is not a regular file but a FIFO (named pipe)"
+    elif kind == "dev-zero":
+        if not os.path.exists("/dev/zero"):
+            pytest.skip("no /dev/zero on this machine")
+        path.symlink_to("/dev/zero")
+        expected = "It is not a regular file but a character device (a link to /dev/zero)"
+    else:
+        path.symlink_to(tmp_path / "gone.csv")
+        expected = "It is not a regular file: a link to nothing"
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "validate", str(data), "--no-cache", "-q",
+                           "--json", str(report)], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    (finding,) = [f for f in json.loads(report.read_text())["findings"] if f["table"] == "LABEVENTS"]
+    assert finding["check"] == "file_unreadable" and expected in finding["message"]
+    assert "not found" not in finding["message"]
+
+
+@pytest.mark.parametrize("other", ["hosp/labevents.csv.gz", "labevents.csv", "LABEVENTS.csv.gz"])
+def test_two_files_for_one_table_are_a_warning_naming_both(tmp_path, sample_dir, other):
+    data = _sample_copy(tmp_path, sample_dir)
+    plain = validate(data, load_config(None))
+    text = (data / "LABEVENTS.csv").read_bytes()
+    (data / other).parent.mkdir(exist_ok=True)
+    (data / other).write_bytes(gzip.compress(text, mtime=0) if other.endswith(".gz") else text)
+    if other == "labevents.csv" and len(list(data.iterdir())) < 4:
+        pytest.skip("this file system ignores case: labevents.csv is LABEVENTS.csv")
+
+    both = validate(data, load_config(None))
+
+    ambiguous = [f for f in both.report.findings if f.check == "file_ambiguous"]
+    assert len(ambiguous) == 1 and ambiguous[0].severity == "warning" and ambiguous[0].table == "LABEVENTS"
+    assert f"Read {str(data / 'LABEVENTS.csv')!r}; also found, not read: {str(data / other)!r}" \
+        in ambiguous[0].message
+    assert both.exit_code == plain.exit_code == 0
+    rest = [f for f in both.report.findings if f.check != "file_ambiguous"]
+    assert rest == plain.report.findings
