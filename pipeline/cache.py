@@ -6,9 +6,12 @@ changed input invalidates only its own table and a changed badpoints
 invalidates everything. A report entry is keyed by every input's hash and the
 whole effective config: ``badpoints validate`` of unchanged inputs returns the
 report at once. Entries are written atomically and verified by hash when read;
-an entry that fails is ignored and rebuilt. The cache holds parsed copies of
-the data: keep it where the data may live (``--cache-dir``), or use
-``--no-cache``.
+an entry that fails is ignored and rebuilt. The cache only saves time, so it
+is never fatal: a folder that cannot be made, read or written (not a folder, no
+home, a full disk) turns the cache off for the rest of the run, and
+:meth:`Cache.warning` says once why; the run's report is the same as without a
+cache. The cache holds parsed copies of the data: keep it where the data may
+live (``--cache-dir``), or use ``--no-cache``.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import hashlib
 import json
 import os
 import stat
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -36,14 +40,21 @@ ENV = "BADPOINTS_CACHE_DIR"
 FORMAT = 2
 INDEX = "line"  # a table's index: the source line of each row
 SLICE_ROWS = 1 << 20  # rows converted to Arrow at a time when a table is stored
+STALE_TMP_SECONDS = 3600  # a temporary file untouched this long was left by a killed run, not a running one
+FOLDERS = ("tables", "reports")
 
 
-def default_dir() -> Path:
-    """``$BADPOINTS_CACHE_DIR``, else ``$XDG_CACHE_HOME/badpoints``, else ``~/.cache/badpoints``."""
+def default_dir() -> Path | None:
+    """``$BADPOINTS_CACHE_DIR``, else ``$XDG_CACHE_HOME/badpoints``, else ``~/.cache/badpoints``;
+    None when there is no home directory to put it in."""
     if os.environ.get(ENV):
         return Path(os.environ[ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "badpoints"
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "badpoints"
+    try:
+        return Path.home() / ".cache" / "badpoints"
+    except RuntimeError:  # no $HOME and no password entry for this user
+        return None
 
 
 @lru_cache(maxsize=1)
@@ -68,39 +79,84 @@ def key_of(*parts: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+class _Health:
+    """What went wrong with a cache during a run: the failure that turned it off, and damaged entries."""
+
+    def __init__(self) -> None:
+        self.opened = False
+        self.off: str | None = None
+        self.damaged: list[str] = []
+
+
 @dataclass(frozen=True)
 class Cache:
-    """A cache folder; ``max_bytes`` bounds it (least recently used entries go first)."""
+    """A cache folder; ``max_bytes`` bounds it (least recently used entries go first).
+
+    Any failure to use the folder turns the cache off for the rest of the run (every get misses, every put
+    is skipped) instead of raising; :meth:`warning` says why.
+    """
 
     root: Path
     max_bytes: int = 8 * 2**30
+    _health: _Health = field(default_factory=_Health, init=False, repr=False, compare=False)
+
+    def warning(self) -> str | None:
+        """One line on what kept the cache from working during this run, or None when it worked."""
+        if self._health.off:
+            return f"the cache was not used: {self._health.off}; the run went on without it (as with --no-cache)"
+        damaged = self._health.damaged
+        if damaged:
+            entries = "a damaged cache entry" if len(damaged) == 1 else f"{len(damaged)} damaged cache entries"
+            return f"{entries} ignored and rebuilt: {damaged[0]}"
+        return None
 
     # -- raw-checked tables ------------------------------------------------------------------
     def get_table(self, table: str, key: str) -> RawResult | None:
+        if not self._usable():
+            return None
         meta = self._read_json(self.root / "tables" / f"{key}.json")
         path = self.root / "tables" / f"{key}.parquet"
         if meta is None or meta.get("table") != table:
             return None
         try:
             data = path.read_bytes()
-        except OSError:
+        except FileNotFoundError:  # pruned by a run meanwhile
+            return None
+        except OSError as exc:
+            self._turn_off("cannot read", path, exc)
             return None
         if hashlib.sha256(data).hexdigest() != meta.get("parquet_sha256"):
+            self._health.damaged.append(f"{path} (its hash differs from the one recorded)")
             return None
         try:
             frame = pq.read_table(pa.BufferReader(data)).to_pandas().set_index(INDEX)
-        except (pa.ArrowException, ValueError, KeyError):
+        except (pa.ArrowException, ValueError, KeyError) as exc:
+            self._health.damaged.append(f"{path} ({type(exc).__name__})")
+            return None
+        try:
+            findings = [Finding(**record) for record in meta["findings"]]
+        except (KeyError, TypeError) as exc:
+            self._health.damaged.append(f"{path.with_suffix('.json')} ({type(exc).__name__})")
             return None
         _touch(path)
         _touch(path.with_suffix(".json"))
-        findings = [Finding(**record) for record in meta["findings"]]
         return RawResult(tables=RawTables.only(table, frame), findings=findings)
 
     def put_table(self, table: str, key: str, result: RawResult) -> None:
         """Store a checked table: Parquet written slice by slice (memory stays bounded), then its metadata."""
+        if not self._usable():
+            return
+        folder = self.root / "tables"
+        try:
+            self._store_table(folder, table, key, result)
+        except (OSError, pa.ArrowException) as exc:  # a full disk, a folder removed meanwhile, ...
+            self._turn_off("cannot write", folder / f"{key}.parquet", exc)
+            return
+        self.prune()
+
+    def _store_table(self, folder: Path, table: str, key: str, result: RawResult) -> None:
         # The source lines as a column, so every slice has the same schema (a RangeIndex would not).
         frame = result.tables.of(table).rename_axis(INDEX).reset_index()
-        folder = self._folder("tables")
         path = folder / f"{key}.parquet"
         with atomic_path(path) as tmp:
             schema = pa.Schema.from_pandas(frame.head(0), preserve_index=False)
@@ -112,13 +168,12 @@ class Cache:
                 digest = hashlib.file_digest(handle, "sha256").hexdigest()
         meta = {"table": table, "parquet_sha256": digest, "findings": [asdict(f) for f in result.findings]}
         write_atomic(folder / f"{key}.json", json.dumps(meta).encode())
-        self.prune()
 
     @contextlib.contextmanager
     def writing_behind(self) -> Iterator[Callable[[str, str, RawResult], None]]:
         """A ``put_table`` that runs on a background thread while the caller goes on (Arrow's conversion,
         encoding and zstd release the GIL, so the write takes the other core). When the block ends, every
-        write has finished, or its error is raised."""
+        write has finished (a write that failed turned the cache off; any other error is raised)."""
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="badpoints-cache") as pool:
             pending: list[Future] = []
             yield lambda table, key, result: pending.append(pool.submit(self.put_table, table, key, result))
@@ -128,22 +183,36 @@ class Cache:
     # -- whole reports -------------------------------------------------------------------------
     def get_report(self, key: str, paths: Mapping[str, str]) -> Report | None:
         """The report saved under ``key``, naming the inputs by their ``paths`` now (table -> path)."""
-        record = self._read_json(self.root / "reports" / f"{key}.json")
+        if not self._usable():
+            return None
+        path = self.root / "reports" / f"{key}.json"
+        record = self._read_json(path)
         if record is None:
             return None
-        report = Report(
-            inputs=[InputFile(**{**i, "path": paths.get(i["table"], i["path"])}) for i in record["inputs"]],
-            findings=[Finding(**f) for f in record["findings"]],
-            overrides=dict(record["overrides"]),
-            attrition=record["attrition"],
-        )
-        _touch(self.root / "reports" / f"{key}.json")
+        try:
+            report = Report(
+                inputs=[InputFile(**{**i, "path": paths.get(i["table"], i["path"])}) for i in record["inputs"]],
+                findings=[Finding(**f) for f in record["findings"]],
+                overrides=dict(record["overrides"]),
+                attrition=record["attrition"],
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            self._health.damaged.append(f"{path} ({type(exc).__name__})")
+            return None
+        _touch(path)
         return report
 
     def put_report(self, key: str, report: Report) -> None:
+        if not self._usable():
+            return
         record = {"inputs": [asdict(i) for i in report.inputs], "findings": [asdict(f) for f in report.findings],
                   "overrides": report.overrides, "attrition": report.attrition}
-        write_atomic(self._folder("reports") / f"{key}.json", json.dumps(record).encode())
+        path = self.root / "reports" / f"{key}.json"
+        try:
+            write_atomic(path, json.dumps(record).encode())
+        except OSError as exc:
+            self._turn_off("cannot write", path, exc)
+            return
         self.prune()
 
     # -- housekeeping --------------------------------------------------------------------------
@@ -161,19 +230,57 @@ class Cache:
         for _, path, size in sorted(entries):
             if total <= self.max_bytes:
                 break
-            Path(path).unlink(missing_ok=True)
+            try:
+                Path(path).unlink(missing_ok=True)
+            except OSError as exc:  # a read-only folder: the cache can only grow, so stop using it
+                self._turn_off("cannot remove", Path(path), exc)
+                return
             total -= size
 
-    def _folder(self, name: str) -> Path:
-        folder = self.root / name
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return folder
+    def remove_stale_tmp(self, *, older_than: float = STALE_TMP_SECONDS) -> None:
+        """Remove the temporary files of writes that never finished (a killed run), once they are ``older_than``
+        seconds untouched; a running write's file is younger."""
+        now = time.time()
+        for path in self.root.glob("*/.*.tmp"):
+            try:
+                if now - path.lstat().st_mtime > older_than:
+                    path.unlink()
+            except OSError:  # removed meanwhile, by its run or another cleaning one
+                continue
 
-    @staticmethod
-    def _read_json(path: Path) -> Mapping[str, Any] | None:
+    def _usable(self) -> bool:
+        """Make the folders on first use (and clear what killed runs left); False once the cache is off."""
+        health = self._health
+        if not health.opened:
+            health.opened = True
+            for name in FOLDERS:
+                folder = self.root / name
+                try:
+                    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+                except OSError as exc:  # a file where the folder should be, no home, a read-only disk
+                    self._turn_off("cannot create", folder, exc)
+                    break
+            else:
+                self.remove_stale_tmp()
+        return health.off is None
+
+    def _turn_off(self, what: str, path: Path, exc: BaseException) -> None:
+        if self._health.off is None:
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            self._health.off = f"{what} {path} ({reason})"
+
+    def _read_json(self, path: Path) -> Mapping[str, Any] | None:
         try:
-            return json.loads(path.read_bytes())
-        except (OSError, ValueError):
+            data = path.read_bytes()
+        except FileNotFoundError:  # a miss
+            return None
+        except OSError as exc:
+            self._turn_off("cannot read", path, exc)
+            return None
+        try:
+            return json.loads(data)
+        except ValueError:
+            self._health.damaged.append(f"{path} (not valid JSON)")
             return None
 
 

@@ -96,7 +96,7 @@ def _where(err: Console, *, cache_dir: Optional[Path], no_cache: bool, engine: E
            scheduler: Optional[str], workers: int, memory_limit: str,
            partitions: Optional[int]) -> Iterator[tuple]:
     """The cache and the engine a run uses; a Dask cluster that cannot start is a 'cannot run' (exit 2)."""
-    cache = None if no_cache else Cache(cache_dir or default_cache_dir())
+    cache = None if no_cache else _cache(err, cache_dir or default_cache_dir())
     if engine is EngineName.pandas:
         yield cache, None
         return
@@ -111,6 +111,21 @@ def _where(err: Console, *, cache_dir: Optional[Path], no_cache: bool, engine: E
                       f"({type(exc).__name__}: {escape(str(exc)[:200])})")
             raise typer.Exit(2)
         yield cache, running
+
+
+def _cache(err: Console, root: Optional[Path]) -> Optional[Cache]:
+    """The run's cache; with no folder to put it in, a warning and none (the cache only saves time)."""
+    if root is None:
+        err.print("[yellow]badpoints: warning:[/] the cache was not used: no $BADPOINTS_CACHE_DIR, $XDG_CACHE_HOME "
+                  "or home directory; the run went on without it (as with --no-cache)")
+    return None if root is None else Cache(root)
+
+
+def _cache_warning(err: Console, cache: Optional[Cache]) -> None:
+    """Say once, on stderr, what kept the cache from working; the report is the same as without it."""
+    problem = cache.warning() if cache is not None else None
+    if problem:
+        err.print(f"[yellow]badpoints: warning:[/] {escape(problem)}")
 
 
 @app.command(cls=_Command)
@@ -145,6 +160,7 @@ def validate(
         result = _guarded_run(err, lambda: run_validate(data_dir, settings, show_values=show_values,
                                                         progress=progress, cache=cache, engine=running,
                                                         reuse_report=html_path is None))
+    _cache_warning(err, cache)
     if result.cached:
         err.print("report reused from the cache: inputs, config and badpoints unchanged (--no-cache to rerun)")
     _print_report(console, result.report, quiet=quiet)
@@ -182,6 +198,7 @@ def build(
             progress_for(err, quiet=quiet, steps=len(BUILD_STEPS), title="build") as progress:
         result = _guarded_run(err, lambda: run_build(data_dir, out, settings, show_values=show_values,
                                                      progress=progress, cache=cache, engine=running))
+    _cache_warning(err, cache)
     _print_report(console, result.report, quiet=quiet)
     _print_summary(console, result.report, result.validation.prepared)
     if result.out_dir is not None:

@@ -51,6 +51,19 @@ class RawConfig:
 
 
 @dataclass(frozen=True)
+class LoadConfig:
+    max_expanded_bytes: int
+    max_expansion_ratio: float
+    max_field_chars: int
+
+    def __post_init__(self) -> None:
+        _require(self.max_expanded_bytes > 0, f"[load] max_expanded_bytes must be > 0, got {self.max_expanded_bytes!r}")
+        _require(_finite(self.max_expansion_ratio) and self.max_expansion_ratio >= 1,
+                 f"[load] max_expansion_ratio must be a finite number >= 1, got {self.max_expansion_ratio!r}")
+        _require(self.max_field_chars > 0, f"[load] max_field_chars must be > 0, got {self.max_field_chars!r}")
+
+
+@dataclass(frozen=True)
 class FiltersConfig:
     warn_removed_fraction: float
     error_removed_fraction: float
@@ -183,6 +196,7 @@ class ReportConfig:
 
 @dataclass(frozen=True)
 class Config:
+    load: LoadConfig
     raw: RawConfig
     filters: FiltersConfig
     split: SplitConfig
@@ -293,6 +307,7 @@ def load_config(path: Path | None = None) -> Config:
     _require(not unknown_fill, f"[fill] names unknown column(s) {', '.join(unknown_fill)}; "
                                f"columns that become tensors: {', '.join(FILL_COLUMNS)}")
     return Config(
+        load=LoadConfig(**_typed(LoadConfig, merged["load"], "load")),
         raw=RawConfig(**_typed(RawConfig, merged["raw"], "raw")),
         filters=FiltersConfig(**_typed(FiltersConfig, merged["filters"], "filters")),
         split=SplitConfig(**_typed(SplitConfig, merged["split"], "split")),

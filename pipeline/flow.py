@@ -22,7 +22,7 @@ from pipeline.cache import Cache
 from pipeline.cache import key_of as cache_key
 from pipeline.load import TABLES, file_sha256, locate_tables, read_table
 from pipeline.engine import PANDAS, Engine
-from pipeline.parse import RawTables, check_relations, check_table
+from pipeline.parse import RawResult, RawTables, check_relations, check_table
 from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.quarantine import Kept, Step, combine, empty_quarantine
 from pipeline.report import (STAGE_ORDER, Finding, InputFile, Report, finding_from_error, finding_from_mask,
@@ -32,7 +32,7 @@ from schemas.errors import StageError, require_validation
 from schemas.guard import trusted_chain
 
 # Checks that mean the run could not happen at all (exit 2), rather than that the data is bad (exit 1).
-CANNOT_RUN = ("file_missing", "file_unreadable")
+CANNOT_RUN = ("file_missing", "file_unreadable", "decompression_bound")
 
 # Quarantine reasons and the check that reports them.
 REASON_CHECKS = {
@@ -158,13 +158,15 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
 
     settings = dict(valuenum_abs_bound=config.raw.valuenum_abs_bound, severity=config.severity,
                     show_values=show_values, max_lines=config.report.max_lines)
+    limits = dict(max_expanded_bytes=config.load.max_expanded_bytes,
+                  max_expansion_ratio=config.load.max_expansion_ratio, max_field_chars=config.load.max_field_chars)
     # Checked tables are stored in the cache behind the run, while the next table and the stages go on.
     with cache.writing_behind() if cache else contextlib.nullcontext() as store:
         checked, inputs = {}, []
         for table, path in located.items():
             # The file name says how the bytes are read (.gz or not): the same bytes under another name differ.
-            key = cache_key("table", table, digests.get(table), path.name.lower().endswith(".gz"), settings) \
-                if cache else None
+            key = cache_key("table", table, digests.get(table), path.name.lower().endswith(".gz"), settings,
+                            limits) if cache else None
             result = cache.get_table(table, key) if cache else None
             if result is not None:
                 sha256 = digests[table]
@@ -172,13 +174,16 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
             else:
                 progress.step(f"read {table}")
                 try:
-                    text = read_table(path, table)
+                    text = read_table(path, table, **limits)
                 except StageError as problem:
                     problems.append(problem)
                     continue
                 progress.rows(text.rows)
                 progress.step(f"check {table}", rows=text.rows)
                 result = check_table(table, text.frame, engine=engine, **settings)
+                if text.problems:  # rows left out while the rest was read: reported, and cached, with the checks
+                    result = RawResult(tables=result.tables,
+                                       findings=[*map(finding_from_error, text.problems), *result.findings])
                 sha256 = text.sha256
                 del text  # the text frame is the largest object of a run: free it before the next table
                 if store is not None and sha256 == digests[table]:

@@ -8,19 +8,25 @@ File-level problems raise :class:`schemas.StageError` with stage ``load``.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import difflib
 import gzip
 import hashlib
 import io
+import os
 import re
+import stat
+import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pv
 
 from schemas.checks import check_info
@@ -46,6 +52,14 @@ OTHER_MIMIC_TABLES = frozenset("""
 # Problems of the file as a whole: their message counts no rows.
 WHOLE_FILE = frozenset({"file_missing", "file_unreadable", "file_empty", "compression", "table_empty"})
 _NEAR_NAME_SCAN = 2000  # entries looked at, at most: DATA_DIR may be a large folder
+# Reading bounds; the config's [load] section sets them (pipeline/defaults.toml says why these values).
+MAX_EXPANDED_BYTES = 64 * 2**30
+MAX_EXPANSION_RATIO = 100.0
+RATIO_FREE_BYTES = 64 * 2**20  # text up to this size is never refused for its expansion ratio
+MAX_FIELD_CHARS = 2**20
+_CHUNK = 1 << 23  # decompressed bytes taken at a time
+_BLOCK = 1 << 24  # pyarrow's first block size; doubled for rows longer than a block
+_MAX_BLOCK = 1 << 30  # beyond this, rows are read by the csv module
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,7 @@ class TextTable:
     path: Path
     sha256: str
     frame: pd.DataFrame
+    problems: tuple[StageError, ...] = ()  # rows rejected while the rest was read (field_too_long)
 
     @property
     def rows(self) -> int:
@@ -72,14 +87,9 @@ def locate_table(data_dir: Path, table: str) -> Path:
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise _load_error(table, "file_unreadable", path=data_dir, detail="DATA_DIR is not a folder")
-    for sub in SUBFOLDERS:
-        folder = _child_ci(data_dir, sub) if sub else data_dir
-        if folder is None:
-            continue
-        for suffix in SUFFIXES:
-            found = _child_ci(folder, f"{table}{suffix}")
-            if found is not None and found.is_file():
-                return found
+    found = next(_candidates(data_dir, table), None)
+    if found is not None:
+        return _regular(found, table)
     tried = ", ".join(candidate_names(table))
     near = near_name(data_dir, table)
     hint = ""
@@ -131,6 +141,37 @@ def _entries(folder: Path) -> list[Path]:
     return sorted(entries)
 
 
+def _candidates(data_dir: Path, table: str) -> Iterator[Path]:
+    """Every entry named like ``table`` under ``data_dir``, the one to read first (exact case before other cases)."""
+    for sub in SUBFOLDERS:
+        folder = _child_ci(data_dir, sub) if sub else data_dir
+        if folder is None or not folder.is_dir():
+            continue
+        for suffix in SUFFIXES:
+            name = f"{table}{suffix}"
+            exact = [folder / name] if os.path.lexists(folder / name) else []
+            yield from exact + sorted(p for p in folder.iterdir() if p.name.lower() == name.lower() and p not in exact)
+
+
+def _regular(path: Path, table: str) -> Path:
+    """``path`` when it is a regular file (or a link to one); else file_unreadable, saying what it is.
+
+    Only ``stat`` is called: a FIFO is never opened, so reading never blocks on it."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        what = "a link to nothing" if path.is_symlink() else (exc.strerror or type(exc).__name__)
+        raise _load_error(table, "file_unreadable", path=path, detail=f"It is not a regular file: {what}") from None
+    if stat.S_ISREG(mode):
+        return path
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    what = next((kind for test, kind in kinds if test(mode)), "not a file")
+    link = f" (a link to {os.path.realpath(path)})" if path.is_symlink() else ""
+    raise _load_error(table, "file_unreadable", path=path,
+                      detail=f"It is not a regular file but {what}{link}; badpoints reads regular files only")
+
+
 def _child_ci(folder: Path, name: str) -> Path | None:
     """The entry of ``folder`` named ``name`` case-insensitively (exact match preferred)."""
     exact = folder / name
@@ -140,21 +181,36 @@ def _child_ci(folder: Path, name: str) -> Path | None:
     return matches[0] if matches else None
 
 
-def read_table(path: Path, table: str) -> TextTable:
-    """Read the needed columns of one raw table as text, keeping each row's source line."""
+def read_table(path: Path, table: str, *, max_expanded_bytes: int = MAX_EXPANDED_BYTES,
+               max_expansion_ratio: float = MAX_EXPANSION_RATIO, max_field_chars: int = MAX_FIELD_CHARS) -> TextTable:
+    """Read the needed columns of one raw table as text, keeping each row's source line.
+
+    A ``.gz`` file is decompressed as a stream and refused (``decompression_bound``) as soon as its text
+    passes ``max_expanded_bytes``, or ``max_expansion_ratio`` times the file's size beyond the first
+    :data:`RATIO_FREE_BYTES`: memory stays bounded whatever the file expands to. Rows with a read field
+    longer than ``max_field_chars`` are left out and reported (``field_too_long``, in ``problems``).
+    """
     path = Path(path)
-    raw = _read_bytes(path, table)
-    sha256 = hashlib.sha256(raw).hexdigest()
-    data = _decompress(raw, path, table)
+    if path.name.lower().endswith(".gz"):
+        sha256, data = _read_gzip(path, table, max_expanded_bytes=max_expanded_bytes,
+                                  max_expansion_ratio=max_expansion_ratio)
+    else:
+        data = _read_bytes(path, table)
+        sha256 = hashlib.sha256(data).hexdigest()
+        if data.startswith(_GZIP_MAGIC):
+            raise _load_error(table, "compression", path=path, detail="the file is gzip-compressed but not named .gz")
     if _BLANK.fullmatch(data):
         raise _load_error(table, "file_empty", path=path)
     data = _require_utf8(data, path, table)
     header = _read_header(data, path, table)
     columns = _select_columns(header, path, table)
     frame = _parse(data, header, columns, path, table)
-    if frame.empty:
+    frame, too_long = _without_long_fields(frame, max_field_chars, path, table)
+    if frame.empty and too_long is None:
         raise _load_error(table, "table_empty", path=path, detail="Only the header line was found")
-    return TextTable(table=table, path=path, sha256=sha256, frame=frame)
+    if frame.empty:
+        raise too_long
+    return TextTable(table=table, path=path, sha256=sha256, frame=frame, problems=(too_long,) if too_long else ())
 
 
 def locate_tables(data_dir: Path) -> tuple[dict[str, Path], list[StageError]]:
@@ -166,6 +222,12 @@ def locate_tables(data_dir: Path) -> tuple[dict[str, Path], list[StageError]]:
             found[table] = locate_table(data_dir, table)
         except StageError as problem:
             problems.append(problem)
+            continue
+        others = [path for path in _candidates(Path(data_dir), table) if path != found[table]]
+        if others:
+            problems.append(_load_error(
+                table, "file_ambiguous", path=found[table], count=len(others),
+                detail=f"Read {str(found[table])!r}; also found, not read: " + ", ".join(repr(str(p)) for p in others)))
     return found, problems
 
 
@@ -187,6 +249,8 @@ def load_text_tables(data_dir: Path) -> tuple[dict[str, TextTable], list[StageEr
             tables[table] = read_table(path, table)
         except StageError as problem:
             problems.append(problem)
+        else:
+            problems.extend(tables[table].problems)
     return tables, sorted(problems, key=lambda p: TABLES.index(p.table))
 
 
@@ -226,16 +290,52 @@ def _read_bytes(path: Path, table: str) -> bytes:
         raise _load_error(table, "file_unreadable", path=path, detail=exc.strerror or type(exc).__name__) from None
 
 
-def _decompress(raw: bytes, path: Path, table: str) -> bytes:
-    if path.name.lower().endswith(".gz"):
+class _Hashing:
+    """A binary file read through: hashes every byte read and keeps the first two (the gzip magic)."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle = handle
+        self.digest = hashlib.sha256()
+        self.head = b""
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.handle.read(size)
+        self.digest.update(data)
+        if len(self.head) < 2:
+            self.head = (self.head + data)[:2]
+        return data
+
+
+def _read_gzip(path: Path, table: str, *, max_expanded_bytes: int,
+               max_expansion_ratio: float) -> tuple[str, bytearray]:
+    """The file's sha256 and its decompressed text, streamed: refused once the text passes the bounds."""
+    try:
+        handle = open(path, "rb")
+        size = os.fstat(handle.fileno()).st_size
+    except OSError as exc:
+        raise _load_error(table, "file_unreadable", path=path, detail=exc.strerror or type(exc).__name__) from None
+    by_ratio = max(RATIO_FREE_BYTES, max_expansion_ratio * size)
+    bound = min(max_expanded_bytes, by_ratio)
+    text = bytearray()
+    source = _Hashing(handle)
+    with handle:
         try:
-            return gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            reason = "not a gzip file" if not raw.startswith(_GZIP_MAGIC) else "truncated or corrupt stream"
+            with gzip.GzipFile(fileobj=source, mode="rb") as stream:
+                while chunk := stream.read(_CHUNK):
+                    text += chunk
+                    if len(text) > bound:
+                        which = ("[load] max_expanded_bytes" if bound == max_expanded_bytes else
+                                 f"{max_expansion_ratio:g} times its {size:,} bytes ([load] max_expansion_ratio)")
+                        raise _load_error(
+                            table, "decompression_bound", path=path,
+                            detail=f"It expands to more than {bound:,.0f} bytes of text, over {which}; "
+                                   "decompression stopped there and the table was not read")
+        except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+            reason = "truncated or corrupt stream" if source.head == _GZIP_MAGIC else "not a gzip file"
             raise _load_error(table, "compression", path=path, detail=f"{reason} ({type(exc).__name__})") from None
-    if raw.startswith(_GZIP_MAGIC):
-        raise _load_error(table, "compression", path=path, detail="the file is gzip-compressed but not named .gz")
-    return raw
+        except OSError as exc:
+            raise _load_error(table, "file_unreadable", path=path, detail=exc.strerror or type(exc).__name__) from None
+    return source.digest.hexdigest(), text
 
 
 def _require_utf8(data: bytes, path: Path, table: str) -> bytes:
@@ -312,22 +412,28 @@ def _select_columns(header: list[str], path: Path, table: str) -> dict[str, str]
 def _parse(data: bytes, header: list[str], columns: dict[str, str], path: Path, table: str) -> pd.DataFrame:
     """Fast path through pyarrow; exact line numbers through the csv module when rows span lines."""
     ragged: list[int] = []
-    try:
-        arrow = pv.read_csv(
-            pa.py_buffer(data),
-            read_options=pv.ReadOptions(use_threads=True, block_size=1 << 24),
-            parse_options=pv.ParseOptions(invalid_row_handler=lambda row: ragged.append(1) or "skip"),
-            convert_options=pv.ConvertOptions(
-                include_columns=list(columns.values()),
-                column_types={name: pa.string() for name in columns.values()},
-                null_values=[""],
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=True,
-                check_utf8=False,  # _require_utf8 checked every byte of the file
-            ),
-        )
-    except (pa.ArrowInvalid, pa.ArrowException):
-        arrow = None
+    convert = pv.ConvertOptions(
+        include_columns=list(columns.values()),
+        column_types={name: pa.string() for name in columns.values()},
+        null_values=[""],
+        strings_can_be_null=True,
+        quoted_strings_can_be_null=True,
+        check_utf8=False,  # _require_utf8 checked every byte of the file
+    )
+    arrow, block = None, _BLOCK
+    while arrow is None:
+        ragged.clear()
+        try:
+            arrow = pv.read_csv(
+                pa.py_buffer(data),
+                read_options=pv.ReadOptions(use_threads=True, block_size=block),
+                parse_options=pv.ParseOptions(invalid_row_handler=lambda row: ragged.append(1) or "skip"),
+                convert_options=convert,
+            )
+        except (pa.ArrowInvalid, pa.ArrowException) as exc:
+            if "straddl" not in str(exc) or block >= min(len(data), _MAX_BLOCK):
+                break  # not a row longer than a block: the csv module says what it is
+            block *= 2  # a row longer than a block (a long field, or a quote that never closes)
     physical = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
     if arrow is not None and not ragged and physical == arrow.num_rows + 1:
         frame = arrow.to_pandas()
@@ -339,6 +445,24 @@ def _parse(data: bytes, header: list[str], columns: dict[str, str], path: Path, 
 def _parse_exact(data: bytes, header: list[str], columns: dict[str, str], path: Path, table: str) -> pd.DataFrame:
     """Record by record with the csv module: exact start lines, ragged rows and unclosed quotes."""
     positions = [header.index(name) for name in columns.values()]
+    with _any_field_size():
+        return _read_records(data, header, columns, positions, path, table)
+
+
+@contextlib.contextmanager
+def _any_field_size() -> Iterator[None]:
+    """Lift the csv module's field size limit (131,072 characters) while a table is read: a long field is
+    then read whole and reported for what it is (``field_too_long``), not as a quote that never closes."""
+    limit = csv.field_size_limit()
+    csv.field_size_limit(sys.maxsize)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(limit)
+
+
+def _read_records(data: bytes, header: list[str], columns: dict[str, str], positions: list[int], path: Path,
+                  table: str) -> pd.DataFrame:
     reader = csv.reader(io.StringIO(data.decode("utf-8-sig"), newline=""), strict=True)
     records: list[list[str]] = []
     lines: list[int] = []
@@ -369,3 +493,34 @@ def _parse_exact(data: bytes, header: list[str], columns: dict[str, str], path: 
     values = np.array(records, dtype=object).reshape(len(records), len(positions))
     frame = pd.DataFrame(values, columns=list(columns), index=pd.Index(lines, name="line", dtype="int64"))
     return frame.replace("", None).astype("str")
+
+
+def _without_long_fields(frame: pd.DataFrame, max_chars: int, path: Path,
+                         table: str) -> tuple[pd.DataFrame, StageError | None]:
+    """The rows whose read fields all fit ``max_chars``, and the error naming the others (None if none).
+
+    Lengths are taken chunk by chunk from the Arrow data (no length column for the whole table); only a
+    column that holds a long field is measured whole."""
+    arrow = pa.Table.from_pandas(frame, preserve_index=False)
+    over = np.zeros(len(frame), dtype=bool)
+    worst = (0, "", 0)  # characters, column, line
+    for name in frame.columns:
+        column = arrow.column(name)
+        if not any((pc.max(pc.utf8_length(chunk)).as_py() or 0) > max_chars for chunk in column.chunks):
+            continue
+        lengths = pc.fill_null(pc.utf8_length(column), 0).to_numpy()
+        over |= lengths > max_chars
+        at = int(lengths.argmax())
+        worst = max(worst, (int(lengths[at]), name, int(frame.index[at])))
+    if not over.any():
+        return frame, None
+    chars, column, line = worst
+    count = int(over.sum())
+    rows = "A row" if count == 1 else f"{count} rows"
+    problem = _load_error(
+        table, "field_too_long", path=path, lines=frame.index[over].tolist(), count=count, column=column,
+        detail=f"{rows} with a field longer than [load] max_field_chars ({max_chars:,} characters), the longest "
+               f"a field of {chars:,} characters ({chars / 2**20:.1f} MiB) in {column} at line {line}; "
+               f"{'it was' if count == 1 else 'they were'} left out and the rest of the table read",
+    )
+    return frame[~over], problem

@@ -48,10 +48,15 @@ _CATALOGUE = [
               "Put the table in DATA_DIR under one of the names tried (.csv or .csv.gz, any case)."),
     CheckInfo("file_unreadable", "load", ERROR, "file cannot be read",
               "Check the file's permissions and that it is a regular file."),
+    CheckInfo("file_ambiguous", "load", WARNING, "more than one file could hold the table",
+              "Keep one file per table in DATA_DIR (and its hosp/ folder); the one read is named."),
     CheckInfo("file_empty", "load", ERROR, "file has no bytes",
               "Re-export or re-download the table; an empty file has not even a header."),
     CheckInfo("compression", "load", ERROR, "gzip stream is truncated or corrupt",
               "Re-download the file or re-compress it with gzip; a file named .gz must be gzip."),
+    CheckInfo("decompression_bound", "load", ERROR, "gzip file expands beyond the configured bound",
+              "A file that expands this far is most often a gzip bomb or a broken export; if it is real, raise "
+              "[load] max_expanded_bytes or max_expansion_ratio."),
     CheckInfo("encoding", "load", ERROR, "bytes that are not UTF-8",
               "Re-export the table as UTF-8 (MIMIC ships UTF-8; a spreadsheet save may not)."),
     CheckInfo("duplicate_header", "load", ERROR, "header names a column twice",
@@ -60,6 +65,9 @@ _CATALOGUE = [
               "Check the delimiter (badpoints reads comma-separated files) and the header names."),
     CheckInfo("malformed_row", "load", ERROR, "row that is not valid CSV",
               "Fix the rows: every row needs as many fields as the header, and every quote must close."),
+    CheckInfo("field_too_long", "load", ERROR, "a field longer than the configured bound",
+              "No lab value, time or ID is this long: the export merged rows or lost a delimiter; fix the rows "
+              "named. They were left out; the rest of the table was read and checked."),
     CheckInfo("table_empty", "load", ERROR, "table has a header but no rows",
               "Re-export the table with its rows; an empty table leaves nothing to train on."),
     # -- values -------------------------------------------------------------------------

@@ -47,6 +47,7 @@ class Dataset:
     raw: dict[str, bytes] = field(default_factory=dict)  # replaces a table's bytes entirely
     names: dict[str, str] = field(default_factory=dict)  # file name per table
     missing: set[str] = field(default_factory=set)
+    copies: dict[str, str] = field(default_factory=dict)  # a second file name per table, holding the same bytes
 
     @classmethod
     def sample(cls) -> "Dataset":
@@ -93,8 +94,10 @@ class Dataset:
             path = folder / self.names[table]
             path.parent.mkdir(parents=True, exist_ok=True)
             data = self.raw.get(table, self.text(table).encode("utf-8"))
-            path.write_bytes(gzip.compress(data, mtime=0) if path.name.endswith(".gz") and table not in self.raw
-                             else data)
+            for path in (path, *([folder / self.copies[table]] if table in self.copies else [])):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(gzip.compress(data, mtime=0) if path.name.endswith(".gz") and table not in self.raw
+                                 else data)
         return folder
 
 
@@ -276,6 +279,28 @@ def unclosed_quote(d: Dataset) -> Expect:
     text[30] = text[30].replace(",", ',"' + CANARY, 1)
     d.raw["LABEVENTS"] = "\n".join(text).encode()
     return Expect(1, "malformed_row", "LABEVENTS", lines=(31,), secret=CANARY)
+
+
+@case
+def field_of_a_megabyte(d: Dataset) -> Expect:
+    line = d.set("LABEVENTS", 20, "VALUE", CANARY + "x" * 2**20)  # one character past [load] max_field_chars
+    return Expect(1, "field_too_long", "LABEVENTS", "VALUE", lines=(line,), secret=CANARY)
+
+
+@case
+def gzip_bomb(d: Dataset) -> Expect:
+    """80 MiB of NUL bytes in ~80 KB (gzip members end to end): over 100 times the file, refused early."""
+    d.names["LABEVENTS"] = "LABEVENTS.csv.gz"
+    d.raw["LABEVENTS"] = gzip.compress(bytes(1 << 24), compresslevel=9, mtime=0) * 5
+    d.plant("ADMISSIONS", 0, "DIAGNOSIS")
+    return Expect(2, "decompression_bound", "LABEVENTS", secret=CANARY)
+
+
+@case
+def two_files_for_one_table(d: Dataset) -> Expect:
+    d.copies["LABEVENTS"] = "hosp/labevents.csv.gz"
+    d.plant("LABEVENTS", 0, "VALUE")
+    return Expect(0, "file_ambiguous", "LABEVENTS", severity="warning", secret=CANARY)
 
 
 # -- values --------------------------------------------------------------------------------------

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import errno
+import json
+import os
 import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from typer.testing import CliRunner
 
-from pipeline.cache import Cache
+from pipeline.cache import STALE_TMP_SECONDS, Cache
+from pipeline.cli import app
 from pipeline.config import load_config
 from pipeline.flow import validate
 from pipeline.parse import RawTables
 from tests.corpus import SAMPLE
 
 TABLE_NAMES = ("ADMISSIONS", "D_LABITEMS", "LABEVENTS")
+RUNNER = CliRunner()
 
 
 @pytest.fixture()
@@ -116,13 +124,40 @@ def test_a_tampered_entry_is_ignored_and_rebuilt(data, cache):
     assert_same_tables(served.tables, fresh.tables)
 
 
-def test_the_cache_stays_within_its_size_bound(data, tmp_path):
-    small = Cache(tmp_path / "small", max_bytes=64 * 1024)
-    validate(data, load_config(None), cache=small)
+def test_the_cache_stays_within_its_size_bound_and_drops_the_least_recently_used_first(data, cache):
+    config = load_config(None)
+    validate(data, config, cache=cache, reuse_report=False)  # three tables, no report
+    tables = cache.root / "tables"
+    age = {"ADMISSIONS": 300, "D_LABITEMS": 200, "LABEVENTS": 100}  # seconds since last use
+    keys = {}
+    for meta in tables.glob("*.json"):
+        table = json.loads(meta.read_text())["table"]
+        keys[table] = meta.stem
+        for path in (meta, meta.with_suffix(".parquet")):
+            os.utime(path, (time.time() - age[table],) * 2)
+    assert set(keys) == set(age)
+    size = {t: sum(p.stat().st_size for p in tables.glob(f"{k}.*")) for t, k in keys.items()}
+    # ADMISSIONS is the oldest entry but is used now, so D_LABITEMS becomes the least recently used.
+    assert cache.get_table("ADMISSIONS", keys["ADMISSIONS"]) is not None
+    bound = size["ADMISSIONS"] + size["LABEVENTS"]
 
-    total = sum(p.stat().st_size for p in small.root.glob("*/*"))
-    assert total <= 64 * 1024
-    assert validate(data, load_config(None), cache=small).report.status in ("ok", "warnings", "errors")
+    small = Cache(cache.root, max_bytes=bound)
+    small.prune()
+
+    left = {p.stem for p in tables.iterdir()}
+    assert left == {keys["ADMISSIONS"], keys["LABEVENTS"]}
+    assert sum(p.stat().st_size for p in cache.root.glob("*/*")) <= bound
+    Cache(cache.root, max_bytes=size["ADMISSIONS"]).prune()  # LABEVENTS, unused for 100 s, goes next
+    assert {p.stem for p in tables.iterdir()} == {keys["ADMISSIONS"]}
+
+
+def test_a_small_cache_still_gives_the_same_report(data, tmp_path):
+    small = Cache(tmp_path / "small", max_bytes=64 * 1024)
+    config = load_config(None)
+    first = validate(data, config, cache=small)
+
+    assert sum(p.stat().st_size for p in small.root.glob("*/*")) <= 64 * 1024
+    assert validate(data, config, cache=small).report.as_json() == first.report.as_json()
 
 
 def test_a_run_that_cannot_read_a_table_is_not_cached(data, cache):
@@ -161,11 +196,114 @@ def test_a_table_stored_in_many_slices_comes_back_whole(data, cache, monkeypatch
     assert warm.report.as_json() == fresh.report.as_json()
 
 
-def test_a_failed_background_write_is_raised_when_the_run_ends(data, cache, monkeypatch):
-    """Tables are stored on a background thread; its failure must not pass silently."""
-    def refuse(*args, **kwargs):
-        raise OSError("disk full")
+def test_a_failed_background_write_turns_the_cache_off_with_one_warning(data, cache, monkeypatch):
+    """Tables are stored on a background thread; a full disk there is a warning, never an error at the end."""
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(Cache, "put_table", refuse)
-    with pytest.raises(OSError, match="disk full"):
-        validate(data, load_config(None), cache=cache)
+    monkeypatch.setattr("pipeline.cache.pq.ParquetWriter", full)
+    config = load_config(None)
+
+    run = validate(data, config, cache=cache)
+
+    assert run.report.as_json() == validate(data, config).report.as_json()
+    warning = cache.warning()
+    assert warning.startswith(f"the cache was not used: cannot write {cache.root / 'tables'}")
+    assert "(No space left on device)" in warning
+    assert not list(cache.root.glob("*/*"))  # nothing half-written left, no report stored after the failure
+
+
+def _cli(args: list[str], env: dict[str, str] | None = None, monkeypatch=None):
+    for name, value in (env or {}).items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    return RUNNER.invoke(app, args)
+
+
+def _report(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("where", ["a file", "no home"])
+def test_a_cache_folder_that_cannot_be_made_is_one_warning_and_the_no_cache_report(data, tmp_path, where,
+                                                                                   monkeypatch):
+    plain = RUNNER.invoke(app, ["validate", str(data), "--no-cache", "--json", str(tmp_path / "plain.json")])
+    if where == "a file":
+        (tmp_path / "cachefile").write_text("not a folder")
+        args, env = ["--cache-dir", str(tmp_path / "cachefile")], {}
+        expected = f"cannot create {tmp_path / 'cachefile' / 'tables'} (Not a directory)"
+    else:
+        args, env = [], {"BADPOINTS_CACHE_DIR": None, "XDG_CACHE_HOME": None, "HOME": "/proc/nohome"}
+        expected = "cannot create /proc/nohome/.cache/badpoints/tables ("
+    run = _cli(["validate", str(data), "--json", str(tmp_path / "run.json"), *args], env, monkeypatch)
+
+    assert run.exit_code == plain.exit_code == 0, run.output
+    assert _report(tmp_path / "run.json") == _report(tmp_path / "plain.json")
+    assert run.stderr.count("warning:") == 1 and expected in run.stderr, run.stderr
+    assert "internal error" not in run.output
+
+
+def test_no_home_at_all_is_a_warning(data, monkeypatch):
+    def nowhere():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", nowhere)
+    run = _cli(["validate", str(data), "-q"], {"BADPOINTS_CACHE_DIR": None, "XDG_CACHE_HOME": None}, monkeypatch)
+
+    assert run.exit_code == 0, run.output
+    assert run.stderr.count("warning:") == 1 and "no $BADPOINTS_CACHE_DIR" in run.stderr
+
+
+def test_a_full_filesystem_is_one_warning(data, tmp_path):
+    """A real full disk: a 64 KiB tmpfs (needs mount rights; skipped where the machine has none)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if shutil.which("mount") is None or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (not root, or no mount rights in this container)")
+    try:
+        plain = RUNNER.invoke(app, ["validate", str(data), "--no-cache", "--json", str(tmp_path / "plain.json")])
+        run = RUNNER.invoke(app, ["validate", str(data), "--cache-dir", str(mount),
+                                  "--json", str(tmp_path / "run.json")])
+        left = [p.name for p in mount.rglob("*") if p.is_file()]
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+    assert run.exit_code == plain.exit_code == 0, run.output
+    assert _report(tmp_path / "run.json") == _report(tmp_path / "plain.json")
+    assert run.stderr.count("warning:") == 1 and f"cannot write {mount}" in run.stderr, run.stderr
+    assert "No space left on device" in run.stderr
+    assert not [name for name in left if name.endswith(".tmp")]
+
+
+def test_a_corrupt_entry_is_one_warning_and_rebuilt(data, tmp_path):
+    cache_dir = tmp_path / "cache"
+    args = ["validate", str(data), "--cache-dir", str(cache_dir), "--json", str(tmp_path / "r.json")]
+    assert RUNNER.invoke(app, args).exit_code == 0
+    first = _report(tmp_path / "r.json")
+    for path in (cache_dir / "reports").glob("*.json"):
+        path.write_text("{not json")
+
+    again = RUNNER.invoke(app, args)
+
+    assert again.exit_code == 0 and _report(tmp_path / "r.json") == first
+    assert again.stderr.count("warning:") == 1
+    assert "a damaged cache entry ignored and rebuilt" in again.stderr and "(not valid JSON)" in again.stderr
+    third = RUNNER.invoke(app, args)
+    assert "warning:" not in third.stderr and "report reused from the cache" in third.stderr
+
+
+def test_temporary_files_of_killed_runs_are_removed_at_the_next_run(data, cache):
+    config = load_config(None)
+    validate(data, config, cache=cache)
+    stale = cache.root / "tables" / ".0123.parquet.999999.1.tmp"
+    fresh = cache.root / "reports" / ".4567.json.999998.1.tmp"  # a concurrent run's write in progress
+    for path in (stale, fresh):
+        path.write_bytes(b"half written")
+    old = time.time() - 2 * STALE_TMP_SECONDS
+    os.utime(stale, (old, old))
+
+    validate(data, config, cache=Cache(cache.root))  # a new run: its cache opens the folder
+
+    assert not stale.exists() and fresh.exists()

@@ -4,16 +4,29 @@ from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.config import load_config
+from pipeline.flow import validate
 
 from pipeline.load import TABLES, candidate_names, load_text_tables, locate_table, read_table
 from schemas.errors import StageError
 
+ROOT = Path(__file__).resolve().parents[2]
 HEADER = "ROW_ID,SUBJECT_ID,HADM_ID,ITEMID,CHARTTIME,VALUE,VALUENUM,VALUEUOM,FLAG"
 
 
@@ -201,3 +214,180 @@ def test_no_near_name_is_suggested_for_other_tables_or_far_names(tmp_path):
         with pytest.raises(StageError) as raised:
             locate_table(tmp_path, table)
         assert "Did you mean" not in str(raised.value)
+
+
+# -- hostile or huge input -----------------------------------------------------------------------
+def _nul_bomb(path, gib: float = 1.0) -> int:
+    """A valid .gz of ``gib`` GiB of NUL bytes, ~1 MB on disk: one 16 MiB member written many times (gzip
+    allows members end to end), so it is made in milliseconds."""
+    member = gzip.compress(bytes(1 << 24), compresslevel=9, mtime=0)
+    with open(path, "wb") as handle:
+        for _ in range(int(gib * 64)):
+            handle.write(member)
+    return path.stat().st_size
+
+
+def test_a_gzip_bomb_is_refused_early_and_memory_stays_bounded(tmp_path):
+    """1 GiB of NULs in ~1 MB: refused at the ratio bound, long before it is held whole (peak RSS measured
+    in a fresh process; the whole text alone would be 1 GiB). The peak is VmHWM, the new process's own:
+    getrusage's ru_maxrss keeps the peak of the (pytest) process it was forked from."""
+    if not Path("/proc/self/status").exists():
+        pytest.skip("no /proc/self/status (VmHWM) to measure peak memory with")
+    bomb = tmp_path / "LABEVENTS.csv.gz"
+    size = _nul_bomb(bomb)
+    probe = (
+        "import json, re, sys\n"
+        "from pipeline.load import read_table\n"
+        "from schemas.errors import StageError\n"
+        "try:\n"
+        "    read_table(sys.argv[1], 'LABEVENTS')\n"
+        "    check, detail = None, ''\n"
+        "except StageError as error:\n"
+        "    check, detail = error.check, str(error)\n"
+        "peak = re.search(r'VmHWM:\\s*(\\d+) kB', open('/proc/self/status').read()).group(1)\n"
+        "print(json.dumps({'check': check, 'detail': detail, 'rss': int(peak) * 1024}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(bomb)], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["check"] == "decompression_bound"
+    assert f"over 100 times its {size:,} bytes ([load] max_expansion_ratio)" in result["detail"]
+    assert result["rss"] < 600 * 2**20, f"peak RSS {result['rss'] / 2**20:.0f} MiB"
+
+
+def test_the_expanded_size_bound_refuses_a_real_table_and_exits_2(tmp_path, sample_dir):
+    data = tmp_path / "data"
+    shutil.copytree(sample_dir, data, ignore=shutil.ignore_patterns("*.py", "*.png", "__pycache__"))
+    text = (data / "LABEVENTS.csv").read_bytes()
+    (data / "LABEVENTS.csv").unlink()
+    (data / "LABEVENTS.csv.gz").write_bytes(gzip.compress(text, mtime=0))
+    config = tmp_path / "small.toml"
+    config.write_text(f"[load]\nmax_expanded_bytes = {len(text) - 1}\n")
+
+    refused = CliRunner().invoke(app, ["validate", str(data), "--no-cache", "--config", str(config)])
+    read = CliRunner().invoke(app, ["validate", str(data), "--no-cache"])
+
+    assert refused.exit_code == 2, refused.output
+    assert "load/decompression_bound LABEVENTS" in refused.output
+    assert "over [load] max_expanded_bytes" in refused.output
+    assert read.exit_code == 0, read.output
+
+
+def test_gzip_tables_are_hashed_as_their_compressed_bytes(tmp_path, sample_dir):
+    raw = (sample_dir / "D_LABITEMS.csv").read_bytes()
+    path = tmp_path / "D_LABITEMS.csv.gz"
+    path.write_bytes(gzip.compress(raw, mtime=0))
+    assert read_table(path, "D_LABITEMS").sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _rows(values: list[str]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(HEADER.split(","))
+    for number, value in enumerate(values, start=1):
+        writer.writerow([str(number), "5", "100", "50912", "2101-01-01 10:00:00", value, "", "mg/dL", ""])
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("quoted_newline", [False, True], ids=["one line a row", "a quoted newline elsewhere"])
+def test_a_50_mb_field_is_reported_as_such_and_the_rest_is_read(tmp_path, quoted_newline):
+    """A row beyond pyarrow's block (16 MiB) or a field beyond the csv module's limit (131,072 characters)
+    was reported as 'a quote ... never closes' and the whole table rejected."""
+    long = "x" * (50 * 2**20)
+    values = ["1.0", "two\nlines" if quoted_newline else "2.0", "3.0", long, "5.0"]
+    table = _labevents(tmp_path, _rows(values))
+
+    shift = 1 if quoted_newline else 0
+    assert table.frame.index.tolist() == [2, 3, 4 + shift, 6 + shift]
+    assert table.frame["VALUE"].tolist()[-1] == "5.0"
+    (problem,) = table.problems
+    assert problem.check == "field_too_long" and problem.column == "VALUE" and problem.lines == [5 + shift]
+    assert f"a field of {len(long):,} characters (50.0 MiB) in VALUE at line {5 + shift}" in str(problem)
+    assert "never closes" not in str(problem)
+
+
+def test_fields_longer_than_the_csv_modules_limit_are_read_when_rows_span_lines(tmp_path):
+    values = ["two\nlines", "y" * 200_000, "3.0"]
+    table = _labevents(tmp_path, _rows(values))
+    assert table.frame.index.tolist() == [2, 4, 5] and not table.problems
+    assert table.frame.loc[4, "VALUE"] == values[1]
+
+
+def test_a_quote_that_never_closes_is_still_named_after_a_long_row(tmp_path):
+    body = _rows(["1.0", "z" * (20 * 2**20), "3.0"]) + '6,5,100,50912,2101-01-01 10:00:00,"open,1,u,\n7,5\n'
+    with pytest.raises(StageError, match="A quote opened at line 5 never closes") as caught:
+        _labevents(tmp_path, body)
+    assert caught.value.check == "malformed_row"
+
+
+def test_a_long_field_is_a_finding_of_the_run_and_the_other_rows_are_checked(tmp_path, sample_dir):
+    data = tmp_path / "data"
+    shutil.copytree(sample_dir, data, ignore=shutil.ignore_patterns("*.py", "*.png", "__pycache__"))
+    path = data / "LABEVENTS.csv"
+    rows = list(csv.reader(io.StringIO(path.read_text())))
+    rows[5][rows[0].index("VALUE")] = "x" * (2 * 2**20)
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    path.write_text(out.getvalue())
+
+    validation = validate(data, load_config(None))
+
+    found = [f for f in validation.report.findings if f.check == "field_too_long"]
+    assert len(found) == 1 and found[0].lines == [6] and found[0].severity == "error"
+    assert validation.exit_code == 1
+    assert validation.report.attrition["LABEVENTS"]["read"] == len(rows) - 2  # all but the header and line 6
+
+
+def _sample_copy(tmp_path, sample_dir):
+    data = tmp_path / "data"
+    shutil.copytree(sample_dir, data, ignore=shutil.ignore_patterns("*.py", "*.png", "__pycache__"))
+    return data
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "dangling"])
+def test_a_table_name_that_is_not_a_regular_file_says_so_and_never_blocks(tmp_path, sample_dir, kind):
+    data = _sample_copy(tmp_path, sample_dir)
+    path = data / "LABEVENTS.csv"
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+        expected = "It is not a regular file but a FIFO (named pipe)"
+    elif kind == "dev-zero":
+        if not os.path.exists("/dev/zero"):
+            pytest.skip("no /dev/zero on this machine")
+        path.symlink_to("/dev/zero")
+        expected = "It is not a regular file but a character device (a link to /dev/zero)"
+    else:
+        path.symlink_to(tmp_path / "gone.csv")
+        expected = "It is not a regular file: a link to nothing"
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "validate", str(data), "--no-cache", "-q",
+                           "--json", str(report)], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    (finding,) = [f for f in json.loads(report.read_text())["findings"] if f["table"] == "LABEVENTS"]
+    assert finding["check"] == "file_unreadable" and expected in finding["message"]
+    assert "not found" not in finding["message"]
+
+
+@pytest.mark.parametrize("other", ["hosp/labevents.csv.gz", "labevents.csv", "LABEVENTS.csv.gz"])
+def test_two_files_for_one_table_are_a_warning_naming_both(tmp_path, sample_dir, other):
+    data = _sample_copy(tmp_path, sample_dir)
+    plain = validate(data, load_config(None))
+    text = (data / "LABEVENTS.csv").read_bytes()
+    (data / other).parent.mkdir(exist_ok=True)
+    (data / other).write_bytes(gzip.compress(text, mtime=0) if other.endswith(".gz") else text)
+    if other == "labevents.csv" and len(list(data.iterdir())) < 4:
+        pytest.skip("this file system ignores case: labevents.csv is LABEVENTS.csv")
+
+    both = validate(data, load_config(None))
+
+    ambiguous = [f for f in both.report.findings if f.check == "file_ambiguous"]
+    assert len(ambiguous) == 1 and ambiguous[0].severity == "warning" and ambiguous[0].table == "LABEVENTS"
+    assert f"Read {str(data / 'LABEVENTS.csv')!r}; also found, not read: {str(data / other)!r}" \
+        in ambiguous[0].message
+    assert both.exit_code == plain.exit_code == 0
+    rest = [f for f in both.report.findings if f.check != "file_ambiguous"]
+    assert rest == plain.report.findings
