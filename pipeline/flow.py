@@ -280,7 +280,8 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
             ledger.findings.extend(scale.scale_findings(
                 engine.rows(events, scale.reported_rows, stats, warn_bound=config.scale.warn_bound), stats,
                 warn_bound=config.scale.warn_bound, max_lines=config.report.max_lines,
-                ranges=scale.reference_ranges(tables.labevents), range_widths=config.scale.range_widths))
+                ranges=scale.reference_ranges(tables.labevents), range_widths=config.scale.range_widths,
+                names=state["names"]))
 
             progress.step("fill", rows=len(events))
             to_fill = engine.rows(events, columns=["SPLIT", *fill.TENSOR_COLUMNS])

@@ -13,7 +13,7 @@ import os
 import threading
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import pandas as pd
 
@@ -134,13 +134,13 @@ def item_names(labitems: pd.DataFrame | None) -> dict[int, str]:
 
 
 def format_items(items: Iterable[int] | Mapping[int, int] | pd.Series, *, names: Mapping[int, str] | None = None,
-                 limit: int = SAMPLE_CAP, unit: str = "row") -> str:
+                 limit: int = SAMPLE_CAP, unit: str = "row", why: Callable[[int], str] | None = None) -> str:
     """``'50963 NTproBNP (Blood) (28 rows), 51100 Troponin T (Blood) (3 rows) and 12 more'``.
 
     ``items`` are ITEMIDs in the order to list them, or ITEMID -> count (a dict, or a Series such as
     ``value_counts().sort_index()``), each then followed by its count of ``unit``. ``names`` comes from
     :func:`item_names` (an item without a name is its number alone). At most ``limit`` items are listed,
-    like a finding's lines (``[report] max_lines``).
+    like a finding's lines (``[report] max_lines``). ``why(item)``, when given, follows the count.
     """
     counts = dict(items.items()) if hasattr(items, "items") else None
     listed = list(counts) if counts is not None else list(items)
@@ -150,7 +150,7 @@ def format_items(items: Iterable[int] | Mapping[int, int] | pd.Series, *, names:
         part = f"{int(item)} {names[int(item)]}" if int(item) in names else str(int(item))
         if counts is not None:
             count = int(counts[item])
-            part += f" ({count:,} {unit}{'' if count == 1 else 's'})"
+            part += f" ({count:,} {unit}{'' if count == 1 else 's'}{'; ' + why(int(item)) if why else ''})"
         parts.append(part)
     more = len(listed) - limit
     return ", ".join(parts) + (f" and {more} more" if more > 0 else "")

@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from pipeline.report import Finding, finding_from_mask, summary_finding
+from pipeline.report import Finding, finding_from_mask, format_items, summary_finding
 from schemas.encode import EncodedEvents
 from schemas.errors import StageError
 from schemas.guard import guarded
@@ -362,9 +362,11 @@ def range_classes(values: pd.Series, ranges: pd.DataFrame, *, range_widths: floa
 
 
 def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float, max_lines: int = 20,
-                   ranges: pd.DataFrame | None = None, range_widths: float = 10.0) -> list[Finding]:
+                   ranges: pd.DataFrame | None = None, range_widths: float = 10.0,
+                   names: Mapping[int, str] | None = None) -> list[Finding]:
     """Constant, fallback and unseen items, values of constant items other than their one value, and |z| above
-    the warning bound, named by ITEMID with the rule that scaled each item; with ``ranges`` (REF_RANGE_LOWER and
+    the warning bound, named by ITEMID (with ``names`` from :func:`pipeline.report.item_names`, at most
+    ``max_lines`` of them) and the rule that scaled each item; with ``ranges`` (REF_RANGE_LOWER and
     REF_RANGE_UPPER by line), the rows above the bound are counted as real extremes or suspect scales."""
     findings = []
     unseen, beyond, off_constant = _named(scaled, stats, warn_bound=warn_bound)
@@ -372,21 +374,19 @@ def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: floa
 
     def items_of(mask: pd.Series, why: Callable[[int], str] | None = None) -> str:
         counts = scaled.loc[mask, "ITEMID"].value_counts().sort_index()
-        return ", ".join(f"{item} ({n} row{'s' if n != 1 else ''}{'; ' + why(item) if why else ''})"
-                         for item, n in counts.head(15).items()) + (
-            f" and {len(counts) - 15} more" if len(counts) > 15 else "")
+        return format_items(counts, names=names, limit=max_lines, why=why)
 
     constant = stats.constant_items_
     if constant:
-        listed = ", ".join(f"{item} ({_rows(table.loc[item, 'count'], 'train row')})" for item in constant)
+        listed = format_items(table.loc[list(constant), "count"], names=names, limit=max_lines, unit="train row")
         findings.append(summary_finding(
             stage=STAGE, check="constant_item", table="LABEVENTS", column="VALUENUM", count=len(constant),
             message=f"{len(constant)} item(s) whose training values are all equal: ITEMID {listed}"))
     fallback = stats.fallback_items_
     if fallback:
         reasons = table.loc[list(fallback)].assign(WHY=[_fallback_reason(table, i, stats.min_rows) for i in fallback])
-        groups = "; ".join(f"{why}: ITEMID " + ", ".join(f"{item} ({_rows(count, 'fitted row')})"
-                                                        for item, count in group["count"].items())
+        groups = "; ".join(f"{why}: ITEMID " + format_items(group["count"], names=names, limit=max_lines,
+                                                            unit="fitted row")
                            for why, group in reasons.groupby("WHY", sort=True))
         findings.append(summary_finding(
             stage=STAGE, check="fallback_item", table="LABEVENTS", column="VALUENUM", count=len(fallback),
@@ -407,8 +407,7 @@ def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: floa
         against = (f"; against each row's own reference range: {counts.get('real extreme', 0)} real extreme(s) (more "
                    f"than {range_widths:g} range widths beyond the nearer bound), {counts.get('suspect scale', 0)} "
                    f"suspect scale(s) (within {range_widths:g} widths: the item's scale is likely too small"
-                   + (f", ITEMID {', '.join(f'{i} ({n})' for i, n in suspect.head(15).items())}" if len(suspect)
-                      else "") + f"), {counts.get('no range', 0)} without a range")
+                   + (f", ITEMID {format_items(suspect, names=names, limit=max_lines)}" if len(suspect) else "") + f"), {counts.get('no range', 0)} without a range")
     findings.append(finding_from_mask(
         stage=STAGE, table="LABEVENTS", check="z_warn_bound", column="Z", failed=beyond, max_lines=max_lines,
         what=f"|z| > {warn_bound:g}: ITEMID {items_of(beyond, lambda item: _cause(table, item, stats.min_rows))}"

@@ -133,6 +133,15 @@ def test_findings_that_list_items_stop_at_max_lines(tables, config):
     assert "items 51003 (Blood) (24 rows), 51275 (Blood)" in checks_of(unnamed)["mixed_item_text"][0].message
 
 
+def test_scale_findings_name_their_items_by_label_and_fluid(tables, config):
+    (fallback,) = checks_of(prepare(tables, config))["fallback_item"]
+    assert "ITEMID 50963 NTproBNP (Blood) (9 fitted rows)" in fallback.message
+    assert "ITEMID 51100 Sodium, Urine (Urine) (23 fitted rows)" in fallback.message
+    capped = dataclasses.replace(config, report=dataclasses.replace(config.report, max_lines=1))
+    (beyond,) = checks_of(prepare(tables, capped))["z_warn_bound"]
+    assert "|z| > 100: ITEMID 5" in beyond.message and " more" in beyond.message  # one item named, the rest counted
+
+
 def test_the_mimic3_demo_names_its_mixed_items(mimic3demo, config):
     text, problems = load_text_tables(mimic3demo)
     assert not problems

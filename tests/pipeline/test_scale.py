@@ -587,7 +587,7 @@ def test_reference_ranges_sort_rows_above_the_bound_into_real_extremes_and_suspe
     assert warned.count == 2 and warned.lines == [28, 29]
     assert ("; against each row's own reference range: 1 real extreme(s) (more than 10 range widths beyond the "
             "nearer bound), 1 suspect scale(s) (within 10 widths: the item's scale is likely too small, "
-            "ITEMID 2 (1)), 0 without a range (lines 28, 29)") in warned.message
+            "ITEMID 2 (1 row)), 0 without a range (lines 28, 29)") in warned.message
     wider = [f for f in scale.scale_findings(scaled, stats, warn_bound=100.0, ranges=ranges, range_widths=2.0)
              if f.check == "z_warn_bound"][0]
     assert "2 real extreme(s)" in wider.message and "0 suspect scale(s)" in wider.message
