@@ -378,7 +378,9 @@ def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: floa
 
     constant = stats.constant_items_
     if constant:
-        listed = format_items(table.loc[list(constant), "count"], names=names, limit=max_lines, unit="train row")
+        # The most training rows first (ties by ITEMID): an item constant over many rows matters more than one row.
+        counts = table.loc[sorted(constant), "count"].sort_values(ascending=False, kind="stable")
+        listed = format_items(counts, names=names, limit=max_lines, unit="train row")
         findings.append(summary_finding(
             stage=STAGE, check="constant_item", table="LABEVENTS", column="VALUENUM", count=len(constant),
             message=f"{len(constant)} item(s) whose training values are all equal: ITEMID {listed}"))
