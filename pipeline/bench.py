@@ -110,13 +110,15 @@ def pyarrow_floor(data_dir: Path) -> dict:
     return {table: pv.read_csv(_table_path(data_dir, table)).num_rows for table in TABLES}
 
 
-def plain_pandas(data_dir: Path, *, max_timestep: int = 99, after_discharge_hours: float = 24.0) -> dict:
+def plain_pandas(data_dir: Path, *, max_timestep: int | None = None, max_stay_days: float = 1000.0,
+                 after_discharge_hours: float = 24.0) -> dict:
     """The baseline: badpoints' stages as a careful user writes them in vectorized pandas, with no validation.
 
     Its rows match badpoints' kept edges exactly on valid data: outpatient rows and the text rows of
     mixed items are dropped, timesteps count whole days from the midnight of the admission day (not
-    from ADMITTIME), and rows before that midnight, past ``max_timestep`` or more than
-    ``after_discharge_hours`` after discharge are dropped, as badpoints' bucket stage does. It differs
+    from ADMITTIME), and rows before that midnight, more than ``max_stay_days`` after it, past
+    ``max_timestep`` (none by default) or more than ``after_discharge_hours`` after discharge are dropped,
+    as badpoints' bucket stage does. It differs
     where counts do not: the split is by a hash of SUBJECT_ID (badpoints permutes patients with a
     seed), vocabularies are sorted (badpoints orders them by frequency), z-scores use every training
     row with std 0 set to 1 (badpoints fits on normal rows with 3-sigma clipping), and it writes no graphs.
@@ -167,8 +169,10 @@ def plain_pandas(data_dir: Path, *, max_timestep: int = 99, after_discharge_hour
     day = pd.Timedelta(hours=24)
     elapsed = lab["CHARTTIME"] - lab["ADMITTIME"].dt.floor("D")
     lab["TIMESTEP"] = elapsed // day
-    keep = ((elapsed >= pd.Timedelta(0)) & (lab["TIMESTEP"] <= max_timestep)
+    keep = ((elapsed >= pd.Timedelta(0)) & (elapsed <= pd.Timedelta(days=max_stay_days))
             & (lab["CHARTTIME"] <= lab["DISCHTIME"] + pd.Timedelta(hours=after_discharge_hours)))
+    if max_timestep is not None:
+        keep &= lab["TIMESTEP"] <= max_timestep
     lab = lab[keep]
 
     # One row per (HADM_ID, TIMESTEP, ITEMID): the latest CHARTTIME; sorted for slicing by offsets.
