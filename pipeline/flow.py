@@ -27,12 +27,13 @@ from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.quarantine import Kept, Step, combine, empty_quarantine
 from pipeline.report import (STAGE_ORDER, Finding, InputFile, Report, finding_from_error, finding_from_mask,
                              format_items, item_names, summary_finding)
+from schemas.checks import CANNOT_RUN_CHECKS
 from schemas.split import SPLITS
 from schemas.errors import StageError, require_validation
 from schemas.guard import trusted_chain
 
 # Checks that mean the run could not happen at all (exit 2), rather than that the data is bad (exit 1).
-CANNOT_RUN = ("file_missing", "file_unreadable", "decompression_bound")
+CANNOT_RUN = CANNOT_RUN_CHECKS
 
 # Quarantine reasons and the check that reports them.
 REASON_CHECKS = {
