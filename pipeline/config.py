@@ -251,6 +251,16 @@ class Config:
     severity: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     source: str | None = None
 
+    def __post_init__(self) -> None:
+        for check, level in self.severity.items():
+            _require(check in CHECKS, f"[severity] names unknown check {check!r}; known: {', '.join(sorted(CHECKS))}")
+            _require(isinstance(level, str) and level in SEVERITIES, f"[severity] {check} must be one of "
+                     f"{', '.join(SEVERITIES)}, got {level!r:.60} ({type(level).__name__})")
+            locked = CHECKS[check].locked
+            _require(locked is None or level == ERROR,
+                     f"[severity] {check} cannot be set to {level!r}: it stays an error because {LOCKED.get(locked)}; "
+                     "remove the line (`badpoints checks` lists the checks whose severity is fixed)")
+
     def severity_of(self, check: str) -> str:
         """The effective severity of a check: the config's if set, else the catalogue's."""
         return self.severity.get(check, CHECKS[check].severity)
@@ -308,15 +318,6 @@ def load_config(path: Path | None = None) -> Config:
         merged = _merge(defaults, user)
 
     severity = merged.get("severity", {})
-    for check, level in severity.items():
-        _require(check in CHECKS, f"[severity] names unknown check {check!r}; known: {', '.join(sorted(CHECKS))}")
-        _require(isinstance(level, str) and level in SEVERITIES,
-                 f"[severity] {check} must be one of {', '.join(SEVERITIES)}, got {level!r} ({type(level).__name__})")
-        locked = CHECKS[check].locked
-        _require(locked is None or level == ERROR,
-                 f"[severity] {check} cannot be set to {level!r}: it stays an error because {LOCKED.get(locked)}; "
-                 "remove the line (`badpoints checks` lists the checks whose severity is fixed)")
-
     scale = dict(merged["scale"])
     policy = scale.get("policy", {})
     _require(isinstance(policy, dict), "[scale.policy] must be a table of ITEMID = policy")

@@ -34,10 +34,12 @@ SEVERITIES = (ERROR, WARNING, INFO, OFF)
 # The config's [severity] may set these checks to "error" only; `badpoints checks` and the README say which.
 CANNOT_RUN = "cannot run"
 NOT_READ = "table not read"
+STOPS = "stops the stages"
 GRAPH_FILE = "graph file"
 LOCKED = {
     CANNOT_RUN: "badpoints could not run at all (exit 2)",
     NOT_READ: "the table was not read, so no stage ran on it",
+    STOPS: "the stage that finds it stops there: no later stage runs and no graph is written",
     GRAPH_FILE: "without it a written graph file could be corrupt (inf or NaN, indices out of bounds, "
                 "tensors of the wrong shape, an unsafe pickle)",
 }
@@ -129,9 +131,10 @@ _CATALOGUE = [
               "the bucket stage quarantines or clips them."),
     # -- every stage ---------------------------------------------------------------------
     CheckInfo("stage_guard", "all", ERROR, "rows that break the stage's schema",
-              "A stage received or produced data its schema forbids; the message names the column and check."),
+              "A stage received or produced data its schema forbids; the message names the column and check.",
+              locked=STOPS),
     CheckInfo("step_empty", "all", ERROR, "a filter, join or dedup that left no rows",
-              "Nothing would reach the graphs; check the inputs and the step's settings."),
+              "Nothing would reach the graphs; check the inputs and the step's settings.", locked=STOPS),
     CheckInfo("step_removed_most", "all", WARNING, "a step that removed more than the warning fraction",
               "Check that the step's settings fit this data ([filters] warn_removed_fraction)."),
     CheckInfo("step_removed_nearly_all", "all", ERROR, "a step that removed more than the error fraction",
@@ -157,9 +160,9 @@ _CATALOGUE = [
     CheckInfo("split_by_admission", "split", WARNING, "split by HADM_ID because SUBJECT_ID is absent",
               "A patient with several admissions may straddle splits; add SUBJECT_ID to ADMISSIONS."),
     CheckInfo("split_empty", "split", ERROR, "a split with no admissions",
-              "Too few patients for the ratios; adjust [split] ratios or add data."),
+              "Too few patients for the ratios; adjust [split] ratios or add data.", locked=STOPS),
     CheckInfo("split_overlap", "split", ERROR, "a patient or admission in more than one split",
-              "Splits must be disjoint; this is a badpoints bug if it appears."),
+              "Splits must be disjoint; this is a badpoints bug if it appears.", locked=STOPS),
     # -- encode --------------------------------------------------------------------------
     CheckInfo("unseen_category", "encode", WARNING, "categorical values not seen in the training split",
               "They get code 0 (missing/unseen); more training data or a coarser vocabulary avoids it."),
@@ -181,22 +184,22 @@ _CATALOGUE = [
     CheckInfo("unseen_item", "scale", WARNING, "numeric lab item not seen in the training split",
               "Its rows get z = 0; they carry no information about the value."),
     CheckInfo("z_finite", "scale", ERROR, "z-score that is inf or NaN",
-              "The scaling produced a non-finite value; check the item's stats in the report."),
+              "The scaling produced a non-finite value; check the item's stats in the report.", locked=STOPS),
     CheckInfo("z_warn_bound", "scale", WARNING, "|z| above the warning bound",
               "Each item's cause is named: a heavy tail on an item fitted on its normal rows is real ('clip' or "
               "'log' in [scale.policy] bounds it); an item scaled on all its rows is measured against the "
               "spread of its abnormal values; a suspect scale needs a look at the item's stats in stats.json."),
     CheckInfo("z_error_bound", "scale", ERROR, "|z| above the error bound",
-              "Beyond any real measurement: the mark of a failed std guard or a unit error."),
+              "Beyond any real measurement: the mark of a failed std guard or a unit error.", locked=STOPS),
     CheckInfo("log_domain", "scale", ERROR, "value <= -1 in an item scaled with the 'log' policy",
-              "log1p needs values above -1; use 'clip' or 'none' for this item."),
+              "log1p needs values above -1; use 'clip' or 'none' for this item.", locked=STOPS),
     # -- fill ----------------------------------------------------------------------------
     CheckInfo("filled", "fill", INFO, "missing values filled by the declared policy",
               "Declared in [fill]; add an indicator column to let the model see what was filled."),
     CheckInfo("fill_collides", "fill", ERROR, "fill value that equals a real code",
-              "A filled value must not pose as a real category; fill codes with 0 (reserved)."),
+              "A filled value must not pose as a real category; fill codes with 0 (reserved).", locked=STOPS),
     CheckInfo("fill_left_nulls", "fill", ERROR, "nulls left in a column that becomes a tensor",
-              "Declare a fill policy for the column in [fill]."),
+              "Declare a fill policy for the column in [fill].", locked=STOPS),
     # -- bucket --------------------------------------------------------------------------
     CheckInfo("before_admission", "bucket", WARNING, "lab rows charted before the admission day",
               "They have no timestep and are quarantined."),
