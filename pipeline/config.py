@@ -30,6 +30,7 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)  # graph tensors are float32: a fi
 # Raw times lie in the years 1678-2261 (schemas.checks.YEARS); datetime64[ns] reaches ~100 days past either
 # end, so a stay widened by up to 100 days cannot overflow.
 MAX_STAY_TOLERANCE_HOURS = 2400.0
+MAX_Z_BOUND = 1e15  # far past any z-score a real value has; the HTML report's log-scale charts draw up to it
 
 
 class ConfigError(ValueError):
@@ -159,8 +160,8 @@ class ScaleConfig(_Section):
     NAME = "scale"
     eps: float = setting(float, low=0, high=0.5, above=True)
     clip_sigma: float = setting(float, **POSITIVE)
-    warn_bound: float = setting(float, **POSITIVE)
-    error_bound: float = setting(float, **POSITIVE)
+    warn_bound: float = setting(float, low=0, high=MAX_Z_BOUND, above=True)
+    error_bound: float = setting(float, low=0, high=MAX_Z_BOUND, above=True)
     min_rows: int = setting(int, 10, low=2)  # one row has no spread
     constant_bound: float = setting(float, 10.0, **POSITIVE)
     range_widths: float = setting(float, 10.0, **POSITIVE)
