@@ -86,7 +86,7 @@ class Allowed:
 
 
 def _number(bound: float) -> str:
-    return str(int(bound)) if float(bound).is_integer() and abs(bound) < 1e16 else f"{bound:.7g}"
+    return str(int(bound)) if float(bound).is_integer() and abs(bound) < 1e10 else f"{bound:.7g}"
 
 
 def setting(kind: type, default: Any = MISSING, **allowed: Any) -> Any:
