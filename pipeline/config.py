@@ -193,7 +193,7 @@ FILL_VALUES = {"Z": Allowed(float, low=-FLOAT32_MAX, high=FLOAT32_MAX), "CODE": 
 @dataclass(frozen=True)
 class BucketConfig(_Section):
     NAME = "bucket"
-    interval_hours: float = setting(float, low=0.01, high=24 * 366)
+    interval_hours: float = setting(float, low=0.001, high=24 * 366)
     # "none" in TOML: the timestep max_stay_days reaches (see pipeline.bucket.last_timestep), set on construction
     max_timestep: int = setting(int, low=0, high=2**31 - 1, words=("none",))
     after_discharge_hours: float = setting(float, low=0, high=24 * 36_600)

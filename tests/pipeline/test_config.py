@@ -212,7 +212,7 @@ def test_comments_policy_defaults_to_quarantine_and_may_be_category(write):
     ("[fill.Z]\nvalue = 1e39\n",
      r"\[fill.Z\] value must be a finite number in \[-3.402823e\+38, 3.402823e\+38\], got 1e\+39 \(float\)"),
     ("[fill.CODE]\nvalue = 1e20\n", r"\[fill.CODE\] value must be a whole number in \[0, 2147483647\], got 1e\+20"),
-    ("[bucket]\ninterval_hours = 1e-300\n", r"\[bucket\] interval_hours must be a finite number in \[0.01, 8784\]"),
+    ("[bucket]\ninterval_hours = 1e-300\n", r"\[bucket\] interval_hours must be a finite number in \[0.001, 8784\]"),
     ('[bucket]\nmax_timestep = "forever"\n',
      r"\[bucket\] max_timestep must be a whole number in \[0, 2147483647\] or 'none', got 'forever' \(str\)"),
     ("[scale]\nwarn_bound = 1.7e308\n", r"\[scale\] warn_bound must be a finite number in \(0, 1e\+15\]"),
