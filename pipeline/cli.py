@@ -24,7 +24,7 @@ from pipeline.flow import validate as run_validate
 from pipeline.paths import OutputError
 from pipeline.progress import BUILD_STEPS, VALIDATE_STEPS, progress_for
 from pipeline.report import Report, format_items, item_names
-from schemas.checks import CHECKS
+from schemas.checks import CHECKS, LOCKED
 from schemas.errors import ValidationDisabled
 
 
@@ -218,6 +218,10 @@ def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `b
     from pipeline.inspect import inspect_build
 
     console, err = _consoles()
+    if not out_dir.is_dir():  # nothing to inspect: could not run (2), like a missing DATA_DIR
+        what = "is not a folder" if out_dir.exists() else "does not exist"
+        err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(out_dir))} {what}")
+        raise typer.Exit(2)
     summary = _guarded_run(err, lambda: inspect_build(out_dir))
     for line in summary.lines:
         console.print(escape(line))
@@ -227,9 +231,22 @@ def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `b
     raise typer.Exit(1 if summary.problems else 0)
 
 
+class _Console(Console):
+    """A console whose reader may leave early (``badpoints validate D | head -1``). rich exits 1 on a broken
+    pipe, which reads as "the data has errors"; here the rest of that stream is dropped and the run goes on,
+    so the JSON, HTML and JUnit files are written and the exit code says what the data is."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # later writes, and the flush at exit
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.file.fileno())
+            os.close(devnull)
+
+
 def _consoles() -> tuple[Console, Console]:
     """stdout for the report, stderr for progress and problems; no colour where they are not terminals."""
-    return Console(highlight=False, soft_wrap=True), Console(stderr=True, highlight=False, soft_wrap=True)
+    return _Console(highlight=False, soft_wrap=True), _Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _guarded_run(err: Console, run):
@@ -305,10 +322,17 @@ def _write_file(err: Console, path: Path, write) -> None:
 @app.command(cls=_Command)
 def checks() -> None:
     """List every check with its id and default severity (ids are what \\[severity] in the config takes)."""
-    table = Table("check", "stage", "severity", "finds", box=None)
+    table = Table(box=None)
+    for name in ("check", "stage", "severity", "fixed"):  # ids are what the config takes: never cut
+        table.add_column(name, no_wrap=True)
+    table.add_column("finds")
     for info in CHECKS.values():
-        table.add_row(info.id, info.stage, info.severity, info.title)
-    Console().print(table)
+        table.add_row(info.id, info.stage, info.severity, info.locked or "", info.title)
+    console = _Console()
+    console.print(table)
+    console.print("\nA check marked fixed stays an error: \\[severity] may set it to \"error\" only.")
+    for why, meaning in LOCKED.items():
+        console.print(f"  {why}: {escape(meaning)}")
 
 
 def _print_report(console: Console, report: Report, *, quiet: bool = False) -> None:

@@ -27,12 +27,13 @@ from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.quarantine import Kept, Step, combine, empty_quarantine
 from pipeline.report import (STAGE_ORDER, Finding, InputFile, Report, finding_from_error, finding_from_mask,
                              format_items, item_names, summary_finding)
+from schemas.checks import CANNOT_RUN_CHECKS
 from schemas.split import SPLITS
 from schemas.errors import StageError, require_validation
 from schemas.guard import trusted_chain
 
 # Checks that mean the run could not happen at all (exit 2), rather than that the data is bad (exit 1).
-CANNOT_RUN = ("file_missing", "file_unreadable", "decompression_bound")
+CANNOT_RUN = CANNOT_RUN_CHECKS
 
 # Quarantine reasons and the check that reports them.
 REASON_CHECKS = {
@@ -128,8 +129,6 @@ class Validation:
 
     @property
     def exit_code(self) -> int:
-        if any(f.check in CANNOT_RUN for f in self.report.findings):
-            return 2
         return self.report.exit_code
 
 
@@ -498,7 +497,7 @@ class Build:
 
     @property
     def exit_code(self) -> int:
-        return self.validation.exit_code if self.validation.exit_code else self.report.exit_code
+        return self.report.exit_code  # the build's report holds the validation's findings and the graphs'
 
 
 def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = False,
@@ -547,10 +546,10 @@ def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = 
     counted = {name: admissions["splits"][name][IN_GRAPHS] for name in SPLITS}
     if nodes != counted:
         raise RuntimeError(f"graphs hold admissions {nodes} per split but the ledger counted {counted}")
-    report = Report(inputs=report.inputs, findings=report.findings, overrides=report.overrides,
-                    attrition=report.attrition)
-    report.add(findings)
-    report = report.with_severities(dict(config.severity))
+    # A report of its own: the validation's findings (severities applied) and the graphs', in a new list.
+    graph_findings = Report(findings=findings).with_severities(dict(config.severity)).findings
+    report = Report(inputs=list(report.inputs), findings=[*report.findings, *graph_findings],
+                    overrides=dict(report.overrides), attrition=report.attrition)
     if report.exit_code:
         progress.end()
         return Build(validation=validation, report=report, out_dir=None, graphs=summaries)

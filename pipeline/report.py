@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import pandas as pd
 
-from schemas.checks import CHECKS, ERROR, OFF, WARNING
+from schemas.checks import CANNOT_RUN_CHECKS, CHECKS, ERROR, OFF, WARNING
 from schemas.errors import SAMPLE_CAP, StageError, format_lines, summarize_classes, value_classes
 
 
@@ -175,6 +175,7 @@ class Report:
 
     @property
     def status(self) -> str:
+        """``errors``, ``warnings`` or ``ok``: what the status line and the JSON say (the exit code follows it)."""
         severities = {f.severity for f in self.findings}
         if ERROR in severities:
             return "errors"
@@ -182,6 +183,13 @@ class Report:
 
     @property
     def exit_code(self) -> int:
+        """2 when badpoints could not run (a check of ``CANNOT_RUN_CHECKS``), 1 for any other error, else 0.
+
+        Taken from the findings alone, like :attr:`status`, so the two always agree: 0 is ``ok`` or
+        ``warnings``, 1 and 2 are ``errors``.
+        """
+        if any(f.check in CANNOT_RUN_CHECKS and f.severity == ERROR for f in self.findings):
+            return 2
         return 1 if self.status == "errors" else 0
 
     def add(self, findings: Iterable[Finding | None]) -> None:

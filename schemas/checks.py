@@ -30,46 +30,66 @@ INFO = "info"  # reported, never changes the status (fills, merges, attrition)
 OFF = "off"
 SEVERITIES = (ERROR, WARNING, INFO, OFF)
 
+# Why some checks stay errors whatever the config says: a run that reported them as anything less would lie.
+# The config's [severity] may set these checks to "error" only; `badpoints checks` and the README say which.
+CANNOT_RUN = "cannot run"
+NOT_READ = "table not read"
+STOPS = "stops the stages"
+GRAPH_FILE = "graph file"
+LOCKED = {
+    CANNOT_RUN: "badpoints could not run at all (exit 2)",
+    NOT_READ: "the table was not read, so no stage ran on it",
+    STOPS: "the stage that finds it stops there: no later stage runs and no graph is written",
+    GRAPH_FILE: "without it a written graph file could be corrupt (inf or NaN, indices out of bounds, "
+                "tensors of the wrong shape, an unsafe pickle)",
+}
+
 
 @dataclass(frozen=True)
 class CheckInfo:
-    """What a check finds, how bad it is by default, and what the user should do."""
+    """What a check finds, how bad it is by default, and what the user should do.
+
+    ``locked`` names why the config may not set the check below error (a key of :data:`LOCKED`), or is None.
+    """
 
     id: str
     stage: str
     severity: str
     title: str
     advice: str
+    locked: str | None = None
 
 
 _CATALOGUE = [
     # -- files --------------------------------------------------------------------------
     CheckInfo("file_missing", "load", ERROR, "table file not found",
-              "Put the table in DATA_DIR under one of the names tried (.csv or .csv.gz, any case)."),
+              "Put the table in DATA_DIR under one of the names tried (.csv or .csv.gz, any case).", locked=CANNOT_RUN),
     CheckInfo("file_unreadable", "load", ERROR, "file cannot be read",
-              "Check the file's permissions and that it is a regular file."),
+              "Check the file's permissions and that it is a regular file.", locked=CANNOT_RUN),
     CheckInfo("file_ambiguous", "load", WARNING, "more than one file could hold the table",
               "Keep one file per table in DATA_DIR (and its hosp/ folder); the one read is named."),
     CheckInfo("file_empty", "load", ERROR, "file has no bytes",
-              "Re-export or re-download the table; an empty file has not even a header."),
+              "Re-export or re-download the table; an empty file has not even a header.", locked=NOT_READ),
     CheckInfo("compression", "load", ERROR, "gzip stream is truncated or corrupt",
-              "Re-download the file or re-compress it with gzip; a file named .gz must be gzip."),
+              "Re-download the file or re-compress it with gzip; a file named .gz must be gzip.", locked=NOT_READ),
     CheckInfo("decompression_bound", "load", ERROR, "gzip file expands beyond the configured bound",
               "A file that expands this far is most often a gzip bomb or a broken export; if it is real, raise "
-              "[load] max_expanded_bytes or max_expansion_ratio."),
+              "[load] max_expanded_bytes or max_expansion_ratio.", locked=CANNOT_RUN),
     CheckInfo("encoding", "load", ERROR, "bytes that are not UTF-8",
-              "Re-export the table as UTF-8 (MIMIC ships UTF-8; a spreadsheet save may not)."),
+              "Re-export the table as UTF-8 (MIMIC ships UTF-8; a spreadsheet save may not).", locked=NOT_READ),
     CheckInfo("duplicate_header", "load", ERROR, "header names a column twice",
-              "Rename or drop the duplicated column so every header name is unique (case-insensitively)."),
+              "Rename or drop the duplicated column so every header name is unique (case-insensitively).",
+              locked=NOT_READ),
     CheckInfo("missing_column", "load", ERROR, "required column absent",
-              "Check the delimiter (badpoints reads comma-separated files) and the header names."),
+              "Check the delimiter (badpoints reads comma-separated files) and the header names.", locked=NOT_READ),
     CheckInfo("malformed_row", "load", ERROR, "row that is not valid CSV",
-              "Fix the rows: every row needs as many fields as the header, and every quote must close."),
+              "Fix the rows: every row needs as many fields as the header, and every quote must close.",
+              locked=NOT_READ),
     CheckInfo("field_too_long", "load", ERROR, "a field longer than the configured bound",
               "No lab value, time or ID is this long: the export merged rows or lost a delimiter; fix the rows "
               "named. They were left out; the rest of the table was read and checked."),
     CheckInfo("table_empty", "load", ERROR, "table has a header but no rows",
-              "Re-export the table with its rows; an empty table leaves nothing to train on."),
+              "Re-export the table with its rows; an empty table leaves nothing to train on.", locked=NOT_READ),
     # -- values -------------------------------------------------------------------------
     CheckInfo("id_missing", "raw", ERROR, "an empty required ID",
               "Every row needs this ID; drop or repair the rows."),
@@ -111,9 +131,10 @@ _CATALOGUE = [
               "the bucket stage quarantines or clips them."),
     # -- every stage ---------------------------------------------------------------------
     CheckInfo("stage_guard", "all", ERROR, "rows that break the stage's schema",
-              "A stage received or produced data its schema forbids; the message names the column and check."),
+              "A stage received or produced data its schema forbids; the message names the column and check.",
+              locked=STOPS),
     CheckInfo("step_empty", "all", ERROR, "a filter, join or dedup that left no rows",
-              "Nothing would reach the graphs; check the inputs and the step's settings."),
+              "Nothing would reach the graphs; check the inputs and the step's settings.", locked=STOPS),
     CheckInfo("step_removed_most", "all", WARNING, "a step that removed more than the warning fraction",
               "Check that the step's settings fit this data ([filters] warn_removed_fraction)."),
     CheckInfo("step_removed_nearly_all", "all", ERROR, "a step that removed more than the error fraction",
@@ -139,9 +160,9 @@ _CATALOGUE = [
     CheckInfo("split_by_admission", "split", WARNING, "split by HADM_ID because SUBJECT_ID is absent",
               "A patient with several admissions may straddle splits; add SUBJECT_ID to ADMISSIONS."),
     CheckInfo("split_empty", "split", ERROR, "a split with no admissions",
-              "Too few patients for the ratios; adjust [split] ratios or add data."),
+              "Too few patients for the ratios; adjust [split] ratios or add data.", locked=STOPS),
     CheckInfo("split_overlap", "split", ERROR, "a patient or admission in more than one split",
-              "Splits must be disjoint; this is a badpoints bug if it appears."),
+              "Splits must be disjoint; this is a badpoints bug if it appears.", locked=STOPS),
     # -- encode --------------------------------------------------------------------------
     CheckInfo("unseen_category", "encode", WARNING, "categorical values not seen in the training split",
               "They get code 0 (missing/unseen); more training data or a coarser vocabulary avoids it."),
@@ -163,22 +184,22 @@ _CATALOGUE = [
     CheckInfo("unseen_item", "scale", WARNING, "numeric lab item not seen in the training split",
               "Its rows get z = 0; they carry no information about the value."),
     CheckInfo("z_finite", "scale", ERROR, "z-score that is inf or NaN",
-              "The scaling produced a non-finite value; check the item's stats in the report."),
+              "The scaling produced a non-finite value; check the item's stats in the report.", locked=STOPS),
     CheckInfo("z_warn_bound", "scale", WARNING, "|z| above the warning bound",
               "Each item's cause is named: a heavy tail on an item fitted on its normal rows is real ('clip' or "
               "'log' in [scale.policy] bounds it); an item scaled on all its rows is measured against the "
               "spread of its abnormal values; a suspect scale needs a look at the item's stats in stats.json."),
     CheckInfo("z_error_bound", "scale", ERROR, "|z| above the error bound",
-              "Beyond any real measurement: the mark of a failed std guard or a unit error."),
+              "Beyond any real measurement: the mark of a failed std guard or a unit error.", locked=STOPS),
     CheckInfo("log_domain", "scale", ERROR, "value <= -1 in an item scaled with the 'log' policy",
-              "log1p needs values above -1; use 'clip' or 'none' for this item."),
+              "log1p needs values above -1; use 'clip' or 'none' for this item.", locked=STOPS),
     # -- fill ----------------------------------------------------------------------------
     CheckInfo("filled", "fill", INFO, "missing values filled by the declared policy",
               "Declared in [fill]; add an indicator column to let the model see what was filled."),
     CheckInfo("fill_collides", "fill", ERROR, "fill value that equals a real code",
-              "A filled value must not pose as a real category; fill codes with 0 (reserved)."),
+              "A filled value must not pose as a real category; fill codes with 0 (reserved).", locked=STOPS),
     CheckInfo("fill_left_nulls", "fill", ERROR, "nulls left in a column that becomes a tensor",
-              "Declare a fill policy for the column in [fill]."),
+              "Declare a fill policy for the column in [fill].", locked=STOPS),
     # -- bucket --------------------------------------------------------------------------
     CheckInfo("before_admission", "bucket", WARNING, "lab rows charted before the admission day",
               "They have no timestep and are quarantined."),
@@ -205,38 +226,43 @@ _CATALOGUE = [
               "Left out of the graphs on purpose ([graph] min_timesteps)."),
     # -- graph ---------------------------------------------------------------------------
     CheckInfo("graph_finite", "graph", ERROR, "float tensor with inf or NaN",
-              "A non-finite feature poisons every loss it touches; find the stage that let it through."),
+              "A non-finite feature poisons every loss it touches; find the stage that let it through.",
+              locked=GRAPH_FILE),
     CheckInfo("graph_edge_index", "graph", ERROR, "edge_index that is not int64 of shape [2, E]",
-              "PyG expects int64 [2, E]; rebuild the graph with badpoints or fix the code that made it."),
+              "PyG expects int64 [2, E]; rebuild the graph with badpoints or fix the code that made it.",
+              locked=GRAPH_FILE),
     CheckInfo("graph_index_bounds", "graph", ERROR, "edge_index outside the node counts",
-              "An index past the node count (or negative) reads another node's memory or crashes scatter."),
+              "An index past the node count (or negative) reads another node's memory or crashes scatter.",
+              locked=GRAPH_FILE),
     CheckInfo("graph_empty", "graph", ERROR, "graph without edges",
-              "A batch with no edges trains nothing; check the batching and the stages' attrition."),
+              "A batch with no edges trains nothing; check the batching and the stages' attrition.", locked=GRAPH_FILE),
     CheckInfo("graph_edge_rows", "graph", ERROR, "per-edge tensor whose rows do not match the edges",
-              "edge_attr, timestep and the other per-edge tensors need one row per edge."),
+              "edge_attr, timestep and the other per-edge tensors need one row per edge.", locked=GRAPH_FILE),
     CheckInfo("graph_node_rows", "graph", ERROR, "node features whose rows do not match the node count",
-              "x needs one row per node."),
+              "x needs one row per node.", locked=GRAPH_FILE),
     CheckInfo("graph_node_ids", "graph", ERROR, "node_id that is not arange(num_nodes), or a bad raw id",
               "node_id indexes embeddings (arange per graph); HADM_ID and ITEMID live in hadm_id and itemid, "
-              "positive and one per node. Rebuild graphs made by an older badpoints."),
+              "positive and one per node. Rebuild graphs made by an older badpoints.", locked=GRAPH_FILE),
     CheckInfo("graph_timestep_range", "graph", ERROR, "timestep outside [0, max_timestep]",
-              "Timesteps come from the bucket stage; check [bucket] max_timestep."),
+              "Timesteps come from the bucket stage; check [bucket] max_timestep.", locked=GRAPH_FILE),
     CheckInfo("graph_code_range", "graph", ERROR, "category code outside its vocabulary",
-              "Codes index embeddings: one past the vocabulary crashes or reads garbage."),
+              "Codes index embeddings: one past the vocabulary crashes or reads garbage.", locked=GRAPH_FILE),
     CheckInfo("graph_label_range", "graph", ERROR, "label outside {0, 1}",
-              "Multi-hot labels must be 0 or 1."),
+              "Multi-hot labels must be 0 or 1.", locked=GRAPH_FILE),
     CheckInfo("graph_pyg", "graph", ERROR, "graph that HeteroData.validate() rejects",
-              "PyG's own validation failed; the message names the store."),
+              "PyG's own validation failed; the message names the store.", locked=GRAPH_FILE),
     CheckInfo("graph_memory", "graph", WARNING, "batch whose memory estimate exceeds the budget",
               "Lower [graph] batch_size or raise memory_budget_mb; whole-graph node counts are what ran "
               "the seed out of memory."),
     CheckInfo("graph_manifest", "graph", ERROR, "output file missing or different from the manifest",
-              "Rebuild: the folder holds a half-written or altered build."),
+              "Rebuild: the folder holds a half-written or altered build.", locked=GRAPH_FILE),
     CheckInfo("graph_unsafe", "graph", ERROR, "graph file that does not load with weights_only=True",
-              "Refused: it needs unsafe unpickling. Never load it; rebuild the graphs."),
+              "Refused: it needs unsafe unpickling. Never load it; rebuild the graphs.", locked=GRAPH_FILE),
 ]
 
 CHECKS: dict[str, CheckInfo] = {info.id: info for info in _CATALOGUE}
+# Checks that mean the run could not happen at all (exit 2), rather than that the data is bad (exit 1).
+CANNOT_RUN_CHECKS = tuple(info.id for info in _CATALOGUE if info.locked == CANNOT_RUN)
 
 
 def check_info(check_id: str) -> CheckInfo:

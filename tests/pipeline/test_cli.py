@@ -221,3 +221,75 @@ def test_help_shows_flags_as_flags(command):
         assert options["--json"][0] == "<path>"  # options that take a value still say which
     if not command:
         assert "[severity] in the config" in result.output
+
+
+@pytest.mark.parametrize(("check", "removed"), [("file_missing", "LABEVENTS.csv"), ("table_empty", None)])
+def test_a_could_not_run_check_cannot_be_switched_off(tmp_path, sample_dir, check, removed):
+    """With file_missing or table_empty "off", a run without LABEVENTS' rows said "status: ok" and exited 0."""
+    data = tmp_path / "data"
+    shutil.copytree(sample_dir, data, ignore=shutil.ignore_patterns("*.py", "*.png"))
+    if removed:
+        (data / removed).unlink()
+    else:
+        events = data / "LABEVENTS.csv"
+        events.write_text(events.read_text().splitlines()[0] + "\n")
+    config = tmp_path / "quiet.toml"
+    config.write_text(f'[severity]\n{check} = "off"\n')
+    done = _badpoints("validate", str(data), "--config", str(config), "--no-cache")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"cannot run: [severity] {check} cannot be set to 'off': it stays an error because" in done.stderr
+    assert "status:" not in done.stdout
+
+
+def test_a_config_that_would_write_inf_into_graphs_is_refused(tmp_path):
+    """graph_finite "off" and a Z fill of 1e39 (inf in float32) wrote graphs holding inf, said "status: warnings"
+    and exited 1; each is now refused, with the reason, before anything runs."""
+    config = tmp_path / "inf.toml"
+    for text, said in (('[severity]\ngraph_finite = "off"\n', "graph_finite cannot be set to 'off'"),
+                       ("[fill.Z]\nvalue = 1e39\n", "[fill.Z] value must be a finite number in [-3.402823e+38, "
+                                                    "3.402823e+38], got 1e+39 (float)")):
+        config.write_text(text)
+        done = _badpoints("build", "data/sample", "--out", str(tmp_path / "out"), "--config", str(config))
+        assert done.returncode == 2 and said in done.stderr, done.stdout + done.stderr
+        assert not (tmp_path / "out").exists()
+
+
+def _first_line_only(*args: str) -> tuple[str, int]:
+    """Run badpoints with stdout read by a reader that leaves after one line (as `| head -1` does)."""
+    child = subprocess.Popen([str(BADPOINTS), *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
+    first = child.stdout.readline().decode()
+    child.stdout.close()
+    return first, child.wait(timeout=300)
+
+
+def test_a_reader_leaving_early_does_not_change_the_exit_code(tmp_path):
+    """`badpoints validate D | head -1` exited 1 ("data errors") on data without errors: rich exits 1 on a
+    broken pipe. The rest of the output is dropped; the run finishes, writes its files and exits for its data."""
+    from tests.corpus import build as build_case
+
+    first, code = _first_line_only("validate", "data/sample", "--no-cache", "--json", str(tmp_path / "ok.json"))
+    assert first.startswith("read ADMISSIONS") and code == 0
+    assert json.loads((tmp_path / "ok.json").read_text())["status"] == "warnings"
+    build_case("inf_valuenum", tmp_path / "bad")
+    first, code = _first_line_only("validate", str(tmp_path / "bad"), "--no-cache")
+    assert first and code == 1
+
+
+def test_inspect_of_a_folder_that_is_not_there_could_not_run(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    for path, said in ((tmp_path / "nowhere", "does not exist"), (tmp_path / "a-file", "is not a folder")):
+        result = runner.invoke(app, ["inspect", str(path)])
+        assert result.exit_code == 2, result.output
+        assert "cannot run" in result.output and said in result.output and "status:" not in result.output
+
+
+def test_checks_shows_which_severities_are_fixed_and_every_id_whole():
+    result = runner.invoke(app, ["checks"], terminal_width=80)
+    assert result.exit_code == 0
+    rows = {line.split()[0]: line for line in result.output.splitlines() if line.strip()}
+    for check, info in CHECKS.items():
+        assert check in rows, check  # never cut to 'charttime_outside_s…'
+        assert info.locked is None or info.locked in rows[check], rows[check]
+    assert "graph file" in rows["graph_finite"] and "cannot run" in rows["file_missing"]
+    assert "graph file" not in rows["graph_memory"]
+    assert 'may set it to "error" only' in result.output

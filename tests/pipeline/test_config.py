@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
+import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
 
-from pipeline.config import DEFAULTS, Config, ConfigError, RawConfig, ReportConfig, load_config
-from schemas.checks import CHECKS
+from pipeline.config import (DEFAULTS, FILL_VALUES, FLOAT32_MAX, Allowed, Config, ConfigError, FillPolicy, RawConfig,
+                             ReportConfig, load_config)
+from pipeline.flow import CANNOT_RUN
+from schemas.checks import CHECKS, LOCKED
+
+ROOT = Path(__file__).resolve().parents[2]
+BADPOINTS = Path(sys.executable).with_name("badpoints")
 
 
 @pytest.fixture
@@ -78,11 +90,11 @@ def test_severity_of_an_unknown_check_is_a_key_error():
     ("[paths]\nroot = 1\n", r"unknown section\(s\) in '.*badpoints.toml': paths"),
     ("[raw]\nvaluenum_bound = 5\n", r"unknown key\(s\) in \[raw\]: valuenum_bound; known: valuenum_abs_bound, "
                                      r"stay_tolerance_hours"),
-    ("[report]\nmax_lines = \"20\"\n", r"\[report\] max_lines must be a whole number, got '20'"),
-    ("[raw]\nvaluenum_abs_bound = true\n", r"\[raw\] valuenum_abs_bound must be a number, got True"),
+    ("[report]\nmax_lines = \"20\"\n", r"\[report\] max_lines must be a whole number in \[1, 10000\], got '20' \(str\)"),
+    ("[raw]\nvaluenum_abs_bound = true\n", r"\[raw\] valuenum_abs_bound must be a finite number > 0, got True \(bool\)"),
     ('[severity]\nvaluenum_finit = "off"\n',
      r"\[severity\] names unknown check 'valuenum_finit'; known: .*valuenum_finite"),
-    ('[severity]\nid_missing = "fatal"\n', r"\[severity\] id_missing must be one of error, warning, info, off, got 'fatal'"),
+    ('[severity]\nid_missing = "fatal"\n', r"\[severity\] id_missing must be one of error, warning, info, off, got 'fatal' \(str\)"),
     ('[severity]\nid_missing = "Warning"\n', r"got 'Warning'"),
     ('severity = "off"\n', r"\[severity\] must be a table"),
     ("[raw\n", r"config '.*badpoints.toml' is not valid TOML"),
@@ -123,18 +135,18 @@ def test_config_is_frozen(write):
 
 
 @pytest.mark.parametrize(("text", "match"), [
-    ("[report]\nmax_lines = 2.5\n", r"\[report\] max_lines must be a whole number, got 2.5"),
-    ("[report]\nmax_lines = inf\n", r"\[report\] max_lines must be a whole number, got inf"),
-    ("[report]\nmax_lines = 0\n", r"\[report\] max_lines must be between 1 and 10000, got 0"),
-    ("[report]\nmax_lines = -3\n", r"max_lines must be between 1 and 10000, got -3"),
-    ("[report]\nmax_lines = 10001\n", r"max_lines must be between 1 and 10000, got 10001"),
-    ("[raw]\nvaluenum_abs_bound = nan\n", r"\[raw\] valuenum_abs_bound must be a finite number > 0, got nan"),
+    ("[report]\nmax_lines = 2.5\n", r"\[report\] max_lines must be a whole number in \[1, 10000\], got 2.5 \(float\)"),
+    ("[report]\nmax_lines = inf\n", r"\[report\] max_lines must be a whole number in \[1, 10000\], got inf \(float\)"),
+    ("[report]\nmax_lines = 0\n", r"\[report\] max_lines must be a whole number in \[1, 10000\], got 0 \(int\)"),
+    ("[report]\nmax_lines = -3\n", r"max_lines must be a whole number in \[1, 10000\], got -3 \(int\)"),
+    ("[report]\nmax_lines = 10001\n", r"max_lines must be a whole number in \[1, 10000\], got 10001 \(int\)"),
+    ("[raw]\nvaluenum_abs_bound = nan\n", r"\[raw\] valuenum_abs_bound must be a finite number > 0, got nan \(float\)"),
     ("[raw]\nvaluenum_abs_bound = inf\n", r"valuenum_abs_bound must be a finite number > 0, got inf"),
-    ("[raw]\nvaluenum_abs_bound = 0\n", r"valuenum_abs_bound must be a finite number > 0, got 0.0"),
+    ("[raw]\nvaluenum_abs_bound = 0\n", r"valuenum_abs_bound must be a finite number > 0, got 0 \(int\)"),
     ("[raw]\nvaluenum_abs_bound = -1.0\n", r"valuenum_abs_bound must be a finite number > 0, got -1.0"),
-    ("[raw]\nstay_tolerance_hours = inf\n", r"\[raw\] stay_tolerance_hours must be a finite number >= 0, got inf"),
-    ("[raw]\nstay_tolerance_hours = nan\n", r"stay_tolerance_hours must be a finite number >= 0, got nan"),
-    ("[raw]\nstay_tolerance_hours = -1\n", r"stay_tolerance_hours must be a finite number >= 0, got -1.0"),
+    ("[raw]\nstay_tolerance_hours = inf\n", r"\[raw\] stay_tolerance_hours must be a finite number in \[0, 2400\], got inf \(float\)"),
+    ("[raw]\nstay_tolerance_hours = nan\n", r"stay_tolerance_hours must be a finite number in \[0, 2400\], got nan"),
+    ("[raw]\nstay_tolerance_hours = -1\n", r"stay_tolerance_hours must be a finite number in \[0, 2400\], got -1 \(int\)"),
 ], ids=["fractional-max-lines", "inf-max-lines", "zero-max-lines", "negative-max-lines", "huge-max-lines",
         "nan-bound", "inf-bound", "zero-bound", "negative-bound", "inf-tolerance", "nan-tolerance",
         "negative-tolerance"])
@@ -144,9 +156,9 @@ def test_out_of_range_numbers_are_config_errors(write, text, match):
 
 
 @pytest.mark.parametrize(("text", "match"), [
-    ("[scale]\nmin_rows = 1\n", r"\[scale\] min_rows must be an integer >= 2 \(one row has no spread\), got 1"),
-    ("[scale]\nmin_rows = 2.5\n", r"\[scale\] min_rows must be a whole number, got 2.5"),
-    ("[scale]\nconstant_bound = 0\n", r"\[scale\] constant_bound must be a finite number > 0, got 0.0"),
+    ("[scale]\nmin_rows = 1\n", r"\[scale\] min_rows must be a whole number >= 2, got 1 \(int\)"),
+    ("[scale]\nmin_rows = 2.5\n", r"\[scale\] min_rows must be a whole number >= 2, got 2.5 \(float\)"),
+    ("[scale]\nconstant_bound = 0\n", r"\[scale\] constant_bound must be a finite number > 0, got 0 \(int\)"),
     ("[scale]\nconstant_bound = inf\n", r"constant_bound must be a finite number > 0, got inf"),
     ("[scale]\nrange_widths = nan\n", r"\[scale\] range_widths must be a finite number > 0, got nan"),
 ], ids=["one-row", "fractional-rows", "zero-bound", "inf-bound", "nan-widths"])
@@ -189,3 +201,184 @@ def test_comments_policy_defaults_to_quarantine_and_may_be_category(write):
     assert load_config(write('[comments]\nempty_value = "category"\n')).comments.empty_value == "category"
     with pytest.raises(ConfigError, match=r"\[comments\] empty_value must be one of quarantine, category, got 'drop'"):
         load_config(write('[comments]\nempty_value = "drop"\n'))
+
+
+# -- every key declares its type and range; values that crashed a run are refused at load ------------------
+@pytest.mark.parametrize(("text", "match"), [
+    ("[fill]\nZ = 3\n", r"\[fill.Z\] must be a table, got 3 \(int\)"),
+    ("[raw]\nstay_tolerance_hours = 2e6\n",
+     r"\[raw\] stay_tolerance_hours must be a finite number in \[0, 2400\], got 2000000.0 \(float\)"),
+    ("[raw]\nstay_tolerance_hours = 1e9\n", r"stay_tolerance_hours .* in \[0, 2400\], got 1000000000.0 \(float\)"),
+    ("[fill.Z]\nvalue = 1e39\n",
+     r"\[fill.Z\] value must be a finite number in \[-3.402823e\+38, 3.402823e\+38\], got 1e\+39 \(float\)"),
+    ("[fill.CODE]\nvalue = 1e20\n", r"\[fill.CODE\] value must be a whole number in \[0, 2147483647\], got 1e\+20"),
+    ("[bucket]\ninterval_hours = 1e-300\n", r"\[bucket\] interval_hours must be a finite number in \[0.001, 8784\]"),
+    ('[bucket]\nmax_timestep = "forever"\n',
+     r"\[bucket\] max_timestep must be a whole number in \[0, 2147483647\] or 'none', got 'forever' \(str\)"),
+    ("[scale]\nwarn_bound = 1.7e308\n", r"\[scale\] warn_bound must be a finite number in \(0, 1e\+15\]"),
+    ("[graph]\nlabels = 1\n", r"\[graph\] labels must be true or false, got 1 \(int\)"),
+    ('[scale.policy]\n"²" = "log"\n', r"\[scale.policy\] keys must be ITEMIDs"),
+    ("[encode]\nfold_case = [true]\n", r"\[encode\] fold_case must be true or false, got \[True\] \(list\)"),
+    ('[severity]\nid_missing = {level = "off"}\n', r"\[severity\] id_missing must be one of .*\(dict\)"),
+], ids=["fill-not-table", "tolerance-2e6", "tolerance-1e9", "fill-beyond-float32", "code-beyond-int32",
+        "tiny-interval", "max-timestep-word", "huge-warn-bound", "bool-as-int", "superscript-itemid", "list",
+        "severity-table"])
+def test_values_that_crashed_a_run_are_config_errors_naming_key_class_and_range(write, text, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(write(text))
+
+
+def test_every_key_of_the_defaults_declares_what_it_takes():
+    """The type and range of each key are declared once, in its field: a key without them would go unchecked."""
+    documented = tomllib.loads(DEFAULTS.read_text(encoding="utf-8"))
+    config = load_config()
+    for section, keys in documented.items():
+        if section in ("severity", "fill"):
+            continue
+        declared = {f.name: f.metadata.get("allowed") for f in dataclasses.fields(getattr(config, section))}
+        for key in keys:
+            if key != "policy":  # [scale.policy]: ITEMID = one of SCALE_POLICIES
+                assert isinstance(declared[key], Allowed), (section, key)
+    for column in documented["fill"]:
+        assert set(documented["fill"][column]) <= {f.name for f in dataclasses.fields(FillPolicy)}
+        assert column in FILL_VALUES
+
+
+def test_the_range_ends_are_accepted(write):
+    config = load_config(write("[raw]\nstay_tolerance_hours = 2400\n[fill.Z]\nvalue = 3.4028234663852886e38\n"
+                               "[bucket]\ninterval_hours = 0.01\nmax_timestep = 0\n"))
+    assert config.raw.stay_tolerance_hours == 2400.0 and config.fill["Z"].value == FLOAT32_MAX
+    assert (config.bucket.interval_hours, config.bucket.max_timestep) == (0.01, 0)
+
+
+# -- severities that cannot be lowered ----------------------------------------------------------------------
+LOCKED_CHECKS = sorted(check for check, info in CHECKS.items() if info.locked)
+
+
+def test_the_fixed_checks_are_the_ones_without_which_a_run_could_pass_untrue():
+    fixed = {info.locked: set() for info in CHECKS.values() if info.locked}
+    for check, info in CHECKS.items():
+        if info.locked:
+            fixed[info.locked].add(check)
+            assert info.severity == "error" and info.locked in LOCKED, check
+    assert fixed["cannot run"] == set(CANNOT_RUN) == {"file_missing", "file_unreadable", "decompression_bound"}
+    assert {"file_empty", "table_empty", "compression", "encoding", "missing_column"} <= fixed["table not read"]
+    assert fixed["graph file"] == {"graph_finite", "graph_edge_index", "graph_index_bounds", "graph_edge_rows",
+                                   "graph_node_rows", "graph_node_ids", "graph_code_range", "graph_timestep_range",
+                                   "graph_label_range", "graph_pyg", "graph_empty", "graph_manifest", "graph_unsafe"}
+    assert {"z_finite", "z_error_bound", "fill_left_nulls", "step_empty"} <= fixed["stops the stages"]
+    assert "graph_memory" not in LOCKED_CHECKS and "field_too_long" not in LOCKED_CHECKS
+
+
+@pytest.mark.parametrize("level", ["warning", "info", "off"])
+def test_a_fixed_check_cannot_be_set_below_error(write, level):
+    for check in LOCKED_CHECKS:
+        with pytest.raises(ConfigError, match=rf"\[severity\] {check} cannot be set to '{level}': it stays an "
+                                              rf"error because {re.escape(LOCKED[CHECKS[check].locked])}"):
+            load_config(write(f'[severity]\n{check} = "{level}"\n'))
+
+
+def test_a_fixed_check_may_be_named_as_error_and_others_may_be_lowered(write):
+    config = load_config(write('[severity]\ngraph_finite = "error"\nfile_missing = "error"\ngraph_memory = "off"\n'))
+    assert config.severity_of("graph_finite") == "error" and config.severity_of("graph_memory") == "off"
+
+
+def test_a_config_made_in_code_cannot_lower_a_fixed_check_either():
+    with pytest.raises(ConfigError, match="graph_finite cannot be set to 'off'"):
+        dataclasses.replace(load_config(), severity={"graph_finite": "off"})
+
+
+# -- any TOML value for any key: a Config or a ConfigError, never another exception -------------------------
+def _keys(table: dict, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every key of the defaults, nested ones too ([fill.Z] value), and the tables themselves."""
+    keys = []
+    for key, value in table.items():
+        keys.append((*path, key))
+        if isinstance(value, dict):
+            keys.extend(_keys(value, (*path, key)))
+    return keys
+
+
+DEFAULT_TABLES = tomllib.loads(DEFAULTS.read_text(encoding="utf-8"))
+KEYS = [key for key in _keys(DEFAULT_TABLES) if len(key) > 1] + [
+    ("scale", "policy", "50878"), ("scale", "policy", "0"), ("severity", "id_float_format"),
+    ("severity", "graph_finite"), ("severity", "table_empty"), ("severity", "file_missing")]
+TEXT = st.text(st.characters(min_codepoint=32, max_codepoint=0x2FF, exclude_characters='"\\\x7f'), max_size=12)
+SCALARS = st.one_of(
+    st.integers(-2**63, 2**63 - 1), st.sampled_from([0, 1, 2, -1, 2**31, 10**18]),
+    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1e39, 1e308, -1e308, 5e-324, 2e6, 1e9, 0.01]),
+    TEXT, st.sampled_from(["none", "off", "error", "warning", "log", "clip", "constant", "category"]), st.booleans())
+VALUES = st.one_of(SCALARS, st.lists(SCALARS, max_size=3), st.dictionaries(st.sampled_from(["value", "policy", "a"]),
+                                                                             SCALARS, max_size=2))
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_toml, value)) + "]"
+    return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + "}"
+
+
+@st.composite
+def configs(draw) -> str:
+    """A TOML file giving 1 to 3 keys of the defaults (or their tables) a value of any TOML type."""
+    chosen = draw(st.lists(st.sampled_from(KEYS), min_size=1, max_size=3, unique=True))
+    lines = []
+    for section in dict.fromkeys(key[0] for key in chosen):
+        lines.append(f"[{section}]")
+        for key in (key[1:] for key in chosen if key[0] == section):
+            if not any(len(other) > len(key) + 1 and other[1:len(key) + 1] == key for other in chosen):  # not
+                lines.append(f"{'.'.join(json.dumps(k) for k in key)} = {_toml(draw(VALUES))}")  # a table twice
+    return "\n".join(lines) + "\n"
+
+
+def _loads(path: Path) -> bool:
+    try:
+        tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError:
+        return False
+    return True
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=configs())
+def test_any_value_for_any_key_is_a_config_or_a_config_error(write, text):
+    path = write(text)
+    assume(_loads(path))  # keys given twice ([raw] twice) are TOML's error, not a value's
+    try:
+        config = load_config(path)
+    except ConfigError as error:
+        assert str(error).startswith(("[", "unknown")), str(error)
+        return
+    assert isinstance(config, Config)
+    numbers = [getattr(section, f.name) for section in (config.raw, config.scale, config.bucket, config.split)
+               for f in dataclasses.fields(section)]
+    assert all(math.isfinite(v) for v in numbers if isinstance(v, float))
+
+
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(text="[raw]\nstay_tolerance_hours = 2e6\n")
+@example(text="[fill]\nZ = 3\n")
+@example(text='[severity]\ngraph_finite = "off"\n[fill.Z]\nvalue = 1e39\n')
+@example(text="[bucket]\ninterval_hours = 0.01\n[raw]\nstay_tolerance_hours = 2400\n")
+@given(text=configs())
+def test_the_cli_runs_any_config_to_exit_0_1_or_2_without_an_internal_error(write, text):
+    path = write(text)
+    assume(_loads(path))
+    try:
+        load_config(path)
+        refused = False
+    except ConfigError:
+        refused = True
+    done = subprocess.run([str(BADPOINTS), "validate", "data/sample", "--config", str(path), "--no-cache", "-q"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode in (0, 1, 2), done.stdout + done.stderr
+    assert "internal error" not in done.stderr and "Traceback" not in done.stdout + done.stderr, done.stderr
+    assert (done.returncode == 2 and "cannot run" in done.stderr) == refused, done.stdout + done.stderr

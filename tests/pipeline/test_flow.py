@@ -189,6 +189,20 @@ def test_a_stage_error_stops_the_flow_and_is_reported(tables, config):
     assert "stopped at stage scale" in found["attrition"][0].message
 
 
+def test_a_build_reports_its_graph_findings_in_a_list_of_its_own(sample_dir, tmp_path, config):
+    """The build's report holds the validation's findings and the graphs'; the validation's report keeps its
+    own list, so a graph finding never reaches ``validation.exit_code``, and each exit code follows its status."""
+    from pipeline.flow import build
+
+    strict = dataclasses.replace(config, graph=dataclasses.replace(config.graph, memory_budget_mb=1e-6),
+                                 severity={"graph_memory": "error"})
+    built = build(sample_dir, tmp_path / "out", strict)
+    assert [f.check for f in built.report.findings if f.stage == "graph"] == ["graph_memory"]
+    assert [f.check for f in built.validation.report.findings if f.stage == "graph"] == []
+    assert (built.validation.report.status, built.validation.exit_code) == ("warnings", 0)
+    assert (built.report.status, built.exit_code, built.out_dir) == ("errors", 1, None)
+
+
 def test_every_row_outpatient_is_an_empty_step(tables, config):
     events = tables.labevents.assign(HADM_ID=pd.Series(pd.NA, index=tables.labevents.index, dtype="Int64"))
     stopped = prepare(with_events(tables, events), config)
