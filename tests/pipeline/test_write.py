@@ -31,7 +31,7 @@ from pipeline.config import load_config
 from pipeline.encode import Vocabularies
 from pipeline.flow import build, prepare
 from pipeline.scale import ZScoreStats
-from pipeline.write import MANIFEST, MARKER, PACKAGES, OutputError, load_graph_file, load_graphs
+from pipeline.write import MANIFEST, MARKER, PACKAGES, STAGING, OutputError, load_graph_file, load_graphs
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE
 
@@ -397,22 +397,49 @@ def test_input_inside_an_earlier_build_folder_is_refused(out, tmp_path):
         assert sorted(p.name for p in data.glob("*.csv")) == [f"{t}.csv" for t in TABLES], "input deleted"
 
 
-def test_rebuild_into_an_earlier_build_removes_stale_files(out, manifest, tmp_path):
+def _list_in_manifest(out: Path, *names: str) -> None:
+    """Make the manifest list ``names`` too, as the manifest of a build that wrote them would."""
+    manifest = json.loads((out / MANIFEST).read_text())
+    for name in names:
+        data = (out / name).read_bytes()
+        manifest["outputs"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+
+
+def test_rebuild_removes_the_files_the_previous_manifest_listed(out, manifest, tmp_path):
     out = _copy_build(out, tmp_path)
     shutil.copy(out / "graphs/train/batch_00000.pt", out / "graphs/train/batch_00009.pt")
-    (out / ".x.tmp").write_bytes(b"half")
-    (out / "graphs/val/.batch_00000.pt.4242.tmp").write_bytes(b"half")
     (out / "graphs/holdout").mkdir()
     (out / "graphs/holdout/batch_00000.pt").write_bytes(b"old")
+    _list_in_manifest(out, "graphs/train/batch_00009.pt", "graphs/holdout/batch_00000.pt")
+    (out / STAGING / "graphs/val").mkdir(parents=True)  # what a killed build staged
+    (out / STAGING / "graphs/val/.batch_00000.pt.4242.1.tmp").write_bytes(b"half")
     (out / "stats.json").write_text("{}")  # altered: replaced by the rebuild
 
     result = build(SAMPLE, out, load_config())
     assert result.exit_code == 0
     assert _final_files(out) == set(manifest["outputs"]) | {MANIFEST, MARKER}
-    assert not (out / "graphs/holdout").exists()
+    assert not (out / "graphs/holdout").exists() and not (out / STAGING).exists()
     rebuilt = json.loads((out / MANIFEST).read_text())
     assert rebuilt["outputs"] == manifest["outputs"]
     assert runner.invoke(app, ["inspect", str(out)]).exit_code == 0
+
+
+def test_rebuild_leaves_files_no_manifest_listed(out, manifest, tmp_path):
+    """Files that only look like the build's (the graph pattern, a temp name) are the user's: a rebuild keeps them."""
+    out = _copy_build(out, tmp_path)
+    mine = {"graphs/train/batch_00000_embeddings.pt": b"user embeddings", "graphs/train/batch_00009.pt": b"mine",
+            "graphs/holdout/batch_00000.pt": b"held out", ".x.tmp": b"notes", "graphs/val/.batch_00000.pt.1.tmp": b"x"}
+    for name, data in mine.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(data)
+    _list_in_manifest(out, "graphs/train/batch_00000.pt")  # what a build lists: its own names only
+
+    assert build(SAMPLE, out, load_config()).exit_code == 0
+    assert {name: (out / name).read_bytes() for name in mine} == mine
+    assert _final_files(out) == set(manifest["outputs"]) | {MANIFEST, MARKER} | set(mine)
+    result = runner.invoke(app, ["inspect", str(out)])
+    assert result.exit_code == 0, result.output
 
 
 # -- determinism --------------------------------------------------------------------------------------
