@@ -202,7 +202,7 @@ def build(
     _print_report(console, result.report, quiet=quiet)
     _print_summary(console, result.report, result.validation.prepared)
     if result.out_dir is not None:
-        console.print(f"wrote {len(list((result.out_dir / 'graphs').rglob('*.pt')))} graphs and the report "
+        console.print(f"wrote {len(result.graphs)} graphs and the report "
                       f"{escape(str(result.out_dir / REPORT_HTML))}")
     else:
         console.print("[bold red]no graphs written[/]: fix the errors above first")

@@ -16,7 +16,7 @@ import pandas as pd
 
 from pipeline import bucket as bucket_stage
 from pipeline import clean, dedup, encode, fill, scale, split
-from pipeline.paths import check_output_dir
+from pipeline.paths import check_output_dir, claim_output_dir
 from pipeline.config import Config
 from pipeline.cache import Cache
 from pipeline.cache import key_of as cache_key
@@ -504,12 +504,20 @@ def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = 
           cache: Cache | None = None, progress: Progress | None = None, engine: Engine | None = None) -> Build:
     """Validate, run every stage, build and guard the graphs, and write them only if nothing is an error.
 
-    ``cache`` serves the raw-checked tables as in :func:`validate`; the stages always run.
+    ``cache`` serves the raw-checked tables as in :func:`validate`; the stages always run. The output folder
+    is checked and held before any work (:func:`claim_output_dir`): a second build into it is refused.
     """
+    out = check_output_dir(out_dir, data_dir)
+    with claim_output_dir(out):
+        return _build_into(out, data_dir, config, show_values=show_values, cache=cache, progress=progress,
+                           engine=engine)
+
+
+def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool, cache: Cache | None,
+                progress: Progress | None, engine: Engine | None) -> Build:
     from pipeline import graph, html, write  # torch, PyG and matplotlib load only when graphs are built
     from schemas.graph import EDGE
 
-    out = check_output_dir(out_dir, data_dir)
     progress = progress or NO_PROGRESS
     validation = validate(data_dir, config, show_values=show_values, cache=cache, reuse_report=False, engine=engine,
                           progress=progress)

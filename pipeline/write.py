@@ -1,18 +1,28 @@
 """Writing a build, and reading it back safely: the only module that writes outputs.
 
-Every file is written to a temp file in the same folder and renamed into place,
-so a reader sees the old file or the new one, never half of one. The manifest
-is removed when a build starts and written last: it is the commit marker. Graph
+A build writes every file that changes, and its manifest, into a staging folder
+inside OUT_DIR (each file atomically), while the previous build stays as it was.
+Only then does it switch: the old manifest is moved aside, the staged files are
+renamed into place and the new manifest last (renames only, no new data: a full
+disk fails before the switch, never during it). Readers (``inspect``,
+``load_graphs``) therefore see the previous build, then for the milliseconds of
+the renames no manifest ("no finished build"), then the new one; a rebuild whose
+files are all unchanged only replaces the manifest. Afterwards it removes the
+files that only the previous manifest listed, and nothing else. Graph
 files hold ``HeteroData.to_dict()`` (plain tensors, strings and tuples) and are
 loaded only with ``torch.load(..., weights_only=True)``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
+import os
 import pickle
+import re
+import shutil
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -25,13 +35,18 @@ import torch
 from torch_geometric.data import HeteroData
 
 from pipeline.graph import GraphBatch
-from pipeline.paths import MARKER, OutputError, check_output_dir  # noqa: F401  (re-exported)
+from pipeline.paths import MARKER, OutputError, check_output_dir, os_reason  # noqa: F401  (re-exported)
 from pipeline.report import write_atomic
 from schemas.checks import check_info
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
 
 MANIFEST = "manifest.json"
+STAGING = ".badpoints-staging"  # new files are written here, then renamed into place
+PREVIOUS = "previous-manifest.json"  # in STAGING while files are switched: the replaced build's list
+# The names a build writes: only these, and only when a previous manifest lists them, does a rebuild remove.
+OUTPUT_NAME = re.compile(r"(stats|report)\.json|report\.html|(index|quarantine)\.parquet"
+                         r"|graphs/[A-Za-z0-9_-]+/batch_\d{5}\.pt")
 FORMAT = 2  # 2: node_id is arange(num_nodes), raw ids in hadm_id and itemid; feature names recorded
 FEATURES = ("admission.x", "labitem.x", "edge_attr")  # the manifest's "features": column names of each, in order
 PACKAGES = ("badpoints", "pandas", "pandera", "numpy", "pyarrow", "torch", "torch_geometric")
@@ -117,31 +132,74 @@ def build_outputs(*, graphs: list[GraphBatch], limits: GraphLimits, config: dict
 
 
 def write_build(out_dir: Path, outputs: BuildOutputs) -> None:
-    """Uncommit (remove the manifest), write every file atomically, drop stale files, commit (manifest last)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / MARKER).touch()
-    (out_dir / MANIFEST).unlink(missing_ok=True)
-    for name, data in outputs.files.items():
-        path = out_dir / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, data)
-    keep = set(outputs.files) | {MANIFEST, MARKER}
-    for path in _owned(out_dir):
-        if path.relative_to(out_dir).as_posix() not in keep:
-            path.unlink()  # stale graphs of an earlier build, temp files of a killed one
-    for folder in sorted((out_dir / "graphs").glob("*"), reverse=True):
-        if folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
-    write_atomic(out_dir / MANIFEST, _json_bytes(outputs.manifest))
+    """Stage the files that change, switch them in by renames (manifest last), then drop what only the
+    previous build listed.
+
+    A failed write raises :class:`OutputError` with the path and the OS reason; until the switch the
+    previous build is untouched. The caller holds the folder (:func:`pipeline.paths.claim_output_dir`).
+    """
+    out_dir = Path(out_dir)
+    stage = out_dir / STAGING
+    earlier = _listed(out_dir / MANIFEST) | _listed(stage / MANIFEST) | _listed(stage / PREVIOUS)
+    try:
+        _clear(stage)  # what a killed build staged: whole files or temp files, never in place
+        changed = [name for name, data in sorted(outputs.files.items()) if not _holds(out_dir / name, data)]
+        for name in changed:
+            (out_dir / name).parent.mkdir(parents=True, exist_ok=True)  # before the switch: it only renames
+            (stage / name).parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(stage / name, outputs.files[name])
+        stage.mkdir(exist_ok=True)
+        write_atomic(stage / MANIFEST, _json_bytes(outputs.manifest))
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            _clear(stage)
+        raise _write_failed(out_dir, exc, "the previous build there is unchanged") from None
+    try:
+        if changed and (out_dir / MANIFEST).exists():
+            os.replace(out_dir / MANIFEST, stage / PREVIOUS)  # uncommit; its list stays for the next build
+        for name in changed:
+            os.replace(stage / name, out_dir / name)
+        os.replace(stage / MANIFEST, out_dir / MANIFEST)  # commit
+    except OSError as exc:
+        raise _write_failed(out_dir, exc, "it holds no finished build until a rebuild completes") from None
+    try:
+        for name in sorted(earlier - set(outputs.files)):
+            path = out_dir / name
+            path.unlink(missing_ok=True)
+            if path.parent != out_dir:
+                with contextlib.suppress(OSError):  # a folder that still holds something stays
+                    path.parent.rmdir()
+        _clear(stage)
+    except OSError as exc:
+        raise _write_failed(out_dir, exc, "the new build is complete, but files of the previous one are left") from None
 
 
-def _owned(out_dir: Path) -> list[Path]:
-    """The files a build may replace or remove: its own names only, never anything else in the folder."""
-    known = [out_dir / name for name in ("stats.json", "quarantine.parquet", "index.parquet", "report.json",
-                                         "report.html")]
-    graphs = list(out_dir.glob("graphs/*/batch_*.pt"))
-    temps = list(out_dir.glob(".*.tmp")) + list(out_dir.glob("graphs/*/.*.tmp"))
-    return sorted(p for p in known + graphs + temps if p.is_file())
+def _holds(path: Path, data: bytes) -> bool:
+    """Whether ``path`` already holds exactly ``data`` (then a rebuild leaves it as it is)."""
+    try:
+        return path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data
+    except OSError:
+        return False
+
+
+def _listed(manifest: Path) -> set[str]:
+    """The outputs a manifest lists, of the names a build writes: a rebuild removes these and nothing else."""
+    try:
+        names = json.loads(manifest.read_text(encoding="utf-8"))["outputs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+    return {name for name in names if isinstance(name, str) and OUTPUT_NAME.fullmatch(name)} \
+        if isinstance(names, dict) else set()
+
+
+def _clear(stage: Path) -> None:
+    if stage.exists() or stage.is_symlink():
+        shutil.rmtree(stage)
+
+
+def _write_failed(out_dir: Path, exc: OSError, state: str) -> OutputError:
+    return OutputError(f"cannot write the build into {str(out_dir)!r} ({os_reason(exc)}); {state}. Free space "
+                       "or fix the folder, then rebuild")
 
 
 # -- reading back ---------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ One build of the sample per module (``built``); a test that alters a build works
 from __future__ import annotations
 
 import ast
+import errno
 import hashlib
 import io
 import json
@@ -31,7 +32,7 @@ from pipeline.config import load_config
 from pipeline.encode import Vocabularies
 from pipeline.flow import build, prepare
 from pipeline.scale import ZScoreStats
-from pipeline.write import MANIFEST, MARKER, PACKAGES, OutputError, load_graph_file, load_graphs
+from pipeline.write import MANIFEST, MARKER, PACKAGES, STAGING, OutputError, load_graph_file, load_graphs
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE
 
@@ -397,22 +398,145 @@ def test_input_inside_an_earlier_build_folder_is_refused(out, tmp_path):
         assert sorted(p.name for p in data.glob("*.csv")) == [f"{t}.csv" for t in TABLES], "input deleted"
 
 
-def test_rebuild_into_an_earlier_build_removes_stale_files(out, manifest, tmp_path):
+def _list_in_manifest(out: Path, *names: str) -> None:
+    """Make the manifest list ``names`` too, as the manifest of a build that wrote them would."""
+    manifest = json.loads((out / MANIFEST).read_text())
+    for name in names:
+        data = (out / name).read_bytes()
+        manifest["outputs"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+
+
+def test_rebuild_removes_the_files_the_previous_manifest_listed(out, manifest, tmp_path):
     out = _copy_build(out, tmp_path)
     shutil.copy(out / "graphs/train/batch_00000.pt", out / "graphs/train/batch_00009.pt")
-    (out / ".x.tmp").write_bytes(b"half")
-    (out / "graphs/val/.batch_00000.pt.4242.tmp").write_bytes(b"half")
     (out / "graphs/holdout").mkdir()
     (out / "graphs/holdout/batch_00000.pt").write_bytes(b"old")
+    _list_in_manifest(out, "graphs/train/batch_00009.pt", "graphs/holdout/batch_00000.pt")
+    (out / STAGING / "graphs/val").mkdir(parents=True)  # what a killed build staged
+    (out / STAGING / "graphs/val/.batch_00000.pt.4242.1.tmp").write_bytes(b"half")
     (out / "stats.json").write_text("{}")  # altered: replaced by the rebuild
 
     result = build(SAMPLE, out, load_config())
     assert result.exit_code == 0
     assert _final_files(out) == set(manifest["outputs"]) | {MANIFEST, MARKER}
-    assert not (out / "graphs/holdout").exists()
+    assert not (out / "graphs/holdout").exists() and not (out / STAGING).exists()
     rebuilt = json.loads((out / MANIFEST).read_text())
     assert rebuilt["outputs"] == manifest["outputs"]
     assert runner.invoke(app, ["inspect", str(out)]).exit_code == 0
+
+
+def test_rebuild_leaves_files_no_manifest_listed(out, manifest, tmp_path):
+    """Files that only look like the build's (the graph pattern, a temp name) are the user's: a rebuild keeps them."""
+    out = _copy_build(out, tmp_path)
+    mine = {"graphs/train/batch_00000_embeddings.pt": b"user embeddings", "graphs/train/batch_00009.pt": b"mine",
+            "graphs/holdout/batch_00000.pt": b"held out", ".x.tmp": b"notes", "graphs/val/.batch_00000.pt.1.tmp": b"x"}
+    for name, data in mine.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(data)
+    _list_in_manifest(out, "graphs/train/batch_00000.pt")  # what a build lists: its own names only
+
+    assert build(SAMPLE, out, load_config()).exit_code == 0
+    assert {name: (out / name).read_bytes() for name in mine} == mine
+    assert _final_files(out) == set(manifest["outputs"]) | {MANIFEST, MARKER} | set(mine)
+    result = runner.invoke(app, ["inspect", str(out)])
+    assert result.exit_code == 0, result.output
+
+
+# -- a write that fails --------------------------------------------------------------------------------
+@pytest.fixture
+def small_batches(tmp_path) -> Path:
+    """A config whose graphs differ from the default's (8 batches instead of 3): a rebuild changes every file."""
+    path = tmp_path / "small_batches.toml"
+    path.write_text("[graph]\nbatch_size = 16\n")
+    return path
+
+
+def _inspect_ok(out: Path) -> None:
+    result = runner.invoke(app, ["inspect", str(out)])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_full_disk_keeps_the_previous_build_loadable(tmp_path, small_batches):
+    """A real full disk: a tmpfs holding one build and not two (needs mount rights; skipped where there are none)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if shutil.which("mount") is None or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1200k", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (not root, or no mount rights in this container)")
+    out = mount / "out"
+    try:
+        assert runner.invoke(app, ["build", str(SAMPLE), "--out", str(out), "--no-cache"]).exit_code == 0
+        before = {name: (out / name).read_bytes() for name in _final_files(out) if name != MARKER}
+        result = runner.invoke(app, ["build", str(SAMPLE), "--out", str(out), "--no-cache",
+                                     "--config", str(small_batches)])
+        after = {name: (out / name).read_bytes() for name in _final_files(out) if name != MARKER}
+        _inspect_ok(out)
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+    assert result.exit_code == 2, result.output
+    assert "cannot run" in result.output and "No space left on device" in result.output
+    assert str(out) in result.output and "the previous build there is unchanged" in result.output
+    assert "internal error" not in result.output and "wrote" not in result.output
+    assert after == before  # staging removed, nothing of the previous build touched
+
+
+@pytest.fixture
+def earlier(out, tmp_path) -> Path:
+    return _copy_build(out, tmp_path)
+
+
+@pytest.mark.parametrize("failing", ["graphs/train/batch_00000.pt", "graphs/train/batch_00004.pt", MANIFEST])
+def test_a_failed_write_is_exit_2_and_leaves_the_previous_build(earlier, small_batches, monkeypatch, failing):
+    """No space left when the first file, a later graph, or the manifest (written last) is staged."""
+    from pipeline import write
+
+    real, calls = write.write_atomic, []
+
+    def fail_nth(path, data):
+        calls.append(path)
+        if path.relative_to(earlier / STAGING).as_posix() == failing:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        real(path, data)
+
+    before = {name: (earlier / name).read_bytes() for name in _final_files(earlier)}
+    monkeypatch.setattr(write, "write_atomic", fail_nth)
+    result = runner.invoke(app, ["build", str(SAMPLE), "--out", str(earlier), "--config", str(small_batches),
+                                 "--no-cache"])
+    assert result.exit_code == 2, result.output
+    assert f"No space left on device: {calls[-1]}" in result.output and "previous build there is unchanged" in \
+        result.output
+    assert "internal error" not in result.output
+    assert {name: (earlier / name).read_bytes() for name in _final_files(earlier) if name != MARKER} == \
+        {name: data for name, data in before.items() if name != MARKER}
+    assert not (earlier / STAGING).exists()
+    _inspect_ok(earlier)
+
+
+def test_a_switch_cut_short_is_finished_by_the_next_build(earlier, small_batches, monkeypatch, tmp_path):
+    """A rename failing after the previous manifest was moved aside: exit 2, no finished build; the next build
+    completes, and still removes the files only that previous manifest listed."""
+    from pipeline import write
+
+    assert build(SAMPLE, earlier, load_config(small_batches)).exit_code == 0  # 8 graphs, 6 of them train
+    real = os.replace
+
+    def fail_into_place(src, dst):
+        if STAGING not in Path(dst).parts:  # a staged file renamed into place: the switch
+            raise OSError(errno.EIO, os.strerror(errno.EIO), str(src), None, str(dst))
+        real(src, dst)
+
+    monkeypatch.setattr(write.os, "replace", fail_into_place)
+    result = runner.invoke(app, ["build", str(SAMPLE), "--out", str(earlier), "--no-cache"])
+    monkeypatch.undo()
+    assert result.exit_code == 2, result.output
+    assert "Input/output error" in result.output and "holds no finished build" in result.output
+    assert runner.invoke(app, ["inspect", str(earlier)]).exit_code == 1  # no manifest: says so, loads nothing
+
+    assert build(SAMPLE, earlier, load_config()).exit_code == 0
+    assert sorted(p.name for p in (earlier / "graphs/train").iterdir()) == ["batch_00000.pt"]
+    assert not (earlier / STAGING).exists()
+    _inspect_ok(earlier)
 
 
 # -- determinism --------------------------------------------------------------------------------------
