@@ -51,7 +51,7 @@ def test_catalogue_ids_are_unique_and_keyed_by_id():
 @pytest.mark.parametrize("info", _CATALOGUE, ids=lambda info: info.id)
 def test_catalogue_entry_is_complete(info: CheckInfo):
     assert info.stage in {"load", "raw", "all", "clean", "split", "encode", "scale", "fill", "bucket", "dedup",
-                          "graph"}
+                          "graph", "flow"}
     assert info.severity in {ERROR, WARNING, INFO}
     assert info.title.strip() == info.title and info.title
     assert info.advice.strip() and info.advice.endswith(".")
