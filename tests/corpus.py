@@ -630,6 +630,15 @@ def two_patients(d: Dataset) -> Expect:
     return Expect(1, "split_empty", "ADMISSIONS", "SPLIT", secret=CANARY)
 
 
+@case
+def lab_row_without_result(d: Dataset) -> Expect:
+    row = d.first("LABEVENTS", "HADM_ID", lambda v: v != "")
+    d.set("LABEVENTS", row, "VALUENUM", "")
+    line = d.set("LABEVENTS", row, "VALUE", "")
+    d.plant("ADMISSIONS", 0, "DIAGNOSIS")
+    return Expect(0, "no_result", "LABEVENTS", lines=(line,), severity="warning", secret=CANARY)
+
+
 def _hadm_rows(d: Dataset, hadm: str) -> list[int]:
     i = d.col("LABEVENTS", "HADM_ID")
     return [n for n, record in enumerate(d.rows["LABEVENTS"]) if record[i] == hadm]
