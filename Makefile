@@ -12,7 +12,7 @@ BENCH_OUT ?= out/bench
 BENCH_DATA ?=
 BENCH_FLAGS ?=
 
-.PHONY: validate build test bench clean
+.PHONY: validate build test bench mutants clean
 
 # Install only when the venv is missing or the project's metadata changed (idempotent).
 $(STAMP): pyproject.toml
@@ -32,6 +32,13 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pipeline.bench --rows $(ROWS) --out $(BENCH_OUT) $(if $(BENCH_DATA),--data $(BENCH_DATA)) $(BENCH_FLAGS)
 
+# Mutation testing of schemas/ and the quarantine ledger (not in CI; hours on two cores). Settings: pyproject
+# [tool.mutmut]; survivors: $(BIN)/mutmut results, one diff: $(BIN)/mutmut show NAME.
+mutants: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,mutants]'
+	$(BIN)/mutmut run
+	$(BIN)/mutmut results
+
 clean:
-	rm -rf $(VENV) out .pytest_cache .hypothesis
+	rm -rf $(VENV) out mutants .pytest_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

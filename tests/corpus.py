@@ -572,6 +572,97 @@ def header_only_labevents(d: Dataset) -> Expect:
     return Expect(1, "table_empty", "LABEVENTS", secret=CANARY)
 
 
+# -- the stages' own checks -------------------------------------------------------------------------
+@case
+def table_is_a_folder(d: Dataset) -> Expect:
+    d.names["LABEVENTS"] = "LABEVENTS.csv/LABEVENTS.csv"  # DATA_DIR/LABEVENTS.csv is a folder, not a file
+    d.plant("LABEVENTS", 0, "VALUE")
+    return Expect(2, "file_unreadable", "LABEVENTS", secret=CANARY)
+
+
+@case
+def no_valuenum_column(d: Dataset) -> Expect:
+    i = d.col("LABEVENTS", "VALUENUM")
+    d.header["LABEVENTS"].pop(i)
+    for record in d.rows["LABEVENTS"]:
+        record.pop(i)
+    d.plant("LABEVENTS", d.first("LABEVENTS", "HADM_ID", lambda v: v == ""), "VALUE")  # outpatient: never fitted
+    return Expect(0, "valuenum_derived", "LABEVENTS", "VALUENUM", severity="warning", secret=CANARY)
+
+
+@case
+def admissions_without_subject_id(d: Dataset) -> Expect:
+    i = d.col("ADMISSIONS", "SUBJECT_ID")
+    d.header["ADMISSIONS"].pop(i)
+    for record in d.rows["ADMISSIONS"]:
+        record.pop(i)
+    d.plant("ADMISSIONS", 0, "DIAGNOSIS")
+    return Expect(0, "split_by_admission", "ADMISSIONS", "SUBJECT_ID", severity="warning", secret=CANARY)
+
+
+@case
+def almost_every_lab_outpatient(d: Dataset) -> Expect:
+    """All but 0.5% of the lab rows lose their HADM_ID: the outpatient step removes more than 99%."""
+    i = d.col("LABEVENTS", "HADM_ID")
+    for record in d.rows["LABEVENTS"][len(d.rows["LABEVENTS"]) // 200:]:
+        record[i] = ""
+    d.plant("LABEVENTS", 0, "VALUE")
+    return Expect(1, "step_removed_nearly_all", "LABEVENTS", "HADM_ID", secret=CANARY)
+
+
+@case
+def fluid_case_variants(d: Dataset) -> Expect:
+    row = d.first("D_LABITEMS", "FLUID", lambda v: v == "Urine")
+    d.set("D_LABITEMS", row, "FLUID", "URINE")
+    d.plant("LABEVENTS", 0, "VALUE")
+    return Expect(0, "category_case_variants", "D_LABITEMS", "FLUID", severity="warning", secret=CANARY)
+
+
+@case
+def two_patients(d: Dataset) -> Expect:
+    """Two patients cannot fill train, val and test."""
+    subject, hadm = d.col("ADMISSIONS", "SUBJECT_ID"), d.col("ADMISSIONS", "HADM_ID")
+    subjects = sorted({r[subject] for r in d.rows["ADMISSIONS"]})[:2]
+    d.rows["ADMISSIONS"] = [r for r in d.rows["ADMISSIONS"] if r[subject] in subjects]
+    kept = {r[hadm] for r in d.rows["ADMISSIONS"]}
+    d.rows["LABEVENTS"] = [r for r in d.rows["LABEVENTS"] if r[d.col("LABEVENTS", "HADM_ID")] in kept]
+    d.plant("LABEVENTS", 0, "VALUE")
+    return Expect(1, "split_empty", "ADMISSIONS", "SPLIT", secret=CANARY)
+
+
+@case
+def lab_row_without_result(d: Dataset) -> Expect:
+    row = d.first("LABEVENTS", "HADM_ID", lambda v: v != "")
+    d.set("LABEVENTS", row, "VALUENUM", "")
+    line = d.set("LABEVENTS", row, "VALUE", "")
+    d.plant("ADMISSIONS", 0, "DIAGNOSIS")
+    return Expect(0, "no_result", "LABEVENTS", lines=(line,), severity="warning", secret=CANARY)
+
+
+def _hadm_rows(d: Dataset, hadm: str) -> list[int]:
+    i = d.col("LABEVENTS", "HADM_ID")
+    return [n for n, record in enumerate(d.rows["LABEVENTS"]) if record[i] == hadm]
+
+
+@case
+def admission_without_labs(d: Dataset) -> Expect:
+    hadm = d.rows["ADMISSIONS"][0][d.col("ADMISSIONS", "HADM_ID")]
+    d.rows["LABEVENTS"] = [r for n, r in enumerate(d.rows["LABEVENTS"]) if n not in set(_hadm_rows(d, hadm))]
+    d.plant("ADMISSIONS", 0, "DIAGNOSIS")
+    return Expect(0, "admission_no_labs", "ADMISSIONS", lines=(2,), severity="info", secret=CANARY)
+
+
+@case
+def admission_labs_all_a_year_early(d: Dataset) -> Expect:
+    """Every lab row of one admission charted a year before it: all quarantined, the admission in no graph."""
+    hadm = d.rows["ADMISSIONS"][1][d.col("ADMISSIONS", "HADM_ID")]
+    for row in _hadm_rows(d, hadm):
+        charttime = d.rows["LABEVENTS"][row][d.col("LABEVENTS", "CHARTTIME")]
+        d.set("LABEVENTS", row, "CHARTTIME", f"{int(charttime[:4]) - 1}{charttime[4:]}")
+    d.plant("LABEVENTS", _hadm_rows(d, hadm)[0], "VALUE")
+    return Expect(0, "admission_labs_quarantined", "ADMISSIONS", lines=(3,), severity="warning", secret=CANARY)
+
+
 def build(name: str, folder: Path) -> Expect:
     """Write case ``name`` into ``folder`` and return what badpoints must report for it."""
     data = Dataset.sample()

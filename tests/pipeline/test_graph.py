@@ -335,3 +335,20 @@ def test_building_does_not_change_its_inputs(prepared):
     pd.testing.assert_frame_equal(edges, prepared.edges)
     pd.testing.assert_frame_equal(admissions, prepared.admissions)
     pd.testing.assert_frame_equal(labitems, prepared.labitems)
+
+
+# -- the limits the graph guard measures codes against ------------------------------------------------------
+def test_graph_limits_are_the_sizes_of_the_fitted_vocabularies(prepared):
+    """A limit above its vocabulary's size lets an out-of-range code past the guard (which trusts the limits)."""
+    vocabularies = prepared.vocabularies
+    limits = graph_limits(vocabularies, prepared.admissions, max_timestep=7)
+    codes_per_item = pd.Series([item for item, _, _ in vocabularies.lab_values_]).value_counts()
+    assert limits.max_code == codes_per_item.max() == 4  # item 51492's four coded values; codes 1..4, 0 unseen
+    assert limits.max_code < len(vocabularies.lab_values_)  # codes count per item, not over all items
+    assert limits.max_code == prepared.edges["CODE"].max()  # the sample's edges use the last code
+    sizes = dict(vocabularies.admission_)
+    columns = admission_feature_columns(prepared.admissions)
+    assert limits.max_node_code["admission"] == tuple(len(sizes[c.removesuffix("_CODE")]) for c in columns) \
+        == (4, 3, 6, 4, 3, 2, 3, 5)
+    assert limits.max_node_code["labitem"] == (len(vocabularies.fluid_), len(vocabularies.category_)) == (4, 3)
+    assert limits.max_timestep == 7

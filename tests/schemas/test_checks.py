@@ -72,6 +72,7 @@ def test_check_info_names_the_known_checks_on_an_unknown_id():
     message = str(excinfo.value)
     assert "'valuenum_finit'" in message
     assert "valuenum_finite" in message and "file_missing" in message
+    assert ", ".join(sorted(CHECKS)) in message  # every known id, in order
 
 
 def test_catalogue_entries_are_frozen():

@@ -76,3 +76,14 @@ def test_a_guard_validates_the_frame_itself_without_copying_or_changing_it(bucke
     assert passed is bucketed
     assert list(bucketed.columns) == list(before.columns)
     pd.testing.assert_frame_equal(bucketed, before)
+
+
+def test_a_guarded_stage_names_its_stage_and_schemas():
+    from pipeline import split
+    from schemas.clean import CleanAdmissions, CleanEvents
+    from schemas.split import SplitAssignment, SplitEvents
+
+    assert (split.assign_splits.stage, split.assign_splits.takes, split.assign_splits.gives) == (
+        "split", CleanAdmissions, SplitAssignment)
+    assert (split.attach_split.stage, split.attach_split.takes, split.attach_split.gives) == (
+        "split", CleanEvents, SplitEvents)

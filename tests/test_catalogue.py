@@ -1,0 +1,393 @@
+"""Every check of the catalogue (``badpoints checks``) fires where it should, and only there.
+
+:data:`FIRES` maps each check id to a run that breaks what it guards and to what that run's report must say of
+it: severity and count. Runs are the cases of ``tests/corpus.py`` and the sample under a changed config, through
+the real CLI (each run once per session, shared by every check it fires), and, for checks no dataset can reach
+(the guards behind the stages, the graph checks of a corrupted graph), the real code those checks run in. A new
+check without an entry fails :func:`test_every_check_has_a_firing_case`.
+
+The clean dataset (the sample without the rows and values that MIMIC's own quirks make it report) builds with
+no error or warning at all: every check that is not a plain count stays silent there.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import io
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import pytest
+import torch
+from torch_geometric.data import HeteroData
+from typer.testing import CliRunner
+
+from pipeline import graph, scale, split
+from pipeline.cli import app
+from pipeline.config import load_config
+from pipeline.report import finding_from_error
+from schemas.checks import CHECKS, INFO
+from schemas.errors import StageError
+from schemas.graph import EDGE, REVERSE
+from schemas.guard import check_frame
+from schemas.split import SplitAssignment
+from tests.corpus import CASES, Dataset, build
+from tests.pipeline.stages import sample_stages
+
+runner = CliRunner()
+ROOT = Path(tempfile.mkdtemp(prefix="badpoints-catalogue-"))
+
+
+# -- runs, each once per session -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Run:
+    exit_code: int
+    findings: tuple[dict, ...]
+    out: Path | None = None  # the build's folder
+
+
+def _cli(command: str, data: Path, config: str, out: Path | None = None) -> Run:
+    folder = data.parent
+    args = [command, str(data), "--json", str(folder / f"{command}.json")]
+    if out is not None:
+        args += ["--out", str(out)]
+    if config:
+        (folder / "badpoints.toml").write_text(config)
+        args += ["--config", str(folder / "badpoints.toml")]
+    result = runner.invoke(app, args)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    report = json.loads((folder / f"{command}.json").read_text())
+    return Run(result.exit_code, tuple(report["findings"]), out)
+
+
+@functools.cache
+def corpus(name: str) -> Run:
+    """``badpoints validate`` of a corpus case."""
+    folder = Path(tempfile.mkdtemp(dir=ROOT, prefix=name))
+    build(name, folder / "data")
+    return _cli("validate", folder / "data", "")
+
+
+@functools.cache
+def sample(config: str = "", command: str = "validate") -> Run:
+    """``badpoints validate`` (or ``build``) of the sample as it is, with ``config`` as badpoints.toml."""
+    folder = Path(tempfile.mkdtemp(dir=ROOT, prefix="sample"))
+    Dataset.sample().write(folder / "data")
+    return _cli(command, folder / "data", config, out=folder / "out" if command == "build" else None)
+
+
+def clean_dataset() -> Dataset:
+    """The sample without what MIMIC's quirks make it report: outpatient rows, rows charted outside their stay,
+    mixed, fallback and unseen items, rows beyond the z warning bound, and admission values too rare in train
+    to be coded."""
+    stages, config = sample_stages(), load_config()
+    data = Dataset.sample()
+    lab, adm = data.header["LABEVENTS"], data.header["ADMISSIONS"]
+    labs = pd.DataFrame(data.rows["LABEVENTS"], columns=lab)
+    admissions = pd.DataFrame(data.rows["ADMISSIONS"], columns=adm)
+    stay = labs.merge(admissions[["HADM_ID", "ADMITTIME", "DISCHTIME"]], on="HADM_ID", how="left")
+    scaled = stages.scaled
+    items = set(stages.events.quarantine["ITEMID"].dropna().astype(int))  # mixed items' text rows
+    items |= set(stages.stats.fallback_items_) | (set(scaled["ITEMID"]) - set(stages.stats.items_))
+    items |= set(scaled.loc[scaled["Z"].abs() > config.scale.warn_bound, "ITEMID"])
+    drop = ((stay["HADM_ID"] == "") | (stay["CHARTTIME"] < stay["ADMITTIME"]) | (stay["CHARTTIME"] > stay["DISCHTIME"])
+            | stay["ITEMID"].astype(int).isin(items))
+    data.rows["LABEVENTS"] = [row for row, dropped in zip(data.rows["LABEVENTS"], drop) if not dropped]
+    train = stages.split_admissions[stages.split_admissions["SPLIT"] == "train"]
+    for column in ("ETHNICITY", "ADMISSION_LOCATION", "ADMISSION_TYPE", "DISCHARGE_LOCATION", "INSURANCE",
+                   "LANGUAGE", "MARITAL_STATUS", "RELIGION"):
+        counts = train[column].value_counts()
+        seen = set(counts.index[counts >= config.encode.min_admissions])  # coded: neither unseen nor rare
+        i = data.col("ADMISSIONS", column)
+        for row in data.rows["ADMISSIONS"]:
+            if row[i] and row[i] not in seen:
+                row[i] = ""
+    return data
+
+
+@functools.cache
+def clean_build() -> Run:
+    folder = Path(tempfile.mkdtemp(dir=ROOT, prefix="clean"))
+    clean_dataset().write(folder / "data")
+    return _cli("build", folder / "data", "", out=folder / "out")
+
+
+# -- checks no dataset reaches: the real code they run in, fed what only a bug could make -------------------------
+def guard_failure() -> Run:
+    """A stage handed a frame its input schema forbids (no SPLIT column): the guard stops it."""
+    stages = sample_stages()
+    with pytest.raises(StageError) as caught:
+        split.attach_split(stages.events.frame.drop(columns="CHARTTIME"), stages.splits)
+    return Run(1, (finding_from_error(caught.value).as_json(),))
+
+
+def overlapping_splits() -> Run:
+    """The split assignment with one admission of a two-admission patient moved to another split."""
+    splits = sample_stages().splits
+    group = splits["GROUP"].value_counts().loc[lambda n: n == 2].index[0]
+    row = splits.index[splits["GROUP"] == group][0]
+    splits.loc[row, "SPLIT"] = next(s for s in ("train", "val", "test") if s != splits.loc[row, "SPLIT"])
+    with pytest.raises(StageError) as caught:
+        check_frame(SplitAssignment, splits, stage="split", side="output")
+    return Run(1, (finding_from_error(caught.value).as_json(),))
+
+
+def infinite_z() -> Run:
+    """Stats as memory corruption could hold them (scale 0, which the constructor refuses): z is inf."""
+    stages = sample_stages()
+    stats = copy.copy(stages.stats)  # the cached stats stay sound
+    object.__setattr__(stats, "scale_", (0.0, *stats.scale_[1:]))  # the first item's
+    with pytest.raises(StageError) as caught:
+        scale.apply_zscore(stages.encoded, stats)
+    return Run(1, (finding_from_error(caught.value).as_json(),))
+
+
+@functools.cache
+def sample_graph() -> tuple:
+    stages = sample_stages()
+    prepared = sample_prepared()
+    graphs = graph.build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=16)
+    limits = graph.graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=load_config().bucket.max_timestep)
+    del stages
+    return graphs[0].data, limits
+
+
+@functools.cache
+def sample_prepared():
+    from pipeline.flow import prepare
+    from tests.pipeline.stages import typed
+    return prepare(typed(), load_config())
+
+
+def broken_graph(breaking: Callable) -> Callable[[], Run]:
+    def run() -> Run:
+        data, limits = sample_graph()
+        data = copy.deepcopy(data)
+        breaking(data, limits)
+        problems = graph.graph_problems(data, limits, where="train/batch 0")
+        return Run(1, tuple(finding_from_error(p).as_json() for p in problems))
+    return run
+
+
+def _set(store, attr, value):
+    store[attr] = value
+
+
+def pyg_rejects() -> Run:
+    """What only HeteroData.validate() knows is wrong: every such case is caught by a check above first, so its
+    verdict is stood in for."""
+    def rejects(self, raise_on_error=True):
+        raise ValueError("'edge_index' of edge type ('admission', 'did', 'labitem') is odd")
+
+    data, limits = sample_graph()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(HeteroData, "validate", rejects)
+        problems = graph.graph_problems(copy.deepcopy(data), limits, where="train/batch 0")
+    return Run(1, tuple(finding_from_error(p).as_json() for p in problems))
+
+
+@functools.cache
+def constant_item() -> Run:
+    """Item 50868 (anion gap) is 5 in every row but one test row, which is 7."""
+    splits = sample_stages().splits.set_index("HADM_ID")["SPLIT"]
+    data = Dataset.sample()
+    item, hadm = data.col("LABEVENTS", "ITEMID"), data.col("LABEVENTS", "HADM_ID")
+    rows = [n for n, r in enumerate(data.rows["LABEVENTS"]) if r[item] == "50868" and r[hadm]]
+    for row in rows:
+        data.set("LABEVENTS", row, "VALUENUM", "5")
+        data.set("LABEVENTS", row, "VALUE", "5")
+    test = next(n for n in rows if splits[int(data.rows["LABEVENTS"][n][hadm])] == "test")
+    data.set("LABEVENTS", test, "VALUENUM", "7")
+    folder = Path(tempfile.mkdtemp(dir=ROOT, prefix="constant"))
+    data.write(folder / "data")
+    return _cli("validate", folder / "data", "")
+
+
+def no_manifest() -> Run:
+    from pipeline import write
+    with pytest.raises(StageError) as caught:
+        write.read_manifest(Path(tempfile.mkdtemp(dir=ROOT)))
+    return Run(1, (finding_from_error(caught.value).as_json(),))
+
+
+def unsafe_graph() -> Run:
+    from pipeline import write
+    buffer = io.BytesIO()
+    torch.save({"admission": {"x": torch.zeros(1)}, "code": Path("anything")}, buffer)  # needs unpickling a class
+    with pytest.raises(StageError) as caught:
+        write.load_graph_bytes(buffer.getvalue(), "train/batch_0.pt")
+    return Run(1, (finding_from_error(caught.value).as_json(),))
+
+
+# -- what each check's run must report ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Fires:
+    run: Callable[[], Run]
+    count: int
+    table: str | None = None  # which of the check's findings, when the run has several
+    column: str | None = None
+    text: str | None = None  # a phrase of its message, when table and column do not single it out
+    exit_code: int | None = None  # the run's exit code, where it is part of what the check guarantees
+
+
+def case(name: str, count: int, **where) -> Fires:
+    return Fires(functools.partial(corpus, name), count, **where)
+
+
+def config(toml: str, count: int, *, command: str = "validate", **where) -> Fires:
+    return Fires(functools.partial(sample, toml, command), count, **where)
+
+
+AS_IS = functools.partial(sample, "")
+FIRES: dict[str, Fires] = {
+    # load
+    "file_missing": case("missing_file", 1, exit_code=2),
+    "file_unreadable": case("table_is_a_folder", 1, exit_code=2),
+    "file_ambiguous": case("two_files_for_one_table", 1, exit_code=0),
+    "file_empty": case("empty_file", 1, exit_code=1),
+    "compression": case("truncated_gzip", 1, exit_code=1),
+    "decompression_bound": case("gzip_bomb", 1, exit_code=2),
+    "encoding": case("undecodable_bytes", 1, exit_code=1),
+    "duplicate_header": case("duplicate_header", 1, exit_code=1),
+    "missing_column": case("missing_required_column", 1, exit_code=1),
+    "malformed_row": case("ragged_row", 1, exit_code=1),
+    "field_too_long": case("field_of_a_megabyte", 1, exit_code=1),
+    "table_empty": case("header_only", 1, exit_code=1),
+    # raw
+    "id_missing": case("empty_itemid", 1, exit_code=1),
+    "id_positive_integer": case("text_in_itemid", 1, exit_code=1),
+    "id_float_format": case("float_formatted_ids", 1, exit_code=0),
+    "hadm_id_missing": Fires(AS_IS, 660),
+    "valuenum_numeric": case("text_in_valuenum", 1, exit_code=1),
+    "valuenum_finite": case("inf_valuenum", 1, exit_code=1),
+    "valuenum_bound": case("huge_valuenum", 1, exit_code=1),
+    "valuenum_derived": case("no_valuenum_column", 12702, exit_code=0),  # VALUE that is a number
+    "ref_range_numeric": case("ref_range_text", 1, exit_code=0),
+    "flag_value": case("unknown_flag", 1, exit_code=0),
+    "datetime_missing": case("empty_charttime", 1, exit_code=1),
+    "datetime_iso": case("two_digit_year", 1, exit_code=1),
+    "primary_key_unique": case("duplicate_admission", 2, exit_code=1),
+    "foreign_key": case("unknown_itemid", 1, exit_code=1),
+    "subject_mismatch": case("subject_mismatch", 1, exit_code=1),
+    "discharge_before_admit": case("discharge_before_admit", 1, exit_code=1),
+    "charttime_outside_stay": Fires(AS_IS, 136, text="before the admission's ADMITTIME"),
+    # every stage
+    "stage_guard": Fires(guard_failure, 1),  # the missing column
+    "step_empty": case("every_lab_outpatient", 13041, exit_code=1),
+    "step_removed_most": config("[filters]\nwarn_removed_fraction = 0.01\n", 660, text="outpatient", exit_code=0),
+    "step_removed_nearly_all": case("almost_every_lab_outpatient", 12976, exit_code=1),
+    "attrition": Fires(AS_IS, 13041),
+    # clean
+    "quarantine_outpatient": Fires(AS_IS, 660),
+    "quarantine_raw_error": case("text_in_valuenum", 1),
+    "quarantine_admission": case("discharge_before_admit", 169),  # the lab rows of the rejected admission
+    "mixed_item_text": Fires(AS_IS, 62),
+    "result_in_comments": case("result_only_in_comments", 1),
+    "no_result": case("lab_row_without_result", 1, exit_code=0),
+    # split
+    "split_by_admission": case("admissions_without_subject_id", 120, exit_code=0),
+    "split_empty": case("two_patients", 1, exit_code=1),
+    "split_overlap": Fires(overlapping_splits, 2),
+    # encode
+    "unseen_category": Fires(AS_IS, 2, table="ADMISSIONS", column="ETHNICITY"),
+    "category_case_variants": case("fluid_case_variants", 8, exit_code=0),  # the items with either spelling
+    "rare_category": Fires(AS_IS, 13, table="ADMISSIONS", column="ETHNICITY"),
+    # scale
+    "constant_item": Fires(constant_item, 1),
+    "fallback_item": Fires(AS_IS, 2),
+    "constant_item_value": Fires(constant_item, 1),
+    "unseen_item": Fires(AS_IS, 2),
+    "z_finite": Fires(infinite_z, 163),  # the rows of the first item, 50802
+    "z_warn_bound": Fires(AS_IS, 5),
+    "z_error_bound": config("[scale]\nerror_bound = 500.0\n", 3, exit_code=1),
+    "log_domain": config("[scale.policy]\n50802 = \"log\"\n", 75, exit_code=1),
+    # fill
+    "filled": Fires(AS_IS, 12043, column="CODE"),
+    "fill_collides": config("[fill.CODE]\npolicy = \"constant\"\nvalue = 1\n", 181, exit_code=1),
+    "fill_left_nulls": config("[fill.Z]\npolicy = \"ffill\"\n", 276, exit_code=1),  # as 'filled' Z counts
+    # bucket
+    "before_admission": Fires(AS_IS, 85),
+    "after_discharge": Fires(AS_IS, 67),
+    "beyond_max_stay": case("discharge_decades_late", 1, exit_code=0),
+    "beyond_max_timestep": config("[bucket]\nmax_timestep = 2\n", 5452, exit_code=0),
+    # dedup
+    "merged": Fires(AS_IS, 2835),
+    "below_min_timesteps": config("[graph]\nmin_timesteps = 3\n", 308, exit_code=0),
+    # the admission ledger
+    "admission_no_labs": case("admission_without_labs", 1, exit_code=0),
+    "admission_rejected": case("negative_hadm_id", 1, exit_code=1),
+    "admission_labs_quarantined": case("admission_labs_all_a_year_early", 1, exit_code=0),
+    "admission_below_min_timesteps": config("[graph]\nmin_timesteps = 3\n", 9, exit_code=0),
+    # graph
+    "graph_finite": Fires(broken_graph(lambda g, _: g[EDGE].edge_attr.__setitem__((5, 1), float("inf"))), 1),
+    "graph_edge_index": Fires(broken_graph(lambda g, _: _set(g[EDGE], "edge_index", g[EDGE].edge_index.int())), 1),
+    "graph_index_bounds": Fires(broken_graph(
+        lambda g, _: g[EDGE].edge_index.__setitem__((1, 10), g["labitem"].num_nodes)), 1),
+    "graph_empty": Fires(broken_graph(
+        lambda g, _: [_set(g[t], "edge_index", g[t].edge_index[:, :0]) for t in (EDGE, REVERSE)]), 1,
+        column="admission__did__labitem.edge_index"),
+    "graph_edge_rows": Fires(broken_graph(lambda g, _: _set(g[EDGE], "timestep", g[EDGE].timestep[:-1])), 1),
+    "graph_node_rows": Fires(broken_graph(lambda g, _: _set(g["admission"], "x", g["admission"].x[:-1])), 1),
+    "graph_node_ids": Fires(broken_graph(
+        lambda g, _: _set(g["labitem"], "node_id", g["labitem"].node_id.flip(0))), 46),
+    "graph_timestep_range": Fires(broken_graph(
+        lambda g, limits: g[EDGE].timestep.__setitem__([2, 30], -1)), 2),
+    "graph_code_range": Fires(broken_graph(
+        lambda g, limits: g[EDGE].edge_attr.__setitem__((12, 0), limits.max_code + 1)), 1),
+    "graph_label_range": Fires(broken_graph(lambda g, _: g["admission"].y.__setitem__((7, 3), 2.0)), 1),
+    "graph_pyg": Fires(pyg_rejects, 1),
+    "graph_memory": config("[graph]\nmemory_budget_mb = 0.01\n", 3, command="build", exit_code=0),  # 3 batches
+    "graph_manifest": Fires(no_manifest, 1),
+    "graph_unsafe": Fires(unsafe_graph, 1),
+}
+
+
+# -- the tests ----------------------------------------------------------------------------------------------------
+def test_every_check_has_a_firing_case():
+    assert sorted(set(CHECKS) - set(FIRES)) == []
+    assert sorted(set(FIRES) - set(CHECKS)) == []
+
+
+def findings_of(check: str) -> tuple[Run, list[dict]]:
+    fires = FIRES[check]
+    run = fires.run()
+    found = [f for f in run.findings if f["check"] == check
+             and (fires.table is None or f["table"] == fires.table)
+             and (fires.column is None or f["column"] == fires.column)
+             and (fires.text is None or fires.text in f["message"])]
+    return run, found
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_check_fires_with_its_severity_and_count(check):
+    fires = FIRES[check]
+    run, found = findings_of(check)
+    assert len(found) == 1, [(f["check"], f["table"], f["column"], f["count"]) for f in run.findings]
+    (finding,) = found
+    assert finding["severity"] == CHECKS[check].severity
+    assert finding["count"] == fires.count, finding["message"]
+    assert finding["message"]
+    if fires.exit_code is not None:
+        assert run.exit_code == fires.exit_code, [(f["check"], f["severity"]) for f in run.findings]
+
+
+COUNTS = {"attrition", "filled", "merged"}  # what every build reports: how many rows went where
+
+
+@pytest.mark.parametrize("check", sorted(set(CHECKS) - COUNTS))
+def test_check_is_silent_on_clean_data(check):
+    run = clean_build()
+    assert run.exit_code == 0
+    assert [f["message"] for f in run.findings if f["check"] == check] == []
+
+
+def test_the_clean_dataset_builds_with_only_the_counts():
+    run = clean_build()
+    assert {f["check"] for f in run.findings} == COUNTS
+    assert {f["severity"] for f in run.findings} == {INFO}
+    assert (run.out / "manifest.json").is_file()
