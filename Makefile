@@ -26,8 +26,9 @@ validate: $(STAMP)
 build: $(STAMP)
 	$(BIN)/badpoints build $(DATA) --out out/sample
 
+# Two processes (pytest-xdist; a file's tests stay in one process, so its module fixtures are built once).
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python -m pipeline.bench --rows $(ROWS) --out $(BENCH_OUT) $(if $(BENCH_DATA),--data $(BENCH_DATA)) $(BENCH_FLAGS)
