@@ -87,3 +87,66 @@ def test_a_guarded_stage_names_its_stage_and_schemas():
         "split", CleanAdmissions, SplitAssignment)
     assert (split.attach_split.stage, split.attach_split.takes, split.attach_split.gives) == (
         "split", CleanEvents, SplitEvents)
+
+
+# -- the StageError a failing schema becomes: every field pinned ----------------------------------------------
+import pandera.pandas as pa  # noqa: E402
+from pandera.typing import Series  # noqa: E402
+
+
+class _Rows(pa.DataFrameModel):
+    """A small strict model: X finite and not below -10, Y not null, and no row where X equals Y."""
+
+    X: Series[float] = pa.Field(finite=(), ge=-10)
+    Y: Series[float] = pa.Field(nullable=False)
+
+    @pa.dataframe_check
+    def x_differs_from_y(cls, frame: pd.DataFrame) -> pd.Series:
+        return frame["X"] != frame["Y"]
+
+    class Config:
+        strict = True
+
+
+def _frame(**columns) -> pd.DataFrame:
+    base = {"X": [1.0, 2.0, 3.0, 4.0], "Y": [5.0, 6.0, 7.0, 8.0]}
+    return pd.DataFrame({**base, **columns}, index=pd.Index([11, 12, 13, 14], name="line"))
+
+
+def _raised(frame: pd.DataFrame, *, side: str = "output", table: str | None = None) -> StageError:
+    with pytest.raises(StageError) as raised:
+        guard.check_frame(_Rows, frame, stage="scale", side=side, table=table)
+    return raised.value
+
+
+def test_a_column_check_names_stage_side_check_column_count_lines_and_value_classes():
+    error = _raised(_frame(X=[1.0, np.inf, np.inf, np.inf]))
+    assert (error.stage, error.side, error.check, error.column, error.count, error.table) == (
+        "scale", "output", "finite", "X", 3, "_Rows")
+    assert error.failure_cases["line"].tolist() == [12, 13, 14]
+    assert error.failure_cases["value_class"].tolist() == ["inf", "inf", "inf"]
+    assert error.detail == "_Rows failed"
+    assert error.advice == "The stage produced data its schema forbids"
+
+
+def test_other_failing_column_checks_are_counted_in_the_detail_and_the_input_side_blames_the_stage_before():
+    error = _raised(_frame(X=[1.0, 2.0, -50.0, -60.0], Y=[5.0, np.nan, 7.0, 8.0]), side="input", table="LABEVENTS")
+    assert (error.check, error.column, error.count, error.table) == ("greater_than_or_equal_to(-10)", "X", 2,
+                                                                     "LABEVENTS")
+    assert error.failure_cases["line"].tolist() == [13, 14]
+    assert error.detail == "_Rows failed; 1 other column checks failed too"
+    assert error.advice == "The stage was handed data its schema forbids: fix the stage before it"
+
+
+def test_a_frame_wide_check_counts_each_failing_row_once_and_names_no_column():
+    error = _raised(_frame(Y=[1.0, 6.0, 3.0, 8.0]))
+    assert (error.check, error.column, error.count) == ("x_differs_from_y", None, 2)
+    assert error.failure_cases["line"].tolist() == [11, 13]
+    assert "value_class" not in error.failure_cases
+    assert error.detail == "_Rows failed"
+
+
+def test_a_missing_column_names_that_column():
+    error = _raised(_frame().drop(columns="Y"))
+    assert (error.check, error.column, error.count) == ("column_in_dataframe", "Y", 1)
+    assert error.failure_cases["line"].tolist() == []
