@@ -208,8 +208,8 @@ def read_table(path: Path, table: str, *, max_expanded_bytes: int = MAX_EXPANDED
     frame, too_long = _without_long_fields(frame, max_field_chars, path, table)
     if frame.empty and too_long is None:
         raise _load_error(table, "table_empty", path=path, detail="Only the header line was found")
-    if frame.empty:
-        raise too_long
+    if frame.empty:  # every row was too long: no table was read, whatever field_too_long's severity
+        raise _load_error(table, "table_empty", path=path, detail=f"Every row was left out: {too_long.detail}")
     return TextTable(table=table, path=path, sha256=sha256, frame=frame, problems=(too_long,) if too_long else ())
 
 

@@ -30,10 +30,10 @@ ROOT = Path(__file__).resolve().parents[2]
 HEADER = "ROW_ID,SUBJECT_ID,HADM_ID,ITEMID,CHARTTIME,VALUE,VALUENUM,VALUEUOM,FLAG"
 
 
-def _labevents(tmp_path, body: str, name="LABEVENTS.csv"):
+def _labevents(tmp_path, body: str, name="LABEVENTS.csv", **bounds):
     path = tmp_path / name
     path.write_bytes(body.encode("utf-8"))
-    return read_table(path, "LABEVENTS")
+    return read_table(path, "LABEVENTS", **bounds)
 
 
 def test_sample_reads_needed_columns_as_text_with_lines(sample_dir):
@@ -305,6 +305,14 @@ def test_a_50_mb_field_is_reported_as_such_and_the_rest_is_read(tmp_path, quoted
     assert problem.check == "field_too_long" and problem.column == "VALUE" and problem.lines == [5 + shift]
     assert f"a field of {len(long):,} characters (50.0 MiB) in VALUE at line {5 + shift}" in str(problem)
     assert "never closes" not in str(problem)
+
+
+def test_a_table_whose_every_row_is_too_long_was_not_read(tmp_path):
+    """Not a field_too_long finding that a lowered severity could pass as 'warnings': no table was read."""
+    with pytest.raises(StageError) as caught:
+        _labevents(tmp_path, _rows(["x" * 200_000, "y" * 300_000]), max_field_chars=100_000)
+    assert caught.value.check == "table_empty" and "Every row was left out" in str(caught.value)
+    assert "field longer than [load] max_field_chars (100,000 characters)" in str(caught.value)
 
 
 def test_fields_longer_than_the_csv_modules_limit_are_read_when_rows_span_lines(tmp_path):
