@@ -123,18 +123,21 @@ def test_a_column_check_names_stage_side_check_column_count_lines_and_value_clas
     error = _raised(_frame(X=[1.0, np.inf, np.inf, np.inf]))
     assert (error.stage, error.side, error.check, error.column, error.count, error.table) == (
         "scale", "output", "finite", "X", 3, "_Rows")
-    assert error.failure_cases["line"].tolist() == [12, 13, 14]
+    assert error.failure_cases["line"].tolist() == [12, 13, 14] and error.failure_cases["line"].dtype == "int64"
     assert error.failure_cases["value_class"].tolist() == ["inf", "inf", "inf"]
     assert error.detail == "_Rows failed"
     assert error.advice == "The stage produced data its schema forbids"
 
 
 def test_other_failing_column_checks_are_counted_in_the_detail_and_the_input_side_blames_the_stage_before():
-    error = _raised(_frame(X=[1.0, 2.0, -50.0, -60.0], Y=[5.0, np.nan, 7.0, 8.0]), side="input", table="LABEVENTS")
+    # X fails two checks (not below -10 on lines 13-14, finite on line 12), Y one: the first (column, check) is
+    # reported with its own rows only, the two others counted.
+    error = _raised(_frame(X=[1.0, np.inf, -50.0, -60.0], Y=[5.0, np.nan, 7.0, 8.0]), side="input",
+                    table="LABEVENTS")
     assert (error.check, error.column, error.count, error.table) == ("greater_than_or_equal_to(-10)", "X", 2,
                                                                      "LABEVENTS")
     assert error.failure_cases["line"].tolist() == [13, 14]
-    assert error.detail == "_Rows failed; 1 other column checks failed too"
+    assert error.detail == "_Rows failed; 2 other column checks failed too"
     assert error.advice == "The stage was handed data its schema forbids: fix the stage before it"
 
 
