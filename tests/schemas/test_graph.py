@@ -119,6 +119,13 @@ def test_many_non_finite_values_are_capped_in_the_message(data, limits):
     assert "25 non-finite values at rows 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 (+15 more)" in str(error)
 
 
+def test_exactly_the_cap_of_non_finite_values_are_all_listed_with_nothing_more(data, limits):
+    data[REVERSE].edge_attr[:10, 1] = float("nan")
+    message = str(only(data, limits, "graph_finite"))
+    assert "10 non-finite values at rows 0, 1, 2, 3, 4, 5, 6, 7, 8, 9" in message
+    assert "more" not in message and "XX" not in message
+
+
 # -- graph_index_bounds --------------------------------------------------------------------------------
 def test_target_index_past_the_labitems(data, limits):
     items = data["labitem"].num_nodes
