@@ -242,20 +242,22 @@ def test_node_id_with_two_nodes_swapped_is_refused(data, limits):
 def test_missing_node_id_is_refused(data, limits, node_type):
     del data[node_type].node_id
     error = only(data, limits, "graph_node_ids")
-    assert error.column == f"{node_type}.node_id" and "node_id is missing" in str(error)
+    assert (error.column, error.count) == (f"{node_type}.node_id", 1)
+    assert f"{node_type}.node_id graph_node_ids failed on 1 row. node_id is missing. " in str(error)
+    assert error.failure_cases.columns.tolist() == ["line"] and error.failure_cases["line"].dtype == "int64"
 
 
 def test_int32_node_id_is_refused(data, limits):
     data["admission"].node_id = data["admission"].node_id.int()
     error = only(data, limits, "graph_node_ids")
-    assert "node_id is int32 [16], not arange(16) (int64)" in str(error)
+    assert error.count == 1 and "node_id is int32 [16], not arange(16) (int64)" in str(error)
 
 
 @pytest.mark.parametrize("node_type,raw", [("admission", "hadm_id"), ("labitem", "itemid")])
 def test_missing_raw_id_is_refused(data, limits, node_type, raw):
     del data[node_type][raw]
     error = only(data, limits, "graph_node_ids")
-    assert error.column == f"{node_type}.{raw}" and f"{raw} is missing" in str(error)
+    assert (error.column, error.count) == (f"{node_type}.{raw}", 1) and f"{raw} is missing" in str(error)
 
 
 def test_duplicate_hadm_id_is_refused_naming_the_id_and_rows(data, limits):
@@ -276,7 +278,26 @@ def test_non_positive_itemid_is_refused(data, limits):
 def test_float_hadm_id_is_refused(data, limits):
     data["admission"].hadm_id = data["admission"].hadm_id.double()
     error = only(data, limits, "graph_node_ids")
-    assert "hadm_id is float64 [16], not int64 [16]" in str(error)
+    assert error.count == 1 and "hadm_id is float64 [16], not int64 [16]" in str(error)
+
+
+def test_hadm_id_one_short_of_the_nodes_is_refused(data, limits):
+    data["admission"].hadm_id = data["admission"].hadm_id[:-1].clone()
+    error = only(data, limits, "graph_node_ids")
+    assert error.count == 1 and "hadm_id is int64 [15], not int64 [16]" in str(error)
+
+
+def test_a_raw_id_of_1_is_positive(data, limits):
+    data["admission"].hadm_id[0] = 1
+    assert checks(data, limits) == []
+
+
+def test_many_repeated_ids_name_the_first_ten(data, limits):
+    ids = data["labitem"].itemid
+    ids[12:24] = ids[:12].clone()  # twelve values on two nodes each
+    error = only(data, limits, "graph_node_ids")
+    listed = ", ".join(str(int(v)) for v in ids[:10].sort().values)
+    assert error.count == 24 and f"itemid {listed} on more than one node at rows 0, 1, 2" in str(error)
 
 
 def test_raw_ids_that_are_not_a_tensor_are_refused(data, limits):
