@@ -204,6 +204,32 @@ def test_admission_x_with_one_row_too_few(data, limits):
     assert "x has 15 rows for 16 nodes" in str(error)
 
 
+def test_admission_x_three_rows_short_counts_three(data, limits):
+    data["admission"].x = data["admission"].x[:-3]
+    error = only(data, limits, "graph_node_rows")
+    assert error.count == 3 and "x has 13 rows for 16 nodes" in str(error)
+
+
+def test_a_scalar_node_tensor_has_no_rows(data, limits):
+    data["admission"].weight = torch.tensor(1.0)
+    error = only(data, limits, "graph_node_rows")
+    assert (error.column, error.count) == ("admission.weight", 16) and "weight has 0 rows for 16 nodes" in str(error)
+
+
+def test_a_non_finite_graph_level_scalar_is_one_row_of_the_global_store(data, limits):
+    data.scale = torch.tensor(float("nan"))
+    error = only(data, limits, "graph_finite")
+    assert (error.column, error.count) == ("global.scale", 1)
+
+
+def test_labitem_x_with_a_column_missing_is_a_shape_problem_not_a_code_check(data, limits):
+    data["labitem"].x = data["labitem"].x[:, :1].clone()
+    error = only(data, limits, "graph_node_rows")
+    assert (error.column, error.count) == ("labitem.x", 1)
+    assert f"x has shape [{data['labitem'].num_nodes}, 1], expected 2 columns" in str(error)
+    assert [check for check, _ in checks(data, limits)] == ["graph_node_rows"]
+
+
 @pytest.mark.parametrize("breaking", [
     lambda store: setattr(store, "x", torch.cat([store.x, store.x[:1]])),
     lambda store: setattr(store, "y", store.y[:-1]),
