@@ -235,12 +235,13 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
     state: dict = {"read": len(tables.labevents)}
     progress = progress or NO_PROGRESS
     engine = engine or PANDAS
+    names: dict[int, str] = {}  # how findings name lab items: '50963 NTproBNP (Blood)'
     with trusted_chain():  # each stage's output goes straight to the next: its guard ran already
         try:
             progress.step("clean", rows=len(tables.labevents))
             admissions = ledger.take(clean.clean_admissions(tables.admissions))
             labitems = ledger.take(clean.clean_labitems(tables.labitems))
-            state["names"] = item_names(labitems)  # how findings name lab items: '50963 NTproBNP (Blood)'
+            names = item_names(labitems)
             events = ledger.take(clean.clean_events(tables.labevents, admissions, labitems,
                                                     empty_value=config.comments.empty_value))
 
@@ -266,7 +267,7 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
             state["admissions"] = encode.encode_admissions(admissions, vocabularies)
             state["labitems"] = encode.encode_labitems(labitems, vocabularies)
             ledger.findings.extend(_unseen_findings(events, admissions, state["admissions"], config,
-                                                    names=state["names"]))
+                                                    names=names))
 
             progress.step("scale", rows=len(events))
             events = engine.partition(events)  # by admission: every stage from here on is per row or per admission
@@ -280,7 +281,7 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
                 engine.rows(events, scale.reported_rows, stats, warn_bound=config.scale.warn_bound), stats,
                 warn_bound=config.scale.warn_bound, max_lines=config.report.max_lines,
                 ranges=scale.reference_ranges(tables.labevents), range_widths=config.scale.range_widths,
-                names=state["names"]))
+                names=names))
 
             progress.step("fill", rows=len(events))
             to_fill = engine.rows(events, columns=["SPLIT", *fill.TENSOR_COLUMNS])
@@ -307,7 +308,6 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabular
         except StageError as error:
             ledger.findings.append(finding_from_error(error))
             state["stopped_at"] = error.stage
-    names = state.pop("names", {})
     prepared = Prepared(quarantine=combine(ledger.quarantines), steps=tuple(ledger.steps), **state)
     if prepared.edges is not None:
         prepared = Prepared(**{**prepared.__dict__, "fates": admission_fates(tables, prepared)})
