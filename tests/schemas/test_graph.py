@@ -230,6 +230,30 @@ def test_labitem_x_with_a_column_missing_is_a_shape_problem_not_a_code_check(dat
     assert [check for check, _ in checks(data, limits)] == ["graph_node_rows"]
 
 
+def test_a_graph_without_labitem_features_is_checked_without_a_crash(data, limits):
+    del data["labitem"].x
+    assert not [p for p in graph_problems(data, limits, where=WHERE) if p.column == "labitem.x"]
+
+
+def test_an_admission_store_emptied_to_zero_nodes_counts_each_tensors_rows(data, limits):
+    """x of shape [0, k] fits zero nodes; every other tensor is off by all its rows."""
+    admissions = data["admission"].num_nodes
+    data["admission"].x = data["admission"].x[:0]
+    data["admission"].num_nodes = 0
+    problems = {p.column: p for p in graph_problems(data, limits, where=WHERE) if p.check == "graph_node_rows"}
+    assert "admission.x" not in problems
+    assert problems["admission.y"].count == admissions and f"y has {admissions} rows for 0 nodes" in str(
+        problems["admission.y"])
+
+
+def test_a_scalar_in_a_node_store_of_unknown_size_is_one_problem_row():
+    lone = HeteroData()
+    lone["admission"].flag = torch.tensor(1.0)  # PyG cannot infer num_nodes from a scalar
+    (problem,) = [p for p in graph_problems(lone, GraphLimits(max_timestep=1, max_code=1, max_node_code={}),
+                                            where=WHERE) if p.check == "graph_node_rows"]
+    assert (problem.column, problem.count) == ("admission.flag", 1)
+
+
 @pytest.mark.parametrize("breaking", [
     lambda store: setattr(store, "x", torch.cat([store.x, store.x[:1]])),
     lambda store: setattr(store, "y", store.y[:-1]),

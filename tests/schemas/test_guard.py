@@ -153,3 +153,22 @@ def test_a_missing_column_names_that_column():
     error = _raised(_frame().drop(columns="Y"))
     assert (error.check, error.column, error.count) == ("column_in_dataframe", "Y", 1)
     assert error.failure_cases["line"].tolist() == []
+
+
+def test_guarded_applied_at_call_time_records_stage_and_schemas_and_guards_both_sides():
+    """Decorated here, not at import, so the decorator itself runs under the test."""
+    stage = guard.guarded(stage="scale", takes=_Rows, gives=_Rows)(lambda frame: frame.assign(X=-frame["X"]))
+    assert (stage.stage, stage.takes, stage.gives) == ("scale", _Rows, _Rows)
+    assert stage(_frame(X=[1.0, 2.0, 3.0, 4.0]))["X"].tolist() == [-1.0, -2.0, -3.0, -4.0]
+    with pytest.raises(StageError) as raised:
+        stage(_frame(X=[1.0, 2.0, 3.0, np.inf]))
+    assert (raised.value.side, raised.value.check, raised.value.failure_cases["line"].tolist()) == (
+        "input", "finite", [14])
+    with pytest.raises(StageError) as raised:
+        stage(_frame(X=[1.0, 2.0, 30.0, 40.0]))  # -30 and -40 are below the output's bound
+    assert (raised.value.side, raised.value.failure_cases["line"].tolist()) == ("output", [13, 14])
+
+
+def test_exactly_one_other_failing_check_is_counted():
+    error = _raised(_frame(X=[1.0, 2.0, -50.0, -60.0], Y=[5.0, np.nan, 7.0, 8.0]))
+    assert error.detail == "_Rows failed; 1 other column checks failed too"
