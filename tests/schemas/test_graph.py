@@ -435,6 +435,27 @@ def test_label_not_zero_or_one(data, limits, label):
     assert checks(data, limits) == [("graph_label_range", "admission.y")]
 
 
+def test_labels_are_counted_by_row_not_by_cell(data, limits):
+    data["admission"].y[7, [1, 3]] = 2.0  # two cells, one admission
+    data["admission"].y[9, 3] = -1.0  # the same item, another admission
+    error = only(data, limits, "graph_label_range")
+    assert error.count == 2 and "labels not 0 or 1 at rows 7, 9" in str(error)
+
+
+def test_one_dimensional_labels_are_counted_by_value(data, limits):
+    data["admission"].y = torch.zeros(data["admission"].num_nodes)
+    data["admission"].y[[2, 5]] = 3.0
+    error = only(data, limits, "graph_label_range")
+    assert error.count == 2 and "labels not 0 or 1 at rows 2, 5" in str(error)
+
+
+def test_a_broken_edge_index_does_not_stop_the_checks_of_the_next_edge_type(data, limits):
+    data[EDGE].edge_index = data[EDGE].edge_index.float()
+    data[REVERSE].timestep[0] = -1
+    assert checks(data, limits) == [("graph_edge_index", f"{FORWARD}.edge_index"),
+                                    ("graph_timestep_range", f"{BACKWARD}.timestep")]
+
+
 # -- graph_empty ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("edge_type", "name"), [(EDGE, FORWARD), (REVERSE, BACKWARD)])
 def test_edge_type_with_no_edges(data, limits, edge_type, name):
@@ -443,7 +464,7 @@ def test_edge_type_with_no_edges(data, limits, edge_type, name):
         store[attr] = store[attr][:, :0] if attr == "edge_index" else store[attr][:0]
     error = only(data, limits, "graph_empty")
     assert error.column == f"{name}.edge_index" and error.count == 1
-    assert "no edges" in str(error)
+    assert f"{name}.edge_index graph_empty failed on 1 row. no edges. " in str(error)
     assert checks(data, limits) == [("graph_empty", f"{name}.edge_index")]
 
 
