@@ -236,3 +236,12 @@ def test_require_validation_refuses_schema_only_depth():
     with config_context(validation_depth=ValidationDepth.SCHEMA_ONLY):
         with pytest.raises(ValidationDisabled, match="PANDERA_VALIDATION_DEPTH=SCHEMA_ONLY"):
             require_validation()
+
+
+def test_a_problem_of_the_whole_file_reads_without_rows():
+    error = StageError(stage="load", side="input", check="file_missing", column=None, count=1,
+                       failure_cases=pd.DataFrame({"line": pd.Series([], dtype="int64")}), table="LABEVENTS",
+                       detail="table file not found in /data", advice="Put the file there.", whole_file=True)
+    assert error.whole_file is True
+    assert str(error).startswith("[load:input] LABEVENTS file_missing: table file not found in /data. ")
+    assert "row" not in str(error)

@@ -468,10 +468,49 @@ def test_edge_type_with_no_edges(data, limits, edge_type, name):
     assert checks(data, limits) == [("graph_empty", f"{name}.edge_index")]
 
 
+def test_a_long_pyg_message_is_cut_at_300_characters(data, limits, monkeypatch):
+    def rejects(self, raise_on_error=True):
+        raise ValueError("y" * 400)
+
+    monkeypatch.setattr(HeteroData, "validate", rejects)
+    (problem,) = graph_problems(data, limits, where=WHERE)
+    assert problem.detail == "y" * 300
+
+
+def test_an_edge_type_into_a_missing_node_type_is_one_bounds_problem(data, limits):
+    del data["labitem"]
+    found = {p.column: p for p in graph_problems(data, limits, where=WHERE) if p.check == "graph_index_bounds"}
+    assert found[f"{FORWARD}.edge_index"].count == 1
+    assert "indices into node type(s) labitem that the graph does not have" in str(found[f"{FORWARD}.edge_index"])
+
+
+def test_a_scalar_on_an_edge_type_without_edges_is_one_row_off(data, limits):
+    store = data[REVERSE]
+    for attr in list(store.keys()):
+        store[attr] = store[attr][:, :0] if attr == "edge_index" else store[attr][:0]
+    store.weight = torch.tensor(1.0)
+    found = {p.column: p for p in graph_problems(data, limits, where=WHERE)}
+    assert found[f"{BACKWARD}.weight"].check == "graph_edge_rows" and found[f"{BACKWARD}.weight"].count == 1
+
+
+def test_a_one_dimensional_edge_attr_is_checked_without_a_crash(data, limits):
+    data[EDGE].edge_attr = data[EDGE].edge_attr[:, 1].clone()
+    assert [p.check for p in graph_problems(data, limits, where=WHERE) if p.check != "graph_pyg"] == []
+
+
+def test_codes_are_checked_in_an_edge_attr_of_codes_alone(data, limits):
+    data[EDGE].edge_attr = data[EDGE].edge_attr[:, :1].clone()
+    data[EDGE].edge_attr[4, 0] = limits.max_code + 1
+    error = only(data, limits, "graph_code_range")
+    assert error.count == 1 and "at rows 4" in str(error)
+
+
 # -- graph_pyg -----------------------------------------------------------------------------------------
 def test_what_only_pyg_validate_rejects_is_reported(data, limits, monkeypatch):
     # Every case validate() knows is caught by a check above first, so its verdict is stood in for here.
-    def rejects(self, raise_on_error=True):
+    def rejects(self, raise_on_error=True):  # like PyG's: raises only when asked to, else returns False
+        if not raise_on_error:
+            return False
         raise ValueError("'edge_index' of edge type ('admission', 'did', 'labitem') is odd\nsecond line")
 
     monkeypatch.setattr(HeteroData, "validate", rejects)
