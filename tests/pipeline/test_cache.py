@@ -6,7 +6,6 @@ import errno
 import json
 import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from tests.mounts import small_tmpfs
 from pipeline.cache import STALE_TMP_SECONDS, Cache
 from pipeline.cli import app
 from pipeline.config import load_config
@@ -258,18 +258,11 @@ def test_no_home_at_all_is_a_warning(data, monkeypatch):
 
 def test_a_full_filesystem_is_one_warning(data, tmp_path):
     """A real full disk: a 64 KiB tmpfs (needs mount rights; skipped where the machine has none)."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if shutil.which("mount") is None or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True).returncode:
-        pytest.skip("cannot mount a small tmpfs here (not root, or no mount rights in this container)")
-    try:
+    with small_tmpfs(tmp_path / "small", "64k") as mount:
         plain = RUNNER.invoke(app, ["validate", str(data), "--no-cache", "--json", str(tmp_path / "plain.json")])
         run = RUNNER.invoke(app, ["validate", str(data), "--cache-dir", str(mount),
                                   "--json", str(tmp_path / "run.json")])
         left = [p.name for p in mount.rglob("*") if p.is_file()]
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
     assert run.exit_code == plain.exit_code == 0, run.output
     assert _report(tmp_path / "run.json") == _report(tmp_path / "plain.json")
     assert run.stderr.count("warning:") == 1 and f"cannot write {mount}" in run.stderr, run.stderr

@@ -18,6 +18,7 @@ import pytest
 from filelock import FileLock
 from typer.testing import CliRunner
 
+from tests.mounts import mounted
 from pipeline import flow
 from pipeline.cli import app
 from pipeline.config import load_config
@@ -140,12 +141,8 @@ def test_a_folder_whose_files_cannot_be_written_is_refused_before_any_work(tmp_p
     """A folder that exists but takes no file (here a read-only bind mount; root ignores chmod)."""
     out = tmp_path / "ro"
     out.mkdir()
-    if subprocess.run(["mount", "--bind", "-o", "ro", str(out), str(out)], capture_output=True).returncode:
-        pytest.skip("cannot make a read-only bind mount here (no mount rights in this container)")
-    try:
+    with mounted(out, "--bind", "-o", "ro", str(out), what="a read-only bind mount"):
         result = runner.invoke(app, ["build", str(SAMPLE), "--out", str(out), "--no-cache"])
-    finally:
-        subprocess.run(["umount", str(out)], check=True)
     assert result.exit_code == 2, result.output
     assert "cannot write the output folder" in result.output and "Read-only file system" in result.output
     assert not any(out.iterdir())

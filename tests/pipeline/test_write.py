@@ -26,6 +26,7 @@ import torch
 from torch_geometric.data import HeteroData
 from typer.testing import CliRunner
 
+from tests.mounts import small_tmpfs
 from tests.pipeline.allow_list import empty_allow_list
 from pipeline.cli import app
 from pipeline.config import load_config
@@ -459,21 +460,14 @@ def _inspect_ok(out: Path) -> None:
 
 def test_a_full_disk_keeps_the_previous_build_loadable(tmp_path, small_batches):
     """A real full disk: a tmpfs holding one build and not two (needs mount rights; skipped where there are none)."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if shutil.which("mount") is None or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1200k", "tmpfs", str(mount)], capture_output=True).returncode:
-        pytest.skip("cannot mount a small tmpfs here (not root, or no mount rights in this container)")
-    out = mount / "out"
-    try:
+    with small_tmpfs(tmp_path / "small", "1200k") as mount:
+        out = mount / "out"
         assert runner.invoke(app, ["build", str(SAMPLE), "--out", str(out), "--no-cache"]).exit_code == 0
         before = {name: (out / name).read_bytes() for name in _final_files(out) if name != MARKER}
         result = runner.invoke(app, ["build", str(SAMPLE), "--out", str(out), "--no-cache",
                                      "--config", str(small_batches)])
         after = {name: (out / name).read_bytes() for name in _final_files(out) if name != MARKER}
         _inspect_ok(out)
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
     assert result.exit_code == 2, result.output
     assert "cannot run" in result.output and "No space left on device" in result.output
     assert str(out) in result.output and "the previous build there is unchanged" in result.output
