@@ -39,8 +39,13 @@ def _store_name(key: str | tuple[str, str, str]) -> str:
     return "__".join(key) if isinstance(key, tuple) else key
 
 
+def _failing_rows(mask: torch.Tensor) -> torch.Tensor:
+    """Per row (the first dimension), whether any of its values fails; a scalar is one row."""
+    return mask.reshape(mask.shape[0] if mask.dim() else 1, -1).any(dim=1)
+
+
 def _positions(mask: torch.Tensor, cap: int = 10) -> str:
-    where = torch.nonzero(mask.reshape(mask.shape[0], -1).any(dim=1) if mask.dim() > 1 else mask).flatten()
+    where = torch.nonzero(_failing_rows(mask)).flatten()
     shown = ", ".join(str(int(i)) for i in where[:cap])
     more = f" (+{len(where) - cap} more)" if len(where) > cap else ""
     return f"at rows {shown}{more}"
@@ -105,8 +110,7 @@ def graph_problems(data: HeteroData, limits: GraphLimits, *, where: str) -> list
             if isinstance(value, torch.Tensor) and value.is_floating_point():
                 bad = ~torch.isfinite(value)
                 if bad.any():
-                    rows = int(bad.reshape(bad.shape[0], -1).any(dim=1).sum()) if bad.dim() else 1
-                    problem("graph_finite", f"{name}.{attr}", rows,
+                    problem("graph_finite", f"{name}.{attr}", int(_failing_rows(bad).sum()),
                             f"{int(bad.sum())} non-finite values {_positions(bad)}")
     for node_type in data.node_types:
         store = data[node_type]
@@ -122,7 +126,7 @@ def graph_problems(data: HeteroData, limits: GraphLimits, *, where: str) -> list
             top = torch.tensor(tops, dtype=x.dtype)
             bad = torch.isfinite(x) & ((x < 0) | (x > top) | (x != torch.round(x)))
             if bad.any():
-                problem("graph_code_range", f"{node_type}.x", int(bad.any(dim=1).sum()),
+                problem("graph_code_range", f"{node_type}.x", int(_failing_rows(bad).sum()),
                         f"codes outside their vocabularies (0..{list(tops)} per column) {_positions(bad)}")
         elif x is not None and tops is not None and (x.dim() != 2 or x.shape[1] != len(tops)):
             problem("graph_node_rows", f"{node_type}.x", 1,
@@ -132,7 +136,7 @@ def graph_problems(data: HeteroData, limits: GraphLimits, *, where: str) -> list
         if y is not None:
             bad = (y != 0) & (y != 1)
             if bad.any():
-                problem("graph_label_range", f"{node_type}.y", int(bad.any(dim=-1).sum() if bad.dim() > 1 else bad.sum()),
+                problem("graph_label_range", f"{node_type}.y", int(_failing_rows(bad).sum()),
                         f"labels not 0 or 1 {_positions(bad)}")
     for edge_type in data.edge_types:
         store = data[edge_type]

@@ -312,9 +312,21 @@ def test_checks_read_the_shared_parse_of_the_rows_they_are_handed():
         assert pa.Check.id_positive_integer()(text.fillna("3")).check_output.tolist() == [False, True, False, False]
         other_rows = text.set_axis([12, 13, 14, 15])
         assert pa.Check.id_positive_integer()(other_rows).check_output.tolist() == [True, True, True]
+        same_length = text.fillna("3").set_axis([12, 13, 14, 15])  # as many rows as the parse, other lines
+        assert pa.Check.id_positive_integer()(same_length).check_output.tolist() == [True, True, True, True]
         assert pa.Check.id_positive_integer()(text.rename("ITEMID")).check_output.tolist() == [True, True, True]
         assert pa.Check.datetime_iso()(text).check_output.tolist() == [False, False, False]  # another kind of parse
     assert pa.Check.id_positive_integer()(text).check_output.tolist() == [True, True, True]
+
+
+def test_a_shared_time_parse_serves_the_non_null_rows_a_check_is_handed():
+    index = pd.Index([2, 3, 4], name="line")
+    text = pd.Series(["2101-01-01 00:00", None, "2101-01-02 00:00"], index=index, name="CHARTTIME", dtype="str")
+    planted = ParsedTimes.of(pd.Series(["x", None, "2101-01-02 00:00"], index=index, name="CHARTTIME", dtype="str"))
+    assert planted.present.tolist() == [True, False, True]
+    with sharing_parses({"CHARTTIME": planted}):
+        assert pa.Check.datetime_iso()(text).check_output.tolist() == [False, True]  # the planted answer
+    assert pa.Check.datetime_iso()(text).check_output.tolist() == [True, True]
 
 
 def test_a_schema_finds_the_same_failures_with_shared_parses():

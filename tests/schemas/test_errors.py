@@ -129,6 +129,11 @@ def test_summarize_classes_counts_most_common_first_and_breaks_ties_by_label():
     assert summarize_classes(classes, cap=5) == "inf ×2, zero ×2, -inf ×1, abc ×1"
 
 
+def test_summarize_classes_at_exactly_the_cap_names_no_more_classes():
+    classes = pd.Series(["inf", "inf", "zero", "abc"], dtype="str")
+    assert summarize_classes(classes) == "inf ×2, abc ×1, zero ×1"
+
+
 def test_summarize_classes_of_nothing_is_empty():
     assert summarize_classes(pd.Series([], dtype="str")) == ""
 

@@ -438,8 +438,18 @@ def test_label_not_zero_or_one(data, limits, label):
 def test_labels_are_counted_by_row_not_by_cell(data, limits):
     data["admission"].y[7, [1, 3]] = 2.0  # two cells, one admission
     data["admission"].y[9, 3] = -1.0  # the same item, another admission
+    data["admission"].y[11, 3] = 2.0  # and a third: three admissions, two items
     error = only(data, limits, "graph_label_range")
-    assert error.count == 2 and "labels not 0 or 1 at rows 7, 9" in str(error)
+    assert error.count == 3 and "labels not 0 or 1 at rows 7, 9, 11" in str(error)
+
+
+def test_labels_of_higher_rank_are_counted_by_row(data, limits):
+    n = data["admission"].num_nodes
+    data["admission"].y = torch.zeros(n, 2, 3)
+    data["admission"].y[4, 1, 2] = 2.0
+    data["admission"].y[6, 0, [0, 1]] = 2.0
+    error = only(data, limits, "graph_label_range")
+    assert error.count == 2 and "labels not 0 or 1 at rows 4, 6" in str(error)
 
 
 def test_one_dimensional_labels_are_counted_by_value(data, limits):
@@ -482,6 +492,26 @@ def test_an_edge_type_into_a_missing_node_type_is_one_bounds_problem(data, limit
     found = {p.column: p for p in graph_problems(data, limits, where=WHERE) if p.check == "graph_index_bounds"}
     assert found[f"{FORWARD}.edge_index"].count == 1
     assert "indices into node type(s) labitem that the graph does not have" in str(found[f"{FORWARD}.edge_index"])
+    # The next edge type is checked too: the reverse edge points into the missing type as well.
+    assert "indices into node type(s) labitem that" in str(found[f"{BACKWARD}.edge_index"])
+
+
+def test_an_edge_type_between_two_missing_node_types_names_both(data, limits):
+    data["patient", "saw", "ward"].edge_index = torch.tensor([[0], [0]])
+    found = {p.column: p for p in graph_problems(data, limits, where=WHERE) if p.check == "graph_index_bounds"}
+    assert "indices into node type(s) patient, ward that the graph does not have" in str(
+        found["patient__saw__ward.edge_index"])
+
+
+def test_indices_into_a_node_type_of_unknown_size_are_all_out_of_bounds():
+    lone = HeteroData()
+    lone["admission"].flag = "no tensor: PyG cannot count these nodes"
+    lone["labitem"].x = torch.zeros(3, 1)
+    lone[EDGE].edge_index = torch.tensor([[0, 0], [1, 2]])
+    found = {p.column: p for p in graph_problems(lone, GraphLimits(max_timestep=1, max_code=1, max_node_code={}),
+                                                 where=WHERE) if p.check == "graph_index_bounds"}
+    assert found[f"{FORWARD}.edge_index"].count == 2
+    assert "2 source indices outside 0..-1 (admission nodes) at rows 0, 1" in str(found[f"{FORWARD}.edge_index"])
 
 
 def test_a_scalar_on_an_edge_type_without_edges_is_one_row_off(data, limits):
