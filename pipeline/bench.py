@@ -42,33 +42,42 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ("ADMISSIONS", "D_LABITEMS", "LABEVENTS")
+LAB_COLUMNS = ("HADM_ID", "ITEMID", "CHARTTIME", "VALUE", "VALUENUM", "FLAG")  # what both baselines read
+# schemas.raw.ADMISSION_CATEGORICALS (MIMIC-III's ETHNICITY, MIMIC-IV's RACE); not imported, as SEED below
+ADMISSION_CATEGORICALS = ("ADMISSION_TYPE", "ADMISSION_LOCATION", "DISCHARGE_LOCATION", "INSURANCE", "LANGUAGE",
+                          "RELIGION", "MARITAL_STATUS", "ETHNICITY", "RACE")
 SEED = 2101  # pipeline.synth.SEED; not imported, so a step process loads nothing of badpoints
 MB = 1_000_000
 STEP_INFO = {
     "generate": "generate: pipeline.synth (not compared)",
     "floor": "(a) floor: pyarrow read_csv",
     "baseline": "(b) baseline: plain pandas",
+    "baseline_polars": "(b2) baseline: the same in polars",
     "validate": "(c) validate, cache cold",
     "build": "(d) build, cache cold",
     "validate_warm": "(e) validate, cache warm",
-    "dask": "(f) validate --engine dask",
+    "dask": "(f) build --engine dask",
 }
-# (name, numerator step, denominator step or None for an absolute figure, limit): the issue's targets,
-# stated for 27.8M rows (MIMIC-III) on a 2-core, 24 GiB machine.
-TARGETS = (
-    ("validate / baseline", "validate", "baseline", 1.0),
-    ("build / baseline", "build", "baseline", 1.2),
-    ("build / floor", "build", "floor", 2.5),
-    ("peak RSS of badpoints, GB", "badpoints_rss", None, 8.0),
-    ("warm / cold validate", "validate_warm", "validate", 0.3),
-)
-BADPOINTS_STEPS = ("validate", "build", "validate_warm")
-# --- Dask (issue 5, "Beyond one machine"): worker limits smaller than the data -----------------------
+LAYOUTS = ("mimic3", "mimic4")  # pipeline.synth.LAYOUTS
+# The scales issue 13 states its targets for, on a 2-core, 24 GiB machine.
+MIMIC3_ROWS, MIMIC4_ROWS = 27_800_000, 118_000_000
+MIMIC3_SCALE = "27.8M rows, MIMIC-III"
+MIMIC4_SCALE = "118M rows, MIMIC-IV"
+ANY_SCALE = "any"
+# Limits (issue 13, "Targets").
+VALIDATE_PER_BASELINE = 1.0
+BUILD_PER_BASELINE = 1.2
+RSS_GB = 3.0  # validate's and build's, all processes, at 27.8M rows
+MIMIC4_BUILD_RSS_GB = 4.0
+MIMIC4_SECONDS_PER_ROW = 1.5  # build's seconds per row against the 27.8M (MIMIC-III) reference run
+DASK_CLIENT_RSS_GB = 1.5
+WARM_PER_COLD = 0.1
+RSS_SAMPLE_SECONDS = 0.1  # how often a step's process tree is summed
+# --- Dask (issue 13): LocalCluster 2 workers x 4 GB; the client's RSS apart from the workers' --------------
 DASK_WORKERS = 2
-DASK_TEXT_PER_CSV_BYTE = 2.1  # LABEVENTS as text in memory per byte of CSV (27.8M rows: 3.7 GB for 1.76 GB)
-DASK_DATA_SHARE = 0.8  # each worker's limit: four fifths of LABEVENTS in memory (27.8M rows: ~3 GB)
-DASK_MIN_MEMORY_MB = 512  # a worker's own footprint (Python, pandas, pyarrow, pandera) is ~300 MB
+DASK_MEMORY_LIMIT = "4GB"
 DASK_ROWS_PER_PART = 125_000  # small parts keep a task's working set far below a worker's limit
+DASK_BYTES_PER_ROW = {"mimic3": 62, "mimic4": 22}  # CSV bytes per LABEVENTS row (mimic4: gzipped), for foreign data
 
 
 class BenchError(RuntimeError):
@@ -81,7 +90,11 @@ class StepResult:
     what: str
     seconds: float | None = None
     cpu_seconds: float | None = None  # user + system: less sensitive than wall time to other load
-    peak_rss_mb: float | None = None
+    peak_rss_mb: float | None = None  # ru_maxrss: the largest single process (the step or one it reaped)
+    tree_peak_rss_mb: float | None = None  # the process and all its descendants, RSS summed, at the worst sample
+    main_peak_rss_mb: float | None = None  # the step's own process alone (Dask: the client)
+    children_peak_rss_mb: float | None = None  # its descendants summed (Dask: the workers and their nannies)
+    rss_samples: int | None = None
     exit_code: int | None = None
     command: list[str] = field(default_factory=list)
     log: str | None = None
@@ -110,33 +123,47 @@ def pyarrow_floor(data_dir: Path) -> dict:
     return {table: pv.read_csv(_table_path(data_dir, table)).num_rows for table in TABLES}
 
 
+def _columns(path: Path, wanted: tuple[str, ...] | None = None) -> dict[str, str]:
+    """The file's column names by their upper-case name (MIMIC-IV writes them in lower case)."""
+    import pyarrow.csv as pv
+
+    with pv.open_csv(path) as reader:
+        names = reader.schema.names
+    return {name.upper(): name for name in names if wanted is None or name.upper() in wanted}
+
+
 def plain_pandas(data_dir: Path, *, max_timestep: int | None = None, max_stay_days: float = 1000.0,
                  after_discharge_hours: float = 24.0) -> dict:
     """The baseline: badpoints' stages as a careful user writes them in vectorized pandas, with no validation.
 
-    Its rows match badpoints' kept edges exactly on valid data: outpatient rows and the text rows of
-    mixed items are dropped, timesteps count whole days from the midnight of the admission day (not
-    from ADMITTIME), and rows before that midnight, more than ``max_stay_days`` after it, past
-    ``max_timestep`` (none by default) or more than ``after_discharge_hours`` after discharge are dropped,
-    as badpoints' bucket stage does. It differs
+    Its rows match badpoints' kept edges exactly on valid data: outpatient rows, rows without any result
+    (MIMIC-IV's results only in comments) and the text rows of mixed items are dropped, timesteps count whole
+    days from the midnight of the admission day (not from ADMITTIME), and rows before that midnight, more than
+    ``max_stay_days`` after it, past ``max_timestep`` (none by default) or more than ``after_discharge_hours``
+    after discharge are dropped, as badpoints' bucket stage does. It differs
     where counts do not: the split is by a hash of SUBJECT_ID (badpoints permutes patients with a
     seed), vocabularies are sorted (badpoints orders them by frequency), z-scores use every training
     row with std 0 set to 1 (badpoints fits on normal rows with 3-sigma clipping), and it writes no graphs.
+    Column names are read in any case (MIMIC-III upper, MIMIC-IV lower).
     """
     import numpy as np
     import pandas as pd
 
-    lab = pd.read_csv(_table_path(data_dir, "LABEVENTS"), engine="pyarrow",
-                      usecols=["HADM_ID", "ITEMID", "CHARTTIME", "VALUE", "VALUENUM", "FLAG"])
-    read = len(lab)
-    adm = pd.read_csv(_table_path(data_dir, "ADMISSIONS"), engine="pyarrow")
-    items = pd.read_csv(_table_path(data_dir, "D_LABITEMS"), engine="pyarrow", usecols=["ITEMID", "FLUID", "CATEGORY"])
-    categorical = [c for c in ("ADMISSION_TYPE", "ADMISSION_LOCATION", "DISCHARGE_LOCATION", "INSURANCE",
-                               "LANGUAGE", "RELIGION", "MARITAL_STATUS", "ETHNICITY") if c in adm]
+    def read(table: str, wanted: tuple[str, ...] | None = None) -> pd.DataFrame:
+        path = _table_path(data_dir, table)
+        names = _columns(path, wanted)
+        frame = pd.read_csv(path, engine="pyarrow", usecols=list(names.values()))
+        return frame.rename(columns={name: upper for upper, name in names.items()})
+
+    lab = read("LABEVENTS", LAB_COLUMNS)
+    read_rows = len(lab)
+    adm = read("ADMISSIONS")
+    items = read("D_LABITEMS", ("ITEMID", "FLUID", "CATEGORY"))
+    categorical = [c for c in ADMISSION_CATEGORICALS if c in adm]
     adm = adm[["SUBJECT_ID", "HADM_ID", "ADMITTIME", "DISCHTIME", *categorical]]
 
-    # Outpatient rows out; item kinds on inpatient rows; the text rows of mixed items out.
-    lab = lab[lab["HADM_ID"].notna()].astype({"HADM_ID": "int64"})
+    # Outpatient rows and rows without any result out; item kinds on the rest; the text rows of mixed items out.
+    lab = lab[lab["HADM_ID"].notna() & (lab["VALUE"].notna() | lab["VALUENUM"].notna())].astype({"HADM_ID": "int64"})
     share = lab["VALUENUM"].notna().groupby(lab["ITEMID"]).mean()
     mixed = share.index[(share > 0) & (share < 1)]
     lab = lab[~(lab["ITEMID"].isin(mixed) & lab["VALUENUM"].isna())]
@@ -186,11 +213,110 @@ def plain_pandas(data_dir: Path, *, max_timestep: int | None = None, max_stay_da
                             np.searchsorted(item_ids, lab["ITEMID"].to_numpy())]).astype(np.int64)
     edge_attr = np.column_stack([lab["CODE"].to_numpy(), lab["Z"].to_numpy()]).astype(np.float32)
     timestep = lab["TIMESTEP"].to_numpy(np.int64)
-    return {"read": read, "edges": int(edge_index.shape[1]), "finite": bool(np.isfinite(edge_attr).all()),
-            "admission_features": len(node_x), "item_features": len(item_x), "max_timestep": int(timestep.max())}
+    return _baseline_result(read_rows, edge_index, edge_attr, timestep, node_x, item_x)
 
 
-STEP_FUNCTIONS = {"floor": pyarrow_floor, "baseline": plain_pandas}
+def _baseline_result(read_rows: int, edge_index, edge_attr, timestep, node_x: list, item_x: list) -> dict:
+    """What both baselines report: counts, and two sums that show they coded and scaled the same rows alike."""
+    import numpy as np
+
+    return {"read": read_rows, "edges": int(edge_index.shape[1]), "finite": bool(np.isfinite(edge_attr).all()),
+            "admission_features": len(node_x), "item_features": len(item_x),
+            "max_timestep": int(timestep.max()) if len(timestep) else None,
+            "coded": int((edge_attr[:, 0] > 0).sum()), "z_abs_sum": float(np.abs(edge_attr[:, 1]).sum(dtype=np.float64)),
+            "item_index_sum": int(edge_index[1].sum())}
+
+
+def plain_polars(data_dir: Path, *, max_timestep: int | None = None, max_stay_days: float = 1000.0,
+                 after_discharge_hours: float = 24.0) -> dict:
+    """:func:`plain_pandas` written in polars: the same tables, columns, stages and results (and the same split:
+    pandas' ``hash_array`` of SUBJECT_ID is a splitmix64 finalizer, done here in numpy on the small ADMISSIONS)."""
+    import numpy as np
+    import polars as pl
+
+    def read(table: str, wanted: tuple[str, ...] | None = None, types: dict | None = None) -> pl.DataFrame:
+        path = _table_path(data_dir, table)
+        names = _columns(path, wanted)
+        overrides = {names[c]: t for c, t in (types or {}).items() if c in names}
+        frame = pl.read_csv(path, columns=list(names.values()), schema_overrides=overrides, infer_schema=False)
+        frame = frame.rename({name: upper for upper, name in names.items()})
+        return frame.with_columns(pl.col(c).cast(t) for c, t in (types or {}).items() if c in frame.columns)
+
+    ids = {"SUBJECT_ID": pl.Int64, "HADM_ID": pl.Int64, "ITEMID": pl.Int64}
+    lab = read("LABEVENTS", LAB_COLUMNS, {**ids, "VALUENUM": pl.Float64})
+    read_rows = lab.height
+    adm = read("ADMISSIONS", None, ids)
+    items = read("D_LABITEMS", ("ITEMID", "FLUID", "CATEGORY"), ids)
+    moment = "%Y-%m-%d %H:%M:%S"
+    lab = lab.with_columns(pl.col("CHARTTIME").str.to_datetime(moment))
+    categorical = [c for c in ADMISSION_CATEGORICALS if c in adm.columns]
+    adm = adm.select("SUBJECT_ID", "HADM_ID", pl.col("ADMITTIME").str.to_datetime(moment),
+                     pl.col("DISCHTIME").str.to_datetime(moment), *categorical)
+
+    # Outpatient rows and rows without any result out; item kinds on the rest; the text rows of mixed items out.
+    text = pl.col("VALUENUM").is_null()
+    lab = lab.filter(pl.col("HADM_ID").is_not_null() & (pl.col("VALUE").is_not_null() | ~text))
+    share = lab.group_by("ITEMID").agg((~text).mean().alias("SHARE"))
+    mixed = share.filter((pl.col("SHARE") > 0) & (pl.col("SHARE") < 1)).select("ITEMID", MIXED=pl.lit(True))
+    lab = lab.join(mixed, on="ITEMID", how="left").filter(~(pl.col("MIXED").fill_null(False) & text)).drop("MIXED")
+
+    # Split admissions by patient: the same hash of SUBJECT_ID as pandas, 80/10/10.
+    hashed = adm["SUBJECT_ID"].to_numpy().astype(np.int64).view(np.uint64).copy()
+    for shift, factor in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB), (31, None)):
+        hashed ^= hashed >> np.uint64(shift)
+        if factor:
+            hashed *= np.uint64(factor)
+    bucket = hashed % np.uint64(10)
+    adm = adm.with_columns(pl.Series("SPLIT", np.select([bucket < 8, bucket == 8], [0, 1], 2)))
+    lab = lab.join(adm.select("HADM_ID", "ADMITTIME", "DISCHTIME", "SPLIT"), on="HADM_ID", how="inner")
+    train = pl.col("SPLIT") == 0
+
+    # Codes from sorted training vocabularies; 0 for missing and unseen.
+    vocab = (lab.filter(text & train).select("ITEMID", "VALUE").unique().sort("ITEMID", "VALUE")
+             .with_columns(CODE=(pl.int_range(pl.len()).over("ITEMID") + 1).cast(pl.Float64)))
+    lab = lab.join(vocab, on=["ITEMID", "VALUE"], how="left").with_columns(
+        CODE=pl.when(text).then(pl.col("CODE").fill_null(0.0)).otherwise(0.0))
+    train_adm = adm.filter(train)
+
+    def codes(frame: pl.DataFrame, vocabulary: pl.DataFrame, column: str) -> pl.Series:
+        known = vocabulary[column].drop_nulls().unique().sort()
+        table = pl.DataFrame({column: known, "CODE": np.arange(1, len(known) + 1)})
+        return frame.select(column).join(table, on=column, how="left", maintain_order="left")["CODE"].fill_null(0)
+
+    node_x = [codes(adm, train_adm, c) for c in categorical]
+    item_x = [codes(items, items, c) for c in ("FLUID", "CATEGORY")]
+
+    # z-score per ITEMID with the training rows' mean and std (a constant item gets std 1); then fill.
+    stats = lab.filter(train & ~text).group_by("ITEMID").agg(MEAN=pl.col("VALUENUM").mean(),
+                                                             STD=pl.col("VALUENUM").std())
+    stats = stats.with_columns(STD=pl.when(pl.col("STD") > 0).then(pl.col("STD")).otherwise(1.0))
+    lab = lab.join(stats, on="ITEMID", how="left").with_columns(
+        Z=((pl.col("VALUENUM") - pl.col("MEAN")) / pl.col("STD")).fill_nan(0.0).fill_null(0.0))
+
+    # 24-hour timesteps from the midnight of the admission day; early and late rows out.
+    elapsed = pl.col("CHARTTIME") - pl.col("ADMITTIME").dt.truncate("1d")
+    lab = lab.with_columns(ELAPSED=elapsed).with_columns(TIMESTEP=pl.col("ELAPSED").dt.total_seconds() // 86_400)
+    keep = ((pl.col("ELAPSED") >= pl.duration(seconds=0)) & (pl.col("ELAPSED") <= pl.duration(days=max_stay_days))
+            & (pl.col("CHARTTIME") <= pl.col("DISCHTIME") + pl.duration(hours=after_discharge_hours)))
+    if max_timestep is not None:
+        keep &= pl.col("TIMESTEP") <= max_timestep
+    lab = lab.filter(keep)
+
+    # One row per (HADM_ID, TIMESTEP, ITEMID): the latest CHARTTIME; sorted for slicing by offsets.
+    lab = lab.sort("SPLIT", "HADM_ID", "TIMESTEP", "ITEMID", "CHARTTIME", maintain_order=True)
+    lab = lab.unique(["HADM_ID", "TIMESTEP", "ITEMID"], keep="last", maintain_order=True)
+
+    # Edge arrays: admission and item node indices, [code, z] attributes.
+    admissions = np.sort(adm["HADM_ID"].to_numpy())
+    item_ids = np.sort(items["ITEMID"].to_numpy())
+    edge_index = np.vstack([np.searchsorted(admissions, lab["HADM_ID"].to_numpy()),
+                            np.searchsorted(item_ids, lab["ITEMID"].to_numpy())]).astype(np.int64)
+    edge_attr = np.column_stack([lab["CODE"].to_numpy(), lab["Z"].to_numpy()]).astype(np.float32)
+    timestep = lab["TIMESTEP"].to_numpy().astype(np.int64)
+    return _baseline_result(read_rows, edge_index, edge_attr, timestep, node_x, item_x)
+
+
+STEP_FUNCTIONS = {"floor": pyarrow_floor, "baseline": plain_pandas, "baseline_polars": plain_polars}
 
 
 def run_step(name: str, data_dir: Path, result_path: Path) -> int:
@@ -202,18 +328,57 @@ def run_step(name: str, data_dir: Path, result_path: Path) -> int:
 
 # -- measuring (the parent's side) ------------------------------------------------------------
 def measure(name: str, command: list[str], *, log: Path, env: dict[str, str] | None = None) -> StepResult:
-    """Run ``command`` as a child process; wall seconds and that child's own peak RSS (``os.wait4``)."""
+    """Run ``command`` as a child process: wall seconds, its ``ru_maxrss`` (``os.wait4``) and, sampled every
+    :data:`RSS_SAMPLE_SECONDS` with psutil, the peak of its process tree's summed RSS (``ru_maxrss`` only
+    knows the largest single process), of its own RSS and of its descendants' (a Dask client's workers)."""
+    import psutil
+
     log.parent.mkdir(parents=True, exist_ok=True)
+    peaks = {"tree": 0, "main": 0, "children": 0}
+    samples = 0
     started = time.perf_counter()
     with open(log, "wb") as sink:
         child = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  cwd=ROOT, env={**os.environ, **(env or {})})
-        _, status, usage = os.wait4(child.pid, 0)
+        process = psutil.Process(child.pid)
+        while True:
+            sample = _tree_rss(process)
+            if sample is not None:
+                samples += 1
+                for key, value in zip(("main", "children"), sample):
+                    peaks[key] = max(peaks[key], value)
+                peaks["tree"] = max(peaks["tree"], sum(sample))
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            if pid:
+                break
+            time.sleep(RSS_SAMPLE_SECONDS)
     seconds = time.perf_counter() - started
     child.returncode = os.waitstatus_to_exitcode(status)  # reaped here; Popen must not wait again
+    # The tree's sum is never below its largest process's peak, which a short peak between samples would miss.
+    largest = usage.ru_maxrss * 1024
     return StepResult(name=name, what=STEP_INFO[name], seconds=seconds, cpu_seconds=usage.ru_utime + usage.ru_stime,
-                      peak_rss_mb=usage.ru_maxrss * 1024 / MB, exit_code=child.returncode,
-                      command=[str(part) for part in command], log=str(log))
+                      peak_rss_mb=largest / MB, tree_peak_rss_mb=max(peaks["tree"], largest) / MB,
+                      main_peak_rss_mb=peaks["main"] / MB, children_peak_rss_mb=peaks["children"] / MB,
+                      rss_samples=samples, exit_code=child.returncode, command=[str(part) for part in command],
+                      log=str(log))
+
+
+def _tree_rss(process) -> tuple[int, int] | None:
+    """RSS in bytes of ``process`` and of all its descendants summed; None once it has exited (a zombie has none)."""
+    import psutil
+
+    try:
+        own = process.memory_info().rss
+        children = process.children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+    total = 0
+    for descendant in children:
+        try:
+            total += descendant.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue  # ended between the listing and the reading
+    return own, total
 
 
 def _python_step(name: str, data: Path, out: Path) -> StepResult:
@@ -251,33 +416,30 @@ def _tail(path: Path, lines: int = 15) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def _dask_step(data: Path, out: Path, cache: Path) -> StepResult:
-    """``validate --engine dask`` on a LocalCluster whose workers are each limited below LABEVENTS' size.
+def _dask_step(data: Path, out: Path, cache: Path, *, rows: int, layout: str) -> StepResult:
+    """``build --engine dask`` on a LocalCluster of :data:`DASK_WORKERS` workers x :data:`DASK_MEMORY_LIMIT`.
 
-    Peak RSS is the largest of the command and the worker processes it reaped (``ru_maxrss`` of a
-    wait4 covers waited-for descendants as a maximum, not a sum).
+    The client is the step's own process (``main_peak_rss_mb``); its workers are its descendants
+    (``children_peak_rss_mb``), so the two are measured apart.
     """
-    limit_mb, partitions = dask_sizes(data)
-    args = ["validate", str(data), "--engine", "dask", "--workers", str(DASK_WORKERS),
-            "--memory-limit", f"{limit_mb}MB", "--partitions", str(partitions)]
-    step = _badpoints_step("dask", args, out, cache=cache, fresh_cache=True)
-    step.result.update(worker_memory_limit_mb=limit_mb, workers=DASK_WORKERS, partitions=partitions)
+    partitions = dask_partitions(data, rows=rows, layout=layout)
+    graphs = Path(tempfile.mkdtemp(prefix="build-dask-", dir=out))
+    try:
+        args = ["build", str(data), "--out", str(graphs), "--engine", "dask", "--workers", str(DASK_WORKERS),
+                "--memory-limit", DASK_MEMORY_LIMIT, "--partitions", str(partitions)]
+        step = _badpoints_step("dask", args, out, cache=cache, fresh_cache=True)
+    finally:
+        shutil.rmtree(graphs, ignore_errors=True)
+    step.result.update(worker_memory_limit=DASK_MEMORY_LIMIT, workers=DASK_WORKERS, partitions=partitions)
     return step
 
 
-def dask_sizes(data: Path) -> tuple[int, int]:
-    """Each worker's memory limit (MB) and the parts: four fifths of LABEVENTS' in-memory size per worker (never
-    below a worker's own footprint), and parts of about :data:`DASK_ROWS_PER_PART` rows (two per worker at least).
-
-    Below MIMIC-III scale the footprint decides (2M rows: 512 MB per worker against ~190 MB of LABEVENTS text and
-    ~230 MB of encoded rows); at 27.8M rows no worker can hold the table (about 3 GB each against 3.7 GB). Less
-    was measured too little: with a quarter (705 MB) or 2.1 GB, workers were killed at their limit.
-    """
-    path = _table_path(data, "LABEVENTS")
-    csv_bytes = path.stat().st_size * (4 if path.name.lower().endswith(".gz") else 1)  # gzip: ~4x smaller
-    limit_mb = max(DASK_MIN_MEMORY_MB, int(csv_bytes * DASK_TEXT_PER_CSV_BYTE * DASK_DATA_SHARE / MB))
-    rows = csv_bytes / 62  # ~62 bytes per CSV row (pipeline.synth, MIMIC-III)
-    return limit_mb, max(2 * DASK_WORKERS, math.ceil(rows / DASK_ROWS_PER_PART))
+def dask_partitions(data: Path, *, rows: int | None, layout: str) -> int:
+    """Parts of about :data:`DASK_ROWS_PER_PART` rows, two per worker at least; the rows of foreign data are
+    estimated from LABEVENTS' size."""
+    if not rows:
+        rows = _table_path(data, "LABEVENTS").stat().st_size / DASK_BYTES_PER_ROW[layout]
+    return max(2 * DASK_WORKERS, math.ceil(rows / DASK_ROWS_PER_PART))
 
 
 # -- data ---------------------------------------------------------------------------------------
@@ -289,19 +451,20 @@ def synth_source_digest() -> str:
     return digest.hexdigest()
 
 
-def prepare_data(data: Path, *, rows: int, seed: int, out: Path) -> tuple[StepResult, dict]:
+def prepare_data(data: Path, *, rows: int, seed: int, out: Path, layout: str = "mimic3") -> tuple[StepResult, dict]:
     """Reuse ``data`` when its synth.json matches, use foreign tables as they are, else generate into it."""
     stamp = data / "synth.json"
     digest = synth_source_digest()
     if stamp.is_file():
         info = json.loads(stamp.read_text())
-        if (info.get("rows"), info.get("seed"), info.get("source_sha256")) == (rows, seed, digest):
+        if (info.get("rows"), info.get("seed"), info.get("layout", "mimic3"), info.get("source_sha256")) == (
+                rows, seed, layout, digest):
             return StepResult(name="generate", what=STEP_INFO["generate"], skipped=f"reused {data}"), info
     elif data.is_dir() and any(p.name.lower().startswith("labevents") for p in data.rglob("*")):
         return (StepResult(name="generate", what=STEP_INFO["generate"], skipped=f"given tables in {data}"),
                 {"generator": None})
     step = measure("generate", [sys.executable, "-m", "pipeline.synth", str(data), "--rows", str(rows),
-                                "--seed", str(seed)], log=out / "logs" / "generate.log")
+                                "--seed", str(seed), "--layout", layout], log=out / "logs" / "generate.log")
     if step.exit_code != 0:
         raise BenchError(f"generating the data failed (exit {step.exit_code}):\n{_tail(Path(step.log))}")
     info = json.loads(stamp.read_text())
@@ -310,20 +473,35 @@ def prepare_data(data: Path, *, rows: int, seed: int, out: Path) -> tuple[StepRe
     return step, info
 
 
+def _polars_missing() -> str | None:
+    """Why the polars baseline cannot run here, or None."""
+    import importlib.util
+
+    if importlib.util.find_spec("polars") is None:
+        return "polars is not installed (pip install -e '.[bench]', as make bench does)"
+    return None
+
+
 # -- the run -----------------------------------------------------------------------------------
-def run(*, rows: int, out: Path, data: Path | None = None, seed: int = SEED, dask: bool = False) -> dict:
+def run(*, rows: int, out: Path, data: Path | None = None, seed: int = SEED, dask: bool = False,
+        layout: str = "mimic3", reference: Path | None = None) -> dict:
     """Every step in order; the results with ratios and targets (also written to ``out/bench.json``)."""
     out = Path(out).resolve()
     for folder in (out, out / "steps", out / "logs"):
         folder.mkdir(parents=True, exist_ok=True)
+    reference_results = _read_reference(reference) if reference else None
     load_before = _load_average()
-    data = Path(data).resolve() if data else out / "data" / f"synth-rows{rows}-seed{seed}"
-    generate, dataset = prepare_data(data, rows=rows, seed=seed, out=out)
+    name = f"synth-rows{rows}-seed{seed}" if layout == "mimic3" else f"synth-{layout}-rows{rows}-seed{seed}"
+    data = Path(data).resolve() if data else out / "data" / name
+    generate, dataset = prepare_data(data, rows=rows, seed=seed, out=out, layout=layout)
     # Caches and graphs are copies of the data: made here, removed when the steps are done.
     cache = Path(tempfile.mkdtemp(prefix="cache-", dir=out))
     graphs = Path(tempfile.mkdtemp(prefix="build-", dir=out))
     try:
+        missing = _polars_missing()
         steps = [generate, _python_step("floor", data, out), _python_step("baseline", data, out),
+                 StepResult(name="baseline_polars", what=STEP_INFO["baseline_polars"], skipped=missing) if missing
+                 else _python_step("baseline_polars", data, out),
                  _badpoints_step("validate", ["validate", str(data)], out, cache=cache / "validate",
                                  fresh_cache=True)]
         build = _badpoints_step("build", ["build", str(data), "--out", str(graphs)], out, cache=cache / "build",
@@ -335,7 +513,7 @@ def run(*, rows: int, out: Path, data: Path | None = None, seed: int = SEED, das
         steps.append(build)
         steps.append(_badpoints_step("validate_warm", ["validate", str(data)], out, cache=cache / "validate",
                                      fresh_cache=False))
-        steps.append(_dask_step(data, out, cache / "dask") if dask else
+        steps.append(_dask_step(data, out, cache / "dask", rows=dataset.get("rows"), layout=layout) if dask else
                      StepResult(name="dask", what=STEP_INFO["dask"], skipped="not requested (--dask)"))
     finally:
         shutil.rmtree(graphs, ignore_errors=True)
@@ -346,19 +524,34 @@ def run(*, rows: int, out: Path, data: Path | None = None, seed: int = SEED, das
         if step.seconds is not None and step.name != "generate":
             step.ratio_floor = _ratio(step.seconds, by_name["floor"].seconds)
             step.ratio_baseline = _ratio(step.seconds, by_name["baseline"].seconds)
+    measured_rows = by_name["floor"].result.get("LABEVENTS", rows)
     results = {
-        "rows": by_name["floor"].result.get("LABEVENTS", rows),
+        "rows": measured_rows,
+        "layout": layout,
         "seed": seed if dataset.get("generator") else None,
         "data": str(data),
         "dataset": dataset,
         "edges": {name: by_name[name].result.get("edges", by_name[name].result.get("kept"))
-                  for name in ("baseline", "validate", "build") if by_name[name].result},
+                  for name in ("baseline", "baseline_polars", "validate", "build", "dask") if by_name[name].result},
         "steps": [asdict(step) for step in steps],
-        "targets": targets(by_name),
+        "targets": targets(by_name, rows=measured_rows, layout=layout, dask=dask, reference=reference_results),
+        "reference": None if reference is None else str(Path(reference).resolve()),
         "machine": {**machine(), "load_average": {"before": load_before, "after": _load_average()}},
         "git": git_commit(),
     }
     _write_json(out / "bench.json", results)
+    return results
+
+
+def _read_reference(path: Path) -> dict:
+    """A earlier run's bench.json (the seconds per row of its build are the mimic4 target's yardstick)."""
+    try:
+        results = json.loads(Path(path).read_text())
+        build = next(step for step in results["steps"] if step["name"] == "build")
+    except (OSError, ValueError, KeyError, StopIteration) as error:
+        raise BenchError(f"--reference {path}: not a bench.json with a build step ({error})") from error
+    if not build.get("seconds") or not results.get("rows"):
+        raise BenchError(f"--reference {path}: its build step has no seconds or the run no rows")
     return results
 
 
@@ -374,22 +567,84 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
 
 
-def targets(by_name: dict[str, StepResult]) -> list[dict]:
-    """Each target of the issue: measured value, limit, met (None where a step did not run)."""
-    rss = [by_name[n].peak_rss_mb for n in BADPOINTS_STEPS if by_name[n].peak_rss_mb is not None]
-    figures = {"badpoints_rss": max(rss) * MB / 1e9 if rss else None}
-    rows = []
-    for name, top, bottom, limit in TARGETS:
-        value = figures[top] if bottom is None else _ratio(by_name[top].seconds, by_name[bottom].seconds)
-        rows.append({"target": name, "value": value, "limit": limit,
-                     "met": None if value is None else bool(value <= limit)})
-    return rows
+def targets(by_name: dict[str, StepResult], *, rows: int, layout: str = "mimic3", dask: bool = False,
+            reference: dict | None = None) -> list[dict]:
+    """Issue 13's targets: per row the measured value, the limit, met (None where it cannot be told), the scale the
+    target is stated for, and beside it what it is made of (badpoints' figure and both baselines')."""
+    step = by_name.get
+    pandas, polars = step("baseline"), step("baseline_polars")
+
+    def seconds(name: str) -> float | None:
+        found = step(name)
+        return None if found is None else found.seconds
+
+    def gb(found: StepResult | None, field: str = "tree_peak_rss_mb") -> float | None:
+        value = None if found is None else getattr(found, field)
+        return None if value is None else value * MB / 1e9
+
+    def per_row(value: float | None, n: int | None) -> float | None:
+        return None if value is None or not n else value / n
+
+    def row(target: str, scale: str, value: float | None, limit: float, unit: str, measured: float | None,
+            baseline: float | None, baseline_polars: float | None, *, completed: StepResult | None = None,
+            note: str | None = None) -> dict:
+        met = None if value is None else bool(value <= limit)
+        if completed is not None and completed.exit_code not in (0, 1):
+            met, note = False, f"did not complete (exit {completed.exit_code})"
+        return {"target": target, "scale": scale, "value": value, "limit": limit, "met": met, "unit": unit,
+                "measured": measured, "baseline": baseline, "baseline_polars": baseline_polars, "note": note}
+
+    rows_out = [
+        row("validate / baseline", MIMIC3_SCALE, _ratio(seconds("validate"), seconds("baseline")),
+            VALIDATE_PER_BASELINE, "s", seconds("validate"), seconds("baseline"), seconds("baseline_polars")),
+        row("build / baseline", MIMIC3_SCALE, _ratio(seconds("build"), seconds("baseline")), BUILD_PER_BASELINE, "s",
+            seconds("build"), seconds("baseline"), seconds("baseline_polars")),
+        row("validate peak RSS, GB", MIMIC3_SCALE, gb(step("validate")), RSS_GB, "GB",
+            gb(step("validate")), gb(pandas), gb(polars),
+            note=f"all processes; max 1: {_fmt(gb(step('validate'), 'peak_rss_mb'))} GB"),
+        row("build peak RSS, GB", MIMIC3_SCALE, gb(step("build")), RSS_GB, "GB", gb(step("build")),
+            gb(pandas), gb(polars),
+            note=f"all processes; max 1: {_fmt(gb(step('build'), 'peak_rss_mb'))} GB"),
+        row("2nd validate / 1st", ANY_SCALE,
+            _ratio(seconds("validate_warm"), seconds("validate")), WARM_PER_COLD, "s", seconds("validate_warm"),
+            None, None, note=f"unchanged inputs; 1st: {_fmt(seconds('validate'))} s"),
+    ]
+    if layout == "mimic4":
+        build = step("build")
+        rows_out.append(row("mimic4 build peak RSS, GB", MIMIC4_SCALE, gb(build),
+                            MIMIC4_BUILD_RSS_GB, "GB", gb(build), gb(pandas), gb(polars), completed=build))
+        spr = per_row(seconds("build"), rows)
+        if reference is None:
+            value, note = None, "no reference (--reference BENCH_JSON of a mimic3 run)"
+        else:
+            ref_build = next(s for s in reference["steps"] if s["name"] == "build")
+            ref_spr = ref_build["seconds"] / reference["rows"]
+            value = _ratio(spr, ref_spr)
+            ref_layout = reference.get("layout", "mimic3")
+            note = (f"reference: {reference['rows']:,} rows ({ref_layout}), {ref_spr * 1e6:.3f} us/row"
+                    + ("" if ref_layout == "mimic3" else "; the reference is not a mimic3 run"))
+        rows_out.append(row("mimic4 build s/row / reference", MIMIC4_SCALE, value, MIMIC4_SECONDS_PER_ROW,
+                            "us/row", None if spr is None else spr * 1e6,
+                            None if per_row(seconds("baseline"), rows) is None else seconds("baseline") / rows * 1e6,
+                            None if per_row(seconds("baseline_polars"), rows) is None
+                            else seconds("baseline_polars") / rows * 1e6, completed=build, note=note))
+    if dask:
+        dask_step = step("dask")
+        rows_out.append(row("dask client peak RSS, GB", MIMIC4_SCALE,
+                            gb(dask_step, "main_peak_rss_mb"), DASK_CLIENT_RSS_GB, "GB",
+                            gb(dask_step, "main_peak_rss_mb"), gb(pandas), gb(polars), completed=dask_step,
+                            note=f"{DASK_WORKERS} workers x {DASK_MEMORY_LIMIT}: {_fmt(gb(dask_step, 'children_peak_rss_mb'))} GB summed"))
+    return rows_out
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
 
 
 def machine() -> dict:
     """What the figures were measured on."""
     versions = {}
-    for package in ("badpoints", "pandas", "pyarrow", "numpy", "pandera", "torch", "dask"):
+    for package in ("badpoints", "pandas", "pyarrow", "numpy", "pandera", "torch", "dask", "polars"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
@@ -427,37 +682,66 @@ def print_results(results: dict, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console(highlight=False, width=None if sys.stdout.isatty() else 110)
-    steps = Table(title=f"badpoints bench: {results['rows']:,} LABEVENTS rows", title_justify="left")
+    console = console or Console(highlight=False, width=None if sys.stdout.isatty() else 170)
+    rows = results["rows"]
+    steps = Table(title=f"badpoints bench: {rows:,} LABEVENTS rows, {results.get('layout', 'mimic3')} layout",
+                  title_justify="left")
     steps.add_column("step")  # the one column that may wrap on a narrow terminal
-    for column in ("wall s", "CPU s", "peak RSS MB", "x floor", "x baseline", "exit"):
+    for column in ("wall s", "CPU s", "RSS MB, all", "RSS MB, max 1", "x floor", "x baseline", "exit"):
         steps.add_column(column, justify="right", no_wrap=True, min_width=len(column))
     for step in results["steps"]:
         if step["skipped"]:
-            steps.add_row(step["what"], "-", "-", "-", "-", "-", "skip")
+            steps.add_row(step["what"], "-", "-", "-", "-", "-", "-", "skip")
             continue
-        steps.add_row(step["what"], f"{step['seconds']:.2f}", f"{step['cpu_seconds']:.2f}", f"{step['peak_rss_mb']:,.0f}",
+        steps.add_row(step["what"], f"{step['seconds']:.2f}", f"{step['cpu_seconds']:.2f}",
+                      _fmt(step.get("tree_peak_rss_mb"), 0), _fmt(step["peak_rss_mb"], 0),
                       _x(step["ratio_floor"]), _x(step["ratio_baseline"]), str(step["exit_code"]))
     console.print(steps)
+    console.print("RSS MB, all: the process tree's summed RSS at its worst sample (psutil, every "
+                  f"{RSS_SAMPLE_SECONDS:g} s); max 1: ru_maxrss, the largest single process")
     for step in results["steps"]:
         if step["skipped"]:
             console.print(f"{step['name']} skipped: {step['skipped']}")
-    goals = Table(title="targets (issue 5: at 27.8M rows, 2 cores, 24 GiB)", title_justify="left")
-    for column in ("target", "measured", "limit", "met"):
-        goals.add_column(column, justify="left" if column == "target" else "right", no_wrap=True)
-    for goal in results["targets"]:
-        met = "n/a" if goal["met"] is None else "[green]met[/]" if goal["met"] else "[red]not met[/]"
-        goals.add_row(goal["target"], "-" if goal["value"] is None else f"{goal['value']:.2f}",
-                      f"<= {goal['limit']:g}", met)
-    console.print(goals)
+        elif step["name"] == "dask":
+            console.print(f"dask: client {_fmt(step.get('main_peak_rss_mb'), 0)} MB, workers "
+                          f"{_fmt(step.get('children_peak_rss_mb'), 0)} MB summed (peaks, apart)")
+    console.print(target_table(results))
     edges = ", ".join(f"{name} {count:,}" for name, count in results["edges"].items() if count is not None)
     console.print(f"edges kept: {edges}")
     info = results["machine"]
     load = info.get("load_average") or {}
     console.print(f"machine: {info['cpu_count']} CPUs, {info['memory_gb']} GB, Python {info['python']}, "
-                  f"pandas {info['pandas']}, pyarrow {info['pyarrow']}; load average before {load.get('before')}, "
-                  f"after {load.get('after')}; commit {results['git']['commit']}"
+                  f"pandas {info['pandas']}, pyarrow {info['pyarrow']}, polars {info.get('polars')}; load average "
+                  f"before {load.get('before')}, after {load.get('after')}; commit {results['git']['commit']}"
                   f"{' (dirty)' if results['git']['dirty'] else ''}")
+
+
+def target_table(results: dict):
+    """The targets with the scale each is meant for (and this run's, where it differs) and the baselines beside."""
+    from rich.table import Table
+
+    rows = results["rows"]
+    scale_rows = {MIMIC3_SCALE: MIMIC3_ROWS, MIMIC4_SCALE: MIMIC4_ROWS}
+    goals = Table(title=f"targets (issue 13; 2 cores, 24 GiB), measured at {rows:,} rows "
+                        f"({results.get('layout', 'mimic3')})", title_justify="left")
+    for column in ("target", "meant for", "value", "limit", "met", "badpoints", "pandas", "polars", "note"):
+        goals.add_column(column, justify="left" if column in ("target", "meant for", "met", "note") else "right",
+                         no_wrap=column not in ("target", "note"))
+    for goal in results["targets"]:
+        met = "n/a" if goal["met"] is None else "[green]met[/]" if goal["met"] else "[red]not met[/]"
+        scale = goal["scale"]
+        if scale in scale_rows and scale_rows[scale] != rows:
+            scale = f"{scale} (run: {_short(rows)})"
+        unit = goal["unit"]
+        digits = 3 if unit == "us/row" else 2
+        goals.add_row(goal["target"], scale, _fmt(goal["value"]), f"<= {goal['limit']:g}", met,
+                      *(f"{_fmt(goal[k], digits)} {unit}" if goal[k] is not None else "-"
+                        for k in ("measured", "baseline", "baseline_polars")), goal["note"] or "")
+    return goals
+
+
+def _short(rows: int) -> str:
+    return f"{rows / 1e6:.1f}M" if rows >= 1e6 else f"{rows / 1e3:.0f}k"
 
 
 def _x(ratio: float | None) -> str:
@@ -472,13 +756,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=2_000_000, help="LABEVENTS rows to generate (default 2000000)")
     parser.add_argument("--out", type=Path, required=True, help="folder for bench.json, logs and reports")
     parser.add_argument("--data", type=Path, default=None,
-                        help="dataset folder (default OUT/data/synth-rows<N>-seed<S>); tables without synth.json "
-                             "are benchmarked as they are")
+                        help="dataset folder (default OUT/data/synth-[LAYOUT-]rows<N>-seed<S>); tables without "
+                             "synth.json are benchmarked as they are")
     parser.add_argument("--seed", type=int, default=SEED)
-    parser.add_argument("--dask", action="store_true", help="also run validate with --engine dask, when available")
+    parser.add_argument("--layout", choices=LAYOUTS, default="mimic3",
+                        help="generated data: mimic3 (upper-case CSVs) or mimic4 (MIMIC-IV's hosp/*.csv.gz)")
+    parser.add_argument("--reference", type=Path, default=None,
+                        help="bench.json of a mimic3 run: the mimic4 build's seconds per row are compared with its")
+    parser.add_argument("--dask", action="store_true",
+                        help=f"also run build --engine dask ({DASK_WORKERS} workers x {DASK_MEMORY_LIMIT})")
     args = parser.parse_args(argv)
     try:
-        results = run(rows=args.rows, out=args.out, data=args.data, seed=args.seed, dask=args.dask)
+        results = run(rows=args.rows, out=args.out, data=args.data, seed=args.seed, dask=args.dask,
+                      layout=args.layout, reference=args.reference)
     except BenchError as error:
         print(f"bench failed: {error}", file=sys.stderr)
         return 2
