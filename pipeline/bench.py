@@ -229,7 +229,8 @@ def _baseline_result(read_rows: int, edge_index, edge_attr, timestep, node_x: li
     return {"read": read_rows, "edges": int(edge_index.shape[1]), "finite": bool(np.isfinite(edge_attr).all()),
             "admission_features": len(node_x), "item_features": len(item_x),
             "max_timestep": int(timestep.max()) if len(timestep) else None,
-            "coded": int((edge_attr[:, 0] > 0).sum()), "z_abs_sum": float(np.abs(edge_attr[:, 1]).sum(dtype=np.float64)),
+            "coded": int((edge_attr[:, 0] > 0).sum()),
+            "z_abs_sum": float(np.abs(edge_attr[:, 1]).sum(dtype=np.float64)),
             "item_index_sum": int(edge_index[1].sum())}
 
 
@@ -636,10 +637,11 @@ def targets(by_name: dict[str, StepResult], *, rows: int, layout: str = "mimic3"
                             else seconds("baseline_polars") / rows * 1e6, completed=build, note=note))
     if dask:
         dask_step = step("dask")
+        workers = _fmt(gb(dask_step, "children_peak_rss_mb"))
         rows_out.append(row("dask client peak RSS, GB", MIMIC4_SCALE,
                             gb(dask_step, "main_peak_rss_mb"), DASK_CLIENT_RSS_GB, "GB",
                             gb(dask_step, "main_peak_rss_mb"), gb(pandas), gb(polars), completed=dask_step,
-                            note=f"{DASK_WORKERS} workers x {DASK_MEMORY_LIMIT}: {_fmt(gb(dask_step, 'children_peak_rss_mb'))} GB summed"))
+                            note=f"{DASK_WORKERS} workers x {DASK_MEMORY_LIMIT}: {workers} GB summed"))
     return rows_out
 
 

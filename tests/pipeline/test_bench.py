@@ -51,7 +51,8 @@ def test_every_step_measured(bench):
     assert steps["floor"]["ratio_floor"] == 1.0 and steps["baseline"]["ratio_baseline"] == 1.0
     assert steps["build"]["result"]["graph_files"] > 0
     assert results["rows"] == 5000 and results["dataset"]["rows"] == 5000 and results["layout"] == "mimic3"
-    assert {"cpu_count", "memory_gb", "python", "pandas", "pyarrow", "polars", "load_average"} <= set(results["machine"])
+    assert {"cpu_count", "memory_gb", "python", "pandas", "pyarrow", "polars", "load_average"} <= set(
+        results["machine"])
     assert set(results["git"]) == {"commit", "dirty"}
     assert [t["target"] for t in results["targets"]] == [
         "validate / baseline", "build / baseline", "validate peak RSS, GB", "build peak RSS, GB", "2nd validate / 1st"]
