@@ -1,8 +1,9 @@
-"""Synthetic MIMIC-III-shaped raw tables at any scale, for the benchmark: seeded, fast, memory-bounded.
+"""Synthetic MIMIC-shaped raw tables at any scale, for the benchmark: seeded, fast, memory-bounded.
 
-Usage: ``python -m pipeline.synth OUT_DIR --rows N [--seed S]`` writes ``ADMISSIONS.csv``,
-``D_LABITEMS.csv``, ``LABEVENTS.csv`` (exactly N rows) and ``synth.json`` (the parameters and
-the special items) into OUT_DIR.
+Usage: ``python -m pipeline.synth OUT_DIR --rows N [--seed S] [--layout mimic3|mimic4]`` writes
+``ADMISSIONS.csv``, ``D_LABITEMS.csv``, ``LABEVENTS.csv`` (exactly N rows; ``--layout mimic4``:
+``hosp/admissions.csv.gz``, ``hosp/d_labitems.csv.gz``, ``hosp/labevents.csv.gz``) and ``synth.json``
+(the parameters, the layout and the special items) into OUT_DIR.
 
 The files have the columns and formats of ``data/sample`` (MIMIC-III v1.4: upper-case headers,
 minimal quoting, empty nulls, ``YYYY-MM-DD HH:MM:SS`` in 2100-2210) and MIMIC-III's proportions:
@@ -21,15 +22,26 @@ minimal quoting, empty nulls, ``YYYY-MM-DD HH:MM:SS`` in 2100-2210) and MIMIC-II
 
 Every ID, time, FLAG and foreign key is valid: ``badpoints validate`` exits 0 with warnings only.
 
+``--layout mimic4`` writes the same events in MIMIC-IV 2.2's ``hosp`` module: lower-case headers
+(labevents: ``labevent_id, subject_id, hadm_id, specimen_id, itemid, order_provider_id, charttime,
+storetime, value, valuenum, valueuom, ref_range_lower, ref_range_upper, flag, priority, comments``),
+8-digit IDs (subjects from 10,000,000, admissions from 20,000,000), gzip-compressed. It differs from
+MIMIC-III's as MIMIC-IV does: 40% outpatient rows (empty ``hadm_id``); ``specimen_id`` per draw;
+the item's reference range on 95% of the rows with a number (items that have one); ``flag`` 'abnormal' or empty (no
+'delta'); 1% of rows with their result only in ``comments`` (``value`` and ``valuenum`` empty:
+'NEG.', '___', 'UNABLE TO REPORT.', ...) and 3% with a comment beside their value.
+
 Speed and memory: one numpy Generator fills the small tables; LABEVENTS is generated in chunks
 of about ``CHUNK_ROWS`` rows (whole subjects, so the file stays sorted by subject), each chunk
 from its own seeded Generator, vectorized, formatted with pyarrow compute and streamed to the
-file with pyarrow's CSV writer. Output is byte-identical for the same rows and seed.
+file with pyarrow's CSV writer (through gzip at level :data:`GZIP_LEVEL` for mimic4, whose
+118M rows are ~15 GB of text). Output is byte-identical for the same rows, seed and layout.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import importlib.util
 import json
 import sys
@@ -92,6 +104,31 @@ UNITS = ("mg/dL", "mEq/L", "U/L", "IU/L", "g/dL", "K/uL", "%", "ng/mL", "mmol/L"
 FLAGS = ("abnormal", "delta")
 LABEVENTS_HEADER = ("ROW_ID", "SUBJECT_ID", "HADM_ID", "ITEMID", "CHARTTIME", "VALUE", "VALUENUM",
                     "VALUEUOM", "FLAG")
+LAYOUTS = ("mimic3", "mimic4")
+# --- MIMIC-IV 2.2, hosp module ---------------------------------------------------------------------
+MIMIC4_FILES = {"ADMISSIONS": "hosp/admissions.csv.gz", "D_LABITEMS": "hosp/d_labitems.csv.gz",
+                "LABEVENTS": "hosp/labevents.csv.gz"}
+MIMIC3_FILES = {"ADMISSIONS": "ADMISSIONS.csv", "D_LABITEMS": "D_LABITEMS.csv", "LABEVENTS": "LABEVENTS.csv"}
+MIMIC4_ADMISSIONS_HEADER = ("subject_id", "hadm_id", "admittime", "dischtime", "deathtime", "admission_type",
+                            "admit_provider_id", "admission_location", "discharge_location", "insurance", "language",
+                            "marital_status", "race", "edregtime", "edouttime", "hospital_expire_flag")
+MIMIC4_LABITEMS_HEADER = ("itemid", "label", "fluid", "category")
+MIMIC4_LABEVENTS_HEADER = ("labevent_id", "subject_id", "hadm_id", "specimen_id", "itemid", "order_provider_id",
+                           "charttime", "storetime", "value", "valuenum", "valueuom", "ref_range_lower",
+                           "ref_range_upper", "flag", "priority", "comments")
+MIMIC4_OUTPATIENT_SHARE = 0.40
+MIMIC4_SUBJECT_BASE, MIMIC4_HADM_BASE = 10_000_000, 19_900_000  # synthetic HADM_IDs start at 100,000
+MIMIC4_SPECIMEN_BASE = 10_000_000
+MIMIC4_ADMISSION_TYPE = {"EMERGENCY": "EW EMER.", "URGENT": "URGENT", "ELECTIVE": "ELECTIVE"}
+COMMENT_ONLY_SHARE = 0.01  # value and valuenum empty, the result in comments
+COMMENT_BESIDE_SHARE = 0.03  # a comment next to a value
+COMMENT_RESULTS = (("___", 0.4), ("NEG.", 0.2), ("UNABLE TO REPORT.", 0.15), ("SPECIMEN HEMOLYZED.", 0.1),
+                   ("TEST NOT PERFORMED.", 0.1), ("POSITIVE.", 0.05))
+COMMENTS_BESIDE = (("VERIFIED BY REPLICATE ANALYSIS.", 0.5), ("___", 0.3), ("HEMOLYSIS MAY AFFECT RESULT.", 0.2))
+REF_RANGE_SHARE = 0.95  # rows with a number that carry their item's reference range
+PRIORITY = (("ROUTINE", 0.6), ("STAT", 0.3), ("", 0.1))
+PROVIDER_SHARE = 0.7  # draws with an order_provider_id
+GZIP_LEVEL = 1  # ~4x smaller than the text at a few times the speed of level 6
 
 
 @lru_cache(maxsize=1)
@@ -210,7 +247,7 @@ def _pick(rng: np.random.Generator, table: tuple, size: int) -> np.ndarray:
 
 
 # -- admissions ---------------------------------------------------------------------------------
-def admissions(rng: np.random.Generator, rows: int) -> pd.DataFrame:
+def admissions(rng: np.random.Generator, rows: int, *, outpatient_share: float = OUTPATIENT_SHARE) -> pd.DataFrame:
     """One row per admission (times in minutes after EPOCH), sorted by (SUBJECT_ID, ADMIT); ROWS = its lab rows."""
     gen = sample_generator()
     mean_per_subject = sum(n * p for n, p in ADMISSIONS_PER_SUBJECT)
@@ -249,7 +286,7 @@ def admissions(rng: np.random.Generator, rows: int) -> pd.DataFrame:
     adm["DIAGNOSIS"] = rng.choice(np.array(gen.DIAGNOSES, dtype=object), n)
     adm["HAS_CHARTEVENTS_DATA"] = (rng.random(n) < 0.95).astype(int)
 
-    inpatient = rows - round(OUTPATIENT_SHARE * rows)
+    inpatient = rows - round(outpatient_share * rows)
     base = min(5, inpatient // n)
     weight = (stay / day) ** 0.7 * rng.lognormal(0.0, 0.5, n)
     adm["ROWS"] = base + rng.multinomial(inpatient - base * n, weight / weight.sum())
@@ -321,8 +358,12 @@ def _fixed(values: np.ndarray, dec: np.ndarray) -> pa.Array:
 
 
 def _chunk(rng: np.random.Generator, items: Items, adm: pd.DataFrame, subjects: pd.DataFrame, first_row: int,
-           inject_single: bool) -> pa.Table:
-    """LABEVENTS rows of the given admissions and subjects, sorted by (SUBJECT_ID, CHARTTIME, ITEMID)."""
+           inject_single: bool, *, draws: bool = False) -> pa.Table:
+    """LABEVENTS rows of the given admissions and subjects, sorted by (SUBJECT_ID, CHARTTIME, ITEMID).
+
+    With ``draws``, two more columns: ``_DRAW`` (the row's specimen draw, numbered from 0 in this chunk)
+    and ``_ITEM`` (its row of the item table), for :func:`mimic4_events`; they take nothing from ``rng``.
+    """
     day = MINUTES_PER_DAY
     admit, disch = adm["ADMIT"].to_numpy(), adm["DISCH"].to_numpy()
     owner, draw, draw_time, draw_owner = _draw_rows(rng, adm["ROWS"].to_numpy(), admit, disch - admit)
@@ -355,6 +396,7 @@ def _chunk(rng: np.random.Generator, items: Items, adm: pd.DataFrame, subjects: 
 
     order = np.lexsort((items.table["ITEMID"].to_numpy()[item], minute, subject))
     subject, hadm, outpatient, minute, item = subject[order], hadm[order], outpatient[order], minute[order], item[order]
+    draw_key = draw_key[order]
     n = len(item)
 
     table = items.table
@@ -383,6 +425,7 @@ def _chunk(rng: np.random.Generator, items: Items, adm: pd.DataFrame, subjects: 
     token_num = pa.array(tokens["VALUENUM"], pa.string(), from_pandas=True).take(pa.array(np.maximum(token, 0)))
     token_mask = pa.array(is_token)
     minutes = pa.array((minute + int(EPOCH.value // 60_000_000_000)) * 60).cast(pa.timestamp("s"))
+    extra = {"_DRAW": pa.array(draw_key.astype(np.int64)), "_ITEM": pa.array(item.astype(np.int64))} if draws else {}
     return pa.table({
         "ROW_ID": pa.array(np.arange(first_row, first_row + n, dtype=np.int64)),
         "SUBJECT_ID": pa.array(subject.astype(np.int64)),
@@ -393,6 +436,7 @@ def _chunk(rng: np.random.Generator, items: Items, adm: pd.DataFrame, subjects: 
         "VALUENUM": pc.if_else(token_mask, token_num, number),
         "VALUEUOM": pa.array(table["UOM"], pa.string(), from_pandas=True).take(pa.array(item)),
         "FLAG": pa.array(list(FLAGS), pa.string()).take(pa.array(np.maximum(flag, 0), mask=flag < 0)),
+        **extra,
     })
 
 
@@ -407,17 +451,108 @@ def _tokens(rng: np.random.Generator, items: Items, item: np.ndarray) -> np.ndar
     return np.where(inside & (tokens["ITEM"].to_numpy()[hit] == item), hit, -1)
 
 
-def write_synthetic(out_dir: Path, *, rows: int, seed: int = SEED) -> dict:
-    """Write ADMISSIONS.csv, D_LABITEMS.csv, LABEVENTS.csv (exactly ``rows`` rows) and synth.json; return synth.json."""
+# -- MIMIC-IV layout ------------------------------------------------------------------------------
+def mimic4_admissions(adm: pd.DataFrame) -> pd.DataFrame:
+    """hosp/admissions columns (MIMIC-IV 2.2) from the MIMIC-III-shaped table: race for ETHNICITY, no RELIGION."""
+    table = admissions_table(adm)
+    provider = "P" + (adm["HADM_ID"].to_numpy() % 99_991).astype(str).astype(object)
+    return pd.DataFrame({
+        "subject_id": table["SUBJECT_ID"] + MIMIC4_SUBJECT_BASE,
+        "hadm_id": table["HADM_ID"] + MIMIC4_HADM_BASE,
+        "admittime": table["ADMITTIME"], "dischtime": table["DISCHTIME"], "deathtime": table["DEATHTIME"],
+        "admission_type": table["ADMISSION_TYPE"].map(MIMIC4_ADMISSION_TYPE),
+        "admit_provider_id": provider,
+        "admission_location": table["ADMISSION_LOCATION"], "discharge_location": table["DISCHARGE_LOCATION"],
+        "insurance": table["INSURANCE"], "language": table["LANGUAGE"], "marital_status": table["MARITAL_STATUS"],
+        "race": table["ETHNICITY"], "edregtime": table["EDREGTIME"], "edouttime": table["EDOUTTIME"],
+        "hospital_expire_flag": table["HOSPITAL_EXPIRE_FLAG"],
+    })[list(MIMIC4_ADMISSIONS_HEADER)]
+
+
+def mimic4_labitems(items: Items) -> pd.DataFrame:
+    """hosp/d_labitems columns (MIMIC-IV 2.2 has no loinc_code)."""
+    table = labitems_table(items)
+    return pd.DataFrame({"itemid": table["ITEMID"], "label": table["LABEL"], "fluid": table["FLUID"],
+                         "category": table["CATEGORY"]})
+
+
+def mimic4_events(rng: np.random.Generator, items: Items, events: pa.Table, first_specimen: int) -> pa.Table:
+    """hosp/labevents columns from a chunk made with ``draws=True`` (see the module docstring)."""
+    n = events.num_rows
+    item = events["_ITEM"].to_numpy()
+    draw = events["_DRAW"].to_numpy()
+    n_draws = int(draw.max()) + 1 if n else 0
+    table = items.table
+    has_number = events["VALUENUM"].is_valid()
+
+    # Per draw: who ordered it, its priority, when it was stored (10 min to 6 h after it was charted).
+    provider = np.where(rng.random(n_draws) < PROVIDER_SHARE, rng.integers(10_000, 99_999, n_draws), -1)
+    provider_text = pc.binary_join_element_wise("P", pa.array(provider[draw]).cast(pa.string()), "")
+    provider_text = pc.if_else(pa.array(provider[draw] < 0), pa.scalar(None, pa.string()), provider_text)
+    priority = _pick(rng, PRIORITY, n_draws)[draw]
+    stored = pc.add(pc.cast(events["CHARTTIME"], pa.timestamp("s")),
+                    pa.array((rng.integers(10, 6 * 60, n_draws)[draw] * 60).astype("timedelta64[s]")))
+
+    # Reference ranges on most rows with a number; results only in comments; comments beside values.
+    none = pa.scalar(None, pa.string())
+    dec = table["DEC"].to_numpy(float)[item].astype(np.int64)
+    lo, hi = table["LO"].to_numpy(float)[item], table["HI"].to_numpy(float)[item]
+    known = np.isfinite(lo) & np.isfinite(hi) & (lo < hi)  # the sample's real items without a range get none
+    with_range = pc.and_(has_number, pa.array(known & (rng.random(n) < REF_RANGE_SHARE)))
+    lower = pc.if_else(with_range, _fixed(np.where(known, lo, 0.0), dec), none)
+    upper = pc.if_else(with_range, _fixed(np.where(known, hi, 0.0), dec), none)
+    u = rng.random(n)
+    only_comment = pa.array(u < COMMENT_ONLY_SHARE)
+    beside = pa.array((u >= COMMENT_ONLY_SHARE) & (u < COMMENT_ONLY_SHARE + COMMENT_BESIDE_SHARE))
+    comments = pc.if_else(only_comment, pa.array(_pick(rng, COMMENT_RESULTS, n), pa.string()),
+                          pc.if_else(beside, pa.array(_pick(rng, COMMENTS_BESIDE, n), pa.string()),
+                                     pa.scalar(None, pa.string())))
+    flag = events["FLAG"]
+    return pa.table({
+        "labevent_id": events["ROW_ID"],
+        "subject_id": pc.add(events["SUBJECT_ID"], MIMIC4_SUBJECT_BASE),
+        "hadm_id": pc.add(events["HADM_ID"], MIMIC4_HADM_BASE),
+        "specimen_id": pa.array(draw + first_specimen),
+        "itemid": events["ITEMID"],
+        "order_provider_id": provider_text,
+        "charttime": events["CHARTTIME"],
+        "storetime": stored.cast(pa.string()),
+        "value": pc.if_else(only_comment, none, events["VALUE"]),
+        "valuenum": pc.if_else(only_comment, none, events["VALUENUM"]),
+        "valueuom": pc.if_else(only_comment, none, events["VALUEUOM"]),
+        "ref_range_lower": pc.if_else(only_comment, none, lower),
+        "ref_range_upper": pc.if_else(only_comment, none, upper),
+        "flag": pc.if_else(pc.or_kleene(only_comment, pc.equal(flag, "delta")), none, flag),  # MIMIC-IV has no 'delta'
+        "priority": pc.if_else(pa.array(priority == ""), none, pa.array(priority, pa.string())),
+        "comments": comments,
+    })
+
+
+def _write_table(table: pd.DataFrame, path: Path) -> None:
+    """A small table as MIMIC-style CSV; gzip (level GZIP_LEVEL, no timestamp: same bytes each time) for .gz."""
+    if path.suffix != ".gz":
+        sample_generator()._write_csv(table, path)
+        return
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL,
+                                                 mtime=0) as sink:
+        sink.write(table.to_csv(index=False, lineterminator="\n").encode("utf-8"))
+
+
+def write_synthetic(out_dir: Path, *, rows: int, seed: int = SEED, layout: str = "mimic3") -> dict:
+    """Write the three tables of ``layout`` (LABEVENTS with exactly ``rows`` rows) and synth.json; return synth.json."""
     if rows < MIN_ROWS:
         raise ValueError(f"rows must be at least {MIN_ROWS} (got {rows})")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)} (got {layout!r})")
+    mimic4 = layout == "mimic4"
+    files = {table: Path(out_dir) / name for table, name in (MIMIC4_FILES if mimic4 else MIMIC3_FILES).items()}
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    files["LABEVENTS"].parent.mkdir(parents=True, exist_ok=True)
     (out_dir / "synth.json").unlink(missing_ok=True)  # written last: marks a finished dataset
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
     items = lab_items(rng)
-    adm = admissions(rng, rows)
+    adm = admissions(rng, rows, outpatient_share=MIMIC4_OUTPATIENT_SHARE if mimic4 else OUTPATIENT_SHARE)
     span = adm.groupby("SUBJECT_ID", sort=True).agg(FIRST=("ADMIT", "min"), LAST=("DISCH", "max"),
                                                     DIED=("EXPIRED", "any")).reset_index()
     outpatient = rows - int(adm["ROWS"].sum())
@@ -425,25 +560,32 @@ def write_synthetic(out_dir: Path, *, rows: int, seed: int = SEED) -> dict:
     span["OUT_ROWS"] = rng.multinomial(outpatient, weight / weight.sum())
     span["CHUNK"] = _subject_chunks(adm, span["OUT_ROWS"].to_numpy())
 
-    gen = sample_generator()
-    gen._write_csv(admissions_table(adm), out_dir / "ADMISSIONS.csv")
-    gen._write_csv(labitems_table(items), out_dir / "D_LABITEMS.csv")
+    _write_table(mimic4_admissions(adm) if mimic4 else admissions_table(adm), files["ADMISSIONS"])
+    _write_table(mimic4_labitems(items) if mimic4 else labitems_table(items), files["D_LABITEMS"])
     chunk_of_admission = adm["SUBJECT_ID"].map(span.set_index("SUBJECT_ID")["CHUNK"]).to_numpy()
-    written = 0
+    written = specimens = 0
     options = pv.WriteOptions(include_header=False, quoting_style="none")
-    partial = out_dir / "LABEVENTS.csv.tmp"
-    with pa.OSFile(str(partial), "wb") as sink:
-        sink.write((",".join(LABEVENTS_HEADER) + "\n").encode())
+    header = MIMIC4_LABEVENTS_HEADER if mimic4 else LABEVENTS_HEADER
+    partial = files["LABEVENTS"].with_name(files["LABEVENTS"].name + ".tmp")
+    with open(partial, "wb") as raw, (gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL,
+                                                    mtime=0) if mimic4 else raw) as sink:
+        sink.write((",".join(header) + "\n").encode())
         for number, subjects in span.groupby("CHUNK", sort=True):
             chunk_rng = np.random.default_rng([seed, VERSION, int(number)])
             table = _chunk(chunk_rng, items, adm[chunk_of_admission == number], subjects, written + 1,
-                           inject_single=written == 0)
+                           inject_single=written == 0, draws=mimic4)
+            if mimic4:
+                draws = int(pc.max(table["_DRAW"]).as_py()) + 1
+                table = mimic4_events(np.random.default_rng([seed, VERSION, int(number), 4]), items, table,
+                                      first_specimen=MIMIC4_SPECIMEN_BASE + specimens)
+                specimens += draws
             pv.write_csv(table, sink, options)
             written += table.num_rows
-    partial.replace(out_dir / "LABEVENTS.csv")
+    partial.replace(files["LABEVENTS"])
     if written != rows:
         raise RuntimeError(f"wrote {written} LABEVENTS rows instead of {rows}")
-    info = {"generator": "pipeline.synth", "version": VERSION, "rows": rows, "seed": seed,
+    info = {"generator": "pipeline.synth", "version": VERSION, "rows": rows, "seed": seed, "layout": layout,
+            "files": {table: str(path.relative_to(out_dir)) for table, path in files.items()},
             "admissions": len(adm), "subjects": len(span), "items": N_ITEMS,
             "special_items": items.special, "seconds": round(time.perf_counter() - started, 2)}
     (out_dir / "synth.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -452,16 +594,19 @@ def write_synthetic(out_dir: Path, *, rows: int, seed: int = SEED) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.synth", description=__doc__.split("\n")[0])
-    parser.add_argument("out_dir", type=Path, help="folder for ADMISSIONS.csv, D_LABITEMS.csv, LABEVENTS.csv")
-    parser.add_argument("--rows", type=int, required=True, help="LABEVENTS rows (27800000 is MIMIC-III)")
+    parser.add_argument("out_dir", type=Path, help="folder for the three tables and synth.json")
+    parser.add_argument("--rows", type=int, required=True,
+                        help="LABEVENTS rows (27800000 is MIMIC-III, 118000000 MIMIC-IV)")
     parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--layout", choices=LAYOUTS, default="mimic3",
+                        help="mimic3: upper-case CSVs; mimic4: MIMIC-IV 2.2's hosp/*.csv.gz (default mimic3)")
     args = parser.parse_args(argv)
-    info = write_synthetic(args.out_dir, rows=args.rows, seed=args.seed)
-    for name in ("ADMISSIONS.csv", "D_LABITEMS.csv", "LABEVENTS.csv"):
+    info = write_synthetic(args.out_dir, rows=args.rows, seed=args.seed, layout=args.layout)
+    for name in info["files"].values():
         path = args.out_dir / name
         print(f"{path}: {path.stat().st_size:,} bytes")
-    print(f"{info['rows']:,} lab rows, {info['admissions']:,} admissions, {info['subjects']:,} subjects "
-          f"in {info['seconds']:.1f} s")
+    print(f"{info['rows']:,} lab rows ({info['layout']}), {info['admissions']:,} admissions, "
+          f"{info['subjects']:,} subjects in {info['seconds']:.1f} s")
     return 0
 
 

@@ -129,3 +129,82 @@ def test_tiny_scales_are_refused_large_ones_stream(tmp_path, monkeypatch):
     write_synthetic(tmp_path, rows=12_000, seed=3)
     lab = pd.read_csv(tmp_path / "LABEVENTS.csv", usecols=["ROW_ID", "SUBJECT_ID"])
     assert len(lab) == 12_000 and np.all(np.diff(lab["SUBJECT_ID"].to_numpy()) >= 0)
+
+
+# -- --layout mimic4: MIMIC-IV 2.2's hosp module ------------------------------------------------------
+ROWS_MIMIC4 = 200_000
+
+
+@pytest.fixture(scope="module")
+def synth4(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("synth4")
+    main([str(out), "--rows", str(ROWS_MIMIC4), "--seed", "7", "--layout", "mimic4"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def lab4(synth4) -> pd.DataFrame:
+    return pd.read_csv(synth4 / "hosp" / "labevents.csv.gz", dtype=str, keep_default_na=False, na_values=[""])
+
+
+def test_mimic4_files_and_headers_are_mimic4s(synth4):
+    from tests.mimic4 import LABEVENTS_HEADER
+
+    assert sorted(p.name for p in (synth4 / "hosp").iterdir()) == [
+        "admissions.csv.gz", "d_labitems.csv.gz", "labevents.csv.gz"]
+    assert not list(synth4.glob("*.csv"))
+    headers = {name: pd.read_csv(synth4 / "hosp" / name, nrows=0).columns.tolist()
+               for name in ("admissions.csv.gz", "d_labitems.csv.gz", "labevents.csv.gz")}
+    assert headers["labevents.csv.gz"] == LABEVENTS_HEADER
+    assert headers["d_labitems.csv.gz"] == ["itemid", "label", "fluid", "category"]
+    assert headers["admissions.csv.gz"] == [
+        "subject_id", "hadm_id", "admittime", "dischtime", "deathtime", "admission_type", "admit_provider_id",
+        "admission_location", "discharge_location", "insurance", "language", "marital_status", "race",
+        "edregtime", "edouttime", "hospital_expire_flag"]
+    info = json.loads((synth4 / "synth.json").read_text())
+    assert info["layout"] == "mimic4" and info["rows"] == ROWS_MIMIC4
+    assert info["files"]["LABEVENTS"] == "hosp/labevents.csv.gz"
+
+
+def test_mimic4_rows_look_like_mimic4s(synth4, lab4):
+    from pipeline.synth import MIMIC4_OUTPATIENT_SHARE
+
+    lab = lab4
+    assert len(lab) == ROWS_MIMIC4 and lab["labevent_id"].astype(int).is_monotonic_increasing
+    assert lab["hadm_id"].isna().mean() == pytest.approx(MIMIC4_OUTPATIENT_SHARE, abs=0.01)
+    assert lab["hadm_id"].dropna().astype(int).min() >= 20_000_000 and lab["subject_id"].astype(int).min() >= 10_000_000
+    # Results only in comments: value and valuenum empty; others carry a comment beside their value.
+    only = lab["value"].isna() & lab["valuenum"].isna()
+    assert only.mean() == pytest.approx(0.01, abs=0.003) and lab.loc[only, "comments"].notna().all()
+    assert {"NEG.", "___"} <= set(lab.loc[only, "comments"])
+    assert (lab["value"].notna() & lab["comments"].notna()).mean() == pytest.approx(0.03, abs=0.005)
+    # Reference ranges on most rows with a number, never on text; flag 'abnormal' or empty.
+    number = lab["valuenum"].notna()
+    assert 0.8 < lab.loc[number, "ref_range_lower"].notna().mean() <= 0.96  # not on the sample's items without one
+    assert lab.loc[~number, ["ref_range_lower", "ref_range_upper"]].isna().all().all()
+    bounds = lab.loc[number & lab["ref_range_lower"].notna(), ["ref_range_lower", "ref_range_upper"]].astype(float)
+    assert (bounds["ref_range_lower"] < bounds["ref_range_upper"]).all()
+    assert set(lab["flag"].dropna()) == {"abnormal"}
+    # One specimen per draw: a specimen's rows share their subject and charttime; storetime follows charttime.
+    per_specimen = lab.groupby("specimen_id")[["subject_id", "charttime"]].nunique()
+    assert (per_specimen == 1).all().all() and len(per_specimen) > ROWS_MIMIC4 / 20
+    assert (pd.to_datetime(lab["storetime"]) > pd.to_datetime(lab["charttime"])).all()
+    assert set(lab["priority"].dropna()) == {"ROUTINE", "STAT"}
+
+
+def test_mimic4_same_seed_same_bytes(synth4, tmp_path):
+    write_synthetic(tmp_path, rows=ROWS_MIMIC4, seed=7, layout="mimic4")
+    for name in ("admissions.csv.gz", "d_labitems.csv.gz", "labevents.csv.gz"):
+        assert (tmp_path / "hosp" / name).read_bytes() == (synth4 / "hosp" / name).read_bytes(), name
+    with pytest.raises(ValueError, match="layout must be one of mimic3, mimic4"):
+        write_synthetic(tmp_path, rows=ROWS_MIMIC4, layout="mimic5")
+
+
+def test_mimic4_validates_without_load_errors(synth4):
+    validation = validate(synth4, load_config())
+    assert [f for f in validation.report.findings if f.severity == "error"] == []
+    assert validation.exit_code == 0
+    warned = {f.check for f in validation.report.findings if f.severity == "warning"}
+    assert {"hadm_id_missing", "result_in_comments", "mixed_item_text", "charttime_outside_stay"} <= warned
+    ledger = validation.prepared.ledger()
+    assert ledger["read"] == ROWS_MIMIC4 and ledger["kept"] > 0.3 * ROWS_MIMIC4
