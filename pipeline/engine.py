@@ -16,7 +16,7 @@ they run and how their parts come back together. With the Dask engine:
   admission (z-scores, fill, bucket, dedup), so it runs on each part alone
   (:meth:`DaskEngine.each`) and its quarantine and steps are gathered and added up.
 - the z-score fit is global: each part's training rows stay on its worker, and
-  the passes of :func:`pipeline.scale.fit_by_passes` send back per-item counts,
+  the passes of :func:`pipeline.stages.scale.fit_by_passes` send back per-item counts,
   ranges and sums, combined here, so the std is the two-pass centred one, as in pandas.
 - findings about the whole table read the rows or columns they need, gathered
   in the input's row order (:meth:`DaskEngine.rows`).
@@ -40,8 +40,8 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 import numpy as np
 import pandas as pd
 
-from pipeline import scale
-from pipeline.dedup import split_codes
+from pipeline.stages import scale
+from pipeline.stages.dedup import split_codes
 from pipeline.parse import PartCheck, check_part, combine_parts
 from pipeline.quarantine import Kept, Step, empty_quarantine
 from schemas.errors import StageError
@@ -59,7 +59,7 @@ class Engine(Protocol):
         """``events`` ready for per-admission stages."""
 
     def fit_zscore(self, events: Events, **settings: Any) -> scale.ZScoreStats:
-        """:func:`pipeline.scale.fit_zscore` of all the rows."""
+        """:func:`pipeline.stages.scale.fit_zscore` of all the rows."""
 
     def each(self, stage: Callable[..., Any], events: Events, *args: Any, **kwargs: Any) -> Any:
         """``stage(events, *args, **kwargs)``: its frame, or its :class:`Kept` with the whole quarantine and steps."""
@@ -153,7 +153,7 @@ class DaskEngine:
                      order=events.index)
 
     def fit_zscore(self, events: Parts, **settings: Any) -> scale.ZScoreStats:
-        """:func:`pipeline.scale.fit_by_passes`: each part's fit rows stay on its worker; every pass comes back."""
+        """:func:`pipeline.stages.scale.fit_by_passes`: each part's fit rows stay on its worker; every pass comes back."""
         return scale.fit_by_passes(
             lambda step: self._run(step, events),
             lambda rows, step: self.client.gather(self.client.map(step, rows.futures, pure=False)), **settings)

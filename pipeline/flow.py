@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline import bucket as bucket_stage
-from pipeline import clean, dedup, encode, fill, scale, split
+from pipeline.stages import bucket as bucket_stage
+from pipeline.stages import clean, dedup, encode, fill, scale, split
 from pipeline.paths import check_output_dir, claim_output_dir
 from pipeline.config import Config
 from pipeline.cache import Cache
@@ -515,7 +515,8 @@ def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = 
 
 def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool, cache: Cache | None,
                 progress: Progress | None, engine: Engine | None) -> Build:
-    from pipeline import graph, html, write  # torch, PyG and matplotlib load only when graphs are built
+    from pipeline import html, write  # torch, PyG and matplotlib load only when graphs are built
+    from pipeline.stages import graph
     from schemas.graph import EDGE
 
     progress = progress or NO_PROGRESS

@@ -26,7 +26,7 @@ import pandas as pd
 
 from pipeline.config import Config
 from pipeline.report import STAGE_ORDER, Report, format_items, item_names, write_atomic
-from pipeline.scale import zscores
+from pipeline.stages.scale import zscores
 from schemas.checks import CHECKS
 
 TOP_ITEMS = 8
