@@ -15,8 +15,8 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from pipeline.bucket import last_timestep
-from pipeline.clean import EMPTY_VALUE_POLICIES
+from pipeline.stages.bucket import last_timestep
+from pipeline.stages.clean import EMPTY_VALUE_POLICIES
 from schemas.checks import CHECKS, ERROR, LOCKED, SEVERITIES
 
 DEFAULTS = Path(__file__).with_name("defaults.toml")
@@ -194,7 +194,7 @@ FILL_VALUES = {"Z": Allowed(float, low=-FLOAT32_MAX, high=FLOAT32_MAX), "CODE": 
 class BucketConfig(_Section):
     NAME = "bucket"
     interval_hours: float = setting(float, low=0.001, high=24 * 366)
-    # "none" in TOML: the timestep max_stay_days reaches (see pipeline.bucket.last_timestep), set on construction
+    # "none" in TOML: the timestep max_stay_days reaches (see pipeline.stages.bucket.last_timestep), set on construction
     max_timestep: int = setting(int, low=0, high=2**31 - 1, words=("none",))
     after_discharge_hours: float = setting(float, low=0, high=24 * 36_600)
     late_policy: str = setting(str, words=LATE_POLICIES)

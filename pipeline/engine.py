@@ -15,9 +15,10 @@ they run and how their parts come back together. With the Dask engine:
   admission's rows are in one part. Every stage after it works per row or per
   admission (z-scores, fill, bucket, dedup), so it runs on each part alone
   (:meth:`DaskEngine.each`) and its quarantine and steps are gathered and added up.
-- the z-score fit is global: each part's training rows stay on its worker, and
-  the passes of :func:`pipeline.scale.fit_by_passes` send back per-item counts,
-  ranges and sums, combined here, so the std is the two-pass centred one, as in pandas.
+- a stage's fit (:class:`pipeline.stages.Fit`) is global: a mergeable one (``parts``,
+  such as the z-score fit's passes) keeps each part's rows on its worker and sends back
+  small per-part results, combined here, so it gives what pandas gives; any other fit
+  reads what its stage gathered for it, in this process.
 - findings about the whole table read the rows or columns they need, gathered
   in the input's row order (:meth:`DaskEngine.rows`).
 - a :class:`StageError` on any part comes back as data; the stage is then run
@@ -35,16 +36,18 @@ from __future__ import annotations
 import contextlib
 import functools
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
 
-from pipeline import scale
-from pipeline.dedup import split_codes
 from pipeline.parse import PartCheck, check_part, combine_parts
 from pipeline.quarantine import Kept, Step, empty_quarantine
 from schemas.errors import StageError
+from schemas.split import split_codes
+
+if TYPE_CHECKING:
+    from pipeline.stages import Fit
 
 # What a stage hands on: a pandas frame, or (Dask) the parts of one on the workers.
 Events = Any
@@ -58,8 +61,9 @@ class Engine(Protocol):
     def partition(self, events: pd.DataFrame) -> Events:
         """``events`` ready for per-admission stages."""
 
-    def fit_zscore(self, events: Events, **settings: Any) -> scale.ZScoreStats:
-        """:func:`pipeline.scale.fit_zscore` of all the rows."""
+    def fit(self, fit: Fit, events: Events, *args: Any, **kwargs: Any) -> Any:
+        """The state ``fit`` learns from all the rows: ``fit.whole(events, *args, **kwargs)``, or as much from
+        ``fit.parts`` over the parts."""
 
     def each(self, stage: Callable[..., Any], events: Events, *args: Any, **kwargs: Any) -> Any:
         """``stage(events, *args, **kwargs)``: its frame, or its :class:`Kept` with the whole quarantine and steps."""
@@ -81,8 +85,8 @@ class PandasEngine:
     def partition(self, events: pd.DataFrame) -> pd.DataFrame:
         return events
 
-    def fit_zscore(self, events: pd.DataFrame, **settings: Any) -> scale.ZScoreStats:
-        return scale.fit_zscore(events, **settings)
+    def fit(self, fit: Fit, events: pd.DataFrame, *args: Any, **kwargs: Any) -> Any:
+        return fit.whole(events, *args, **kwargs)
 
     def each(self, stage: Callable[..., Any], events: pd.DataFrame, *args: Any, **kwargs: Any) -> Any:
         return stage(events, *args, **kwargs)
@@ -152,11 +156,14 @@ class DaskEngine:
         return Parts(futures=tuple(self.client.scatter(frames)), lengths=tuple(len(f) for f in frames),
                      order=events.index)
 
-    def fit_zscore(self, events: Parts, **settings: Any) -> scale.ZScoreStats:
-        """:func:`pipeline.scale.fit_by_passes`: each part's fit rows stay on its worker; every pass comes back."""
-        return scale.fit_by_passes(
+    def fit(self, fit: Fit, events: Events, *args: Any, **kwargs: Any) -> Any:
+        """A mergeable fit on the parts: what each pass keeps stays on its worker; every pass's results come
+        back. Any other fit (or rows not cut into parts) runs here, on what it was handed."""
+        if fit.parts is None or not isinstance(events, Parts):
+            return fit.whole(events, *args, **kwargs)
+        return fit.parts(
             lambda step: self._run(step, events),
-            lambda rows, step: self.client.gather(self.client.map(step, rows.futures, pure=False)), **settings)
+            lambda rows, step: self.client.gather(self.client.map(step, rows.futures, pure=False)), *args, **kwargs)
 
     def each(self, stage: Callable[..., Any], events: Parts, *args: Any, **kwargs: Any) -> Any:
         return self._run(stage, events, *args, **kwargs)

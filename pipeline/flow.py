@@ -1,6 +1,7 @@
-"""The whole order of badpoints in one place: each run is a straight list of stage calls.
+"""A run of badpoints: read and check the raw tables, then the declared stages in order.
 
-raw -> clean -> split -> encode -> scale -> fill -> bucket -> dedup -> graph (``build`` only).
+load -> raw -> the stages of :data:`pipeline.stages.STAGES` (clean, split, encode, scale, fill,
+bucket, dedup) -> graph (``build`` only). :func:`prepare` is a loop over the declaration.
 A stage that raises :class:`StageError` stops the stages after it (their input
 would be corrupt); everything found until then is reported.
 """
@@ -8,14 +9,18 @@ would be corrupt); everything found until then is reported.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
-from pipeline import bucket as bucket_stage
-from pipeline import clean, dedup, encode, fill, scale, split
+from pipeline.stages import BUILT, PREPARE, REASONS, STAGE_ORDER, STAGES, Context, Ledger
+from pipeline.stages.dedup import SHORT
+from pipeline.stages.encode import Vocabularies
+from pipeline.stages.fill import FillValues
+from pipeline.stages.scale import ZScoreStats
 from pipeline.paths import check_output_dir, claim_output_dir
 from pipeline.config import Config
 from pipeline.cache import Cache
@@ -24,9 +29,9 @@ from pipeline.load import TABLES, file_sha256, locate_tables, read_table
 from pipeline.engine import PANDAS, Engine
 from pipeline.parse import RawResult, RawTables, check_relations, check_table
 from pipeline.progress import NO_PROGRESS, Progress
-from pipeline.quarantine import Kept, Step, combine, empty_quarantine
-from pipeline.report import (STAGE_ORDER, Finding, InputFile, Report, finding_from_error, finding_from_mask,
-                             format_items, item_names, summary_finding)
+from pipeline.quarantine import Step, combine, empty_quarantine
+from pipeline.report import (Finding, InputFile, Report, finding_from_error, finding_from_mask, format_items,
+                             summary_finding)
 from schemas.checks import CANNOT_RUN_CHECKS
 from schemas.split import SPLITS
 from schemas.errors import StageError, require_validation
@@ -35,24 +40,10 @@ from schemas.guard import trusted_chain
 # Checks that mean the run could not happen at all (exit 2), rather than that the data is bad (exit 1).
 CANNOT_RUN = CANNOT_RUN_CHECKS
 
-# Quarantine reasons and the check that reports them.
-REASON_CHECKS = {
-    clean.OUTPATIENT: "quarantine_outpatient",
-    clean.RAW_ERROR: "quarantine_raw_error",
-    clean.ADMISSION_REJECTED: "quarantine_admission",
-    clean.ITEM_REJECTED: "quarantine_raw_error",
-    clean.MIXED_TEXT: "mixed_item_text",
-    clean.IN_COMMENTS: "result_in_comments",
-    clean.NO_RESULT: "no_result",
-    bucket_stage.NO_ADMISSION: "quarantine_admission",
-    bucket_stage.BEFORE: "before_admission",
-    bucket_stage.AFTER_DISCHARGE: "after_discharge",
-    bucket_stage.BEYOND_STAY: "beyond_max_stay",
-    bucket_stage.BEYOND_MAX: "beyond_max_timestep",
-    dedup.SHORT: "below_min_timesteps",
-}
+# Quarantine reasons and the check that reports them, as the stages declare them (others: quarantine_raw_error).
+REASON_CHECKS = {text: reason.check for text, reason in REASONS.items()}
 # Quarantine reasons whose finding also counts the admissions the rows belong to.
-PER_ADMISSION = (bucket_stage.AFTER_DISCHARGE, bucket_stage.BEYOND_STAY, bucket_stage.BEYOND_MAX, dedup.SHORT)
+PER_ADMISSION = tuple(text for text, reason in REASONS.items() if reason.per_admission)
 
 # Why an admission read from ADMISSIONS is in no graph: the check that reports it, in the order they are decided.
 IN_GRAPHS = "in_graphs"
@@ -73,15 +64,30 @@ class Prepared:
     admissions: pd.DataFrame | None = None
     labitems: pd.DataFrame | None = None
     splits: pd.DataFrame | None = None
-    vocabularies: encode.Vocabularies | None = None
-    stats: scale.ZScoreStats | None = None
-    fill_values: fill.FillValues | None = None
+    fitted: Mapping[str, Any] = field(default_factory=dict)  # by stage name: what each stage's Fit learned
     quarantine: pd.DataFrame = field(default_factory=empty_quarantine)
     steps: tuple[Step, ...] = ()
     findings: tuple[Finding, ...] = ()
     stopped_at: str | None = None
     read: int = 0
     fates: pd.DataFrame | None = None  # per ADMISSIONS line: HADM_ID, SPLIT, FATE (in_graphs or a DROPPED check)
+
+    @property
+    def vocabularies(self) -> Vocabularies | None:
+        return self.fitted.get("encode")
+
+    @property
+    def stats(self) -> ZScoreStats | None:
+        return self.fitted.get("scale")
+
+    @property
+    def fill_values(self) -> FillValues | None:
+        return self.fitted.get("fill")
+
+    def saved_state(self) -> dict[str, Any]:
+        """The fitted state as JSON, by the name each stage's Fit saves it under (``stats.json``)."""
+        return {stage.fit.saved_as: self.fitted[stage.name].as_json() for stage in STAGES
+                if stage.fit is not None and stage.name in self.fitted}
 
     def ledger(self) -> dict[str, int]:
         """LABEVENTS rows read = kept + quarantined + deduplicated."""
@@ -220,137 +226,54 @@ def _digests(located: dict[str, Path], problems: list[StageError]) -> dict[str, 
     return digests
 
 
-def prepare(tables: RawTables, config: Config, *, vocabularies: encode.Vocabularies | None = None,
-            stats: scale.ZScoreStats | None = None, progress: Progress | None = None,
+def prepare(tables: RawTables, config: Config, *, vocabularies: Vocabularies | None = None,
+            stats: ZScoreStats | None = None, progress: Progress | None = None,
             engine: Engine | None = None) -> Prepared:
-    """Run clean, split, encode, scale, fill, bucket and dedup on the typed raw tables.
+    """Run the declared stages (clean, split, encode, scale, fill, bucket, dedup) on the typed raw tables.
 
     ``vocabularies`` and ``stats`` saved by an earlier run (``from_json``) are reused instead of fitted,
-    so new data is transformed with exactly what training saw. The ``engine`` runs the stages from scale
-    on, admission by admission (in this process by default; see ``pipeline.engine``).
+    so new data is transformed with exactly what training saw. The ``engine`` runs the stages that work
+    by admission on parts, and their fits where the parts are (in this process by default; see ``pipeline.engine``).
     """
     if tables.admissions is None or tables.labitems is None or tables.labevents is None:
         return Prepared()
-    ledger = _Ledger(config)
-    state: dict = {"read": len(tables.labevents)}
     progress = progress or NO_PROGRESS
     engine = engine or PANDAS
-    names: dict[int, str] = {}  # how findings name lab items: '50963 NTproBNP (Blood)'
+    ledger = Ledger(warn_removed_fraction=config.filters.warn_removed_fraction,
+                    error_removed_fraction=config.filters.error_removed_fraction)
+    context = Context(tables=tables, engine=engine, ledger=ledger, max_lines=config.report.max_lines,
+                      fitted=_given(vocabularies, stats))
+    events, state, parts = tables.labevents, {"read": len(tables.labevents)}, False
     with trusted_chain():  # each stage's output goes straight to the next: its guard ran already
         try:
-            progress.step("clean", rows=len(tables.labevents))
-            admissions = ledger.take(clean.clean_admissions(tables.admissions))
-            labitems = ledger.take(clean.clean_labitems(tables.labitems))
-            names = item_names(labitems)
-            events = ledger.take(clean.clean_events(tables.labevents, admissions, labitems,
-                                                    empty_value=config.comments.empty_value))
-
-            progress.step("split", rows=len(events))
-            splits = split.assign_splits(admissions, train=config.split.train, val=config.split.val,
-                                         test=config.split.test, seed=config.split.seed)
-            state["splits"] = splits
-            if not split.split_by_subject(admissions):
-                ledger.findings.append(summary_finding(stage="split", check="split_by_admission", table="ADMISSIONS",
-                                                       column="SUBJECT_ID", count=len(admissions),
-                                                       message="SUBJECT_ID is absent or incomplete"))
-            events = split.attach_split(events, splits)
-            admissions = admissions.merge(splits[["HADM_ID", "SPLIT"]], on="HADM_ID", validate="one_to_one")
-
-            progress.step("encode", rows=len(events))
-            vocabularies = vocabularies or encode.fit_vocabularies(
-                    events, admissions, labitems, min_admissions=config.encode.min_admissions,
-                    fold_case=config.encode.fold_case)
-            state["vocabularies"] = vocabularies
-            ledger.findings.extend(encode.case_findings(labitems, fold_case=vocabularies.fold_case_,
-                                                        max_lines=config.report.max_lines))
-            events = encode.encode_events(events, vocabularies)
-            state["admissions"] = encode.encode_admissions(admissions, vocabularies)
-            state["labitems"] = encode.encode_labitems(labitems, vocabularies)
-            ledger.findings.extend(_unseen_findings(events, admissions, state["admissions"], config,
-                                                    names=names))
-
-            progress.step("scale", rows=len(events))
-            events = engine.partition(events)  # by admission: every stage from here on is per row or per admission
-            stats = stats or engine.fit_zscore(events, eps=config.scale.eps, clip_sigma=config.scale.clip_sigma,
-                                               min_rows=config.scale.min_rows,
-                                               constant_bound=config.scale.constant_bound, policy=config.scale.policy)
-            state["stats"] = stats
-            events = engine.each(scale.apply_zscore, events, stats, policy=config.scale.policy,
-                                 warn_bound=config.scale.warn_bound, error_bound=config.scale.error_bound)
-            ledger.findings.extend(scale.scale_findings(
-                engine.rows(events, scale.reported_rows, stats, warn_bound=config.scale.warn_bound), stats,
-                warn_bound=config.scale.warn_bound, max_lines=config.report.max_lines,
-                ranges=scale.reference_ranges(tables.labevents), range_widths=config.scale.range_widths,
-                names=names))
-
-            progress.step("fill", rows=len(events))
-            to_fill = engine.rows(events, columns=["SPLIT", *fill.TENSOR_COLUMNS])
-            fill_values = fill.fit_fill(to_fill, config.fill)
-            state["fill_values"] = fill_values
-            ledger.findings.extend(fill.fill_findings(to_fill, config.fill))
-            events = ledger.take(engine.each(fill.apply_fill, events, fill_values, config.fill))
-
-            progress.step("bucket", rows=len(events))
-            events = ledger.take(engine.each(
-                bucket_stage.bucket, events, admissions, interval_hours=config.bucket.interval_hours,
-                max_timestep=config.bucket.max_timestep, max_stay_days=config.bucket.max_stay_days,
-                after_discharge_hours=config.bucket.after_discharge_hours, late_policy=config.bucket.late_policy))
-
-            progress.step("dedup", rows=len(events))
-            events = ledger.take(engine.each(dedup.dedup, events))
-            merged = sum(step.merged for step in ledger.steps if step.stage == dedup.STAGE)
-            state["edges"] = engine.collect(ledger.take(engine.each(
-                dedup.drop_short_admissions, events, min_timesteps=config.graph.min_timesteps)))
-            ledger.findings.append(summary_finding(
-                stage="dedup", check="merged", table="LABEVENTS", column=None, count=merged,
-                message=f"{merged} rows merged into {len(state['edges'])} edge rows, "
-                        "one per (HADM_ID, timestep, ITEMID)"))
+            for stage in PREPARE:
+                progress.step(stage.name, rows=len(events))
+                if stage.by_admission and not parts:  # by admission: every stage from here on is per row or admission
+                    events, parts = engine.partition(events), True
+                context = replace(context, options=getattr(config, stage.section))
+                if stage.fit is not None and stage.name not in context.fitted:
+                    rows, args, kwargs = stage.fit.inputs(events, context)
+                    context = replace(context, fitted={**context.fitted,
+                                                       stage.name: engine.fit(stage.fit, rows, *args, **kwargs)})
+                events, context = stage.run(events, context)
+            state["edges"] = engine.collect(events)
         except StageError as error:
             ledger.findings.append(finding_from_error(error))
             state["stopped_at"] = error.stage
-    prepared = Prepared(quarantine=combine(ledger.quarantines), steps=tuple(ledger.steps), **state)
+    prepared = Prepared(admissions=context.admissions, labitems=context.labitems, splits=context.splits,
+                        fitted=dict(context.fitted), quarantine=combine(ledger.quarantines), steps=tuple(ledger.steps),
+                        **state)
     if prepared.edges is not None:
         prepared = Prepared(**{**prepared.__dict__, "fates": admission_fates(tables, prepared)})
-    findings = (ledger.findings + _quarantine_findings(prepared.quarantine, config, names=names)
+    findings = (ledger.findings + _quarantine_findings(prepared.quarantine, config, names=ledger.names)
                 + _admission_findings(prepared, config) + [_attrition(prepared)])
     return Prepared(**{**prepared.__dict__, "findings": tuple(findings)})
 
 
-class _Ledger:
-    """Collects each stage's quarantine and steps, and turns empty or near-empty steps into findings."""
-
-    def __init__(self, config: Config) -> None:
-        self.config = config
-        self.quarantines: list[pd.DataFrame] = []
-        self.steps: list[Step] = []
-        self.findings: list[Finding] = []
-
-    def take(self, kept: Kept) -> pd.DataFrame:
-        self.quarantines.append(kept.quarantine)
-        self.steps.extend(kept.steps)
-        for step in kept.steps:
-            self._judge(step)
-        return kept.frame
-
-    def _judge(self, step: Step) -> None:
-        if step.rows_in == 0:
-            return
-        removed = (step.rows_in - step.rows_out) / step.rows_in
-        where = f"{step.stage} step '{step.step}'"
-        if step.rows_out == 0:
-            raise StageError(stage=step.stage, side="output", check="step_empty", column=step.column,
-                             count=step.rows_in,
-                             failure_cases=pd.DataFrame({"line": []}), table=step.table,
-                             detail=f"{where} removed all {step.rows_in} rows",
-                             advice="Nothing would reach the graphs; check the inputs and this step's settings")
-        filters = self.config.filters
-        check = ("step_removed_nearly_all" if removed > filters.error_removed_fraction
-                 else "step_removed_most" if removed > filters.warn_removed_fraction else None)
-        if check:
-            self.findings.append(summary_finding(
-                stage=step.stage, check=check, table=step.table, column=step.column,
-                count=step.rows_in - step.rows_out,
-                message=f"{where} removed {removed:.1%} of its {step.rows_in} rows"))
+def _given(*states: Any) -> dict[str, Any]:
+    """States saved by an earlier run, by the stage whose Fit learns their kind."""
+    return {stage.name: state for state in states if state is not None
+            for stage in PREPARE if stage.fit is not None and isinstance(state, stage.fit.state)}
 
 
 def admission_fates(tables: RawTables, prepared: Prepared) -> pd.DataFrame:
@@ -367,7 +290,7 @@ def admission_fates(tables: RawTables, prepared: Prepared) -> pd.DataFrame:
     lab_rows = tables.labevents["HADM_ID"].dropna().unique()
     edges = prepared.edges["HADM_ID"].unique()
     labevents = prepared.quarantine[prepared.quarantine["TABLE"] == "LABEVENTS"]
-    short = labevents.loc[labevents["REASON"] == dedup.SHORT, "HADM_ID"].dropna().unique()
+    short = labevents.loc[labevents["REASON"] == SHORT, "HADM_ID"].dropna().unique()
     fate = np.select([rejected.to_numpy(), hadm.isin(edges).to_numpy(), ~hadm.isin(lab_rows).to_numpy(),
                       hadm.isin(short).to_numpy()],
                      ["admission_rejected", IN_GRAPHS, "admission_no_labs", "admission_below_min_timesteps"],
@@ -415,54 +338,17 @@ def _quarantine_findings(quarantine: pd.DataFrame, config: Config, *, names: dic
     for (table, stage, reason), rows in quarantine.groupby(["TABLE", "STAGE", "REASON"], sort=True):
         check = REASON_CHECKS.get(reason, "quarantine_raw_error")
         items = ""
-        if reason in (clean.MIXED_TEXT, clean.IN_COMMENTS, clean.NO_RESULT):
+        declared = REASONS.get(reason)
+        if declared is not None and declared.per_item:
             per_item = rows["ITEMID"].dropna().astype("int64").value_counts().sort_index()
             items = ": items " + format_items(per_item, names=names, limit=config.report.max_lines)
-        if reason in PER_ADMISSION:
+        if declared is not None and declared.per_admission:
             n = rows["HADM_ID"].nunique()
             items = f", in {n} admission{'s' if n != 1 else ''}"
         failed = pd.Series(True, index=rows.index)
         findings.append(finding_from_mask(stage=stage, table=table, check=check, column=None, failed=failed,
                                           verb="quarantined:", what=f"{reason}{items}",
                                           max_lines=config.report.max_lines))
-    return [f for f in findings if f is not None]
-
-
-def _unseen_findings(events: pd.DataFrame, admissions: pd.DataFrame, encoded: pd.DataFrame,
-                     config: Config, *, names: dict[int, str] | None = None) -> list[Finding]:
-    """Categorical values that got code 0: unseen in train (a warning), or too rare there to be coded (a note)."""
-    k = config.encode.min_admissions
-    coded_zero = encode.unseen_lab_values(events)
-    # Only the rows coded 0 are looked up: was their (ITEMID, VALUE) in train at all (rare) or not (unseen)?
-    pairs = [events.loc[coded_zero, ["ITEMID", "VALUE"]], encode.train_lab_values(events)[["ITEMID", "VALUE"]]]
-    zero, seen = (pd.MultiIndex.from_frame(frame.astype({"VALUE": "str"})) for frame in pairs)
-    in_train = pd.Series(False, index=events.index)
-    in_train[coded_zero] = zero.isin(seen)
-    lines = config.report.max_lines
-
-    def items(failed: pd.Series) -> str:
-        counts = events.loc[failed, "ITEMID"].value_counts().sort_index()
-        return "items " + format_items(counts, names=names, limit=lines)
-
-    unseen, rare = coded_zero & ~in_train, coded_zero & in_train
-    findings = [
-        finding_from_mask(stage="encode", table="LABEVENTS", check="unseen_category", column="VALUE",
-                          failed=unseen, what=f"categorical VALUE unseen in train (code 0), in {items(unseen)}",
-                          max_lines=lines),
-        finding_from_mask(stage="encode", table="LABEVENTS", check="rare_category", column="VALUE",
-                          failed=rare, max_lines=lines,
-                          what=f"categorical VALUE seen in fewer than {k} train admissions (code 0), in {items(rare)}"),
-    ]
-    train_admissions = admissions[admissions["SPLIT"] == "train"]
-    for column in encode.admission_columns(admissions):
-        zero = admissions[column].notna() & (encoded[f"{column}_CODE"] == encode.MISSING)
-        rare = zero & admissions[column].isin(train_admissions[column].dropna())
-        for check, failed, what in (("unseen_category", zero & ~rare, "a value unseen in train"),
-                                    ("rare_category", rare, f"a value seen in fewer than {k} train admissions")):
-            if failed.any():
-                findings.append(summary_finding(stage="encode", check=check, table="ADMISSIONS", column=column,
-                                                count=int(failed.sum()),
-                                                message=f"{int(failed.sum())} admissions with {what} (code 0)"))
     return [f for f in findings if f is not None]
 
 
@@ -515,10 +401,12 @@ def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = 
 
 def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool, cache: Cache | None,
                 progress: Progress | None, engine: Engine | None) -> Build:
-    from pipeline import graph, html, write  # torch, PyG and matplotlib load only when graphs are built
+    from pipeline import html, write  # torch, PyG and matplotlib load only when graphs are built
+    from pipeline.stages import graph
     from schemas.graph import EDGE
 
     progress = progress or NO_PROGRESS
+    building, guarding = (step for stage in BUILT for step in stage.steps)
     validation = validate(data_dir, config, show_values=show_values, cache=cache, reuse_report=False, engine=engine,
                           progress=progress)
     report = validation.report
@@ -526,11 +414,11 @@ def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool,
     if validation.exit_code or prepared.edges is None:
         return Build(validation=validation, report=report, out_dir=None)
 
-    progress.step("graphs", rows=len(prepared.edges))
+    progress.step(building, rows=len(prepared.edges))
     graphs = graph.build_graphs(prepared.edges, prepared.admissions, prepared.labitems,
                                 batch_size=config.graph.batch_size, labels=config.graph.labels)
     limits = graph.graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=config.bucket.max_timestep)
-    progress.step("guard", rows=len(graphs), unit="graphs")
+    progress.step(guarding, rows=len(graphs), unit="graphs")
     findings = [finding_from_error(problem) for problem in graph.check_graphs(graphs, limits)]
     memory = {g.where: graph.memory_estimate(g.data, hidden=config.graph.hidden, layers=config.graph.layers)
               for g in graphs}
@@ -579,8 +467,7 @@ def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool,
         graphs=graphs, limits=limits, config=config.as_json(),
         inputs=[{"table": i.table, "sha256": i.sha256, "rows": i.rows, "file": Path(i.path).name}
                 for i in report.inputs],
-        fitted={"scale": prepared.stats.as_json(), "vocabularies": prepared.vocabularies.as_json(),
-                "fill": prepared.fill_values.as_json()},
+        fitted=prepared.saved_state(),
         quarantine=prepared.quarantine, index=index, report=report.as_json(),
         accounting={"LABEVENTS": ledger, "ADMISSIONS": admissions}, splits=splits, memory=memory,
         report_html=page.encode("utf-8"), features=graph.feature_columns(prepared.edges, prepared.admissions))

@@ -25,8 +25,9 @@ import numpy as np
 import pandas as pd
 
 from pipeline.config import Config
-from pipeline.report import STAGE_ORDER, Report, format_items, item_names, write_atomic
-from pipeline.scale import zscores
+from pipeline.report import Report, format_items, item_names, write_atomic
+from pipeline.stages import COLOURS, STAGE_ORDER
+from pipeline.stages.scale import zscores
 from schemas.checks import CHECKS
 
 TOP_ITEMS = 8
@@ -37,9 +38,6 @@ FLAGGED_POINTS = 200
 
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 _NOUNS = {"error": "error", "warning": "warning", "info": "note"}
-_STAGE_COLOURS = {"load": "#7f7f7f", "raw": "#8c564b", "clean": "#1f77b4", "split": "#17becf", "encode": "#9467bd",
-                  "scale": "#ff7f0e", "fill": "#bcbd22", "bucket": "#2ca02c", "dedup": "#d62728",
-                  "graph": "#e377c2", "flow": "#7f7f7f"}
 _SPLITS = ("train", "val", "test")
 
 
@@ -163,7 +161,7 @@ def _findings(report: Report, *, show_values: bool) -> str:
         by_stage.setdefault(f["stage"], {}).setdefault(f["severity"], 0)
         by_stage[f["stage"]][f["severity"]] += 1
     chips = " ".join(
-        f'<span class="chip" style="border-color:{_STAGE_COLOURS.get(stage, "#999")}">{escape(stage)}: '
+        f'<span class="chip" style="border-color:{COLOURS.get(stage, "#999")}">{escape(stage)}: '
         + ", ".join(f"{n} {escape(_NOUNS.get(sev, sev))}{'s' if n != 1 else ''}"
                     for sev, n in sorted(counts.items(), key=lambda kv: _SEVERITY_RANK.get(kv[0], 3)))
         + "</span>"
@@ -386,7 +384,7 @@ def _funnel_chart(read: int, steps: list[dict]):
     with matplotlib.rc_context(_RC):
         labels = ["read"] + [f'{s["stage"]}: {s["step"]}' for s in steps]
         values = [read] + [s["rows_out"] for s in steps]
-        colours = ["#7f7f7f"] + [_STAGE_COLOURS.get(s["stage"], "#999999") for s in steps]
+        colours = ["#7f7f7f"] + [COLOURS.get(s["stage"], "#999999") for s in steps]
         figure = _new_figure(8, 0.45 * len(labels) + 0.9)
         ax = figure.add_subplot()
         y = np.arange(len(labels))[::-1]

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from pipeline.stages import BUILT, PREPARE
+
 if TYPE_CHECKING:  # rich loads only when a terminal shows the bars
     from rich.console import Console
 
@@ -195,7 +197,7 @@ def progress_for(console: "Console", *, quiet: bool, steps: int, title: str) -> 
 
 VALIDATE_STEPS = tuple(f"{verb} {table}" for table in ("ADMISSIONS", "D_LABITEMS", "LABEVENTS")
                        for verb in ("read", "check")) + (
-    "relations", "clean", "split", "encode", "scale", "fill", "bucket", "dedup")
-"""The steps ``flow.validate`` reports, in order (the overall bar's length)."""
-BUILD_STEPS = VALIDATE_STEPS + ("graphs", "guard", "report", "write")
+    "relations", *(step for stage in PREPARE for step in stage.steps))
+"""The steps ``flow.validate`` reports, in order (the overall bar's length): the declared stages' among them."""
+BUILD_STEPS = VALIDATE_STEPS + tuple(step for stage in BUILT for step in stage.steps) + ("report", "write")
 """The steps ``flow.build`` reports."""

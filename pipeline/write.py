@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 import torch
 from torch_geometric.data import HeteroData
 
-from pipeline.graph import GraphBatch
+from pipeline.stages.graph import GraphBatch
 from pipeline.paths import MARKER, OutputError, check_output_dir, os_reason  # noqa: F401  (re-exported)
 from pipeline.report import write_atomic
 from schemas.checks import check_info
@@ -103,7 +103,7 @@ def build_outputs(*, graphs: list[GraphBatch], limits: GraphLimits, config: dict
     """Serialise every output and the manifest that names their hashes (pure: no I/O).
 
     ``accounting`` holds the ledgers by table (LABEVENTS rows, ADMISSIONS); ``features`` names the columns of admission x, labitem x and edge_attr, in order
-    (:func:`pipeline.graph.feature_columns`, which the tensors were built from).
+    (:func:`pipeline.stages.graph.feature_columns`, which the tensors were built from).
     """
     files = {graph_path(g.split, g.batch): graph_bytes(g.data) for g in graphs}
     files["stats.json"] = _json_bytes(fitted)

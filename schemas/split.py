@@ -35,3 +35,9 @@ class SplitEvents(CleanEvents):
     """Clean lab rows with the split of their admission."""
 
     SPLIT: Series[str] = pa.Field(isin=SPLITS)
+
+
+def split_codes(split: pd.Series) -> np.ndarray:
+    """0, 1, 2 for train, val, test (-1 for anything else), without a per-row string comparison."""
+    codes, uniques = pd.factorize(split)
+    return pd.Index(SPLITS).get_indexer(uniques)[codes]

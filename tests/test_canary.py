@@ -38,7 +38,7 @@ from pipeline.config import load_config
 from schemas.errors import SAMPLE_CAP
 from tests import mimic4
 from tests.corpus import CANARY, CASES, Dataset, Expect, build
-from tests.pipeline.stages import sample_stages
+from tests.pipeline.stages.sample import sample_stages
 
 runner = CliRunner()
 NAMES = sorted(CASES)

@@ -27,7 +27,7 @@ import torch
 from torch_geometric.data import HeteroData
 from typer.testing import CliRunner
 
-from pipeline import graph, scale, split
+from pipeline.stages import graph, scale, split
 from pipeline.cli import app
 from pipeline.config import load_config
 from pipeline.report import finding_from_error
@@ -37,7 +37,7 @@ from schemas.graph import EDGE, REVERSE
 from schemas.guard import check_frame
 from schemas.split import SplitAssignment
 from tests.corpus import CASES, Dataset, build
-from tests.pipeline.stages import sample_stages
+from tests.pipeline.stages.sample import sample_stages
 
 runner = CliRunner()
 ROOT = Path(tempfile.mkdtemp(prefix="badpoints-catalogue-"))
@@ -160,7 +160,7 @@ def sample_graph() -> tuple:
 @functools.cache
 def sample_prepared():
     from pipeline.flow import prepare
-    from tests.pipeline.stages import typed
+    from tests.pipeline.stages.sample import typed
     return prepare(typed(), load_config())
 
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from pipeline import bucket as bucket_stage
-from pipeline import encode, scale
+from pipeline.stages import bucket as bucket_stage
+from pipeline.stages import encode, scale
 from pipeline.config import load_config
 from pipeline.flow import prepare
 from pipeline.load import load_text_tables

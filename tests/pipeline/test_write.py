@@ -30,9 +30,9 @@ from tests.mounts import small_tmpfs
 from tests.pipeline.allow_list import empty_allow_list
 from pipeline.cli import app
 from pipeline.config import load_config
-from pipeline.encode import Vocabularies
+from pipeline.stages.encode import Vocabularies
 from pipeline.flow import build, prepare
-from pipeline.scale import ZScoreStats
+from pipeline.stages.scale import ZScoreStats
 from pipeline.write import MANIFEST, MARKER, PACKAGES, STAGING, OutputError, load_graph_file, load_graphs
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.report import STAGE_ORDER
+from pipeline.stages import STAGE_ORDER
 from schemas.checks import (
     _CATALOGUE,
     CHECKS,

@@ -17,7 +17,7 @@ from torch_geometric.data import HeteroData
 
 from pipeline.config import load_config
 from pipeline.flow import prepare
-from pipeline.graph import build_graphs, graph_limits
+from pipeline.stages.graph import build_graphs, graph_limits
 from pipeline.load import load_text_tables
 from pipeline.parse import check_raw
 from schemas.checks import check_info

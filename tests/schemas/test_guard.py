@@ -6,12 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.bucket import bucket
+from pipeline.stages.bucket import bucket
 from pipeline.config import load_config
-from pipeline.dedup import dedup
+from pipeline.stages.dedup import dedup
 from schemas import guard
 from schemas.errors import StageError
-from tests.pipeline.stages import sample_filled
+from tests.pipeline.stages.sample import sample_filled
 
 
 def _bucket():
@@ -79,7 +79,7 @@ def test_a_guard_validates_the_frame_itself_without_copying_or_changing_it(bucke
 
 
 def test_a_guarded_stage_names_its_stage_and_schemas():
-    from pipeline import split
+    from pipeline.stages import split
     from schemas.clean import CleanAdmissions, CleanEvents
     from schemas.split import SplitAssignment, SplitEvents
 

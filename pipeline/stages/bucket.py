@@ -12,6 +12,8 @@ policy; rows past ``max_stay_days`` are always quarantined.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
@@ -19,6 +21,9 @@ from pipeline.quarantine import Kept, Step, set_aside
 from schemas.bucket import BucketedEvents
 from schemas.fill import FilledEvents
 from schemas.guard import guarded
+
+if TYPE_CHECKING:
+    from pipeline.stages import Context
 
 STAGE = "bucket"
 NO_ADMISSION = "admission not among the clean admissions"
@@ -84,3 +89,12 @@ def _seconds(times: pd.Series) -> pd.Series:
 def _per_row(per_admission: pd.Series, at: np.ndarray) -> np.ndarray:
     """An admission's float value on each row that refers to it (``at``: its position, -1 for none: NaN)."""
     return np.append(per_admission.to_numpy("float64"), np.nan)[at]
+
+
+def run(events: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, Context]:
+    """The stage in flow, per admission on the engine, with the [bucket] options."""
+    options = context.options
+    return context.ledger.take(context.engine.each(
+        bucket, events, context.admissions, interval_hours=options.interval_hours,
+        max_timestep=options.max_timestep, max_stay_days=options.max_stay_days,
+        after_discharge_hours=options.after_discharge_hours, late_policy=options.late_policy)), context

@@ -1,4 +1,4 @@
-"""pipeline/dedup.py: one row per (HADM_ID, TIMESTEP, ITEMID), the latest CHARTTIME, never by input order."""
+"""pipeline/stages/dedup.py: one row per (HADM_ID, TIMESTEP, ITEMID), the latest CHARTTIME, never by input order."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.pipeline.stages import sample_filled
+from tests.pipeline.stages.sample import sample_filled
 
-from pipeline import bucket as bucket_stage
-from pipeline.dedup import KEY, dedup
+from pipeline.stages import bucket as bucket_stage
+from pipeline.stages.dedup import KEY, dedup
 from schemas.dedup import EdgeRows
 from schemas.errors import StageError
 from schemas.guard import check_frame
 
-SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
+SAMPLE = Path(__file__).resolve().parents[3] / "data" / "sample"
 
 
 # -- inputs ------------------------------------------------------------------------------------------

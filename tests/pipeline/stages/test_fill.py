@@ -1,4 +1,4 @@
-"""pipeline/fill.py: every null in a tensor column is filled by a declared policy, fitted on train, or refused."""
+"""pipeline/stages/fill.py: every null in a tensor column is filled by a declared policy, fitted on train, or refused."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import fill
+from pipeline.stages import fill
 from pipeline.config import FillPolicy, load_config
 from schemas.errors import SAMPLE_CAP, StageError
-from tests.pipeline.stages import sample_stages, shuffled
+from tests.pipeline.stages.sample import sample_stages, shuffled
 
 DEFAULTS = load_config().fill
 START = pd.Timestamp("2150-03-01 08:00:00")

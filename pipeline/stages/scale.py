@@ -24,16 +24,19 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from pipeline.report import Finding, finding_from_mask, format_items, summary_finding
+from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
 from schemas.encode import EncodedEvents
 from schemas.errors import StageError
 from schemas.guard import guarded
 from schemas.scale import ScaledEvents
+
+if TYPE_CHECKING:
+    from pipeline.stages import Context
 
 STAGE = "scale"
 # The fallback chain, in order; an item is scaled by the first rule that fits it.
@@ -458,3 +461,23 @@ def _named(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float) -> tu
     unseen = scaled["VALUENUM"].notna() & ~scaled["ITEMID"].isin(stats.items_)
     off_constant = scaled["ITEMID"].isin(stats.constant_items_) & scaled["Z"].notna() & (scaled["Z"] != 0)
     return unseen, scaled["Z"].abs() > warn_bound, off_constant
+
+
+def fit_inputs(events: Any, context: Context) -> tuple[Any, tuple, dict]:
+    """What the fit reads in flow: every lab row (on the engine's parts: :func:`fit_by_passes`), [scale] options."""
+    options = context.options
+    return events, (), dict(eps=options.eps, clip_sigma=options.clip_sigma, min_rows=options.min_rows,
+                            constant_bound=options.constant_bound, policy=options.policy)
+
+
+def run(events: Any, context: Context) -> tuple[Any, Context]:
+    """The stage in flow, per admission on the engine: z with the fitted stats; constant, fallback and unseen
+    items and large |z| are findings, read from the rows they name."""
+    options, stats, engine = context.options, context.fitted[STAGE], context.engine
+    events = engine.each(apply_zscore, events, stats, policy=options.policy, warn_bound=options.warn_bound,
+                         error_bound=options.error_bound)
+    context.ledger.findings.extend(scale_findings(
+        engine.rows(events, reported_rows, stats, warn_bound=options.warn_bound), stats,
+        warn_bound=options.warn_bound, max_lines=context.max_lines, ranges=reference_ranges(context.tables.labevents),
+        range_widths=options.range_widths, names=context.ledger.names))
+    return events, context

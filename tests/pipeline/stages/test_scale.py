@@ -1,4 +1,4 @@
-"""pipeline/scale.py: per-item z-scores fitted on training rows by a declared fallback chain, with a principled
+"""pipeline/stages/scale.py: per-item z-scores fitted on training rows by a declared fallback chain, with a principled
 std guard.
 
 The seed researcher's bug was an item whose normal training values were all
@@ -20,18 +20,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.pipeline.stages import run_stages, sample_stages, typed
+from tests.pipeline.stages.sample import run_stages, sample_stages, typed
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from pipeline import clean, scale
+from pipeline.stages import clean, scale
 from pipeline.config import load_config
 from pipeline.flow import prepare, validate
 from schemas.errors import StageError
 from schemas.guard import check_frame
 from schemas.scale import ScaledEvents
 
-SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
+SAMPLE = Path(__file__).resolve().parents[3] / "data" / "sample"
 SODIUM_URINE = 51100  # every normal value is 20, abnormal values differ
 NTPROBNP = 50963  # one normal observation, the other rows abnormal
 AST = 50878  # heavy-tailed: mostly 15-40 IU/L, a few in the thousands

@@ -1,4 +1,4 @@
-"""pipeline/bucket.py: timestep = whole intervals since midnight of the admission day.
+"""pipeline/stages/bucket.py: timestep = whole intervals since midnight of the admission day.
 
 Rows charted before the admission day are quarantined; rows beyond the last
 timestep or too long after discharge are quarantined or clipped, per policy,
@@ -13,14 +13,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.pipeline.stages import sample_filled
+from tests.pipeline.stages.sample import sample_filled
 
-from pipeline import bucket as bucket_stage
-from pipeline.bucket import AFTER_DISCHARGE, BEFORE, BEYOND_MAX, BEYOND_STAY, bucket
+from pipeline.stages import bucket as bucket_stage
+from pipeline.stages.bucket import AFTER_DISCHARGE, BEFORE, BEYOND_MAX, BEYOND_STAY, bucket
 from pipeline.config import load_config
 from schemas.errors import StageError
 
-SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
+SAMPLE = Path(__file__).resolve().parents[3] / "data" / "sample"
 ADMIT, DISCHARGE = pd.Timestamp("2150-03-10 14:20"), pd.Timestamp("2150-03-13 09:00")  # HADM_ID 100
 
 

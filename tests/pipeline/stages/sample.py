@@ -14,13 +14,13 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline import clean, encode, fill, scale, split
+from pipeline.stages import clean, encode, fill, scale, split
 from pipeline.config import Config, load_config
 from pipeline.load import load_text_tables
 from pipeline.parse import RawTables, check_raw
 from pipeline.quarantine import Kept
 
-SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
+SAMPLE = Path(__file__).resolve().parents[3] / "data" / "sample"
 
 
 @dataclass(frozen=True)

@@ -8,16 +8,19 @@ object that ``build`` saves and a later run can reuse.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Mapping
 
 import pandas as pd
 
-from pipeline.report import Finding, summary_finding
+from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
 from schemas.encode import EncodedAdmissions, EncodedEvents, EncodedLabItems
 from schemas.guard import guarded
 from schemas.raw import ADMISSION_CATEGORICALS
 from schemas.split import SplitEvents
+
+if TYPE_CHECKING:
+    from pipeline.stages import Context
 
 STAGE = "encode"
 MISSING = 0
@@ -205,3 +208,63 @@ def encode_labitems(labitems: pd.DataFrame, vocabularies: Vocabularies) -> pd.Da
         FLUID_CODE=codes(labitems["FLUID"], vocabularies.fluid_, fold_case=vocabularies.fold_case_),
         CATEGORY_CODE=codes(labitems["CATEGORY"], vocabularies.category_, fold_case=vocabularies.fold_case_),
     ).sort_values("ITEMID", kind="stable")
+
+
+def fit_inputs(events: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, tuple, dict]:
+    """What :func:`fit_vocabularies` reads in flow: the lab rows, admissions and lab items, the [encode] options."""
+    options = context.options
+    return (events, (context.admissions, context.labitems),
+            dict(min_admissions=options.min_admissions, fold_case=options.fold_case))
+
+
+def run(events: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, Context]:
+    """The stage in flow: lab rows, admissions and lab items coded with the fitted vocabularies; letter-case
+    variants and values coded 0 are findings."""
+    vocabularies, ledger = context.fitted[STAGE], context.ledger
+    ledger.findings.extend(case_findings(context.labitems, fold_case=vocabularies.fold_case_,
+                                         max_lines=context.max_lines))
+    encoded = encode_events(events, vocabularies)
+    admissions = encode_admissions(context.admissions, vocabularies)
+    labitems = encode_labitems(context.labitems, vocabularies)
+    ledger.findings.extend(unseen_findings(encoded, context.admissions, admissions,
+                                           min_admissions=context.options.min_admissions,
+                                           max_lines=context.max_lines, names=ledger.names))
+    return encoded, replace(context, admissions=admissions, labitems=labitems)
+
+
+def unseen_findings(events: pd.DataFrame, admissions: pd.DataFrame, encoded: pd.DataFrame, *, min_admissions: int,
+                    max_lines: int, names: Mapping[int, str] | None = None) -> list[Finding]:
+    """Categorical values that got code 0: unseen in train (a warning), or too rare there to be coded (a note)."""
+    k = min_admissions
+    coded_zero = unseen_lab_values(events)
+    # Only the rows coded 0 are looked up: was their (ITEMID, VALUE) in train at all (rare) or not (unseen)?
+    pairs = [events.loc[coded_zero, ["ITEMID", "VALUE"]], train_lab_values(events)[["ITEMID", "VALUE"]]]
+    zero, seen = (pd.MultiIndex.from_frame(frame.astype({"VALUE": "str"})) for frame in pairs)
+    in_train = pd.Series(False, index=events.index)
+    in_train[coded_zero] = zero.isin(seen)
+    lines = max_lines
+
+    def items(failed: pd.Series) -> str:
+        counts = events.loc[failed, "ITEMID"].value_counts().sort_index()
+        return "items " + format_items(counts, names=names, limit=lines)
+
+    unseen, rare = coded_zero & ~in_train, coded_zero & in_train
+    findings = [
+        finding_from_mask(stage=STAGE, table="LABEVENTS", check="unseen_category", column="VALUE",
+                          failed=unseen, what=f"categorical VALUE unseen in train (code 0), in {items(unseen)}",
+                          max_lines=lines),
+        finding_from_mask(stage=STAGE, table="LABEVENTS", check="rare_category", column="VALUE",
+                          failed=rare, max_lines=lines,
+                          what=f"categorical VALUE seen in fewer than {k} train admissions (code 0), in {items(rare)}"),
+    ]
+    train_admissions = admissions[admissions["SPLIT"] == "train"]
+    for column in admission_columns(admissions):
+        zero = admissions[column].notna() & (encoded[f"{column}_CODE"] == MISSING)
+        rare = zero & admissions[column].isin(train_admissions[column].dropna())
+        for check, failed, what in (("unseen_category", zero & ~rare, "a value unseen in train"),
+                                    ("rare_category", rare, f"a value seen in fewer than {k} train admissions")):
+            if failed.any():
+                findings.append(summary_finding(stage=STAGE, check=check, table="ADMISSIONS", column=column,
+                                                count=int(failed.sum()),
+                                                message=f"{int(failed.sum())} admissions with {what} (code 0)"))
+    return [f for f in findings if f is not None]

@@ -1,4 +1,4 @@
-"""pipeline/graph.py: the sample's edge rows become one sound HeteroData per batch, holding every edge once.
+"""pipeline/stages/graph.py: the sample's edge rows become one sound HeteroData per batch, holding every edge once.
 
 Graphs come per split in train/val/test order, admissions in HADM_ID order;
 ``node_id`` is ``arange(num_nodes)`` and every tensor can be joined back
@@ -18,7 +18,7 @@ import torch
 
 from pipeline.config import load_config
 from pipeline.flow import prepare
-from pipeline.graph import (GraphBatch, admission_feature_columns, build_graphs, feature_columns, graph_limits,
+from pipeline.stages.graph import (GraphBatch, admission_feature_columns, build_graphs, feature_columns, graph_limits,
                             memory_estimate)
 from pipeline.load import load_text_tables
 from pipeline.parse import check_raw
@@ -26,7 +26,7 @@ from pipeline.write import graph_bytes
 from schemas.graph import EDGE, REVERSE, graph_problems
 from schemas.split import SPLITS
 
-SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
+SAMPLE = Path(__file__).resolve().parents[3] / "data" / "sample"
 BATCH = 16
 
 

@@ -1,4 +1,4 @@
-"""pipeline/encode.py: codes fitted on train, 1.. by frequency then value, 0 for missing and unseen."""
+"""pipeline/stages/encode.py: codes fitted on train, 1.. by frequency then value, 0 for missing and unseen."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import encode
+from pipeline.stages import encode
 from schemas.errors import StageError
 from schemas.raw import ADMISSION_CATEGORICALS
-from tests.pipeline.stages import sample_stages, shuffled
+from tests.pipeline.stages.sample import sample_stages, shuffled
 
 SAMPLE_ADMISSION_COLUMNS = ["ADMISSION_TYPE", "ADMISSION_LOCATION", "DISCHARGE_LOCATION", "INSURANCE", "LANGUAGE",
                             "RELIGION", "MARITAL_STATUS", "ETHNICITY"]
@@ -235,7 +235,7 @@ def test_case_variants_are_reported_naming_column_and_spellings(sample):
 
 
 def test_the_mimic3_demo_dictionary_folds_blood_and_blood(mimic3demo):
-    from pipeline.clean import clean_labitems
+    from pipeline.stages.clean import clean_labitems
     from pipeline.load import read_table
     from pipeline.parse import check_raw
 

@@ -12,13 +12,20 @@ result and is quarantined. COMMENTS (free text) goes no further than this stage.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
+from pipeline.findings import item_names
 from pipeline.quarantine import Kept, set_aside
 from schemas.clean import CleanAdmissions, CleanEvents, CleanLabItems
 from schemas.guard import guarded
 from schemas.raw import Admissions, LabEvents, LabItems
+
+if TYPE_CHECKING:
+    from pipeline.stages import Context
 
 STAGE = "clean"
 OUTPATIENT = "outpatient lab (no HADM_ID)"
@@ -99,3 +106,13 @@ def item_kinds(events: pd.DataFrame) -> pd.Series:
                          index=share.index, dtype="str")
     kind = per_item.reindex(events["ITEMID"].to_numpy()).fillna("categorical")
     return pd.Series(kind.to_numpy(), index=events.index, dtype="str")
+
+
+def run(labevents: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, Context]:
+    """The stage in flow: admissions and lab items first, then the lab rows against them ([comments] options)."""
+    ledger = context.ledger
+    admissions = ledger.take(clean_admissions(context.tables.admissions))
+    labitems = ledger.take(clean_labitems(context.tables.labitems))
+    ledger.names = item_names(labitems)
+    events = ledger.take(clean_events(labevents, admissions, labitems, empty_value=context.options.empty_value))
+    return events, replace(context, admissions=admissions, labitems=labitems)

@@ -9,18 +9,21 @@ output guard allows no null in any tensor column.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
 
-from pipeline.config import FillPolicy
+from pipeline.findings import Finding, summary_finding
 from pipeline.quarantine import Kept, set_aside
-from pipeline.report import Finding, summary_finding
 from schemas.errors import StageError
 from schemas.fill import TENSOR_COLUMNS, FilledEvents
 from schemas.guard import guarded
 from schemas.scale import ScaledEvents
+
+if TYPE_CHECKING:
+    from pipeline.config import FillPolicy
+    from pipeline.stages import Context
 
 STAGE = "fill"
 CODE_COLUMNS = ("CODE",)
@@ -129,3 +132,15 @@ def fill_findings(events: pd.DataFrame, policies: Mapping[str, FillPolicy]) -> l
                         + (f" with {policy.value:g}" if policy.policy == "constant" else "")
                         + (", with an indicator column" if policy.indicator else "")))
     return findings
+
+
+def fit_inputs(events: Any, context: Context) -> tuple[pd.DataFrame, tuple, dict]:
+    """What :func:`fit_fill` reads in flow: the split and the tensor columns of every row, and the [fill] policies."""
+    return context.engine.rows(events, columns=["SPLIT", *TENSOR_COLUMNS]), (context.options,), {}
+
+
+def run(events: Any, context: Context) -> tuple[Any, Context]:
+    """The stage in flow, per admission on the engine: what each policy fills is a finding, then the fill."""
+    engine, policies = context.engine, context.options
+    context.ledger.findings.extend(fill_findings(engine.rows(events, columns=list(TENSOR_COLUMNS)), policies))
+    return context.ledger.take(engine.each(apply_fill, events, context.fitted[STAGE], policies)), context

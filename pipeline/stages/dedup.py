@@ -10,14 +10,20 @@ stable sort) and only the rows that share a key are sorted by their content.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
+from pipeline.findings import summary_finding
 from pipeline.quarantine import Kept, Step, set_aside
 from schemas.bucket import BucketedEvents
 from schemas.dedup import EdgeRows
 from schemas.guard import guarded
-from schemas.split import SPLITS
+from schemas.split import split_codes  # noqa: F401 (dedup.split_codes, as before)
+
+if TYPE_CHECKING:
+    from pipeline.stages import Context
 
 STAGE = "dedup"
 SHORT = "admission below min_timesteps"
@@ -65,7 +71,14 @@ def edge_key(events: pd.DataFrame) -> np.ndarray:
     return key
 
 
-def split_codes(split: pd.Series) -> np.ndarray:
-    """0, 1, 2 for train, val, test (-1 for anything else), without a per-row string comparison."""
-    codes, uniques = pd.factorize(split)
-    return pd.Index(SPLITS).get_indexer(uniques)[codes]
+def run(events: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, Context]:
+    """The stage in flow, per admission on the engine: one row per key, then admissions below [graph]
+    min_timesteps set aside; how many rows were merged is a finding."""
+    ledger, engine = context.ledger, context.engine
+    events = ledger.take(engine.each(dedup, events))
+    merged = sum(step.merged for step in ledger.steps if step.stage == STAGE)
+    edges = ledger.take(engine.each(drop_short_admissions, events, min_timesteps=context.options.min_timesteps))
+    ledger.findings.append(summary_finding(
+        stage=STAGE, check="merged", table="LABEVENTS", column=None, count=merged,
+        message=f"{merged} rows merged into {len(edges)} edge rows, one per (HADM_ID, timestep, ITEMID)"))
+    return edges, context

@@ -7,13 +7,21 @@ ratios, so the assignment depends on the data and the seed, never on row order.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
+
+from pipeline.findings import summary_finding
 
 from schemas.clean import CleanAdmissions, CleanEvents
 from schemas.errors import StageError
 from schemas.guard import guarded
 from schemas.split import SPLITS, SplitAssignment, SplitEvents
+
+if TYPE_CHECKING:
+    from pipeline.stages import Context
 
 STAGE = "split"
 
@@ -53,3 +61,17 @@ def attach_split(events: pd.DataFrame, splits: pd.DataFrame) -> pd.DataFrame:
     """Each lab row with the split of its admission."""
     split = events["HADM_ID"].map(splits.set_index("HADM_ID")["SPLIT"])
     return events.assign(SPLIT=split.astype("str"))
+
+
+def run(events: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, Context]:
+    """The stage in flow: admissions assigned by the [split] options, then every lab row and admission gets its
+    split (a warning when there is no SUBJECT_ID to group by)."""
+    options, admissions = context.options, context.admissions
+    splits = assign_splits(admissions, train=options.train, val=options.val, test=options.test, seed=options.seed)
+    if not split_by_subject(admissions):
+        context.ledger.findings.append(summary_finding(
+            stage=STAGE, check="split_by_admission", table="ADMISSIONS", column="SUBJECT_ID", count=len(admissions),
+            message="SUBJECT_ID is absent or incomplete"))
+    events = attach_split(events, splits)
+    admissions = admissions.merge(splits[["HADM_ID", "SPLIT"]], on="HADM_ID", validate="one_to_one")
+    return events, replace(context, admissions=admissions, splits=splits)

@@ -1,4 +1,4 @@
-"""pipeline/clean.py: outpatient, rejected and mixed-text rows are quarantined with a reason; every item gets a KIND."""
+"""pipeline/stages/clean.py: outpatient, rejected and mixed-text rows are quarantined with a reason; each item gets a KIND."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import clean
+from pipeline.stages import clean
 from pipeline.config import Config, load_config
 from pipeline.flow import prepare
 from pipeline.load import load_text_tables
@@ -17,7 +17,7 @@ from pipeline.quarantine import Kept, combine
 from schemas.errors import StageError
 from tests import mimic4
 from tests.corpus import Dataset
-from tests.pipeline.stages import run_stages, sample_stages, sample_text, shuffled, typed
+from tests.pipeline.stages.sample import run_stages, sample_stages, sample_text, shuffled, typed
 
 MIXED = (51003, 51275, 51514)
 CATEGORICAL = (51486, 51492)

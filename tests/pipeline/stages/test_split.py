@@ -1,4 +1,4 @@
-"""pipeline/split.py: every admission in one split, patients never straddling, seeded and free of row order."""
+"""pipeline/stages/split.py: every admission in one split, patients never straddling, seeded and free of row order."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import split
+from pipeline.stages import split
 from pipeline.config import load_config
 from schemas.errors import StageError
 from schemas.split import SPLITS
-from tests.pipeline.stages import sample_stages, shuffled
+from tests.pipeline.stages.sample import sample_stages, shuffled
 
 DEFAULTS = load_config().split
 RATIOS = {"train": DEFAULTS.train, "val": DEFAULTS.val, "test": DEFAULTS.test}

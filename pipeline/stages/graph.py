@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 from torch_geometric.data import HeteroData
 
-from pipeline.dedup import edge_key, split_codes
+from pipeline.stages.dedup import edge_key, split_codes
 from schemas.errors import StageError
 from schemas.fill import TENSOR_COLUMNS
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems

@@ -1,0 +1,148 @@
+"""Findings: what a stage or check found, as one frozen record, and the helpers that make them.
+
+A finding names the severity, stage, table, check, column, how many rows, the
+first source lines and a message that says what was found and what to do. Raw
+values appear only in ``samples`` and only when ``--show-values`` was given.
+Stages make findings here; :mod:`pipeline.report` gathers them into the report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+import pandas as pd
+
+from schemas.checks import CHECKS
+from schemas.errors import SAMPLE_CAP, StageError, format_lines, summarize_classes, value_classes
+
+
+# How many failing values a finding reads to describe them by class ("inf ×2, non-numeric text").
+CLASS_SAMPLE = 100_000
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str
+    stage: str
+    table: str | None
+    check: str
+    column: str | None
+    count: int
+    lines: list[int]
+    message: str
+    default_severity: str | None = None
+    samples: list[str] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        record = asdict(self)
+        if record["default_severity"] is None or record["default_severity"] == record["severity"]:
+            record.pop("default_severity")
+        if record["samples"] is None:
+            record.pop("samples")
+        return record
+
+
+def finding_from_error(error: StageError) -> Finding:
+    """The report's view of a :class:`StageError`; a schema's own check is reported as ``stage_guard``."""
+    check = error.check if error.check in CHECKS else "stage_guard"
+    return Finding(
+        severity=CHECKS[check].severity,
+        stage=error.stage,
+        table=error.table,
+        check=check,
+        column=error.column,
+        count=error.count,
+        lines=error.lines,
+        message=str(error),
+    )
+
+
+def finding_from_mask(
+    *,
+    stage: str,
+    table: str,
+    check: str,
+    column: str | None,
+    failed: pd.Series,
+    values: pd.Series | None = None,
+    what: str | None = None,
+    verb: str = "with",
+    show_values: bool = False,
+    max_lines: int = SAMPLE_CAP,
+) -> Finding | None:
+    """One finding for the rows where ``failed`` is true (index = source line), or None."""
+    failing = failed[failed.fillna(False).astype(bool)].index
+    count = len(failing)
+    if count == 0:
+        return None
+    lines = [int(n) for n in failing[:max_lines]]
+    classes = ""
+    samples = None
+    if values is not None:
+        sample = values.loc[failing[:CLASS_SAMPLE]]
+        classes = summarize_classes(value_classes(sample))
+        if show_values:
+            samples = [str(v) for v in values.loc[failing[:max_lines]]]
+    info = CHECKS[check]
+    where = f"{table}.{column}" if column else table
+    rows = "row" if count == 1 else "rows"
+    message = f"{where}: {count} {rows} {verb} {what or info.title} ({format_lines(lines, count)})"
+    if classes:
+        message += f": {classes}"
+    message += f". {info.advice}"
+    return Finding(
+        severity=info.severity, stage=stage, table=table, check=check, column=column,
+        count=count, lines=lines, message=message, samples=samples,
+    )
+
+
+def summary_finding(*, stage: str, check: str, table: str | None, column: str | None, count: int, message: str,
+                    lines: list[int] | None = None) -> Finding:
+    """A finding about a whole table or item set rather than failing rows (constant items, fills, attrition)."""
+    info = CHECKS[check]
+    where = ".".join(part for part in (table, column) if part)
+    return Finding(severity=info.severity, stage=stage, table=table, check=check, column=column, count=int(count),
+                   lines=list(lines or []), message=f"{where}: {message}. {info.advice}" if where else
+                   f"{message}. {info.advice}")
+
+
+def item_names(labitems: pd.DataFrame | None) -> dict[int, str]:
+    """ITEMID -> how findings name it, ``'NTproBNP (Blood)'``: D_LABITEMS' LABEL (read when the file has one) and
+    FLUID. Dictionary metadata, not patient data. Build it once per run from the typed or clean D_LABITEMS and
+    hand it to :func:`format_items`; an ITEMID that appears twice gets no name."""
+    if labitems is None or "ITEMID" not in labitems or labitems.empty:
+        return {}
+    items = labitems[labitems["ITEMID"].notna()].drop_duplicates("ITEMID", keep=False)
+
+    def text(column: str) -> pd.Series:  # whitespace collapsed: a name is one short line
+        if column not in items:
+            return pd.Series("", index=items.index, dtype="str")
+        return items[column].astype("str").fillna("").str.split().str.join(" ").fillna("")
+
+    label, fluid = text("LABEL"), text("FLUID")
+    name = (label + (" (" + fluid + ")").where(fluid != "", "")).str.strip()
+    named = name != ""
+    return dict(zip(items.loc[named, "ITEMID"].astype("int64").tolist(), name[named].tolist()))
+
+
+def format_items(items: Iterable[int] | Mapping[int, int] | pd.Series, *, names: Mapping[int, str] | None = None,
+                 limit: int = SAMPLE_CAP, unit: str = "row", why: Callable[[int], str] | None = None) -> str:
+    """``'50963 NTproBNP (Blood) (28 rows), 51100 Troponin T (Blood) (3 rows) and 12 more'``.
+
+    ``items`` are ITEMIDs in the order to list them, or ITEMID -> count (a dict, or a Series such as
+    ``value_counts().sort_index()``), each then followed by its count of ``unit``. ``names`` comes from
+    :func:`item_names` (an item without a name is its number alone). At most ``limit`` items are listed,
+    like a finding's lines (``[report] max_lines``). ``why(item)``, when given, follows the count.
+    """
+    counts = dict(items.items()) if hasattr(items, "items") else None
+    listed = list(counts) if counts is not None else list(items)
+    names = names or {}
+    parts = []
+    for item in listed[:limit]:
+        part = f"{int(item)} {names[int(item)]}" if int(item) in names else str(int(item))
+        if counts is not None:
+            count = int(counts[item])
+            part += f" ({count:,} {unit}{'' if count == 1 else 's'}{'; ' + why(int(item)) if why else ''})"
+        parts.append(part)
+    more = len(listed) - limit
+    return ", ".join(parts) + (f" and {more} more" if more > 0 else "")

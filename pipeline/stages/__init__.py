@@ -1,0 +1,204 @@
+"""The stages that turn the checked raw tables into graph edges, declared once, in flow order.
+
+:data:`STAGES` is the one list: ``flow.prepare`` loops over it, and the report's stage order,
+the HTML colours, the progress steps, the quarantine reasons' checks and the tests derive from it.
+Each stage is a module of this package: typed, guarded functions (``clean_events``, ``apply_zscore``,
+...) and one uniform entry, ``run(events, context)``, that calls them with keyword-only options
+from its config section and gives the next stage its rows and an updated :class:`Context`.
+A stage that learns state on the training split declares its :class:`Fit`; the engine decides
+where the fit runs (whole, or in mergeable passes over parts), never what it computes.
+
+Adding a stage: its module here (with ``run``), its schema in ``schemas/``, one :class:`Stage`
+below, and its tests in ``tests/pipeline/stages/``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import pandas as pd
+
+from pipeline.findings import Finding, summary_finding
+from pipeline.quarantine import Kept, Step
+from pipeline.stages import bucket, clean, dedup, encode, fill, scale, split
+from schemas.bucket import BucketedEvents
+from schemas.clean import CleanEvents
+from schemas.dedup import EdgeRows
+from schemas.encode import EncodedEvents
+from schemas.errors import StageError
+from schemas.fill import FilledEvents
+from schemas.raw import LabEvents
+from schemas.scale import ScaledEvents
+from schemas.split import SplitEvents
+
+if TYPE_CHECKING:
+    from pipeline.engine import Engine
+    from pipeline.parse import RawTables
+
+Events = Any  # a pandas frame, or (Dask) its parts on the workers
+
+
+@dataclass(frozen=True)
+class Reason:
+    """A quarantine reason a stage gives, and the check of ``schemas/checks.py`` whose finding reports it."""
+
+    text: str
+    check: str
+    per_admission: bool = False  # the finding also counts the admissions its rows belong to
+    per_item: bool = False  # the finding names the lab items its rows belong to
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What a stage learns on the training split before it runs (unless an earlier run's ``state`` is given).
+
+    ``whole`` fits one frame; ``parts``, when the fit is mergeable, gives the same state from passes over
+    rows held in parts (the engine picks). ``inputs(events, context)`` says what the fit reads: the rows
+    (or the columns it needs of them), its arguments and its options. The state is a frozen dataclass,
+    saved in ``stats.json`` under ``saved_as``.
+    """
+
+    whole: Callable[..., Any]
+    inputs: Callable[[Events, "Context"], tuple[Events, tuple, dict]]
+    state: type
+    saved_as: str
+    parts: Callable[..., Any] | None = None
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: its name (in findings, quarantine records and steps), what it runs and reads, and how it shows.
+
+    ``run`` is None for a part of the order that is not a LABEVENTS stage of ``flow.prepare`` (reading, the
+    raw checks, the graph build, the run as a whole). ``by_admission``: it works per row or per admission,
+    so an engine may run it on parts cut by admission.
+    """
+
+    name: str
+    colour: str  # in the HTML report
+    run: Callable[[Events, "Context"], tuple[Events, "Context"]] | None = None
+    section: str | None = None  # its config section, handed to it as ``context.options``
+    takes: type | None = None  # the schema of the LABEVENTS rows it takes and gives
+    gives: type | None = None
+    fit: Fit | None = None
+    reasons: tuple[Reason, ...] = ()
+    by_admission: bool = False
+    progress: tuple[str, ...] = ()  # the progress steps it shows (default: its name, when it runs)
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        return self.progress or ((self.name,) if self.run is not None else ())
+
+
+class Ledger:
+    """What the stages hand back besides their rows: quarantines, steps, findings and the lab items' names.
+
+    It outlives a stage that stops the run, so everything found until then is reported. An empty step is a
+    :class:`StageError`; a step that removes more than the ``[filters]`` fractions, a finding.
+    """
+
+    def __init__(self, *, warn_removed_fraction: float, error_removed_fraction: float) -> None:
+        self.warn_removed_fraction = warn_removed_fraction
+        self.error_removed_fraction = error_removed_fraction
+        self.quarantines: list[pd.DataFrame] = []
+        self.steps: list[Step] = []
+        self.findings: list[Finding] = []
+        self.names: dict[int, str] = {}  # how findings name lab items: '50963 NTproBNP (Blood)'
+
+    def take(self, kept: Kept) -> Events:
+        self.quarantines.append(kept.quarantine)
+        self.steps.extend(kept.steps)
+        for step in kept.steps:
+            self._judge(step)
+        return kept.frame
+
+    def _judge(self, step: Step) -> None:
+        if step.rows_in == 0:
+            return
+        removed = (step.rows_in - step.rows_out) / step.rows_in
+        where = f"{step.stage} step '{step.step}'"
+        if step.rows_out == 0:
+            raise StageError(stage=step.stage, side="output", check="step_empty", column=step.column,
+                             count=step.rows_in,
+                             failure_cases=pd.DataFrame({"line": []}), table=step.table,
+                             detail=f"{where} removed all {step.rows_in} rows",
+                             advice="Nothing would reach the graphs; check the inputs and this step's settings")
+        check = ("step_removed_nearly_all" if removed > self.error_removed_fraction
+                 else "step_removed_most" if removed > self.warn_removed_fraction else None)
+        if check:
+            self.findings.append(summary_finding(
+                stage=step.stage, check=check, table=step.table, column=step.column,
+                count=step.rows_in - step.rows_out,
+                message=f"{where} removed {removed:.1%} of its {step.rows_in} rows"))
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a stage reads besides its rows, the same for every stage: the tables it works with (as the stages
+    before it left them), the fitted state by stage, its config section, and where it runs and reports."""
+
+    tables: RawTables  # the typed raw tables
+    engine: Engine
+    ledger: Ledger
+    max_lines: int  # [report] max_lines: how many lines and items a finding lists
+    admissions: pd.DataFrame | None = None  # clean; with SPLIT from split on; with codes from encode on
+    labitems: pd.DataFrame | None = None  # clean; with codes from encode on
+    splits: pd.DataFrame | None = None
+    fitted: Mapping[str, Any] = field(default_factory=dict)  # by stage name
+    options: Any = None  # the running stage's config section
+
+
+BEFORE = (
+    Stage("load", colour="#7f7f7f"),  # reading the files
+    Stage("raw", colour="#8c564b", gives=LabEvents),  # the raw checks of every table and their relations
+)
+
+STAGES = (
+    Stage("clean", colour="#1f77b4", run=clean.run, section="comments", takes=LabEvents, gives=CleanEvents,
+          reasons=(Reason(clean.OUTPATIENT, "quarantine_outpatient"),
+                   Reason(clean.RAW_ERROR, "quarantine_raw_error"),
+                   Reason(clean.ADMISSION_REJECTED, "quarantine_admission"),
+                   Reason(clean.ITEM_REJECTED, "quarantine_raw_error"),
+                   Reason(clean.MIXED_TEXT, "mixed_item_text", per_item=True),
+                   Reason(clean.IN_COMMENTS, "result_in_comments", per_item=True),
+                   Reason(clean.NO_RESULT, "no_result", per_item=True))),
+    Stage("split", colour="#17becf", run=split.run, section="split", takes=CleanEvents, gives=SplitEvents),
+    Stage("encode", colour="#9467bd", run=encode.run, section="encode", takes=SplitEvents, gives=EncodedEvents,
+          fit=Fit(whole=encode.fit_vocabularies, inputs=encode.fit_inputs, state=encode.Vocabularies,
+                  saved_as="vocabularies")),
+    Stage("scale", colour="#ff7f0e", run=scale.run, section="scale", takes=EncodedEvents, gives=ScaledEvents,
+          fit=Fit(whole=scale.fit_zscore, parts=scale.fit_by_passes, inputs=scale.fit_inputs,
+                  state=scale.ZScoreStats, saved_as="scale"),
+          by_admission=True),
+    Stage("fill", colour="#bcbd22", run=fill.run, section="fill", takes=ScaledEvents, gives=FilledEvents,
+          fit=Fit(whole=fill.fit_fill, inputs=fill.fit_inputs, state=fill.FillValues, saved_as="fill"),
+          by_admission=True),
+    Stage("bucket", colour="#2ca02c", run=bucket.run, section="bucket", takes=FilledEvents, gives=BucketedEvents,
+          reasons=(Reason(bucket.NO_ADMISSION, "quarantine_admission"),
+                   Reason(bucket.BEFORE, "before_admission"),
+                   Reason(bucket.AFTER_DISCHARGE, "after_discharge", per_admission=True),
+                   Reason(bucket.BEYOND_STAY, "beyond_max_stay", per_admission=True),
+                   Reason(bucket.BEYOND_MAX, "beyond_max_timestep", per_admission=True)),
+          by_admission=True),
+    Stage("dedup", colour="#d62728", run=dedup.run, section="graph", takes=BucketedEvents, gives=EdgeRows,
+          reasons=(Reason(dedup.SHORT, "below_min_timesteps", per_admission=True),),
+          by_admission=True),
+    # Built by ``flow.build`` from the edge rows (pipeline/stages/graph.py: torch and PyG load only then).
+    Stage("graph", colour="#e377c2", takes=EdgeRows, progress=("graphs", "guard")),
+)
+
+AFTER = (
+    Stage("flow", colour="#7f7f7f"),  # the run as a whole: attrition, admissions in no graph
+)
+
+ORDER = (*BEFORE, *STAGES, *AFTER)
+"""Everything that reports findings, in the report's order."""
+STAGE_ORDER = {stage.name: n for n, stage in enumerate(ORDER)}
+COLOURS = {stage.name: stage.colour for stage in ORDER}
+PREPARE = tuple(stage for stage in STAGES if stage.run is not None)
+"""The stages ``flow.prepare`` runs on LABEVENTS, in order."""
+BUILT = tuple(stage for stage in STAGES if stage.run is None)
+"""The stages ``flow.build`` runs after them (the graphs and their guard)."""
+REASONS = {reason.text: reason for stage in STAGES for reason in stage.reasons}
+"""Every declared quarantine reason, by its text."""

@@ -1,0 +1,91 @@
+"""pipeline/stages/__init__.py: the one declaration of the stages, and everything that derives from it."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from pipeline import flow, html, progress, report
+from pipeline.config import load_config
+from pipeline.stages import (AFTER, BEFORE, BUILT, COLOURS, ORDER, PREPARE, REASONS, STAGE_ORDER, STAGES, Stage)
+from schemas.checks import CHECKS
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_report_order_is_the_declared_order():
+    assert list(STAGE_ORDER) == ["load", "raw", "clean", "split", "encode", "scale", "fill", "bucket", "dedup",
+                                 "graph", "flow"]
+    assert [stage.name for stage in ORDER] == [*(s.name for s in BEFORE), *(s.name for s in STAGES),
+                                               *(s.name for s in AFTER)]
+    assert report.STAGE_ORDER is STAGE_ORDER and html.STAGE_ORDER is STAGE_ORDER
+    assert html.COLOURS is COLOURS and set(COLOURS) == set(STAGE_ORDER)
+
+
+def test_names_are_unique_and_every_stage_has_a_colour():
+    names = [stage.name for stage in ORDER]
+    assert len(names) == len(set(names))
+    assert all(stage.colour.startswith("#") and len(stage.colour) == 7 for stage in ORDER)
+
+
+def test_each_stage_takes_what_the_one_before_gives():
+    chain = [stage for stage in (*BEFORE, *STAGES) if stage.takes is not None or stage.gives is not None]
+    for before, after in zip(chain, chain[1:]):
+        assert after.takes is before.gives, (before.name, after.name)
+
+
+def test_progress_shows_the_declared_stages_in_order():
+    shown = [step for step in progress.VALIDATE_STEPS if step in {s.name for s in PREPARE}]
+    assert shown == [stage.name for stage in PREPARE]
+    assert progress.BUILD_STEPS[len(progress.VALIDATE_STEPS):] == (
+        *(step for stage in BUILT for step in stage.steps), "report", "write")
+
+
+@pytest.mark.parametrize("stage", PREPARE, ids=lambda stage: stage.name)
+def test_a_stage_is_its_module_its_section_and_its_tests(stage: Stage):
+    module = ROOT / "pipeline" / "stages" / f"{stage.name}.py"
+    assert module.is_file()
+    assert stage.run.__module__ == f"pipeline.stages.{stage.name}"
+    assert stage.section in {field.name for field in dataclasses.fields(load_config(None))}
+    tests = ROOT / "tests" / "pipeline" / "stages" / f"test_{stage.name}.py"
+    assert tests.is_file(), f"{stage.name} has no test module"
+    text = tests.read_text()
+    assert f"pipeline.stages.{stage.name}" in text or f"import {stage.name}" in text or stage.name in text
+
+
+@pytest.mark.parametrize("stage", [s for s in PREPARE if s.fit is not None], ids=lambda stage: stage.name)
+def test_a_fit_learns_frozen_state_saved_as_json(stage: Stage):
+    fit = stage.fit
+    assert dataclasses.is_dataclass(fit.state) and fit.state.__dataclass_params__.frozen
+    assert callable(getattr(fit.state, "as_json", None))
+    assert fit.whole.__module__ == stage.run.__module__
+    assert fit.parts is None or fit.parts.__module__ == stage.run.__module__
+    saved = [s.fit.saved_as for s in PREPARE if s.fit is not None]
+    assert len(saved) == len(set(saved))
+
+
+def test_every_declared_reason_is_reported_by_a_catalogued_check():
+    declared = [reason for stage in STAGES for reason in stage.reasons]
+    assert len({reason.text for reason in declared}) == len(declared)
+    assert all(reason.check in CHECKS for reason in declared), [r.check for r in declared if r.check not in CHECKS]
+    assert flow.REASON_CHECKS == {text: reason.check for text, reason in REASONS.items()}
+    assert set(flow.PER_ADMISSION) == {text for text, reason in REASONS.items() if reason.per_admission}
+
+
+def test_the_engine_names_no_stage():
+    tree = ast.parse((ROOT / "pipeline" / "engine.py").read_text())
+    imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    stage_modules = {f"pipeline.stages.{stage.name}" for stage in STAGES}
+    assert not stage_modules & set(imported)
+
+
+def test_schemas_never_import_pipeline():
+    for path in sorted((ROOT / "schemas").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [alias.name for alias in node.names] if isinstance(node, ast.Import) else [])
+            assert not any(name.split(".")[0] == "pipeline" for name in names), path.name
