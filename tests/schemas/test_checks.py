@@ -7,6 +7,7 @@ from datetime import datetime
 
 import pandas as pd
 import pandera.pandas as pa
+import pyarrow as pa_arrow
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -31,6 +32,7 @@ from schemas.checks import (
     number_values,
     parse_columns,
     parse_datetime_text,
+    _real_datetimes,
     sharing_parses,
 )
 from schemas.raw import RawAdmissions, RawLabEvents, RawLabItems
@@ -327,6 +329,35 @@ def test_a_shared_time_parse_serves_the_non_null_rows_a_check_is_handed():
     with sharing_parses({"CHARTTIME": planted}):
         assert pa.Check.datetime_iso()(text).check_output.tolist() == [False, True]  # the planted answer
     assert pa.Check.datetime_iso()(text).check_output.tolist() == [True, True]
+
+
+@pytest.mark.parametrize(("text", "real"), [
+    ("2000-02-29 00:00", True),  # divisible by 400: a leap year
+    ("2104-02-29 00:00", True),
+    ("1900-02-29 00:00", False),  # divisible by 100 only: not a leap year
+    ("2100-02-29 00:00", False),
+    ("2101-02-29 00:00", False),
+    ("2101-04-31 00:00", False),
+    ("2101-12-31 23:59:59", True),
+])
+def test_real_datetimes_follow_the_gregorian_calendar(text, real):
+    assert _real_datetimes(pa_arrow.array([text])).tolist() == [real]
+
+
+def test_real_datetimes_answer_one_value_per_text_of_any_layout():
+    chunked = pa_arrow.chunked_array([["2101-01-31 00:00", None], [], ["2101-02-30 00:00", "2101-03-01 12:00"]])
+    assert _real_datetimes(chunked).tolist() == [True, False, False, True]
+    assert _real_datetimes(pa_arrow.array([], pa_arrow.string())).shape == (0,)
+
+
+def test_a_shared_number_parse_serves_the_non_null_rows_a_check_is_handed():
+    index = pd.Index([2, 3, 4], name="line")
+    text = pd.Series(["1.5", None, "2"], index=index, name="VALUENUM", dtype="str")
+    planted = ParsedNumbers.of(pd.Series(["x", None, "2"], index=index, name="VALUENUM", dtype="str"))
+    assert planted.present.tolist() == [True, False, True]
+    with sharing_parses({"VALUENUM": planted}):
+        assert pa.Check.valuenum_numeric()(text).check_output.tolist() == [False, True]  # the planted answer
+    assert pa.Check.valuenum_numeric()(text).check_output.tolist() == [True, True]
 
 
 def test_a_schema_finds_the_same_failures_with_shared_parses():
