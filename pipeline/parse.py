@@ -11,7 +11,7 @@ them. Nothing here reads or writes files.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Iterable, Mapping, Protocol
 
 import numpy as np
 import pandas as pd
@@ -97,8 +97,27 @@ def check_table(
     The result's ``tables`` holds only this table; :func:`check_relations` joins the tables afterwards.
     An ``engine`` (see ``pipeline.engine``) may check slices of the rows elsewhere; the result is the same.
     """
+    return check_blocks(table, [frame], valuenum_abs_bound=valuenum_abs_bound, severity=severity,
+                        show_values=show_values, max_lines=max_lines, engine=engine)
+
+
+def check_blocks(
+    table: str,
+    blocks: Iterable[pd.DataFrame],
+    *,
+    valuenum_abs_bound: float = DEFAULT_VALUENUM_ABS_BOUND,
+    severity: Mapping[str, str] | None = None,
+    show_values: bool = False,
+    max_lines: int = 20,
+    engine: Engine | None = None,
+) -> RawResult:
+    """:func:`check_table` on a table that comes in row blocks (``pipeline.load.read_blocks``): each block is
+    checked as it comes and the checks combined, so the whole text table never exists at once."""
     run = check_part if engine is None else engine.check_part
-    part = run(table, frame, valuenum_abs_bound=valuenum_abs_bound, severity=severity)
+    parts = [run(table, block, valuenum_abs_bound=valuenum_abs_bound, severity=severity) for block in blocks]
+    if not parts:
+        raise ValueError(f"{table}: no block of rows to check")
+    part = parts[0] if len(parts) == 1 else combine_parts(parts)
     return RawResult(tables=RawTables.only(table, part.typed),
                      findings=part_findings(part, show_values=show_values, max_lines=max_lines))
 
