@@ -191,6 +191,11 @@ def test_a_stray_quote_in_a_plain_field_does_not_split_a_later_quoted_field(tmp_
         _assert_same(_outcome(path, "LABEVENTS", block_bytes), _outcome(path, "LABEVENTS", WHOLE))
     frame = read_table(path, "LABEVENTS", block_bytes=64).frame
     assert frame.index.tolist() == [2, 3, 4, 6] and frame.loc[4, "VALUE"] == "a\nb"
+    # The quoted field last in its row: the block cut inside it has as many rows as lines.
+    path.write_bytes(body.replace(b'"a\nb",,u,\n', b'a,,u,"c\nd"\n'))
+    for block_bytes in (1, 100, 170):
+        _assert_same(_outcome(path, "LABEVENTS", block_bytes), _outcome(path, "LABEVENTS", WHOLE))
+    assert read_table(path, "LABEVENTS", block_bytes=170).frame.loc[4, "FLAG"] == "c\nd"
 
 
 def test_a_quote_that_never_closes_is_named_whatever_the_block_size(tmp_path):
@@ -204,10 +209,11 @@ def test_a_quote_that_never_closes_is_named_whatever_the_block_size(tmp_path):
 
 def test_a_quote_still_open_at_the_last_line_is_named(tmp_path):
     """pyarrow reads a quote that never closes as a value when it opens on the last line; the csv module says."""
-    path = _labevents(tmp_path, _rows(["1.0"]) + b'2,5,100,50912,2101-01-01 10:00:00,"open,1,u,\n')
-    for block_bytes in (64, WHOLE):
-        with pytest.raises(StageError, match="A quote opened at line 3 never closes"):
-            read_table(path, "LABEVENTS", block_bytes=block_bytes)
+    for last in (b'"open,1,u,\n', b'2.0,1,u,"open\n'):  # a ragged row then; a row of the header's fields
+        path = _labevents(tmp_path, _rows(["1.0"]) + b"2,5,100,50912,2101-01-01 10:00:00," + last)
+        for block_bytes in (64, WHOLE):
+            with pytest.raises(StageError, match="A quote opened at line 3 never closes"):
+                read_table(path, "LABEVENTS", block_bytes=block_bytes)
 
 
 def test_ragged_rows_in_different_blocks_are_all_named(tmp_path):
