@@ -68,7 +68,8 @@ BLOCK_BYTES = 16 * 2**20
 _CHUNK = 1 << 23  # bytes read (decompressed) at a time, at most
 _MIN_READ = 1 << 16  # ... and at least
 _HEADER_BYTES = 1 << 16  # the header is read from the text's first bytes
-_BLOCK = 1 << 24  # pyarrow's first block size; doubled for rows longer than a block
+_BLOCK = 1 << 24  # pyarrow's first block size, at most; doubled for rows longer than a block
+_MIN_ARROW_BLOCK = 1 << 20  # ... and at least
 _MAX_BLOCK = 1 << 30  # beyond this, rows are read by the csv module
 _OPEN_AT_END = "unexpected end of data"  # the csv module's error for a quote still open where the text ends
 
@@ -609,7 +610,7 @@ def _parse_block(data: bytes, header: list[str], columns: dict[str, str], line: 
         quoted_strings_can_be_null=True,
         check_utf8=False,  # _Undecodable checked every byte of the block
     )
-    arrow, block = None, _BLOCK
+    arrow, block = None, min(_BLOCK, max(_MIN_ARROW_BLOCK, len(data) // 4))  # parts parsed on threads
     while arrow is None:
         ragged.clear()
         try:
