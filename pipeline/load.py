@@ -285,7 +285,7 @@ class TextBlocks:
                 failure = problem
                 continue
             pending = b""
-            line += data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
+            line += data.count(b"\n") + _lone_crs(data)
             ragged += bad_rows
             if ragged:
                 continue  # only more ragged rows are looked for now
@@ -637,7 +637,7 @@ def _one_line_a_row(data: bytes, rows: int) -> bool:
     """Whether the block's rows are its lines, one each: no row spans lines, no line is blank, no row ends in a
     lone CR, and the last line closes its quotes (pyarrow takes a quote still open at the end as a value)."""
     lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-    if lines != rows or data.count(b"\r") != data.count(b"\r\n"):
+    if lines != rows or _lone_crs(data):
         return False
     tail = data[data.rfind(b"\n", 0, len(data) - 1) + 1:].decode("utf-8")
     try:
@@ -647,6 +647,12 @@ def _one_line_a_row(data: bytes, rows: int) -> bool:
     except csv.Error as exc:
         return _OPEN_AT_END not in str(exc)
     return True
+
+
+def _lone_crs(data: bytes) -> int:
+    """Line breaks that are a CR alone (old Mac files; the csv module counts them as lines)."""
+    crs = data.count(b"\r")
+    return crs - data.count(b"\r\n") if crs else 0
 
 
 @contextlib.contextmanager
