@@ -25,9 +25,9 @@ from pipeline.paths import check_output_dir, claim_output_dir
 from pipeline.config import Config
 from pipeline.cache import Cache
 from pipeline.cache import key_of as cache_key
-from pipeline.load import TABLES, file_sha256, locate_tables, read_table
+from pipeline.load import TABLES, file_sha256, locate_tables, read_blocks
 from pipeline.engine import PANDAS, Engine
-from pipeline.parse import RawResult, RawTables, check_relations, check_table
+from pipeline.parse import RawResult, RawTables, check_blocks, check_relations
 from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.quarantine import Step, combine, empty_quarantine
 from pipeline.report import (Finding, InputFile, Report, finding_from_error, finding_from_mask, format_items,
@@ -165,6 +165,17 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
                     show_values=show_values, max_lines=config.report.max_lines)
     limits = dict(max_expanded_bytes=config.load.max_expanded_bytes,
                   max_expansion_ratio=config.load.max_expansion_ratio, max_field_chars=config.load.max_field_chars)
+
+    def counted(blocks):
+        """A table's blocks, the running step counting their rows; ``check TABLE`` (the blocks' checks combined
+        into findings) starts after the last block, so ``read TABLE`` times reading and checking the blocks."""
+        rows = 0
+        for block in blocks:
+            rows += len(block)
+            progress.rows(rows)
+            yield block
+        progress.step(f"check {blocks.table}", rows=blocks.rows)
+
     # Checked tables are stored in the cache behind the run, while the next table and the stages go on.
     with cache.writing_behind() if cache else contextlib.nullcontext() as store:
         checked, inputs = {}, []
@@ -178,19 +189,17 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
                 progress.step(f"cached {table}", rows=len(result.tables.of(table)))
             else:
                 progress.step(f"read {table}")
+                # Read and checked block by block: the whole text table never exists, only the typed one.
+                text = read_blocks(path, table, **limits)
                 try:
-                    text = read_table(path, table, **limits)
+                    result = check_blocks(table, counted(text), engine=engine, **settings)
                 except StageError as problem:
                     problems.append(problem)
                     continue
-                progress.rows(text.rows)
-                progress.step(f"check {table}", rows=text.rows)
-                result = check_table(table, text.frame, engine=engine, **settings)
                 if text.problems:  # rows left out while the rest was read: reported, and cached, with the checks
                     result = RawResult(tables=result.tables,
                                        findings=[*map(finding_from_error, text.problems), *result.findings])
                 sha256 = text.sha256
-                del text  # the text frame is the largest object of a run: free it before the next table
                 if store is not None and sha256 == digests[table]:
                     store(table, key, result)
             checked[table] = result
