@@ -122,12 +122,16 @@ class ZScoreStats:
         )
 
 
-def item_sums(values: pd.Series, items: pd.Series, centre: pd.Series | None = None) -> pd.DataFrame:
-    """Per item, N (values that are not NaN) and SUM of the values, or of their squared deviations from a per-item
-    ``centre``: sums of parts of the rows add up to the sums of all of them."""
+def item_sums(values: pd.Series, items: pd.Series, centre: pd.Series | None = None,
+              shift: pd.Series | None = None) -> pd.DataFrame:
+    """Per item, N (values that are not NaN) and SUM of the values, of their differences from a per-item
+    ``shift``, or of their squared deviations from a per-item ``centre``: sums of parts of the rows add up to the
+    sums of all of them."""
     if centre is not None:
         deviation = values - items.map(centre)
         values = deviation * deviation
+    elif shift is not None:
+        values = values - items.map(shift)
     grouped = values.groupby(items)
     return pd.DataFrame({"N": grouped.count(), "SUM": grouped.sum()})
 
@@ -235,15 +239,22 @@ def fit_sums(rows: pd.DataFrame, known: pd.DataFrame | None = None, *, clip_sigm
             mean, std = items.map(known[f"MEAN_{basis}"]), items.map(known[f"STD_{basis}"])
             chosen = chosen & (((values - mean).abs() <= clip_sigma * std) | ~(std > 0)).to_numpy(bool)
         centre = known[f"CENTRE_{basis}"] if f"CENTRE_{basis}" in known else None
-        columns.append(item_sums(values[chosen], items[chosen], centre).add_suffix(f"_{basis}"))
+        shift = known[f"SHIFT_{basis}"] if f"SHIFT_{basis}" in known else None
+        columns.append(item_sums(values[chosen], items[chosen], centre, shift).add_suffix(f"_{basis}"))
     return pd.concat(columns, axis=1)
 
 
-def _centred_bases(sums: Callable[[pd.DataFrame | None], pd.DataFrame], known: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Per basis: mean, centred sample std and count of the rows ``known`` picks, from two passes of ``sums``."""
-    totals = sums(known).reindex(known.index)
+def _centred_bases(sums: Callable[[pd.DataFrame | None], pd.DataFrame], known: pd.DataFrame,
+                   shift: Mapping[str, pd.Series]) -> dict[str, pd.DataFrame]:
+    """Per basis: mean, centred sample std and count of the rows ``known`` picks, from two passes of ``sums``.
+
+    The mean is ``shift`` plus the mean difference from it: with a shift near the values (the same however the
+    rows are cut into parts), the rounding of the sums over parts stays far below the mean's own, so one part or
+    many give the same mean (an item of 1e6 +- 1e-3 included)."""
+    shift = {b: shift[b].reindex(known.index).fillna(0.0) for b in BASES}
+    totals = sums(known.assign(**{f"SHIFT_{b}": shift[b] for b in BASES})).reindex(known.index)
     count = {b: totals[f"N_{b}"].fillna(0).astype("int64") for b in BASES}
-    mean = {b: totals[f"SUM_{b}"].fillna(0.0) / count[b] for b in BASES}  # NaN for an empty basis
+    mean = {b: shift[b] + totals[f"SUM_{b}"].fillna(0.0) / count[b] for b in BASES}  # NaN for an empty basis
     squares = sums(known.assign(**{f"CENTRE_{b}": mean[b] for b in BASES})).reindex(known.index)
     return {b: pd.DataFrame({"mean": mean[b], "std": np.sqrt(squares[f"SUM_{b}"] / (count[b] - 1)).where(count[b] > 1),
                              "count": count[b]}) for b in BASES}
@@ -259,11 +270,12 @@ def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: f
     """
     first = sums(None)
     index = first.index
-    unclipped = _centred_bases(sums, pd.DataFrame(index=index))
+    low, high = first["MIN"], first["MAX"]
+    middle = low + (high - low) / 2  # of every row's X: the same in one part or many
+    unclipped = _centred_bases(sums, pd.DataFrame(index=index), {b: middle for b in BASES})
     window = pd.DataFrame({f"{what}_{b}": unclipped[b][column] for b in BASES
                            for what, column in (("MEAN", "mean"), ("STD", "std"))}, index=index)
-    clipped = _centred_bases(sums, window)
-    low, high = first["MIN"], first["MAX"]
+    clipped = _centred_bases(sums, window, {b: unclipped[b]["mean"] for b in BASES})
     constant = ~((high - low) > eps * np.maximum(low.abs(), high.abs()))
     candidates = {"normal": clipped["NORMAL"], "all": clipped["ALL"], "all_unclipped": unclipped["ALL"]}
     fits = {
