@@ -44,7 +44,7 @@ import pandas as pd
 from pipeline.parse import PartCheck, check_part, combine_parts
 from pipeline.quarantine import Kept, Step, empty_quarantine
 from schemas.errors import StageError
-from schemas.split import split_codes
+from schemas.split import SPLITS, split_codes
 
 if TYPE_CHECKING:
     from pipeline.stages import Fit
@@ -58,8 +58,8 @@ class Engine(Protocol):
 
     def check_part(self, table: str, frame: pd.DataFrame, **settings: Any) -> PartCheck: ...
 
-    def partition(self, events: pd.DataFrame) -> Events:
-        """``events`` ready for per-admission stages."""
+    def partition(self, events: pd.DataFrame, splits: pd.DataFrame | None = None) -> Events:
+        """``events`` ready for per-admission stages (``splits``: HADM_ID and SPLIT, when the rows have no SPLIT)."""
 
     def fit(self, fit: Fit, events: Events, *args: Any, **kwargs: Any) -> Any:
         """The state ``fit`` learns from all the rows: ``fit.whole(events, *args, **kwargs)``, or as much from
@@ -82,7 +82,7 @@ class PandasEngine:
     def check_part(self, table: str, frame: pd.DataFrame, **settings: Any) -> PartCheck:
         return check_part(table, frame, **settings)
 
-    def partition(self, events: pd.DataFrame) -> pd.DataFrame:
+    def partition(self, events: pd.DataFrame, splits: pd.DataFrame | None = None) -> pd.DataFrame:
         return events
 
     def fit(self, fit: Fit, events: pd.DataFrame, *args: Any, **kwargs: Any) -> Any:
@@ -151,16 +151,21 @@ class DaskEngine:
             checked += self.client.gather(self.client.map(check, sent, pure=False))
         return combine_parts(checked)
 
-    def partition(self, events: pd.DataFrame) -> Parts:
-        frames = admission_parts(events, self.partitions)
+    def partition(self, events: pd.DataFrame, splits: pd.DataFrame | None = None) -> Parts:
+        frames = admission_parts(events, self.partitions, splits)
         return Parts(futures=tuple(self.client.scatter(frames)), lengths=tuple(len(f) for f in frames),
                      order=events.index)
 
     def fit(self, fit: Fit, events: Events, *args: Any, **kwargs: Any) -> Any:
         """A mergeable fit on the parts: what each pass keeps stays on its worker; every pass's results come
         back. Any other fit (or rows not cut into parts) runs here, on what it was handed."""
-        if fit.parts is None or not isinstance(events, Parts):
+        if not isinstance(events, Parts) or (fit.parts is None and fit.partial is None):
             return fit.whole(events, *args, **kwargs)
+        if fit.partial is not None:
+            shared = _shared(self.client, args)
+            partials = self.client.gather(self.client.map(_call, events.futures, call=fit.partial, args=shared,
+                                                          kwargs=kwargs, pure=False))
+            return fit.finish(fit.combine(partials), *args, **kwargs)
         return fit.parts(
             lambda step: self._run(step, events),
             lambda rows, step: self.client.gather(self.client.map(step, rows.futures, pure=False)), *args, **kwargs)
@@ -188,7 +193,7 @@ class DaskEngine:
     def _run(self, stage: Callable[..., Any], events: Parts, *args: Any, **kwargs: Any) -> Any:
         """``stage`` on every part; a part's StageError makes the stage run here on all the rows, as pandas does."""
         # Frames among the arguments (ADMISSIONS for bucket) go to every worker once, not inside every task.
-        shared = tuple(self.client.scatter(a, broadcast=True) if isinstance(a, pd.DataFrame) else a for a in args)
+        shared = _shared(self.client, args)
         done = self.client.map(_attempt, events.futures, stage=stage, args=shared, kwargs=kwargs, pure=False)
         summaries = self.client.gather(self.client.map(_summarize, done, pure=False))
         errors = [s.error for s in summaries if s.error is not None]
@@ -201,6 +206,15 @@ class DaskEngine:
             return parts
         return Kept(frame=parts, quarantine=_quarantine([s.quarantine for s in summaries]),
                     steps=add_steps([s.steps for s in summaries]))
+
+
+def _shared(client: Any, args: tuple) -> tuple:
+    """Frames among the arguments sent to every worker once, not inside every task."""
+    return tuple(client.scatter(a, broadcast=True) if isinstance(a, pd.DataFrame) else a for a in args)
+
+
+def _call(frame: pd.DataFrame, *, call: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    return call(frame, *args, **kwargs)
 
 
 def _attempt(frame: pd.DataFrame, *, stage: Callable[..., Any], args: tuple, kwargs: dict) -> _Done:
@@ -251,21 +265,31 @@ def in_row_order(frames: Sequence[pd.DataFrame], order: pd.Index) -> pd.DataFram
     return whole.iloc[np.argsort(order.get_indexer(whole.index), kind="stable")]
 
 
-def admission_parts(events: pd.DataFrame, partitions: int) -> list[pd.DataFrame]:
+def admission_parts(events: pd.DataFrame, partitions: int, splits: pd.DataFrame | None = None) -> list[pd.DataFrame]:
     """``events`` cut into at most ``partitions`` parts (at least one), each with all the rows of its admissions.
 
     Admissions in (split, HADM_ID) order are cut into contiguous ranges of about equal rows, so rows sorted by
-    split and admission within each part are sorted across them. Each part keeps the input's row order.
+    split and admission within each part are sorted across them. Each part keeps the input's row order. The split
+    is the rows' SPLIT, or (``splits``: HADM_ID and SPLIT) their admission's; rows of no known admission (no
+    HADM_ID, or one without a split) come last.
     """
     if events.empty:
         return [events]
-    per = events.groupby("HADM_ID").agg(SPLIT=("SPLIT", "first"), ROWS=("SPLIT", "size"))
-    per = per.assign(_SPLIT=split_codes(per["SPLIT"]))
-    per = per.sort_values("_SPLIT", kind="stable")  # the index is HADM_ID, already sorted
-    before = per["ROWS"].cumsum() - per["ROWS"]
-    cut = (before * max(1, int(partitions))) // len(events)
-    part = pd.Series(np.unique(cut.to_numpy(), return_inverse=True)[1], index=per.index)
-    of_row = events["HADM_ID"].map(part).to_numpy("int64")
+    hadm = events["HADM_ID"]
+    known = hadm.notna().to_numpy()
+    key = np.where(known, hadm.to_numpy("float64", na_value=np.nan), -1).astype("int64")
+    if splits is None:
+        split = split_codes(events["SPLIT"]).astype("int64")
+    else:
+        of = pd.Series(split_codes(splits["SPLIT"]).astype("int64"), index=splits["HADM_ID"].to_numpy("int64"))
+        split = of.reindex(key).fillna(len(SPLITS)).to_numpy("int64")
+    split = np.where(known, split, len(SPLITS))
+    split = pd.Series(split).groupby(key).transform("first").to_numpy("int64")  # an admission's first row's split
+    per = pd.DataFrame({"SPLIT": split, "HADM_ID": key}).groupby(["SPLIT", "HADM_ID"]).size()  # sorted by both
+    before = per.cumsum() - per
+    cut = (before.to_numpy() * max(1, int(partitions))) // len(events)
+    part = pd.Series(np.unique(cut, return_inverse=True)[1], index=per.index)
+    of_row = part.reindex(pd.MultiIndex.from_arrays([split, key])).to_numpy("int64")
     order = np.argsort(of_row, kind="stable")
     bounds = np.searchsorted(of_row[order], np.arange(part.max() + 2))
     return [events.iloc[order[start:stop]] for start, stop in zip(bounds[:-1], bounds[1:])]
