@@ -35,7 +35,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
+import tempfile
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
@@ -48,6 +51,8 @@ from schemas.split import SPLITS, split_codes
 
 if TYPE_CHECKING:
     from pipeline.stages import Fit
+
+ROWS_PER_PART = 1_000_000  # a PartsEngine's default: a part of LABEVENTS about this many rows
 
 # What a stage hands on: a pandas frame, or (Dask) the parts of one on the workers.
 Events = Any
@@ -100,6 +105,104 @@ class PandasEngine:
 
 
 PANDAS = PandasEngine()
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A frame cut by admission, its parts Parquet files (in part order) of a :class:`PartsEngine`'s folder."""
+
+    paths: tuple[Path, ...]
+    lengths: tuple[int, ...]
+    order: pd.Index | None  # the source lines in the row order of the frame that was cut (None: increasing)
+
+    def __len__(self) -> int:
+        return sum(self.lengths)
+
+
+class PartsEngine:
+    """In this process, on parts cut by admission (as :class:`DaskEngine` cuts them) and kept as Parquet files in
+    ``folder``: a stage reads one part, runs, and writes what it gives as a new file, so one part of LABEVENTS is
+    in memory at a time. ``partitions`` parts, or as many as ``rows_per_part`` needs (at least one).
+
+    Raw checks run on the whole table, as with :class:`PandasEngine`. Use :func:`parts_engine`: its folder is
+    deleted at the end of the run, also when the run fails.
+    """
+
+    def __init__(self, folder: Path, *, partitions: int | None = None, rows_per_part: int | None = None) -> None:
+        self.folder = Path(folder)
+        self.partitions = partitions
+        self.rows_per_part = rows_per_part
+        self._written = itertools.count()
+
+    def check_part(self, table: str, frame: pd.DataFrame, **settings: Any) -> PartCheck:
+        return check_part(table, frame, **settings)
+
+    def partition(self, events: pd.DataFrame, splits: pd.DataFrame | None = None) -> Stored:
+        count = self.partitions or -(-len(events) // max(1, self.rows_per_part or len(events) or 1))
+        frames = admission_parts(events, max(1, count), splits)
+        order = None if events.index.is_monotonic_increasing else events.index
+        return Stored(paths=tuple(self._write(frame) for frame in frames), lengths=tuple(len(f) for f in frames),
+                      order=order)
+
+    def fit(self, fit: Fit, events: Events, *args: Any, **kwargs: Any) -> Any:
+        """A mergeable fit part by part (its partial results, or its passes); any other fit on what it was handed."""
+        if not isinstance(events, Stored) or (fit.parts is None and fit.partial is None):
+            return fit.whole(events, *args, **kwargs)
+        if fit.partial is not None:
+            partials = [fit.partial(self._read(path), *args, **kwargs) for path in events.paths]
+            return fit.finish(fit.combine(partials), *args, **kwargs)
+
+        def keep(step: Callable[[pd.DataFrame], pd.DataFrame]) -> Stored:
+            frames = [self._write(step(self._read(path))) for path in events.paths]
+            return replace(events, paths=tuple(frames))
+
+        return fit.parts(keep, lambda kept, step: [step(self._read(path)) for path in kept.paths], *args, **kwargs)
+
+    def each(self, stage: Callable[..., Any], events: Stored, *args: Any, **kwargs: Any) -> Any:
+        """``stage`` on every part in turn; a part's StageError makes the stage run on all the rows, as pandas
+        does, so the error counts every part's rows."""
+        paths, lengths, quarantines, steps, kept = [], [], [], [], False
+        for path in events.paths:
+            try:
+                done = stage(self._read(path), *args, **kwargs)
+            except StageError:
+                stage(self.rows(events), *args, **kwargs)  # raises the whole table's StageError
+                raise  # a stage that fails on a part but not on the whole is not per admission
+            kept = isinstance(done, Kept)
+            frame = done.frame if kept else done
+            paths.append(self._write(frame))
+            lengths.append(len(frame))
+            if kept:
+                quarantines.append(done.quarantine)
+                steps.append(done.steps)
+        parts = Stored(paths=tuple(paths), lengths=tuple(lengths), order=events.order)
+        return Kept(frame=parts, quarantine=_quarantine(quarantines), steps=add_steps(steps)) if kept else parts
+
+    def rows(self, events: Stored, pick: Callable[..., pd.DataFrame] | None = None, *args: Any,
+             columns: Sequence[str] | None = None, **kwargs: Any) -> pd.DataFrame:
+        read = list(columns) if pick is None and columns is not None else None  # only the columns asked for
+        return in_row_order([_pick(pick, columns, args, kwargs, self._read(path, read)) for path in events.paths],
+                            events.order)
+
+    def collect(self, events: Stored) -> pd.DataFrame:
+        return pd.concat([self._read(path) for path in events.paths])
+
+    def _write(self, frame: pd.DataFrame) -> Path:
+        path = self.folder / f"part-{next(self._written):06d}.parquet"
+        frame.to_parquet(path, engine="pyarrow", index=True, compression="zstd")
+        return path
+
+    @staticmethod
+    def _read(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
+        return pd.read_parquet(path, engine="pyarrow", columns=columns)
+
+
+@contextlib.contextmanager
+def parts_engine(*, partitions: int | None = None, rows_per_part: int | None = ROWS_PER_PART,
+                 folder: Path | None = None) -> Iterator[PartsEngine]:
+    """A :class:`PartsEngine` on a fresh temporary folder (in ``folder``, or the system's), deleted afterwards."""
+    with tempfile.TemporaryDirectory(prefix="badpoints-parts-", dir=folder) as temporary:
+        yield PartsEngine(Path(temporary), partitions=partitions, rows_per_part=rows_per_part)
 
 
 @dataclass(frozen=True)
@@ -259,9 +362,12 @@ def add_steps(parts: Sequence[tuple[Step, ...]]) -> tuple[Step, ...]:
                  for n, step in enumerate(parts[0]))
 
 
-def in_row_order(frames: Sequence[pd.DataFrame], order: pd.Index) -> pd.DataFrame:
-    """``frames`` (rows of the frame whose source lines were ``order``, in that order) as one frame in that order."""
+def in_row_order(frames: Sequence[pd.DataFrame], order: pd.Index | None) -> pd.DataFrame:
+    """``frames`` (rows of the frame whose source lines were ``order``, in that order) as one frame in that order
+    (``order`` None: the lines were increasing)."""
     whole = pd.concat(list(frames))
+    if order is None:
+        return whole.iloc[np.argsort(whole.index.to_numpy(), kind="stable")]
     return whole.iloc[np.argsort(order.get_indexer(whole.index), kind="stable")]
 
 
