@@ -1,32 +1,32 @@
-"""Where LABEVENTS is worked on: in this process (pandas, the default) or on a ``dask.distributed`` cluster.
+"""Where LABEVENTS is worked on: in this process on whole frames (pandas, the default), in this process one part
+at a time (parts), or on a ``dask.distributed`` cluster.
 
-Both engines run the very same stage functions; an engine only decides where
-they run and how their parts come back together. With the Dask engine:
+All engines run the very same stage functions; an engine only decides where
+they run and how their parts come back together. With the parts and Dask engines:
 
-- raw checks: LABEVENTS is cut into row slices; :func:`pipeline.parse.check_part`
+- raw checks: (Dask) LABEVENTS is cut into row slices; :func:`pipeline.parse.check_part`
   checks each on a worker and the results come back as data (failing lines and
   values, typed rows), which :func:`pipeline.parse.combine_parts` turns into what
   one process finds. Keys, foreign keys and stays are checked on the combined rows.
-- clean, split and encode run in this process (they need whole-table facts: item
-  kinds, vocabularies); ADMISSIONS, D_LABITEMS, the split assignment and the
-  vocabularies stay pandas and are handed to the workers as arguments.
-- :meth:`DaskEngine.partition` then cuts the encoded rows by admission: admissions
-  in (split, HADM_ID) order, in contiguous ranges of about equal rows, so every
-  admission's rows are in one part. Every stage after it works per row or per
-  admission (z-scores, fill, bucket, dedup), so it runs on each part alone
-  (:meth:`DaskEngine.each`) and its quarantine and steps are gathered and added up.
-- a stage's fit (:class:`pipeline.stages.Fit`) is global: a mergeable one (``parts``,
-  such as the z-score fit's passes) keeps each part's rows on its worker and sends back
-  small per-part results, combined here, so it gives what pandas gives; any other fit
-  reads what its stage gathered for it, in this process.
+- ``partition`` then cuts the checked rows by admission, before clean: admissions
+  in (split, HADM_ID) order (the split is known from ADMISSIONS alone), in contiguous
+  ranges of about equal rows, so every admission's rows are in one part. Every stage
+  works per row or per admission (clean, split, encode, z-scores, fill, bucket, dedup),
+  so it runs on each part alone (``each``) and its quarantine and steps are added up.
+- a stage's fit (:class:`pipeline.stages.Fit`) is global: a mergeable one (``partial``,
+  ``combine``, ``finish``: item kinds, vocabularies, z-score stats) reads each part and
+  gives a small result; those are combined into exactly the state one process fits.
+  Any other fit (fill's exact medians) reads the rows and columns it needs, gathered.
 - findings about the whole table read the rows or columns they need, gathered
-  in the input's row order (:meth:`DaskEngine.rows`).
-- a :class:`StageError` on any part comes back as data; the stage is then run
-  here on its gathered input, so the report carries exactly the error the pandas
-  engine reports (count, lines, items), never just the first part's.
+  in the input's row order (``rows``).
+- a :class:`StageError` on any part makes the stage run on its gathered input, so
+  the report carries exactly the error the pandas engine reports (count, lines,
+  items), never just the first part's.
 - the edge rows come back in part order, which is the dedup stage's order
-  (split, admission, timestep, item): no global sort on the cluster.
+  (split, admission, timestep, item): no global sort.
 
+:class:`PartsEngine` keeps the parts as Parquet files in a temporary folder and holds
+one in memory at a time. :class:`DaskEngine` holds them on the workers:
 ``LocalCluster`` by default (worker processes on loopback, bounded memory), or
 an existing scheduler at an address.
 """
@@ -376,15 +376,17 @@ def admission_parts(events: pd.DataFrame, partitions: int, splits: pd.DataFrame 
 
     Admissions in (split, HADM_ID) order are cut into contiguous ranges of about equal rows, so rows sorted by
     split and admission within each part are sorted across them. Each part keeps the input's row order. The split
-    is the rows' SPLIT, or (``splits``: HADM_ID and SPLIT) their admission's; rows of no known admission (no
-    HADM_ID, or one without a split) come last.
+    is the rows' SPLIT, or (``splits``: HADM_ID and SPLIT) their admission's, or none (neither is known); rows of
+    no known admission (no HADM_ID, or one without a split) come last.
     """
     if events.empty:
         return [events]
     hadm = events["HADM_ID"]
     known = hadm.notna().to_numpy()
     key = np.where(known, hadm.to_numpy("float64", na_value=np.nan), -1).astype("int64")
-    if splits is None:
+    if splits is None and "SPLIT" not in events:  # no split known (the split stage will fail): by HADM_ID alone
+        split = np.zeros(len(events), dtype="int64")
+    elif splits is None:
         split = split_codes(events["SPLIT"]).astype("int64")
     else:
         of = pd.Series(split_codes(splits["SPLIT"]).astype("int64"), index=splits["HADM_ID"].to_numpy("int64"))
