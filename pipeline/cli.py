@@ -73,21 +73,24 @@ _QUIET = typer.Option("--quiet", "-q", help="No progress; print only errors and 
 _CACHE_DIR = typer.Option("--cache-dir", help="Cache of raw-checked tables (default $BADPOINTS_CACHE_DIR or "
                                               "~/.cache/badpoints). It holds parsed copies of the data.")
 _NO_CACHE = typer.Option("--no-cache", help="Neither read nor write the cache.")
-_ENGINE = typer.Option("--engine", help="Where LABEVENTS' raw checks and its stages from scale to dedup run: "
-                                        "pandas (this process) or dask.")
+_ENGINE = typer.Option("--engine", help="Where LABEVENTS' raw checks and its stages run: pandas (this process, "
+                                        "whole frames), parts (this process, one admission-range part at a time, "
+                                        "parts kept as Parquet files in a temporary folder) or dask.")
 _SCHEDULER = typer.Option("--scheduler", help="With --engine dask: an existing scheduler's address "
                                               "(default: a LocalCluster on loopback).")
 _WORKERS = typer.Option("--workers", min=1, help="With --engine dask and no --scheduler: worker processes.")
 _MEMORY = typer.Option("--memory-limit", help="With --engine dask and no --scheduler: memory per worker.")
 _PARTITIONS = typer.Option("--partitions", min=1, help="With --engine dask: parts of LABEVENTS, row slices "
                                                       "for the raw checks and admission ranges for the stages "
-                                                      "(default: two per worker).")
+                                                      "(default: two per worker). With --engine parts: admission "
+                                                      "ranges (default: about a million rows each).")
 
 
 class EngineName(str, Enum):
     """Where LABEVENTS' raw checks and heavy stages run (see ``pipeline.engine``)."""
 
     pandas = "pandas"
+    parts = "parts"
     dask = "dask"
 
 
@@ -99,6 +102,12 @@ def _where(err: Console, *, cache_dir: Optional[Path], no_cache: bool, engine: E
     cache = None if no_cache else _cache(err, cache_dir or default_cache_dir())
     if engine is EngineName.pandas:
         yield cache, None
+        return
+    if engine is EngineName.parts:
+        from pipeline.engine import ROWS_PER_PART, parts_engine
+
+        with parts_engine(partitions=partitions, rows_per_part=None if partitions else ROWS_PER_PART) as running:
+            yield cache, running
         return
     from pipeline.engine import dask_engine
 

@@ -18,6 +18,7 @@ import pandas as pd
 
 from pipeline.stages import BUILT, PREPARE, REASONS, STAGE_ORDER, STAGES, Context, Ledger
 from pipeline.stages.dedup import SHORT
+from pipeline.stages.split import known_splits
 from pipeline.stages.encode import Vocabularies
 from pipeline.stages.fill import FillValues
 from pipeline.stages.scale import ZScoreStats
@@ -253,12 +254,13 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: Vocabularies | N
     context = Context(tables=tables, engine=engine, ledger=ledger, max_lines=config.report.max_lines,
                       fitted=_given(vocabularies, stats))
     events, state, parts = tables.labevents, {"read": len(tables.labevents)}, False
+    splitting = dict(train=config.split.train, val=config.split.val, test=config.split.test, seed=config.split.seed)
     with trusted_chain():  # each stage's output goes straight to the next: its guard ran already
         try:
             for stage in PREPARE:
                 progress.step(stage.name, rows=len(events))
                 if stage.by_admission and not parts:  # by admission: every stage from here on is per row or admission
-                    events, parts = engine.partition(events), True
+                    events, parts = engine.partition(events, known_splits(tables.admissions, **splitting)), True
                 context = replace(context, options=getattr(config, stage.section))
                 if stage.fit is not None and stage.name not in context.fitted:
                     rows, args, kwargs = stage.fit.inputs(events, context)

@@ -53,8 +53,10 @@ class Reason:
 class Fit:
     """What a stage learns on the training split before it runs (unless an earlier run's ``state`` is given).
 
-    ``whole`` fits one frame; ``parts``, when the fit is mergeable, gives the same state from passes over
-    rows held in parts (the engine picks). ``inputs(events, context)`` says what the fit reads: the rows
+    ``whole`` fits one frame. A mergeable fit gives the same state from rows held in parts (the engine picks):
+    ``partial(part, *args, **kwargs)`` is a part's small result, ``combine(partials)`` adds them up and
+    ``finish(combined, *args, **kwargs)`` is the state (``whole`` is ``finish`` of ``combine`` of one
+    ``partial``); or ``parts`` runs passes over the parts itself (the z-score fit's centred sums). ``inputs(events, context)`` says what the fit reads: the rows
     (or the columns it needs of them), its arguments and its options. The state is a frozen dataclass,
     saved in ``stats.json`` under ``saved_as``.
     """
@@ -64,6 +66,9 @@ class Fit:
     state: type
     saved_as: str
     parts: Callable[..., Any] | None = None
+    partial: Callable[..., Any] | None = None
+    combine: Callable[[list], Any] | None = None
+    finish: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -156,19 +161,27 @@ BEFORE = (
 
 STAGES = (
     Stage("clean", colour="#1f77b4", run=clean.run, section="comments", takes=LabEvents, gives=CleanEvents,
+          fit=Fit(whole=clean.fit_kinds, partial=clean.count_kinds, combine=clean.add_kind_counts,
+                  finish=clean.kinds_from_counts, inputs=clean.fit_inputs, state=clean.ItemKinds,
+                  saved_as="item_kinds"),
           reasons=(Reason(clean.OUTPATIENT, "quarantine_outpatient"),
                    Reason(clean.RAW_ERROR, "quarantine_raw_error"),
                    Reason(clean.ADMISSION_REJECTED, "quarantine_admission"),
                    Reason(clean.ITEM_REJECTED, "quarantine_raw_error"),
                    Reason(clean.MIXED_TEXT, "mixed_item_text", per_item=True),
                    Reason(clean.IN_COMMENTS, "result_in_comments", per_item=True),
-                   Reason(clean.NO_RESULT, "no_result", per_item=True))),
-    Stage("split", colour="#17becf", run=split.run, section="split", takes=CleanEvents, gives=SplitEvents),
+                   Reason(clean.NO_RESULT, "no_result", per_item=True)),
+          by_admission=True),
+    Stage("split", colour="#17becf", run=split.run, section="split", takes=CleanEvents, gives=SplitEvents,
+          by_admission=True),
     Stage("encode", colour="#9467bd", run=encode.run, section="encode", takes=SplitEvents, gives=EncodedEvents,
-          fit=Fit(whole=encode.fit_vocabularies, inputs=encode.fit_inputs, state=encode.Vocabularies,
-                  saved_as="vocabularies")),
+          fit=Fit(whole=encode.fit_vocabularies, partial=encode.count_values, combine=encode.add_value_counts,
+                  finish=encode.vocabularies_from_counts, inputs=encode.fit_inputs, state=encode.Vocabularies,
+                  saved_as="vocabularies"),
+          by_admission=True),
     Stage("scale", colour="#ff7f0e", run=scale.run, section="scale", takes=EncodedEvents, gives=ScaledEvents,
-          fit=Fit(whole=scale.fit_zscore, parts=scale.fit_by_passes, inputs=scale.fit_inputs,
+          fit=Fit(whole=scale.fit_zscore, partial=scale.fit_rows, combine=scale.add_fit_rows,
+                  finish=scale.fit_from_rows, inputs=scale.fit_inputs,
                   state=scale.ZScoreStats, saved_as="scale"),
           by_admission=True),
     Stage("fill", colour="#bcbd22", run=fill.run, section="fill", takes=ScaledEvents, gives=FilledEvents,

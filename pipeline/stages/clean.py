@@ -12,8 +12,8 @@ result and is quarantined. COMMENTS (free text) goes no further than this stage.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -56,38 +56,125 @@ def clean_labitems(labitems: pd.DataFrame) -> Kept:
     return Kept(frame=frame, quarantine=kept.quarantine, steps=kept.steps)
 
 
-@guarded(stage=STAGE, takes=LabEvents, gives=CleanEvents)
-def clean_events(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
-                 empty_value: str = "quarantine") -> Kept:
-    """Inpatient lab rows with valid keys and a result, each with the KIND of its item.
+@dataclass(frozen=True)
+class ItemKinds:
+    """What clean learns from all the inpatient rows it keeps: each lab item's kind, and how many rows have no
+    result (with and without a comment), which decides the steps it takes. Items absent are categorical."""
 
-    ``admissions`` and ``labitems`` are the clean tables: rows referring to a
-    rejected admission or item are quarantined with that reason. ``empty_value``
-    says what a row whose result is only in COMMENTS becomes: "quarantine", or
-    "category" (the comment is its categorical VALUE and the row's KIND is categorical).
-    """
-    if empty_value not in EMPTY_VALUE_POLICIES:
-        raise ValueError(f"empty_value must be one of {', '.join(EMPTY_VALUE_POLICIES)}, got {empty_value!r}")
-    kept = set_aside(labevents, [
+    kinds_: tuple[tuple[int, str], ...]
+    no_result_rows_: int = 0
+    commented_rows_: int = 0
+
+    def of(self, items: pd.Series) -> pd.Series:
+        """The kind of each row's item (categorical for an item without any result)."""
+        table = pd.Series([kind for _, kind in self.kinds_], index=pd.Index([i for i, _ in self.kinds_], dtype="int64"),
+                          dtype="str")
+        return pd.Series(table.reindex(items.to_numpy()).fillna("categorical").to_numpy(), index=items.index,
+                         dtype="str")
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kinds": [list(row) for row in self.kinds_], "no_result_rows": self.no_result_rows_,
+                "commented_rows": self.commented_rows_}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ItemKinds":
+        return cls(kinds_=tuple((int(item), str(kind)) for item, kind in data["kinds"]),
+                   no_result_rows_=int(data["no_result_rows"]), commented_rows_=int(data["commented_rows"]))
+
+
+@dataclass(frozen=True)
+class KindCounts:
+    """One part's share of :class:`ItemKinds`: per ITEMID, RESULTS (rows with VALUE or VALUENUM) and NUMBERS (of
+    those, rows with VALUENUM); rows without a result, with and without a comment. Parts add up."""
+
+    per_item: pd.DataFrame
+    no_result_rows: int
+    commented_rows: int
+
+
+def inpatient_rows(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame) -> Kept:
+    """Rows with an admission and an item that passed the raw checks; the others set aside with their reason."""
+    return set_aside(labevents, [
         (OUTPATIENT, labevents["HADM_ID"].isna() & labevents["REJECT"].isna()),
         (RAW_ERROR, labevents["REJECT"].notna()),
         (ADMISSION_REJECTED, ~labevents["HADM_ID"].isin(admissions["HADM_ID"])),
         (ITEM_REJECTED, ~labevents["ITEMID"].isin(labitems["ITEMID"])),
     ], stage=STAGE, columns={OUTPATIENT: "HADM_ID", RAW_ERROR: "REJECT", ADMISSION_REJECTED: "HADM_ID",
                              ITEM_REJECTED: "ITEMID"})
-    events = kept.frame.drop(columns=["REJECT", "SUBJECT_ID"], errors="ignore")
-    events = events.astype({"HADM_ID": "int64", "ITEMID": "int64"})
-    events = events.assign(KIND=item_kinds(events))
+
+
+def _empty_rows(events: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Rows with neither VALUE nor VALUENUM, and those of them with a comment."""
     empty = events["VALUE"].isna() & events["VALUENUM"].isna()
     commented = empty & events["COMMENTS"].notna() if "COMMENTS" in events else pd.Series(False, index=events.index)
-    filters = [(NO_RESULT, empty & ~commented)]
+    return empty, commented
+
+
+def count_kinds(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame) -> KindCounts:
+    """The counts :class:`ItemKinds` is learned from, of ``labevents`` (all the rows, or those of some admissions)."""
+    return _counts(inpatient_rows(labevents, admissions, labitems).frame)
+
+
+def _counts(events: pd.DataFrame) -> KindCounts:
+    has_result = events["VALUENUM"].notna() | events["VALUE"].notna() if "VALUE" in events else \
+        pd.Series(True, index=events.index)
+    numbers = events["VALUENUM"].notna()[has_result].astype("int64")
+    items = pd.Index(events["ITEMID"].to_numpy()[has_result.to_numpy()], dtype="int64", name="ITEMID")
+    per_item = pd.DataFrame({"RESULTS": 1, "NUMBERS": numbers.to_numpy()}, index=items).groupby(level="ITEMID").sum()
+    empty, commented = _empty_rows(events) if "VALUE" in events else (pd.Series(False, index=events.index),) * 2
+    return KindCounts(per_item=per_item, no_result_rows=int((empty & ~commented).sum()),
+                      commented_rows=int(commented.sum()))
+
+
+def add_kind_counts(parts: Sequence[KindCounts]) -> KindCounts:
+    """The counts of all the rows from those of each part."""
+    per_item = pd.concat([part.per_item for part in parts]).groupby(level="ITEMID").sum()
+    return KindCounts(per_item=per_item, no_result_rows=sum(p.no_result_rows for p in parts),
+                      commented_rows=sum(p.commented_rows for p in parts))
+
+
+def kinds_from_counts(counts: KindCounts, *args: Any) -> ItemKinds:
+    """Numeric (every row with a result has VALUENUM), categorical (none has) or mixed, per item, sorted by ITEMID."""
+    per_item = counts.per_item.sort_index()
+    numbers, results = per_item["NUMBERS"].to_numpy(), per_item["RESULTS"].to_numpy()
+    kind = np.select([numbers == results, numbers == 0], ["numeric", "categorical"], default="mixed")
+    return ItemKinds(kinds_=tuple(zip(per_item.index.astype("int64").tolist(), kind.tolist())),
+                     no_result_rows_=counts.no_result_rows, commented_rows_=counts.commented_rows)
+
+
+def fit_kinds(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame) -> ItemKinds:
+    """Item kinds of all the rows: :func:`count_kinds` of one part."""
+    return kinds_from_counts(add_kind_counts([count_kinds(labevents, admissions, labitems)]))
+
+
+@guarded(stage=STAGE, takes=LabEvents, gives=CleanEvents)
+def clean_events(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame,
+                 kinds: ItemKinds | None = None, *, empty_value: str = "quarantine") -> Kept:
+    """Inpatient lab rows with valid keys and a result, each with the KIND of its item.
+
+    ``admissions`` and ``labitems`` are the clean tables: rows referring to a
+    rejected admission or item are quarantined with that reason. ``kinds`` are learned from all the rows (by
+    :func:`fit_kinds`, or from parts' :func:`count_kinds`); without them, from ``labevents``. ``empty_value``
+    says what a row whose result is only in COMMENTS becomes: "quarantine", or
+    "category" (the comment is its categorical VALUE and the row's KIND is categorical).
+    """
+    if empty_value not in EMPTY_VALUE_POLICIES:
+        raise ValueError(f"empty_value must be one of {', '.join(EMPTY_VALUE_POLICIES)}, got {empty_value!r}")
+    kept = inpatient_rows(labevents, admissions, labitems)
+    events = kept.frame.drop(columns=["REJECT", "SUBJECT_ID"], errors="ignore")
+    events = events.astype({"HADM_ID": "int64", "ITEMID": "int64"})
+    kinds = kinds if kinds is not None else kinds_from_counts(_counts(events))
+    events = events.assign(KIND=kinds.of(events["ITEMID"]))
+    empty, commented = _empty_rows(events)
+    filters = [(NO_RESULT, empty & ~commented, kinds.no_result_rows_)]
     if empty_value == "category" and commented.any():
         events = events.assign(VALUE=events["VALUE"].mask(commented, events["COMMENTS"]),
                                KIND=events["KIND"].mask(commented, "categorical"))
     elif empty_value == "quarantine":
-        filters.append((IN_COMMENTS, commented))
-    # A class of rows that does not occur adds no step: data without empty values keeps its attrition as it was.
-    filters = [(reason, mask) for reason, mask in filters if mask.any()]
+        filters.append((IN_COMMENTS, commented, kinds.commented_rows_))
+    # A class of rows that does not occur (in all the rows) adds no step: data without empty values keeps its
+    # attrition as it was.
+    filters = [(reason, mask) for reason, mask, rows in filters if rows]
     filters.append((MIXED_TEXT, (events["KIND"] == "mixed") & events["VALUENUM"].isna()))
     results = set_aside(events.drop(columns="COMMENTS", errors="ignore"), filters, stage=STAGE,
                         columns={NO_RESULT: "VALUE", IN_COMMENTS: "VALUE", MIXED_TEXT: "VALUENUM"})
@@ -99,13 +186,14 @@ def item_kinds(events: pd.DataFrame) -> pd.Series:
     """Per row, the kind of its item: numeric (every row with a result has VALUENUM), categorical (none) or
     mixed. Rows with neither VALUE nor VALUENUM have no say (without a VALUE column every row has); an item with
     only such rows is categorical."""
-    has_result = events["VALUENUM"].notna() | events["VALUE"].notna() if "VALUE" in events else \
-        pd.Series(True, index=events.index)
-    share = events["VALUENUM"].notna()[has_result].groupby(events["ITEMID"][has_result]).mean()
-    per_item = pd.Series(np.select([share == 1.0, share == 0.0], ["numeric", "categorical"], default="mixed"),
-                         index=share.index, dtype="str")
-    kind = per_item.reindex(events["ITEMID"].to_numpy()).fillna("categorical")
-    return pd.Series(kind.to_numpy(), index=events.index, dtype="str")
+    return kinds_from_counts(_counts(events)).of(events["ITEMID"])
+
+
+def fit_inputs(labevents: Any, context: Context) -> tuple[Any, tuple, dict]:
+    """What :func:`fit_kinds` reads in flow: every lab row, and the admissions and lab items that pass the raw
+    checks (cleaned again: the stage cleans them when it runs, after its fit)."""
+    tables = context.tables
+    return labevents, (clean_admissions(tables.admissions).frame, clean_labitems(tables.labitems).frame), {}
 
 
 def run(labevents: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, Context]:
@@ -114,5 +202,6 @@ def run(labevents: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, Contex
     admissions = ledger.take(clean_admissions(context.tables.admissions))
     labitems = ledger.take(clean_labitems(context.tables.labitems))
     ledger.names = item_names(labitems)
-    events = ledger.take(clean_events(labevents, admissions, labitems, empty_value=context.options.empty_value))
+    events = ledger.take(context.engine.each(clean_events, labevents, admissions, labitems, context.fitted[STAGE],
+                                             empty_value=context.options.empty_value))
     return events, replace(context, admissions=admissions, labitems=labitems)

@@ -107,21 +107,25 @@ def train_lab_values(events: pd.DataFrame) -> pd.DataFrame:
     return events.loc[chosen, ["HADM_ID", "ITEMID", "VALUE"]]
 
 
-def fit_vocabularies(events: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
-                     min_admissions: int = 1, fold_case: bool = False) -> Vocabularies:
-    """Fit on the training split: lab VALUEs of categorical items, admission columns; FLUID/CATEGORY on the dictionary.
+def count_values(events: pd.DataFrame, *args: Any, **kwargs: Any) -> pd.DataFrame:
+    """One part's share of the lab vocabularies (all the rows, or those of some admissions): per (ITEMID, VALUE)
+    of :func:`train_lab_values`, N (rows) and ADMISSIONS (distinct training admissions). Parts cut by admission
+    add up (:func:`add_value_counts`)."""
+    grouped = train_lab_values(events).groupby(["ITEMID", "VALUE"])
+    return pd.DataFrame({"N": grouped.size(), "ADMISSIONS": grouped["HADM_ID"].nunique()}).astype("int64")
 
-    ``events`` and ``admissions`` carry SPLIT. A lab VALUE or admission value enters a vocabulary only when
-    at least ``min_admissions`` training admissions have it (rarer ones get code 0, as unseen ones do), so no
-    value that could single out a patient is saved. The lab-item dictionary is not patient data, so its FLUID
-    and CATEGORY vocabularies cover every item (labitem nodes are the whole dictionary). With ``fold_case``,
-    FLUID and CATEGORY values that differ only in letter case share one entry (:func:`case_spellings`).
-    """
-    train = train_lab_values(events)
-    grouped = train.groupby(["ITEMID", "VALUE"])
-    counts = pd.DataFrame({"n": grouped.size(), "admissions": grouped["HADM_ID"].nunique()}).reset_index()
-    counts = counts[counts["admissions"] >= min_admissions]
-    counts = counts.sort_values(["ITEMID", "n", "VALUE"], ascending=[True, False, True], kind="stable")
+
+def add_value_counts(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """The counts of all the rows from those of parts that share no admission."""
+    return pd.concat(parts).groupby(level=["ITEMID", "VALUE"]).sum()
+
+
+def vocabularies_from_counts(counts: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
+                             min_admissions: int = 1, fold_case: bool = False) -> Vocabularies:
+    """The vocabularies from the lab values' counts over all the rows (see :func:`fit_vocabularies`)."""
+    counts = counts.reset_index()
+    counts = counts[counts["ADMISSIONS"] >= min_admissions]
+    counts = counts.sort_values(["ITEMID", "N", "VALUE"], ascending=[True, False, True], kind="stable")
     counts["CODE"] = counts.groupby("ITEMID").cumcount() + 1
     lab_values = tuple(zip(counts["ITEMID"].astype("int64").tolist(), counts["VALUE"].astype("str").tolist(),
                            counts["CODE"].astype("int64").tolist()))
@@ -134,6 +138,21 @@ def fit_vocabularies(events: pd.DataFrame, admissions: pd.DataFrame, labitems: p
         category_=ordered_vocabulary(_folded(labitems["CATEGORY"]) if fold_case else labitems["CATEGORY"]),
         fold_case_=fold_case,
     )
+
+
+def fit_vocabularies(events: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
+                     min_admissions: int = 1, fold_case: bool = False) -> Vocabularies:
+    """Fit on the training split: lab VALUEs of categorical items, admission columns; FLUID/CATEGORY on the dictionary.
+
+    ``events`` and ``admissions`` carry SPLIT. A lab VALUE or admission value enters a vocabulary only when
+    at least ``min_admissions`` training admissions have it (rarer ones get code 0, as unseen ones do), so no
+    value that could single out a patient is saved. The lab-item dictionary is not patient data, so its FLUID
+    and CATEGORY vocabularies cover every item (labitem nodes are the whole dictionary). With ``fold_case``,
+    FLUID and CATEGORY values that differ only in letter case share one entry (:func:`case_spellings`).
+    Codes follow the counts only, so rows in parts (:func:`count_values` of each) give the same vocabularies.
+    """
+    return vocabularies_from_counts(add_value_counts([count_values(events)]), admissions, labitems,
+                                    min_admissions=min_admissions, fold_case=fold_case)
 
 
 def _folded(values: pd.Series) -> pd.Series:
@@ -223,13 +242,21 @@ def run(events: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, Context]:
     vocabularies, ledger = context.fitted[STAGE], context.ledger
     ledger.findings.extend(case_findings(context.labitems, fold_case=vocabularies.fold_case_,
                                          max_lines=context.max_lines))
-    encoded = encode_events(events, vocabularies)
+    encoded = context.engine.each(encode_events, events, vocabularies)
     admissions = encode_admissions(context.admissions, vocabularies)
     labitems = encode_labitems(context.labitems, vocabularies)
-    ledger.findings.extend(unseen_findings(encoded, context.admissions, admissions,
+    categorical = context.engine.rows(encoded, categorical_rows)
+    ledger.findings.extend(unseen_findings(categorical, context.admissions, admissions,
                                            min_admissions=context.options.min_admissions,
                                            max_lines=context.max_lines, names=ledger.names))
     return encoded, replace(context, admissions=admissions, labitems=labitems)
+
+
+def categorical_rows(events: pd.DataFrame) -> pd.DataFrame:
+    """The rows and columns :func:`unseen_findings` reads (the categorical rows): its findings from them, in their
+    order, are its findings from all the rows."""
+    return events.loc[(events["KIND"] == "categorical").to_numpy(), ["HADM_ID", "ITEMID", "VALUE", "KIND", "SPLIT",
+                                                                     "CODE"]]
 
 
 def unseen_findings(events: pd.DataFrame, admissions: pd.DataFrame, encoded: pd.DataFrame, *, min_admissions: int,

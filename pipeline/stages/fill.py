@@ -134,9 +134,15 @@ def fill_findings(events: pd.DataFrame, policies: Mapping[str, FillPolicy]) -> l
     return findings
 
 
+def training_rows(events: pd.DataFrame) -> pd.DataFrame:
+    """The training rows' split and tensor columns: all :func:`fit_fill` reads (its means and medians, exact, need
+    the values themselves; they are sorted first, so their order does not matter)."""
+    return events.loc[(events["SPLIT"] == "train").to_numpy(), ["SPLIT", *TENSOR_COLUMNS]]
+
+
 def fit_inputs(events: Any, context: Context) -> tuple[pd.DataFrame, tuple, dict]:
-    """What :func:`fit_fill` reads in flow: the split and the tensor columns of every row, and the [fill] policies."""
-    return context.engine.rows(events, columns=["SPLIT", *TENSOR_COLUMNS]), (context.options,), {}
+    """What :func:`fit_fill` reads in flow: the training rows' tensor columns, and the [fill] policies."""
+    return context.engine.rows(events, training_rows), (context.options,), {}
 
 
 def run(events: Any, context: Context) -> tuple[Any, Context]:

@@ -15,9 +15,10 @@ training rows only (``RULES``):
 
 The std is computed in two centred passes (never from sums of squares, which go
 negative for an item with mean 1e6 and std 1e-3), not ``std + 1e-7``, which turns
-noise into z-scores of 1e7. The fit reads its rows in additive passes
-(:func:`fit_sums`, combined by :func:`add_sums`), so rows held in parts give the
-same stats (:func:`fit_by_passes`).
+noise into z-scores of 1e7. The fit reads the training values counted
+(:func:`fit_rows`): the counts of parts add up (:func:`add_fit_rows`) to those of
+all the rows, so rows held in parts give the same stats, bit for bit; its passes
+(:func:`fit_sums`) then run on the counted values.
 """
 
 from __future__ import annotations
@@ -122,12 +123,19 @@ class ZScoreStats:
         )
 
 
-def item_sums(values: pd.Series, items: pd.Series, centre: pd.Series | None = None) -> pd.DataFrame:
-    """Per item, N (values that are not NaN) and SUM of the values, or of their squared deviations from a per-item
-    ``centre``: sums of parts of the rows add up to the sums of all of them."""
+def item_sums(values: pd.Series, items: pd.Series, centre: pd.Series | None = None,
+              shift: pd.Series | None = None, weights: pd.Series | None = None) -> pd.DataFrame:
+    """Per item, N (values that are not NaN) and SUM of the values, of their differences from a per-item
+    ``shift``, or of their squared deviations from a per-item ``centre``: sums of parts of the rows add up to the
+    sums of all of them. With ``weights``, each value stands for that many rows."""
     if centre is not None:
         deviation = values - items.map(centre)
         values = deviation * deviation
+    elif shift is not None:
+        values = values - items.map(shift)
+    if weights is not None:
+        counted = weights.where(values.notna(), 0)
+        return pd.DataFrame({"N": counted.groupby(items).sum(), "SUM": (values * weights).groupby(items).sum()})
     grouped = values.groupby(items)
     return pd.DataFrame({"N": grouped.count(), "SUM": grouped.sum()})
 
@@ -181,7 +189,7 @@ def _transformed(events: pd.DataFrame, log_items: list[int], *, strict: bool = T
 def fit_zscore(events: pd.DataFrame, *, eps: float = 1e-12, clip_sigma: float = 3.0, min_rows: int = 10,
                constant_bound: float = 10.0, policy: Mapping[int, str] | None = None) -> ZScoreStats:
     """Fit per-item stats on the training rows that carry a number (``events`` has SPLIT and FLAG)."""
-    return fit_by_passes(lambda step: step(events), lambda rows, step: [step(rows)], eps=eps, clip_sigma=clip_sigma,
+    return fit_from_rows(add_fit_rows([fit_rows(events, policy=policy)]), eps=eps, clip_sigma=clip_sigma,
                          min_rows=min_rows, constant_bound=constant_bound, policy=policy)
 
 
@@ -190,28 +198,45 @@ def fit_by_passes(keep: Callable[[Callable[[pd.DataFrame], pd.DataFrame]], Any],
                   eps: float = 1e-12, clip_sigma: float = 3.0, min_rows: int = 10, constant_bound: float = 10.0,
                   policy: Mapping[int, str] | None = None) -> ZScoreStats:
     """The fit of rows that may lie in parts: ``keep(step)`` applies ``step`` to every part and keeps what it
-    gives where the part is; ``each(kept, step)`` gives ``step`` of every kept part. Each pass of
-    :func:`fit_sums` over the parts is added up by :func:`add_sums`, so one part or many give the same stats."""
-    rows = keep(functools.partial(fit_rows, policy=policy))
-
-    def sums(known: pd.DataFrame | None) -> pd.DataFrame:
-        return add_sums(each(rows, functools.partial(fit_sums, known=known, clip_sigma=clip_sigma)))
-
-    return fit_from_sums(sums, eps=eps, min_rows=min_rows, constant_bound=constant_bound, policy=policy)
+    gives where the part is; ``each(kept, step)`` gives ``step`` of every kept part. Each part's
+    :func:`fit_rows` (its distinct values, counted) come back and add up (:func:`add_fit_rows`) to the very
+    table one part gives, so one part or many give the same stats, bit for bit."""
+    kept = keep(functools.partial(fit_rows, policy=policy))
+    return fit_from_rows(add_fit_rows(each(kept, lambda rows: rows)), eps=eps, clip_sigma=clip_sigma,
+                         min_rows=min_rows, constant_bound=constant_bound, policy=policy)
 
 
-def fit_rows(events: pd.DataFrame, *, policy: Mapping[int, str] | None = None) -> pd.DataFrame:
-    """What the fit reads of ``events`` (all of them, or the rows of some admissions): each training row that
-    carries a number, as ITEMID, X (VALUENUM, log1p for 'log' items) and NORMAL (no FLAG).
+def fit_from_rows(rows: pd.DataFrame, *, eps: float = 1e-12, clip_sigma: float = 3.0, min_rows: int = 10,
+                  constant_bound: float = 10.0, policy: Mapping[int, str] | None = None) -> ZScoreStats:
+    """The stats from the counted training values of all the rows (:func:`add_fit_rows`)."""
+    return fit_from_sums(functools.partial(fit_sums, rows, clip_sigma=clip_sigma), eps=eps, min_rows=min_rows,
+                         constant_bound=constant_bound, policy=policy)
 
-    Sorted by (ITEMID, VALUENUM), so the sums never depend on the input's row order.
+
+def fit_rows(events: pd.DataFrame, *args: Any, policy: Mapping[int, str] | None = None,
+             **kwargs: Any) -> pd.DataFrame:
+    """What the fit reads of ``events`` (all of them, or the rows of some admissions): the training rows that
+    carry a number, as their distinct ITEMID, X (VALUENUM, log1p for 'log' items) and NORMAL (no FLAG), with
+    COUNT (rows), sorted by ITEMID, X and NORMAL: it never depends on the input's row order, and the tables of
+    parts add up (:func:`add_fit_rows`). Lab values repeat, so it is much smaller than the rows.
     """
     chosen = ((events["SPLIT"] == "train") & events["VALUENUM"].notna()).to_numpy()
-    # Only the three columns the fit reads are gathered, ordered by one stable numeric sort.
-    train = events.loc[chosen, ["ITEMID", "VALUENUM"]].assign(NORMAL=events["FLAG"].isna().to_numpy()[chosen])
-    train = train.iloc[np.lexsort((train["VALUENUM"].to_numpy("float64"), train["ITEMID"].to_numpy("int64")))]
+    # Only the three columns the fit reads are gathered.
+    train = events.loc[chosen, ["ITEMID", "VALUENUM"]]
     values = _transformed(train, _policy_items(dict(policy or {}), "log"))
-    return pd.DataFrame({"ITEMID": train["ITEMID"], "X": values, "NORMAL": train["NORMAL"]})
+    rows = pd.DataFrame({"ITEMID": train["ITEMID"].to_numpy("int64"), "X": values.to_numpy("float64"),
+                         "NORMAL": events["FLAG"].isna().to_numpy()[chosen]})
+    return _counted(rows.assign(COUNT=np.int64(1)))
+
+
+def add_fit_rows(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """The counted training values of all the rows from those of each part."""
+    return _counted(pd.concat(list(parts)))
+
+
+def _counted(rows: pd.DataFrame) -> pd.DataFrame:
+    counted = rows.groupby(["ITEMID", "X", "NORMAL"], sort=True, dropna=False)["COUNT"].sum()
+    return counted.astype("int64").reset_index()
 
 
 def fit_sums(rows: pd.DataFrame, known: pd.DataFrame | None = None, *, clip_sigma: float = 3.0) -> pd.DataFrame:
@@ -224,10 +249,11 @@ def fit_sums(rows: pd.DataFrame, known: pd.DataFrame | None = None, *, clip_sigm
     the basis rows within ``clip_sigma`` STD_b of MEAN_b (all of them where STD_b is not positive).
     """
     items, values = rows["ITEMID"], rows["X"]
+    weights = rows["COUNT"] if "COUNT" in rows else None
     if known is None:
         grouped = values.groupby(items)
-        return pd.DataFrame({"N_NORMAL": rows["NORMAL"].groupby(items).sum(), "MIN": grouped.min(),
-                             "MAX": grouped.max()})
+        normal = rows["NORMAL"].astype("int64") * (1 if weights is None else weights)
+        return pd.DataFrame({"N_NORMAL": normal.groupby(items).sum(), "MIN": grouped.min(), "MAX": grouped.max()})
     columns = []
     for basis in BASES:  # two fixed row sets, each summed over all items at once
         chosen = rows["NORMAL"].to_numpy(bool, copy=True) if basis == "NORMAL" else np.ones(len(rows), dtype=bool)
@@ -235,15 +261,23 @@ def fit_sums(rows: pd.DataFrame, known: pd.DataFrame | None = None, *, clip_sigm
             mean, std = items.map(known[f"MEAN_{basis}"]), items.map(known[f"STD_{basis}"])
             chosen = chosen & (((values - mean).abs() <= clip_sigma * std) | ~(std > 0)).to_numpy(bool)
         centre = known[f"CENTRE_{basis}"] if f"CENTRE_{basis}" in known else None
-        columns.append(item_sums(values[chosen], items[chosen], centre).add_suffix(f"_{basis}"))
+        shift = known[f"SHIFT_{basis}"] if f"SHIFT_{basis}" in known else None
+        columns.append(item_sums(values[chosen], items[chosen], centre, shift,
+                                 None if weights is None else weights[chosen]).add_suffix(f"_{basis}"))
     return pd.concat(columns, axis=1)
 
 
-def _centred_bases(sums: Callable[[pd.DataFrame | None], pd.DataFrame], known: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Per basis: mean, centred sample std and count of the rows ``known`` picks, from two passes of ``sums``."""
-    totals = sums(known).reindex(known.index)
+def _centred_bases(sums: Callable[[pd.DataFrame | None], pd.DataFrame], known: pd.DataFrame,
+                   shift: Mapping[str, pd.Series]) -> dict[str, pd.DataFrame]:
+    """Per basis: mean, centred sample std and count of the rows ``known`` picks, from two passes of ``sums``.
+
+    The mean is ``shift`` plus the mean difference from it: with a shift near the values (the same however the
+    rows are cut into parts), the rounding of the sums over parts stays far below the mean's own, so one part or
+    many give the same mean (an item of 1e6 +- 1e-3 included)."""
+    shift = {b: shift[b].reindex(known.index).fillna(0.0) for b in BASES}
+    totals = sums(known.assign(**{f"SHIFT_{b}": shift[b] for b in BASES})).reindex(known.index)
     count = {b: totals[f"N_{b}"].fillna(0).astype("int64") for b in BASES}
-    mean = {b: totals[f"SUM_{b}"].fillna(0.0) / count[b] for b in BASES}  # NaN for an empty basis
+    mean = {b: shift[b] + totals[f"SUM_{b}"].fillna(0.0) / count[b] for b in BASES}  # NaN for an empty basis
     squares = sums(known.assign(**{f"CENTRE_{b}": mean[b] for b in BASES})).reindex(known.index)
     return {b: pd.DataFrame({"mean": mean[b], "std": np.sqrt(squares[f"SUM_{b}"] / (count[b] - 1)).where(count[b] > 1),
                              "count": count[b]}) for b in BASES}
@@ -259,11 +293,12 @@ def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: f
     """
     first = sums(None)
     index = first.index
-    unclipped = _centred_bases(sums, pd.DataFrame(index=index))
+    low, high = first["MIN"], first["MAX"]
+    middle = low + (high - low) / 2  # of every row's X: the same in one part or many
+    unclipped = _centred_bases(sums, pd.DataFrame(index=index), {b: middle for b in BASES})
     window = pd.DataFrame({f"{what}_{b}": unclipped[b][column] for b in BASES
                            for what, column in (("MEAN", "mean"), ("STD", "std"))}, index=index)
-    clipped = _centred_bases(sums, window)
-    low, high = first["MIN"], first["MAX"]
+    clipped = _centred_bases(sums, window, {b: unclipped[b]["mean"] for b in BASES})
     constant = ~((high - low) > eps * np.maximum(low.abs(), high.abs()))
     candidates = {"normal": clipped["NORMAL"], "all": clipped["ALL"], "all_unclipped": unclipped["ALL"]}
     fits = {
@@ -464,7 +499,7 @@ def _named(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float) -> tu
 
 
 def fit_inputs(events: Any, context: Context) -> tuple[Any, tuple, dict]:
-    """What the fit reads in flow: every lab row (on the engine's parts: :func:`fit_by_passes`), [scale] options."""
+    """What the fit reads in flow: every lab row (on the engine's parts: each part's :func:`fit_rows`), [scale] options."""
     options = context.options
     return events, (), dict(eps=options.eps, clip_sigma=options.clip_sigma, min_rows=options.min_rows,
                             constant_bound=options.constant_bound, policy=options.policy)

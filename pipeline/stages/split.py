@@ -51,6 +51,18 @@ def assign_splits(admissions: pd.DataFrame, *, train: float, val: float, test: f
     }).sort_values("HADM_ID", ignore_index=True)
 
 
+def known_splits(admissions: pd.DataFrame, *, train: float, val: float, test: float, seed: int) -> pd.DataFrame | None:
+    """The split of every admission that passes the raw checks, as the stage will assign it, from ADMISSIONS alone
+    (the raw table): so lab rows can be cut into parts in (split, HADM_ID) order before any stage runs. None when
+    the stage will fail (it reports why)."""
+    from pipeline.stages.clean import clean_admissions
+
+    try:
+        return assign_splits(clean_admissions(admissions).frame, train=train, val=val, test=test, seed=seed)
+    except StageError:
+        return None
+
+
 def split_by_subject(admissions: pd.DataFrame) -> bool:
     """Whether :func:`assign_splits` can group by patient (else it falls back to HADM_ID)."""
     return "SUBJECT_ID" in admissions and bool(admissions["SUBJECT_ID"].notna().all())
@@ -72,6 +84,6 @@ def run(events: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, Context]:
         context.ledger.findings.append(summary_finding(
             stage=STAGE, check="split_by_admission", table="ADMISSIONS", column="SUBJECT_ID", count=len(admissions),
             message="SUBJECT_ID is absent or incomplete"))
-    events = attach_split(events, splits)
+    events = context.engine.each(attach_split, events, splits)
     admissions = admissions.merge(splits[["HADM_ID", "SPLIT"]], on="HADM_ID", validate="one_to_one")
     return events, replace(context, admissions=admissions, splits=splits)

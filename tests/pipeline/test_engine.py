@@ -1,4 +1,4 @@
-"""pipeline/engine.py: on a real dask.distributed LocalCluster, LABEVENTS' raw checks and its stages from scale to
+"""pipeline/engine.py: on a real dask.distributed LocalCluster, LABEVENTS' raw checks and its stages from clean to
 dedup give the pandas engine's report, tables, quarantine, fitted state, edges and graphs, with one part or many,
 on the sample, on generated MIMIC-III-shaped data and on broken data."""
 
@@ -19,6 +19,7 @@ from pipeline.synth import write_synthetic
 from pipeline.write import load_graphs
 from schemas.split import SPLITS
 from tests.corpus import CASES, build as build_case
+from tests.pipeline.test_parts import output_files
 
 pytest.importorskip("dask.distributed")
 
@@ -149,12 +150,15 @@ def test_an_empty_step_is_judged_on_the_sums_of_the_parts(cluster, synthetic_tab
     assert_same_prepared(prepare(synthetic_tables, config, engine=on(cluster, 7)), expected)
 
 
-def test_build_on_dask_writes_the_same_graphs(cluster, synthetic, tmp_path):
+@pytest.mark.parametrize("partitions", [1, 3, 9])
+def test_build_on_dask_writes_the_same_graphs(cluster, synthetic, tmp_path, partitions):
     config = _config(dict(graph=dict(batch_size=8)))
     built = {name: build(synthetic, tmp_path / name, config, engine=engine)
-             for name, engine in (("pandas", None), ("dask", on(cluster, 3)))}
+             for name, engine in (("pandas", None), ("dask", on(cluster, partitions)))}
     assert built["dask"].exit_code == built["pandas"].exit_code == 0
     assert built["dask"].report.as_json() == built["pandas"].report.as_json()
+    # byte for byte: graphs, stats.json, reports, manifest, quarantine and index
+    assert output_files(tmp_path / "dask") == output_files(tmp_path / "pandas")
     assert built["dask"].graphs == built["pandas"].graphs and len(built["dask"].graphs) > 6
     for split in SPLITS:
         pandas_graphs, dask_graphs = (load_graphs(tmp_path / name, split) for name in ("pandas", "dask"))

@@ -30,6 +30,7 @@ from tests.mounts import small_tmpfs
 from tests.pipeline.allow_list import empty_allow_list
 from pipeline.cli import app
 from pipeline.config import load_config
+from pipeline.stages.clean import ItemKinds
 from pipeline.stages.encode import Vocabularies
 from pipeline.flow import build, prepare
 from pipeline.stages.scale import ZScoreStats
@@ -207,7 +208,8 @@ def test_index_maps_graph_nodes_to_hadm_ids(out):
 def test_stats_json_rebuilds_the_fitted_state(out, built):
     stats = json.loads((out / "stats.json").read_text())
     prepared = built.validation.prepared
-    assert set(stats) == {"scale", "vocabularies", "fill"}
+    assert set(stats) == {"item_kinds", "scale", "vocabularies", "fill"}
+    assert ItemKinds.from_json(stats["item_kinds"]) == prepared.fitted["clean"]
     assert ZScoreStats.from_json(stats["scale"]) == prepared.stats
     vocabularies = Vocabularies.from_json(stats["vocabularies"])
     assert vocabularies.lab_values_ == prepared.vocabularies.lab_values_

@@ -346,3 +346,23 @@ def test_real_mimic3_demo_keeps_its_kinds_and_quarantine_reasons(mimic3demo):
     has_number = inpatient["VALUENUM"].notna().groupby(inpatient["ITEMID"])
     mixed_items = set(has_number.any().index[has_number.any() & ~has_number.all()])
     assert set(events.quarantine.loc[events.quarantine["REASON"] == clean.MIXED_TEXT, "ITEMID"]) == mixed_items
+
+
+# -- the item kinds from parts' counts ----------------------------------------------------------------
+@pytest.mark.parametrize("parts", [1, 2, 7])
+def test_kind_counts_of_parts_give_the_whole_kinds_and_steps(sample, parts):
+    """Per-item counts add up over parts cut by admission: the same kinds, and the same steps in every part."""
+    tables = sample.tables
+    admissions, labitems = sample.admissions.frame, sample.labitems.frame
+    events = tables.labevents
+    hadm = events["HADM_ID"].fillna(-1).astype("int64")
+    frames = [events[hadm % parts == n] for n in range(parts)]
+    kinds = clean.kinds_from_counts(clean.add_kind_counts([clean.count_kinds(f, admissions, labitems)
+                                                           for f in frames]))
+    assert kinds == clean.fit_kinds(events, admissions, labitems)
+    assert {kind for _, kind in kinds.kinds_} == {"numeric", "categorical", "mixed"}
+    whole = clean.clean_events(events, admissions, labitems)
+    cleaned = [clean.clean_events(f, admissions, labitems, kinds) for f in frames]
+    assert [s.step for s in cleaned[0].steps] == [s.step for s in whole.steps]
+    together = pd.concat([c.frame for c in cleaned]).sort_index()
+    pd.testing.assert_frame_equal(together, whole.frame.sort_index())

@@ -259,3 +259,22 @@ def test_the_mimic3_demo_dictionary_folds_blood_and_blood(mimic3demo):
 
 def _fit_folded(sample, labitems, *, fold_case):
     return encode.fit_vocabularies(sample.split_events, sample.split_admissions, labitems, fold_case=fold_case)
+
+
+# -- the fit from parts' counts -----------------------------------------------------------------------
+@pytest.mark.parametrize("parts", [1, 2, 7])
+def test_value_counts_of_admission_parts_give_the_whole_vocabularies(sample, parts):
+    """Parts share no admission, so their distinct training admissions per value add up: the same codes."""
+    events, admissions, labitems = sample.split_events, sample.split_admissions, sample.labitems.frame
+    counts = [encode.count_values(events[events["HADM_ID"] % parts == n]) for n in range(parts)]
+    fitted = encode.vocabularies_from_counts(encode.add_value_counts(counts), admissions, labitems)
+    assert fitted == _fit(sample) == sample.vocabularies
+    assert fitted.lab_values_
+
+
+def test_vocabularies_with_min_admissions_count_admissions_across_parts(sample):
+    events, admissions, labitems = sample.split_events, sample.split_admissions, sample.labitems.frame
+    counts = [encode.count_values(events[events["HADM_ID"] % 5 == n]) for n in range(5)]
+    fitted = encode.vocabularies_from_counts(encode.add_value_counts(counts), admissions, labitems, min_admissions=3)
+    assert fitted == encode.fit_vocabularies(events, admissions, labitems, min_admissions=3)
+    assert len(fitted.lab_values_) < len(sample.vocabularies.lab_values_)

@@ -1,0 +1,152 @@
+"""The partitioned flow (pipeline/engine.py's PartsEngine): LABEVENTS cut by admission right after the raw checks,
+every stage and fit run one part at a time from Parquet files. With 1, 2 or many parts it gives the in-memory run's
+report, stats.json and graph files byte for byte, on the sample, on every corpus case and on generated data with
+constant, tied, late and outpatient rows (the Dask engine's build is compared in tests/pipeline/test_engine.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.config import load_config
+from pipeline.engine import PartsEngine, Stored, parts_engine
+from pipeline.flow import build, validate
+from pipeline.quarantine import Kept, Step
+from pipeline.synth import write_synthetic
+from tests.corpus import CASES, build as build_case
+
+SYNTHETIC_ROWS = 40_000  # ~90 admissions, every special item of pipeline.synth, 15% outpatient rows
+
+
+def output_files(out: Path) -> dict[str, bytes]:
+    """Every file a build wrote, by its path in ``out`` (not the folder's owner marker)."""
+    return {str(path.relative_to(out)): path.read_bytes() for path in sorted(out.rglob("*"))
+            if path.is_file() and path.name != ".badpoints"}
+
+
+def assert_same_validation(got, expected) -> None:
+    """The same report, fitted state (stats.json), quarantine, steps and edge rows, bit for bit."""
+    assert got.report.as_json() == expected.report.as_json()
+    assert got.prepared.saved_state() == expected.prepared.saved_state()
+    assert got.prepared.steps == expected.prepared.steps
+    pd.testing.assert_frame_equal(got.prepared.quarantine, expected.prepared.quarantine, check_exact=True)
+    if expected.prepared.edges is None:
+        assert got.prepared.edges is None
+    else:
+        pd.testing.assert_frame_equal(got.prepared.edges, expected.prepared.edges, check_exact=True)
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("synthetic")
+    write_synthetic(folder, rows=SYNTHETIC_ROWS, seed=11)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def built_whole(synthetic, tmp_path_factory):
+    out = tmp_path_factory.mktemp("whole") / "out"
+    assert build(synthetic, out, _config()).exit_code == 0
+    return output_files(out)
+
+
+def _config():
+    import dataclasses
+
+    config = load_config()
+    return dataclasses.replace(config, graph=dataclasses.replace(config.graph, batch_size=8))
+
+
+@pytest.mark.parametrize("partitions", [1, 2, 11])
+def test_generated_data_in_parts_builds_the_same_files(synthetic, built_whole, tmp_path, partitions):
+    with parts_engine(partitions=partitions) as engine:
+        built = build(synthetic, tmp_path / "out", _config(), engine=engine)
+    assert built.exit_code == 0 and len(built.graphs) > 6
+    files = output_files(tmp_path / "out")
+    assert sorted(files) == sorted(built_whole) and any(name.endswith(".pt") for name in files)
+    assert [name for name in files if files[name] != built_whole[name]] == []
+    reasons = set(built.validation.prepared.quarantine["REASON"])
+    assert {"outpatient lab (no HADM_ID)", "charted before the admission day"} <= reasons
+    assert built.validation.prepared.ledger()["deduplicated"] > 0  # CHARTTIME ties merged in every part
+    assert built.validation.prepared.stats.constant_items_
+
+
+@pytest.mark.parametrize("partitions", [1, 2, 8])
+def test_the_sample_in_parts_builds_the_same_files(sample_dir, tmp_path, partitions):
+    whole = build(sample_dir, tmp_path / "whole", load_config())
+    with parts_engine(partitions=partitions) as engine:
+        parted = build(sample_dir, tmp_path / "parts", load_config(), engine=engine)
+    assert parted.report.as_json() == whole.report.as_json()
+    assert output_files(tmp_path / "parts") == output_files(tmp_path / "whole")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_corpus_case_in_parts_gives_the_same_report(tmp_path, name):
+    build_case(name, tmp_path)
+    expected = validate(tmp_path, load_config())
+    for partitions in (2, 5):
+        with parts_engine(partitions=partitions) as engine:
+            assert_same_validation(validate(tmp_path, load_config(), engine=engine), expected)
+
+
+def test_rows_per_part_sets_how_many_parts(synthetic):
+    tables = validate(synthetic, load_config()).tables
+    with parts_engine(rows_per_part=SYNTHETIC_ROWS // 4) as engine:
+        stored = engine.partition(tables.labevents)
+        assert 3 <= len(stored.paths) <= 4 and len(stored) == SYNTHETIC_ROWS
+        assert engine.collect(stored).sort_index().equals(tables.labevents.sort_index())
+
+
+# -- the pieces ------------------------------------------------------------------------------------------------
+def _frame() -> pd.DataFrame:
+    rng = np.random.default_rng(5)
+    hadm = rng.integers(100, 130, size=300)
+    return pd.DataFrame({
+        "HADM_ID": pd.array(np.where(hadm % 11 == 0, pd.NA, hadm), dtype="Int64"),
+        "VALUE": pd.Series(np.where(hadm % 3 == 0, None, "x" + pd.Series(hadm).astype(str)), dtype="str"),
+        "VALUENUM": rng.normal(size=300),
+        "CHARTTIME": pd.Timestamp("2150-01-01") + pd.to_timedelta(rng.integers(0, 1000, 300), unit="h"),
+    }, index=pd.Index(np.arange(300) + 2, name="line"))
+
+
+def test_parts_round_trip_through_parquet_in_row_order(tmp_path):
+    frame = _frame()
+    splits = pd.DataFrame({"HADM_ID": np.arange(100, 130), "SPLIT": pd.Series(["train", "val", "test"] * 10,
+                                                                             dtype="str")})
+    engine = PartsEngine(tmp_path, partitions=4)
+    stored = engine.partition(frame, splits)
+    assert isinstance(stored, Stored) and len(stored.paths) <= 4 and len(stored) == len(frame)
+    pd.testing.assert_frame_equal(engine.rows(stored), frame)
+    pd.testing.assert_frame_equal(engine.rows(stored, columns=["VALUENUM"]), frame[["VALUENUM"]])
+    owners = [set(engine._read(path)["HADM_ID"].dropna()) for path in stored.paths]
+    assert sum(map(len, owners)) == len(set().union(*owners))  # every admission in one part
+    assert engine._read(stored.paths[-1])["HADM_ID"].isna().any()  # rows of no admission come last
+
+
+def test_each_adds_up_steps_and_quarantine_of_the_parts(tmp_path):
+    frame = _frame()
+    engine = PartsEngine(tmp_path, partitions=3)
+    stored = engine.partition(frame)
+
+    def keep_positive(part: pd.DataFrame) -> Kept:
+        kept = part["VALUENUM"] > 0
+        return Kept(frame=part[kept], steps=(Step(stage="scale", step="positive", rows_in=len(part),
+                                                 rows_out=int(kept.sum())),))
+
+    kept = engine.each(keep_positive, stored)
+    assert kept.steps == (Step(stage="scale", step="positive", rows_in=300, rows_out=int((frame["VALUENUM"] > 0).sum())),)
+    pd.testing.assert_frame_equal(engine.rows(kept.frame), frame[frame["VALUENUM"] > 0])
+
+
+def test_the_parts_folder_is_deleted_after_the_run_and_on_error(tmp_path):
+    with parts_engine(partitions=2, folder=tmp_path) as engine:
+        engine.partition(_frame())
+        assert any(tmp_path.rglob("*.parquet"))
+    assert not any(tmp_path.iterdir())
+    with pytest.raises(RuntimeError), parts_engine(partitions=2, folder=tmp_path) as engine:
+        engine.partition(_frame())
+        raise RuntimeError("a failed run")
+    assert not any(tmp_path.iterdir())
