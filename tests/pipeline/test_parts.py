@@ -87,9 +87,9 @@ def test_the_sample_in_parts_builds_the_same_files(sample_dir, tmp_path, partiti
 def test_a_corpus_case_in_parts_gives_the_same_report(tmp_path, name):
     build_case(name, tmp_path)
     expected = validate(tmp_path, load_config())
-    for partitions in (2, 5):
-        with parts_engine(partitions=partitions) as engine:
-            assert_same_validation(validate(tmp_path, load_config(), engine=engine), expected)
+    # Three parts here (at most one per admission); 1, 2 and many are compared on the sample and generated data.
+    with parts_engine(partitions=3) as engine:
+        assert_same_validation(validate(tmp_path, load_config(), engine=engine), expected)
 
 
 def test_rows_per_part_sets_how_many_parts(synthetic):
