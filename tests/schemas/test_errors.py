@@ -154,6 +154,7 @@ def test_summarize_classes_does_not_depend_on_row_order(pair):
     ([18, 43, 100], 3, "lines 18, 43, 100"),
     ([18, 43, 100], 100, "lines 18, 43, 100 (+97 more)"),
     ([7], 4, "lines 7 (+3 more)"),
+    ([18], 2, "lines 18 (+1 more)"),
 ])
 def test_format_lines(lines, total, expected):
     assert format_lines(lines, total) == expected
@@ -226,14 +227,20 @@ def test_require_validation_allows_full_depth():
 
 def test_require_validation_refuses_data_only_depth():
     with config_context(validation_depth=ValidationDepth.DATA_ONLY):
-        with pytest.raises(ValidationDisabled, match="PANDERA_VALIDATION_DEPTH=DATA_ONLY"):
+        with pytest.raises(ValidationDisabled) as refused:
             require_validation()
+    assert str(refused.value) == (
+        "pandera runs only part of each schema (PANDERA_VALIDATION_DEPTH=DATA_ONLY), so some checks would silently "
+        "pass. Unset PANDERA_VALIDATION_DEPTH to validate.")
 
 
 def test_require_validation_refuses_disabled_validation():
     with config_context(validation_enabled=False):
-        with pytest.raises(ValidationDisabled, match="PANDERA_VALIDATION_ENABLED"):
+        with pytest.raises(ValidationDisabled) as refused:
             require_validation()
+    assert str(refused.value) == (
+        "pandera validation is disabled (PANDERA_VALIDATION_ENABLED=False), so no check would run and every table "
+        "would pass. Unset PANDERA_VALIDATION_ENABLED to validate.")
     require_validation()
 
 

@@ -1,0 +1,88 @@
+"""The quarantine ledger (pipeline/quarantine.py): which rows a filter sets aside, under which reason, and the
+record kept of them (source line, table, stage, reason and keys, never the values)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from pipeline.quarantine import QUARANTINE_COLUMNS, combine, empty_quarantine, quarantine_frame, set_aside
+
+LINES = pd.Index([2, 3, 5, 8], name="line")
+
+
+def _events() -> pd.DataFrame:
+    return pd.DataFrame({"HADM_ID": pd.array([10, None, 11, 12], dtype="Int64"), "ITEMID": [50, 51, 52, 53],
+                         "VALUE": ["secret", "a", "b", "c"]}, index=LINES)
+
+
+def test_a_row_goes_to_the_first_reason_that_takes_it():
+    events = _events()
+    kept = set_aside(events, [("outpatient", events["HADM_ID"].isna()), ("item", events["ITEMID"] >= 51)],
+                     stage="clean", columns={"outpatient": "HADM_ID"})
+    assert kept.frame.index.tolist() == [2]
+    assert kept.quarantine["REASON"].to_dict() == {3: "outpatient", 5: "item", 8: "item"}
+    assert [(s.step, s.rows_in, s.rows_out, s.quarantined, s.table, s.column) for s in kept.steps] == [
+        ("outpatient", 4, 3, 1, "LABEVENTS", "HADM_ID"), ("item", 3, 1, 2, "LABEVENTS", None)]
+
+
+def test_the_record_keeps_keys_and_lines_never_values():
+    events = _events()
+    kept = set_aside(events, [("item", events["ITEMID"] == 52)], stage="clean")
+    assert list(kept.quarantine.columns) == list(QUARANTINE_COLUMNS)
+    assert kept.quarantine.index.name == "line"
+    assert kept.quarantine.loc[5].tolist() == ["LABEVENTS", "clean", "item", 11, 52]
+    assert "secret" not in kept.quarantine.to_csv()
+
+
+def test_a_step_names_the_table_it_filtered():
+    admissions = pd.DataFrame({"HADM_ID": [10, 11]}, index=pd.Index([2, 3], name="line"))
+    kept = set_aside(admissions, [("rejected", admissions["HADM_ID"] == 11)], stage="clean", table="ADMISSIONS")
+    assert kept.steps[0].table == "ADMISSIONS"
+    assert kept.quarantine["TABLE"].tolist() == ["ADMISSIONS"]
+    assert kept.quarantine["ITEMID"].isna().all()  # a table without the key keeps it empty
+
+
+def test_a_mask_with_missing_answers_or_rows_takes_only_rows_it_says_true_of():
+    events = _events()
+    unknown = pd.Series([True, pd.NA, False, pd.NA], index=LINES, dtype="boolean")
+    partial = pd.Series([True], index=pd.Index([8], name="line"))  # says nothing of lines 2, 3 and 5
+    kept = set_aside(events, [("unknown", unknown), ("partial", partial)], stage="clean")
+    assert kept.quarantine["REASON"].to_dict() == {2: "unknown", 8: "partial"}
+    assert kept.frame.index.tolist() == [3, 5]
+
+
+def test_a_filter_that_takes_nothing_keeps_every_row_and_records_an_empty_step():
+    events = _events()
+    kept = set_aside(events, [("none", pd.Series(False, index=LINES))], stage="clean")
+    pd.testing.assert_frame_equal(kept.frame, events)
+    assert kept.steps[0].quarantined == 0 and kept.quarantine.empty
+
+
+def test_an_empty_quarantine_has_the_record_of_a_filled_one():
+    events = _events()
+    filled = set_aside(events, [("item", events["ITEMID"] == 52)], stage="clean").quarantine
+    pd.testing.assert_frame_equal(empty_quarantine(), filled.iloc[:0])
+    pd.testing.assert_frame_equal(combine([]), filled.iloc[:0])
+    assert empty_quarantine().reset_index().columns.tolist() == ["line", *QUARANTINE_COLUMNS]
+
+
+def test_combine_orders_by_table_line_and_stage_whatever_the_order_of_its_parts():
+    events = _events()
+    late = quarantine_frame(events.loc[[8, 2]], "LABEVENTS", "bucket", "late")
+    early = quarantine_frame(events.loc[[5]], "LABEVENTS", "clean", "item")
+    admissions = quarantine_frame(pd.DataFrame({"HADM_ID": [12]}, index=pd.Index([4], name="line")),
+                                  "ADMISSIONS", "clean", "rejected")
+    expected = [("ADMISSIONS", 4, "clean"), ("LABEVENTS", 2, "bucket"), ("LABEVENTS", 5, "clean"),
+                ("LABEVENTS", 8, "bucket")]
+    for parts in ([late, early, admissions], [admissions, early, late], [early, empty_quarantine(), late, admissions]):
+        whole = combine(parts)
+        assert list(zip(whole["TABLE"], whole.index, whole["STAGE"])) == expected
+
+
+@pytest.mark.parametrize("reason", ["item", pd.Series(["item", "other"], index=pd.Index([5, 8], name="line"))])
+def test_reasons_are_text_given_once_or_per_row(reason):
+    events = _events().loc[[5, 8]]
+    record = quarantine_frame(events, "LABEVENTS", "fill", reason)
+    assert record["REASON"].dtype == "str"
+    assert record["REASON"].tolist() == (["item", "item"] if isinstance(reason, str) else ["item", "other"])
