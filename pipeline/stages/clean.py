@@ -41,18 +41,20 @@ EMPTY_VALUE_POLICIES = ("quarantine", "category")
 @guarded(stage=STAGE, takes=Admissions, gives=CleanAdmissions)
 def clean_admissions(admissions: pd.DataFrame) -> Kept:
     """Admissions whose key and times passed the raw checks; the others are quarantined."""
-    kept = set_aside(admissions, [(RAW_ERROR, admissions["REJECT"].notna())], stage=STAGE, table="ADMISSIONS",
-                     columns={RAW_ERROR: "REJECT"})
-    frame = kept.frame.drop(columns="REJECT").astype({"HADM_ID": "int64"})
-    return Kept(frame=frame, quarantine=kept.quarantine, steps=kept.steps)
+    return _without_rejected(admissions, table="ADMISSIONS", key="HADM_ID")
 
 
 @guarded(stage=STAGE, takes=LabItems, gives=CleanLabItems)
 def clean_labitems(labitems: pd.DataFrame) -> Kept:
     """Lab items whose ITEMID passed the raw checks; the others are quarantined."""
-    kept = set_aside(labitems, [(RAW_ERROR, labitems["REJECT"].notna())], stage=STAGE, table="D_LABITEMS",
+    return _without_rejected(labitems, table="D_LABITEMS", key="ITEMID")
+
+
+def _without_rejected(rows: pd.DataFrame, *, table: str, key: str) -> Kept:
+    """The rows of a small table that passed their raw checks, keyed by an int64 ``key``; the others quarantined."""
+    kept = set_aside(rows, [(RAW_ERROR, rows["REJECT"].notna())], stage=STAGE, table=table,
                      columns={RAW_ERROR: "REJECT"})
-    frame = kept.frame.drop(columns="REJECT").astype({"ITEMID": "int64"})
+    frame = kept.frame.drop(columns="REJECT").astype({key: "int64"})
     return Kept(frame=frame, quarantine=kept.quarantine, steps=kept.steps)
 
 
