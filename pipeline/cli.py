@@ -75,7 +75,9 @@ _CACHE_DIR = typer.Option("--cache-dir", help="Cache of raw-checked tables (defa
 _NO_CACHE = typer.Option("--no-cache", help="Neither read nor write the cache.")
 _ENGINE = typer.Option("--engine", help="Where LABEVENTS' raw checks and its stages run: pandas (this process, "
                                         "whole frames), parts (this process, one admission-range part at a time, "
-                                        "parts kept as Parquet files in a temporary folder) or dask.")
+                                        "its checked blocks routed into parts kept as Arrow files in a temporary "
+                                        "folder: memory stays bounded), dask, or auto (default): parts when "
+                                        "LABEVENTS holds more than about 256 MiB of text, else pandas.")
 _SCHEDULER = typer.Option("--scheduler", help="With --engine dask: an existing scheduler's address "
                                               "(default: a LocalCluster on loopback).")
 _WORKERS = typer.Option("--workers", min=1, help="With --engine dask and no --scheduler: worker processes.")
@@ -89,17 +91,22 @@ _PARTITIONS = typer.Option("--partitions", min=1, help="With --engine dask: part
 class EngineName(str, Enum):
     """Where LABEVENTS' raw checks and heavy stages run (see ``pipeline.engine``)."""
 
+    auto = "auto"
     pandas = "pandas"
     parts = "parts"
     dask = "dask"
 
 
 @contextlib.contextmanager
-def _where(err: Console, *, cache_dir: Optional[Path], no_cache: bool, engine: EngineName,
+def _where(err: Console, data_dir: Path, *, cache_dir: Optional[Path], no_cache: bool, engine: EngineName,
            scheduler: Optional[str], workers: int, memory_limit: str,
            partitions: Optional[int]) -> Iterator[tuple]:
     """The cache and the engine a run uses; a Dask cluster that cannot start is a 'cannot run' (exit 2)."""
     cache = None if no_cache else _cache(err, cache_dir or default_cache_dir())
+    if engine is EngineName.auto:
+        from pipeline.engine import in_parts
+
+        engine = EngineName.parts if in_parts(data_dir) else EngineName.pandas
     if engine is EngineName.pandas:
         yield cache, None
         return
@@ -149,7 +156,7 @@ def validate(
     quiet: Annotated[bool, _QUIET] = False,
     cache_dir: Annotated[Optional[Path], _CACHE_DIR] = None,
     no_cache: Annotated[bool, _NO_CACHE] = False,
-    engine: Annotated[EngineName, _ENGINE] = EngineName.pandas,
+    engine: Annotated[EngineName, _ENGINE] = EngineName.auto,
     scheduler: Annotated[Optional[str], _SCHEDULER] = None,
     workers: Annotated[int, _WORKERS] = 2,
     memory_limit: Annotated[str, _MEMORY] = "4GB",
@@ -162,21 +169,21 @@ def validate(
     """
     console, err = _consoles()
     settings = _guarded_run(err, lambda: load_config(config))
-    where = _where(err, cache_dir=cache_dir, no_cache=no_cache, engine=engine, scheduler=scheduler,
+    where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, scheduler=scheduler,
                    workers=workers, memory_limit=memory_limit, partitions=partitions)
-    with where as (cache, running), \
-            progress_for(err, quiet=quiet, steps=len(VALIDATE_STEPS), title="validate") as progress:
-        result = _guarded_run(err, lambda: run_validate(data_dir, settings, show_values=show_values,
-                                                        progress=progress, cache=cache, engine=running,
-                                                        reuse_report=html_path is None))
-    _cache_warning(err, cache)
-    if result.cached:
-        err.print("report reused from the cache: inputs, config and badpoints unchanged (--no-cache to rerun)")
-    _print_report(console, result.report, quiet=quiet)
-    _print_summary(console, result.report, result.prepared)
-    _write_json(err, result.report, json_path)
-    _write_html(err, result, settings, html_path, show_values=show_values)
-    _write_junit(err, result.report, junit_path, name="badpoints validate")
+    with where as (cache, running):  # the engine's parts of LABEVENTS last until the HTML report read them
+        with progress_for(err, quiet=quiet, steps=len(VALIDATE_STEPS), title="validate") as progress:
+            result = _guarded_run(err, lambda: run_validate(data_dir, settings, show_values=show_values,
+                                                            progress=progress, cache=cache, engine=running,
+                                                            reuse_report=html_path is None))
+        _cache_warning(err, cache)
+        if result.cached:
+            err.print("report reused from the cache: inputs, config and badpoints unchanged (--no-cache to rerun)")
+        _print_report(console, result.report, quiet=quiet)
+        _print_summary(console, result.report, result.prepared)
+        _write_json(err, result.report, json_path)
+        _write_html(err, result, settings, html_path, show_values=show_values)
+        _write_junit(err, result.report, junit_path, name="badpoints validate")
     raise typer.Exit(result.exit_code)
 
 
@@ -192,7 +199,7 @@ def build(
     quiet: Annotated[bool, _QUIET] = False,
     cache_dir: Annotated[Optional[Path], _CACHE_DIR] = None,
     no_cache: Annotated[bool, _NO_CACHE] = False,
-    engine: Annotated[EngineName, _ENGINE] = EngineName.pandas,
+    engine: Annotated[EngineName, _ENGINE] = EngineName.auto,
     scheduler: Annotated[Optional[str], _SCHEDULER] = None,
     workers: Annotated[int, _WORKERS] = 2,
     memory_limit: Annotated[str, _MEMORY] = "4GB",
@@ -201,7 +208,7 @@ def build(
     """Validate, run every stage, and write guarded graphs only if nothing is an error."""
     console, err = _consoles()
     settings = _guarded_run(err, lambda: load_config(config))
-    where = _where(err, cache_dir=cache_dir, no_cache=no_cache, engine=engine, scheduler=scheduler,
+    where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, scheduler=scheduler,
                    workers=workers, memory_limit=memory_limit, partitions=partitions)
     with where as (cache, running), \
             progress_for(err, quiet=quiet, steps=len(BUILD_STEPS), title="build") as progress:

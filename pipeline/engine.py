@@ -25,7 +25,7 @@ they run and how their parts come back together. With the parts and Dask engines
 - the edge rows come back in part order, which is the dedup stage's order
   (split, admission, timestep, item): no global sort.
 
-:class:`PartsEngine` keeps the parts as Parquet files in a temporary folder and holds
+:class:`PartsEngine` keeps the parts as Arrow files in a temporary folder and holds
 one in memory at a time. :class:`DaskEngine` holds them on the workers:
 ``LocalCluster`` by default (worker processes on loopback, bounded memory), or
 an existing scheduler at an address.
@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from pipeline.parse import PartCheck, check_part, combine_parts
 from pipeline.quarantine import Kept, Step, empty_quarantine
@@ -53,6 +54,10 @@ if TYPE_CHECKING:
     from pipeline.stages import Fit
 
 ROWS_PER_PART = 1_000_000  # a PartsEngine's default: a part of LABEVENTS about this many rows
+AUTO_PARTS_BYTES = 256 * 2**20  # LABEVENTS' text from which ``--engine auto`` works on parts
+GZIP_TEXT_RATIO = 7  # about how many bytes of text a byte of gzipped LABEVENTS holds (MIMIC-IV: 17 GB in 2.5 GB)
+BUCKETS = 64  # admission ranges a Router writes checked blocks into (consecutive ones make a part)
+FLUSH_ROWS = 2_000_000  # rows a Router buffers before it writes them out
 
 # What a stage hands on: a pandas frame, or (Dask) the parts of one on the workers.
 Events = Any
@@ -80,6 +85,9 @@ class Engine(Protocol):
     def collect(self, events: Events) -> pd.DataFrame:
         """The rows as one pandas frame."""
 
+    def release(self, events: Events) -> None:
+        """``events`` will not be read again: what holds them may go."""
+
 
 class PandasEngine:
     """Everything in this process, on whole frames."""
@@ -103,24 +111,34 @@ class PandasEngine:
     def collect(self, events: pd.DataFrame) -> pd.DataFrame:
         return events
 
+    def release(self, events: pd.DataFrame) -> None:
+        pass
+
 
 PANDAS = PandasEngine()
 
 
 @dataclass(frozen=True)
 class Stored:
-    """A frame cut by admission, its parts Parquet files (in part order) of a :class:`PartsEngine`'s folder."""
+    """A frame cut by admission, its parts Arrow files (in part order) of a :class:`PartsEngine`'s folder; a
+    part routed from blocks (:class:`Router`) may be several files, read together in source line order."""
 
-    paths: tuple[Path, ...]
+    paths: tuple[Path | tuple[Path, ...], ...]
     lengths: tuple[int, ...]
     order: pd.Index | None  # the source lines in the row order of the frame that was cut (None: increasing)
+    columns: tuple[str, ...] = ()  # the frame's columns, when known
 
     def __len__(self) -> int:
         return sum(self.lengths)
 
+    def read(self, columns: Sequence[str] | None = None) -> Iterator[pd.DataFrame]:
+        """The parts one at a time, in part order (only ``columns``, when given)."""
+        for path in self.paths:
+            yield PartsEngine._read(path, None if columns is None else list(columns))
+
 
 class PartsEngine:
-    """In this process, on parts cut by admission (as :class:`DaskEngine` cuts them) and kept as Parquet files in
+    """In this process, on parts cut by admission (as :class:`DaskEngine` cuts them) and kept as Arrow files in
     ``folder``: a stage reads one part, runs, and writes what it gives as a new file, so one part of LABEVENTS is
     in memory at a time. ``partitions`` parts, or as many as ``rows_per_part`` needs (at least one).
 
@@ -137,12 +155,14 @@ class PartsEngine:
     def check_part(self, table: str, frame: pd.DataFrame, **settings: Any) -> PartCheck:
         return check_part(table, frame, **settings)
 
-    def partition(self, events: pd.DataFrame, splits: pd.DataFrame | None = None) -> Stored:
+    def partition(self, events: pd.DataFrame | Stored, splits: pd.DataFrame | None = None) -> Stored:
+        if isinstance(events, Stored):  # routed into parts as its blocks were read
+            return events
         count = self.partitions or -(-len(events) // max(1, self.rows_per_part or len(events) or 1))
         frames = admission_parts(events, max(1, count), splits)
         order = None if events.index.is_monotonic_increasing else events.index
         return Stored(paths=tuple(self._write(frame) for frame in frames), lengths=tuple(len(f) for f in frames),
-                      order=order)
+                      order=order, columns=tuple(events.columns))
 
     def fit(self, fit: Fit, events: Events, *args: Any, **kwargs: Any) -> Any:
         """A mergeable fit part by part (its partial results, or its passes); any other fit on what it was handed."""
@@ -152,11 +172,19 @@ class PartsEngine:
             partials = [fit.partial(self._read(path), *args, **kwargs) for path in events.paths]
             return fit.finish(fit.combine(partials), *args, **kwargs)
 
+        kept_by_passes: list[Stored] = []
+
         def keep(step: Callable[[pd.DataFrame], pd.DataFrame]) -> Stored:
             frames = [self._write(step(self._read(path))) for path in events.paths]
-            return replace(events, paths=tuple(frames))
+            kept_by_passes.append(replace(events, paths=tuple(frames)))
+            return kept_by_passes[-1]
 
-        return fit.parts(keep, lambda kept, step: [step(self._read(path)) for path in kept.paths], *args, **kwargs)
+        try:
+            return fit.parts(keep, lambda kept, step: [step(self._read(path)) for path in kept.paths], *args,
+                             **kwargs)
+        finally:
+            for kept in kept_by_passes:
+                self.release(kept)
 
     def each(self, stage: Callable[..., Any], events: Stored, *args: Any, **kwargs: Any) -> Any:
         """``stage`` on every part in turn; a part's StageError makes the stage run on all the rows, as pandas
@@ -178,23 +206,175 @@ class PartsEngine:
         parts = Stored(paths=tuple(paths), lengths=tuple(lengths), order=events.order)
         return Kept(frame=parts, quarantine=_quarantine(quarantines), steps=add_steps(steps)) if kept else parts
 
-    def rows(self, events: Stored, pick: Callable[..., pd.DataFrame] | None = None, *args: Any,
+    def rows(self, events: Stored | pd.DataFrame, pick: Callable[..., pd.DataFrame] | None = None, *args: Any,
              columns: Sequence[str] | None = None, **kwargs: Any) -> pd.DataFrame:
-        read = list(columns) if pick is None and columns is not None else None  # only the columns asked for
+        """Rows picked part by part, in row order; ``columns``: only those are read (``pick`` sees no others)."""
+        if isinstance(events, pd.DataFrame):
+            return _pick(pick, columns, args, kwargs, events)
+        read = list(columns) if columns is not None else None
         return in_row_order([_pick(pick, columns, args, kwargs, self._read(path, read)) for path in events.paths],
                             events.order)
 
     def collect(self, events: Stored) -> pd.DataFrame:
         return pd.concat([self._read(path) for path in events.paths])
 
+    def release(self, events: Events) -> None:
+        """A stage's parts once the next stage made its own: their files are deleted (the disk holds about two
+        copies of LABEVENTS at a time, not one per stage)."""
+        if isinstance(events, Stored):
+            for path in events.paths:
+                for one in (path,) if isinstance(path, Path) else path:
+                    one.unlink(missing_ok=True)
+
     def _write(self, frame: pd.DataFrame) -> Path:
-        path = self.folder / f"part-{next(self._written):06d}.parquet"
-        frame.to_parquet(path, engine="pyarrow", index=True, compression="zstd")
+        path = self._path()
+        write_part(frame, path)
         return path
 
+    def _path(self) -> Path:
+        return self.folder / f"part-{next(self._written):06d}.arrow"
+
     @staticmethod
-    def _read(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
-        return pd.read_parquet(path, engine="pyarrow", columns=columns)
+    def _read(path: Path | tuple[Path, ...], columns: list[str] | None = None) -> pd.DataFrame:
+        return read_part(path, columns)
+
+    def router(self, splits: pd.DataFrame | None) -> "Router":
+        """Where a table's checked blocks go, as they come: into this engine's parts, by admission."""
+        return Router(self, splits)
+
+
+class Router:
+    """Checked LABEVENTS blocks written straight into admission-range parts, so the whole table never exists.
+
+    The parts are those :func:`admission_parts` cuts: admissions in (split, HADM_ID) order (``splits`` from
+    ADMISSIONS alone, known before any lab row), every admission's rows in one part, each part in source line
+    order, rows of no known admission last. As the rows per admission are known only at the end, rows go to
+    :data:`BUCKETS` admission ranges first (buffered, appended as record batches); :meth:`finish` puts consecutive
+    ranges together into parts of about the engine's ``rows_per_part`` (or into its ``partitions``). Rows of no
+    known admission (quarantined by clean) are parts of their own, cut by rows.
+    """
+
+    def __init__(self, engine: PartsEngine, splits: pd.DataFrame | None) -> None:
+        self.engine = engine
+        known = pd.DataFrame(columns=["HADM_ID", "SPLIT"]) if splits is None else splits
+        order = pd.DataFrame({"SPLIT": split_codes(known["SPLIT"]).astype("int64"),
+                              "HADM_ID": known["HADM_ID"].to_numpy("int64")}).sort_values(["SPLIT", "HADM_ID"])
+        buckets = max(1, min(BUCKETS, len(order)))
+        bucket = pd.Series(np.arange(len(order)) * buckets // max(1, len(order)),
+                           index=order["HADM_ID"].to_numpy("int64"))
+        self._bucket = bucket[~bucket.index.duplicated()]
+        self._unknown = buckets  # the bucket of rows of no known admission
+        self._buffers: dict[int, list[pd.DataFrame]] = {}
+        self._buffered = 0
+        self._files: dict[int, list[Path]] = {}  # per bucket its files (the unknown bucket: one per cut)
+        self._rows: dict[int, list[int]] = {}  # rows per file
+        self._writers: dict[int, Any] = {}
+        self._schema = None
+        self._empty: pd.DataFrame | None = None
+        self._cut = engine.rows_per_part if engine.partitions is None and engine.rows_per_part else None
+
+    def add(self, frame: pd.DataFrame) -> None:
+        hadm = frame["HADM_ID"].to_numpy("float64", na_value=np.nan)
+        known = ~np.isnan(hadm)
+        bucket = np.full(len(frame), self._unknown, dtype="int64")
+        bucket[known] = self._bucket.reindex(hadm[known].astype("int64")).fillna(self._unknown).to_numpy("int64")
+        order = np.argsort(bucket, kind="stable")
+        ranked, frame = bucket[order], frame.iloc[order]  # one take; each bucket's rows are then a slice
+        starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]]) if len(ranked) else np.array([], "int64")
+        for start, stop in zip(starts, [*starts[1:], len(ranked)]):
+            self._buffers.setdefault(int(ranked[start]), []).append(frame.iloc[start:stop])
+            self._buffered += stop - start
+        if self._buffered >= FLUSH_ROWS:
+            self._flush()
+        elif self._cut is not None and sum(map(len, self._buffers.get(self._unknown, []))) >= self._cut:
+            self._flush([self._unknown])  # a part of rows of no known admission is full
+
+    def finish(self) -> Stored:
+        self._flush()
+        for writer in self._writers.values():
+            writer.close()
+        known = [b for b in sorted(self._files) if b != self._unknown]
+        rows = np.array([sum(self._rows[b]) for b in known], dtype="int64")
+        total = int(rows.sum())
+        before = np.cumsum(rows) - rows
+        if self._cut is None:
+            cut = (before * max(1, self.engine.partitions or 1)) // max(1, total)
+        else:
+            cut = before // max(1, self._cut)
+        paths: list[tuple[Path, ...]] = []
+        lengths: list[int] = []
+        for part in np.unique(cut):
+            chosen = [b for b, c in zip(known, cut) if c == part]
+            paths.append(tuple(path for b in chosen for path in self._files[b]))
+            lengths.append(int(sum(sum(self._rows[b]) for b in chosen)))
+        for path, n in zip(self._files.get(self._unknown, []), self._rows.get(self._unknown, [])):
+            paths.append((path,))
+            lengths.append(n)
+        if not paths and self._empty is not None:  # no row at all: one empty part, as admission_parts gives
+            paths, lengths = [(self.engine._write(self._empty),)], [0]
+        columns = () if self._empty is None else tuple(self._empty.columns)
+        return Stored(paths=tuple(paths), lengths=tuple(lengths), order=None, columns=columns)
+
+    def _flush(self, buckets: list[int] | None = None) -> None:
+        """Write the buffered rows (of ``buckets`` only, when given) as one record batch per bucket."""
+        for bucket in sorted(self._buffers) if buckets is None else buckets:
+            frames = self._buffers.pop(bucket)
+            self._buffered -= sum(map(len, frames))
+            frame = frames[0] if len(frames) == 1 else pd.concat(frames)
+            if self._schema is None:
+                self._schema = pa.Schema.from_pandas(frame, preserve_index=True)
+                self._empty = frame.iloc[:0]
+            rows = self._rows.setdefault(bucket, [])
+            new_part = bucket == self._unknown and self._cut is not None  # each flush of them: a part of its own
+            if bucket not in self._writers or new_part:
+                if bucket in self._writers:
+                    self._writers[bucket].close()
+                path = self.engine._path()
+                self._writers[bucket] = pa.ipc.new_file(path, self._schema, options=_IPC)
+                self._files.setdefault(bucket, []).append(path)
+                rows.append(0)
+            self._writers[bucket].write_table(pa.Table.from_pandas(frame, schema=self._schema, preserve_index=True))
+            rows[-1] += len(frame)
+
+
+_IPC = pa.ipc.IpcWriteOptions(compression=None)  # parts are written once and read a few times: fast, not small
+
+
+def write_part(frame: pd.DataFrame, path: Path) -> None:
+    """A part as an Arrow IPC file (LZ4), its index kept (pandas metadata): read back exactly by :func:`read_part`."""
+    table = pa.Table.from_pandas(frame, preserve_index=True)
+    with pa.ipc.new_file(path, table.schema, options=_IPC) as writer:
+        writer.write_table(table)
+
+
+def read_part(path: Path | tuple[Path, ...], columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """A part written by :func:`write_part` (or a :class:`Router`'s files of one part, in source line order), with
+    only ``columns`` and its index."""
+    paths = (path,) if isinstance(path, Path) else tuple(path)
+    tables = []
+    for one in paths:
+        with pa.OSFile(str(one)) as source:  # compressed: the table's buffers are its own, not the file's
+            table = pa.ipc.open_file(source).read_all()
+        if columns is not None:
+            index = [c for c in (table.schema.pandas_metadata or {}).get("index_columns", []) if isinstance(c, str)]
+            table = table.select([*columns, *index])
+        tables.append(table)
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    frame = table.combine_chunks().to_pandas()
+    return frame if len(tables) == 1 else frame.sort_index(kind="stable")
+
+
+def in_parts(data_dir: Path) -> bool:
+    """Whether ``--engine auto`` works on parts: LABEVENTS holds about :data:`AUTO_PARTS_BYTES` of text or more
+    (a file that cannot be found or read: no, the run reports why)."""
+    from pipeline.load import locate_table
+
+    try:
+        path = locate_table(Path(data_dir), "LABEVENTS")
+        size = path.stat().st_size
+    except (StageError, OSError):
+        return False
+    return size * (GZIP_TEXT_RATIO if path.name.lower().endswith(".gz") else 1) >= AUTO_PARTS_BYTES
 
 
 @contextlib.contextmanager
@@ -276,8 +456,10 @@ class DaskEngine:
     def each(self, stage: Callable[..., Any], events: Parts, *args: Any, **kwargs: Any) -> Any:
         return self._run(stage, events, *args, **kwargs)
 
-    def rows(self, events: Parts, pick: Callable[..., pd.DataFrame] | None = None, *args: Any,
+    def rows(self, events: Parts | pd.DataFrame, pick: Callable[..., pd.DataFrame] | None = None, *args: Any,
              columns: Sequence[str] | None = None, **kwargs: Any) -> pd.DataFrame:
+        if isinstance(events, pd.DataFrame):  # a frame held here (the raw LABEVENTS): picked here
+            return _pick(pick, columns, args, kwargs, events)
         picked = self.client.map(functools.partial(_pick, pick, columns, args, kwargs), events.futures, pure=False)
         return in_row_order(self.client.gather(picked), events.order)
 
@@ -289,6 +471,9 @@ class DaskEngine:
         for start in range(0, len(events.futures), wave):
             frames += self.client.gather(list(events.futures[start:start + wave]))
         return pd.concat(frames)
+
+    def release(self, events: Events) -> None:
+        pass  # the workers drop the parts once no future refers to them
 
     def _workers(self) -> int:
         return max(1, len(self.client.scheduler_info().get("workers", {})))

@@ -28,7 +28,8 @@ from pipeline.cache import Cache
 from pipeline.cache import key_of as cache_key
 from pipeline.load import TABLES, file_sha256, locate_tables, read_blocks
 from pipeline.engine import PANDAS, Engine
-from pipeline.parse import RawResult, RawTables, check_blocks, check_relations
+from pipeline.parse import (LabRelations, RawResult, RawTables, check_blocks, check_relations, check_stream,
+                            keyed_admissions)
 from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.quarantine import Step, combine, empty_quarantine
 from pipeline.report import (Finding, InputFile, Report, finding_from_error, finding_from_mask, format_items,
@@ -184,24 +185,30 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
             # The file name says how the bytes are read (.gz or not): the same bytes under another name differ.
             key = cache_key("table", table, digests.get(table), path.name.lower().endswith(".gz"), settings,
                             limits) if cache else None
-            result = cache.get_table(table, key) if cache else None
+            streams = table == "LABEVENTS" and hasattr(engine, "router")  # into the engine's parts, never whole
+            result = cache.get_table(table, key) if cache and not streams else None
             if result is not None:
                 sha256 = digests[table]
                 progress.step(f"cached {table}", rows=len(result.tables.of(table)))
             else:
                 progress.step(f"read {table}")
-                # Read and checked block by block: the whole text table never exists, only the typed one.
+                # Read and checked block by block: the whole text table never exists, only the typed one (with an
+                # engine that keeps parts, not even that: LABEVENTS' blocks go straight into its parts).
                 text = read_blocks(path, table, **limits)
                 try:
-                    result = check_blocks(table, counted(text), engine=engine, **settings)
+                    if streams:
+                        result = check_stream(counted(text), _router(engine, checked, config),
+                                              _relations(checked, config), engine=engine, **settings)
+                        key = None  # the parts are this run's: the checked table is not cached
+                    else:
+                        result = check_blocks(table, counted(text), engine=engine, **settings)
                 except StageError as problem:
                     problems.append(problem)
                     continue
                 if text.problems:  # rows left out while the rest was read: reported, and cached, with the checks
-                    result = RawResult(tables=result.tables,
-                                       findings=[*map(finding_from_error, text.problems), *result.findings])
+                    result = replace(result, findings=[*map(finding_from_error, text.problems), *result.findings])
                 sha256 = text.sha256
-                if store is not None and sha256 == digests[table]:
+                if store is not None and key is not None and sha256 == digests[table]:
                     store(table, key, result)
             checked[table] = result
             inputs.append(InputFile(table=table, path=str(path), sha256=sha256, rows=len(result.tables.of(table))))
@@ -221,6 +228,24 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
     if report_key is not None and validation.exit_code != 2:
         cache.put_report(report_key, validation.report)
     return validation
+
+
+def _typed(checked: Mapping[str, RawResult], table: str) -> pd.DataFrame | None:
+    return checked[table].tables.of(table) if table in checked else None
+
+
+def _router(engine: Engine, checked: Mapping[str, RawResult], config: Config) -> Any:
+    """Where LABEVENTS' checked blocks go: the engine's parts, by the split each admission will get."""
+    admissions = _typed(checked, "ADMISSIONS")
+    splits = None if admissions is None else known_splits(
+        keyed_admissions(admissions, severity=config.severity), train=config.split.train, val=config.split.val,
+        test=config.split.test, seed=config.split.seed)
+    return engine.router(splits)
+
+
+def _relations(checked: Mapping[str, RawResult], config: Config) -> LabRelations:
+    return LabRelations.of(_typed(checked, "ADMISSIONS"), _typed(checked, "D_LABITEMS"),
+                           config.raw.stay_tolerance_hours)
 
 
 def _digests(located: dict[str, Path], problems: list[StageError]) -> dict[str, str]:
@@ -266,7 +291,10 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: Vocabularies | N
                     rows, args, kwargs = stage.fit.inputs(events, context)
                     context = replace(context, fitted={**context.fitted,
                                                        stage.name: engine.fit(stage.fit, rows, *args, **kwargs)})
+                taken = events
                 events, context = stage.run(events, context)
+                if taken is not tables.labevents and taken is not events:
+                    engine.release(taken)  # each stage's rows are read by the next stage only
             state["edges"] = engine.collect(events)
         except StageError as error:
             ledger.findings.append(finding_from_error(error))
@@ -275,7 +303,7 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: Vocabularies | N
                         fitted=dict(context.fitted), quarantine=combine(ledger.quarantines), steps=tuple(ledger.steps),
                         **state)
     if prepared.edges is not None:
-        prepared = Prepared(**{**prepared.__dict__, "fates": admission_fates(tables, prepared)})
+        prepared = Prepared(**{**prepared.__dict__, "fates": admission_fates(tables, prepared, engine=engine)})
     findings = (ledger.findings + _quarantine_findings(prepared.quarantine, config, names=ledger.names)
                 + _admission_findings(prepared, config) + [_attrition(prepared)])
     return Prepared(**{**prepared.__dict__, "findings": tuple(findings)})
@@ -287,7 +315,7 @@ def _given(*states: Any) -> dict[str, Any]:
             for stage in PREPARE if stage.fit is not None and isinstance(state, stage.fit.state)}
 
 
-def admission_fates(tables: RawTables, prepared: Prepared) -> pd.DataFrame:
+def admission_fates(tables: RawTables, prepared: Prepared, *, engine: Engine = PANDAS) -> pd.DataFrame:
     """Per ADMISSIONS row (index = source line): HADM_ID, SPLIT and FATE, ``in_graphs`` or the check that says
     why it is in no graph; for admissions whose labs were all quarantined, STAGE: the stage that took the last.
 
@@ -298,7 +326,7 @@ def admission_fates(tables: RawTables, prepared: Prepared) -> pd.DataFrame:
     split = hadm.map(prepared.splits.set_index("HADM_ID")["SPLIT"]).astype("object")
     rejected = admissions["REJECT"].notna() if "REJECT" in admissions else pd.Series(False, index=admissions.index)
     split = split.where(~rejected & split.notna(), UNSPLIT)
-    lab_rows = tables.labevents["HADM_ID"].dropna().unique()
+    lab_rows = engine.rows(tables.labevents, _admissions_of, columns=["HADM_ID"])["HADM_ID"].dropna().unique()
     edges = prepared.edges["HADM_ID"].unique()
     labevents = prepared.quarantine[prepared.quarantine["TABLE"] == "LABEVENTS"]
     short = labevents.loc[labevents["REASON"] == SHORT, "HADM_ID"].dropna().unique()
@@ -312,6 +340,11 @@ def admission_fates(tables: RawTables, prepared: Prepared) -> pd.DataFrame:
     stage = hadm.map(last).where(fate == "admission_labs_quarantined")
     return pd.DataFrame({"HADM_ID": hadm.astype("Int64"), "SPLIT": split.astype("str"), "FATE": fate,
                          "STAGE": stage.astype("object")}, index=admissions.index)
+
+
+def _admissions_of(labevents: pd.DataFrame) -> pd.DataFrame:
+    """The first row of each admission (HADM_ID) among ``labevents``."""
+    return labevents[~labevents["HADM_ID"].duplicated()]
 
 
 def _admission_findings(prepared: Prepared, config: Config) -> list[Finding]:

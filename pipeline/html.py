@@ -107,14 +107,22 @@ def z_scores(labevents: pd.DataFrame | None, prepared: Any, config: Config) -> p
     empty = pd.DataFrame({"ITEMID": pd.Series([], dtype="int64"), "Z": pd.Series([], dtype="float64"),
                           "seen": pd.Series([], dtype="bool")})
     stats = getattr(prepared, "stats", None)
-    if labevents is None or stats is None or "VALUENUM" not in labevents:
+    if labevents is None or stats is None or "VALUENUM" not in labevents.columns:
         return empty
     quarantine = prepared.quarantine
     cleaned = quarantine.index[(quarantine["TABLE"] == "LABEVENTS") & (quarantine["STAGE"] == "clean")]
-    rows = labevents[~labevents.index.isin(cleaned) & labevents["VALUENUM"].notna() & labevents["ITEMID"].notna()]
+    scaled = [part[~part.index.isin(cleaned) & part["VALUENUM"].notna() & part["ITEMID"].notna()]
+              for part in _frames(labevents, ["ITEMID", "VALUENUM"])]
+    rows = scaled[0] if len(scaled) == 1 else pd.concat(scaled).sort_index(kind="stable")
     rows = rows[["ITEMID", "VALUENUM"]].astype({"ITEMID": "int64", "VALUENUM": "float64"})
     z = zscores(rows, stats, policy=config.scale.policy, warn_bound=config.scale.warn_bound, strict=False)
     return pd.DataFrame({"ITEMID": rows["ITEMID"], "Z": z.astype("float64"), "seen": rows["ITEMID"].isin(stats.items_)})
+
+
+def _frames(table: Any, columns: list[str] | None = None) -> Iterable[pd.DataFrame]:
+    """A raw table as frames: itself, or (LABEVENTS held in parts, ``pipeline.engine.Stored``) its parts, read one
+    at a time with only ``columns``."""
+    return [table] if isinstance(table, pd.DataFrame) else table.read(columns)
 
 
 def extreme_items(z: pd.DataFrame, warn_bound: float, top: int = TOP_ITEMS) -> pd.DataFrame:
@@ -284,10 +292,11 @@ def _missingness(tables: Any, report: Report, prepared: Any, config: Config) -> 
         if frame is None:
             continue
         total = len(frame)
+        counts = sum(part.isna().sum() for part in _frames(frame))
         for column in frame.columns:
             if column == "REJECT":
                 continue
-            missing = int(frame[column].isna().sum())
+            missing = int(counts[column])
             rows.append([name.upper().replace("LABITEMS", "D_LABITEMS"), column, _n(total), _n(missing),
                          f"{missing / total:.1%}" if total else "-"])
     if rows:

@@ -10,7 +10,7 @@ them. Nothing here reads or writes files.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Protocol
 
 import numpy as np
@@ -61,6 +61,8 @@ class RawTables:
 class RawResult:
     tables: RawTables
     findings: list[Finding]
+    # LABEVENTS checked by check_stream: its relations' failures (relation, line), found block by block.
+    related: pd.DataFrame | None = None
 
 
 def check_raw(
@@ -120,6 +122,38 @@ def check_blocks(
     part = parts[0] if len(parts) == 1 else combine_parts(parts)
     return RawResult(tables=RawTables.only(table, part.typed),
                      findings=part_findings(part, show_values=show_values, max_lines=max_lines))
+
+
+def check_stream(
+    blocks: Iterable[pd.DataFrame],
+    router: Any,
+    relations: LabRelations,
+    *,
+    valuenum_abs_bound: float = DEFAULT_VALUENUM_ABS_BOUND,
+    severity: Mapping[str, str] | None = None,
+    show_values: bool = False,
+    max_lines: int = 20,
+    engine: Engine | None = None,
+) -> RawResult:
+    """:func:`check_blocks` of LABEVENTS that holds none of its rows: each block is checked, related to ADMISSIONS
+    and D_LABITEMS (``relations``), guarded and handed to ``router`` (``pipeline.engine.Router``: ``add`` a block,
+    ``finish`` gives the parts); only what the findings need stays. The result's table is the parts; its
+    ``related``, the relations' failures, for :func:`check_relations`."""
+    run = check_part if engine is None else engine.check_part
+    rejects = _rejects(severity)
+    parts, related = [], []
+    for block in blocks:
+        part = run("LABEVENTS", block, valuenum_abs_bound=valuenum_abs_bound, severity=severity)
+        typed, failures = relations.check(part.typed, rejects)
+        router.add(_guard(typed, LabEvents))
+        parts.append(replace(part, typed=typed.iloc[:0]))
+        related.append(failures)
+    if not parts:
+        raise ValueError("LABEVENTS: no block of rows to check")
+    part = parts[0] if len(parts) == 1 else combine_parts(parts)
+    return RawResult(tables=RawTables.only("LABEVENTS", router.finish()),
+                     findings=part_findings(part, show_values=show_values, max_lines=max_lines),
+                     related=pd.concat(related, ignore_index=True))
 
 
 class Engine(Protocol):
@@ -247,12 +281,14 @@ def check_relations(
     """Keys, foreign keys and stays across the tables checked by :func:`check_table`, then the typed guard."""
     findings: list[Finding | None] = [f for result in checked.values() for f in result.findings]
     typed = {table: result.tables.of(table) for table, result in checked.items()}
+    related = checked["LABEVENTS"].related if "LABEVENTS" in checked else None
     _check_relations(typed, _reporter(findings, show_values=show_values, max_lines=max_lines), _rejects(severity),
-                     stay_tolerance_hours)
+                     stay_tolerance_hours, related)
     tables = RawTables(
         admissions=_guard(typed.get("ADMISSIONS"), Admissions),
         labitems=_guard(typed.get("D_LABITEMS"), LabItems),
-        labevents=_guard(typed.get("LABEVENTS"), LabEvents),
+        # Rows routed into parts were guarded block by block (check_stream).
+        labevents=typed.get("LABEVENTS") if related is not None else _guard(typed.get("LABEVENTS"), LabEvents),
     )
     return RawResult(tables=tables, findings=[f for f in findings if f is not None])
 
@@ -333,10 +369,24 @@ def _typed(frame: pd.DataFrame, parses: Mapping[str, ParsedText], nulled: pd.Dat
 
 
 # -- relational checks ------------------------------------------------------------------------
-def _check_relations(typed: dict[str, pd.DataFrame], report, rejects, stay_tolerance_hours: float) -> None:
+def _check_relations(typed: dict[str, pd.DataFrame], report, rejects, stay_tolerance_hours: float,
+                     related: pd.DataFrame | None = None) -> None:
+    """ADMISSIONS' and D_LABITEMS' keys and stays, then LABEVENTS against them (``related``: already done, block
+    by block, by :func:`check_stream`)."""
     admissions = typed.get("ADMISSIONS")
     labitems = typed.get("D_LABITEMS")
     labevents = typed.get("LABEVENTS")
+    _check_keys(typed, report, rejects)
+    if labevents is None:
+        return
+    if related is None:
+        typed["LABEVENTS"], related = LabRelations.of(admissions, labitems, stay_tolerance_hours).check(
+            labevents, rejects)
+    report_relations(related, report)
+
+
+def _check_keys(typed: dict[str, pd.DataFrame], report, rejects) -> None:
+    """ADMISSIONS' and D_LABITEMS' primary keys and ADMISSIONS' stays: rows that fail are marked in ``typed``."""
 
     def mark(table: str, check: str, failed: pd.Series) -> None:
         if rejects(check):
@@ -350,38 +400,80 @@ def _check_relations(typed: dict[str, pd.DataFrame], report, rejects, stay_toler
             report(table, "primary_key_unique", key, duplicated, what=f"{key} that appears more than once")
             mark(table, "primary_key_unique", duplicated)
 
+    admissions = typed.get("ADMISSIONS")
     if admissions is not None:
         backwards = admissions["DISCHTIME"] < admissions["ADMITTIME"]
         report("ADMISSIONS", "discharge_before_admit", "DISCHTIME", backwards)
         mark("ADMISSIONS", "discharge_before_admit", backwards)
 
-    if labevents is None:
-        return
-    if labitems is not None:
-        unknown = labevents["ITEMID"].notna() & ~labevents["ITEMID"].isin(labitems["ITEMID"].dropna())
-        report("LABEVENTS", "foreign_key", "ITEMID", unknown, what="ITEMID not in D_LABITEMS")
-        mark("LABEVENTS", "foreign_key", unknown)
-    if admissions is None:
-        return
-    unknown = labevents["HADM_ID"].notna() & ~labevents["HADM_ID"].isin(admissions["HADM_ID"].dropna())
-    report("LABEVENTS", "foreign_key", "HADM_ID", unknown, what="HADM_ID not in ADMISSIONS")
-    mark("LABEVENTS", "foreign_key", unknown)
 
-    stays = admissions.dropna(subset=["HADM_ID"]).drop_duplicates("HADM_ID").set_index("HADM_ID")
-    if "SUBJECT_ID" in labevents and "SUBJECT_ID" in stays:
-        subject = labevents["HADM_ID"].map(stays["SUBJECT_ID"])
-        mismatch = (labevents["SUBJECT_ID"] != subject).fillna(False).astype(bool)
-        report("LABEVENTS", "subject_mismatch", "SUBJECT_ID", mismatch,
-               what="SUBJECT_ID other than its admission's")
-        mark("LABEVENTS", "subject_mismatch", mismatch)
-    tolerance = pd.Timedelta(hours=stay_tolerance_hours)
-    charted = labevents["CHARTTIME"]
-    early = (charted < labevents["HADM_ID"].map(stays["ADMITTIME"]) - tolerance).fillna(False).astype(bool)
-    late = (charted > labevents["HADM_ID"].map(stays["DISCHTIME"]) + tolerance).fillna(False).astype(bool)
-    report("LABEVENTS", "charttime_outside_stay", "CHARTTIME", early,
-           what="CHARTTIME before the admission's ADMITTIME")
-    report("LABEVENTS", "charttime_outside_stay", "CHARTTIME", late,
-           what="CHARTTIME after the admission's DISCHTIME")
+def keyed_admissions(admissions: pd.DataFrame, *, severity: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """ADMISSIONS as :func:`check_relations` hands it on (rows failing its own relations rejected), known before
+    LABEVENTS is read: what its rows are routed by."""
+    typed = {"ADMISSIONS": admissions}
+    _check_keys(typed, lambda *args, **kwargs: None, _rejects(severity))
+    return typed["ADMISSIONS"]
+
+
+# LABEVENTS against ADMISSIONS and D_LABITEMS, in report order: check, column, what fails, and whether a failing
+# row is rejected (when the check's severity is error).
+LAB_RELATIONS = (
+    ("foreign_key", "ITEMID", "ITEMID not in D_LABITEMS", True),
+    ("foreign_key", "HADM_ID", "HADM_ID not in ADMISSIONS", True),
+    ("subject_mismatch", "SUBJECT_ID", "SUBJECT_ID other than its admission's", True),
+    ("charttime_outside_stay", "CHARTTIME", "CHARTTIME before the admission's ADMITTIME", False),
+    ("charttime_outside_stay", "CHARTTIME", "CHARTTIME after the admission's DISCHTIME", False),
+)
+
+
+@dataclass(frozen=True)
+class LabRelations:
+    """What LABEVENTS rows are checked against: D_LABITEMS' items and each admission's stay. Every check is per
+    row, so any block of rows is checked alone and the blocks' failures add up to the whole table's."""
+
+    items: pd.Series | None  # D_LABITEMS' ITEMIDs (None: the table could not be read)
+    stays: pd.DataFrame | None  # per HADM_ID (its first ADMISSIONS row): SUBJECT_ID, ADMITTIME, DISCHTIME
+    tolerance: pd.Timedelta
+
+    @classmethod
+    def of(cls, admissions: pd.DataFrame | None, labitems: pd.DataFrame | None,
+           stay_tolerance_hours: float) -> "LabRelations":
+        stays = (None if admissions is None
+                 else admissions.dropna(subset=["HADM_ID"]).drop_duplicates("HADM_ID").set_index("HADM_ID"))
+        return cls(items=None if labitems is None else labitems["ITEMID"].dropna(), stays=stays,
+                   tolerance=pd.Timedelta(hours=stay_tolerance_hours))
+
+    def check(self, labevents: pd.DataFrame, rejects) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """``labevents`` with REJECT set by the first failing relation that rejects, and every failing
+        (relation: its place in :data:`LAB_RELATIONS`, line)."""
+        failed: dict[int, pd.Series] = {}
+        if self.items is not None:
+            failed[0] = labevents["ITEMID"].notna() & ~labevents["ITEMID"].isin(self.items)
+        stays = self.stays
+        if stays is not None:
+            hadm = labevents["HADM_ID"]
+            failed[1] = hadm.notna() & ~hadm.isin(stays.index)
+            if "SUBJECT_ID" in labevents and "SUBJECT_ID" in stays:
+                failed[2] = (labevents["SUBJECT_ID"] != hadm.map(stays["SUBJECT_ID"])).fillna(False).astype(bool)
+            charted = labevents["CHARTTIME"]
+            failed[3] = (charted < hadm.map(stays["ADMITTIME"]) - self.tolerance).fillna(False).astype(bool)
+            failed[4] = (charted > hadm.map(stays["DISCHTIME"]) + self.tolerance).fillna(False).astype(bool)
+        reject = labevents["REJECT"]
+        for n, mask in failed.items():
+            check, _, _, marks = LAB_RELATIONS[n]
+            if marks and rejects(check):
+                reject = reject.mask(reject.isna() & mask, check)
+        lines = [labevents.index[mask.to_numpy()].to_numpy("int64") for mask in failed.values()]
+        failures = pd.DataFrame({"relation": np.repeat(list(failed), [len(n) for n in lines]).astype("int64"),
+                                 "line": np.concatenate(lines) if lines else np.array([], "int64")})
+        return labevents.assign(REJECT=reject), failures
+
+
+def report_relations(failures: pd.DataFrame, report) -> None:
+    """One finding per failing relation of :data:`LAB_RELATIONS`, in its order (lines increasing)."""
+    for n, (check, column, what, _) in enumerate(LAB_RELATIONS):
+        lines = np.sort(failures.loc[failures["relation"] == n, "line"].to_numpy("int64"))
+        report("LABEVENTS", check, column, pd.Series(True, index=pd.Index(lines, name="line")), what=what)
 
 
 def _guard(frame: pd.DataFrame | None, model: type[pa.DataFrameModel]) -> pd.DataFrame | None:

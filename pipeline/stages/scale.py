@@ -37,6 +37,7 @@ from schemas.guard import guarded
 from schemas.scale import ScaledEvents
 
 if TYPE_CHECKING:
+    from pipeline.engine import Engine
     from pipeline.stages import Context
 
 STAGE = "scale"
@@ -375,11 +376,21 @@ def _raise_if(failed: pd.Series, events: pd.DataFrame, check: str, what: str, ad
     )
 
 
-def reference_ranges(labevents: pd.DataFrame | None) -> pd.DataFrame | None:
-    """The typed raw LABEVENTS' REF_RANGE_LOWER and REF_RANGE_UPPER (index = line), or None without them."""
+def reference_ranges(labevents: Any, lines: pd.Index | None = None, engine: Engine | None = None
+                     ) -> pd.DataFrame | None:
+    """The typed raw LABEVENTS' REF_RANGE_LOWER and REF_RANGE_UPPER (index = line), or None without them; with
+    ``lines``, only those rows (read on the ``engine`` when LABEVENTS is held in its parts)."""
     if labevents is None or not set(RANGE_COLUMNS) <= set(labevents.columns):
         return None
-    return labevents[list(RANGE_COLUMNS)]
+    if lines is None:
+        return labevents[list(RANGE_COLUMNS)]
+    if engine is None:
+        return _at_lines(labevents, lines)[list(RANGE_COLUMNS)]
+    return engine.rows(labevents, _at_lines, lines, columns=list(RANGE_COLUMNS))
+
+
+def _at_lines(frame: pd.DataFrame, lines: pd.Index) -> pd.DataFrame:
+    return frame[frame.index.isin(lines)]
 
 
 def range_classes(values: pd.Series, ranges: pd.DataFrame, *, range_widths: float) -> pd.Series:
@@ -511,8 +522,9 @@ def run(events: Any, context: Context) -> tuple[Any, Context]:
     options, stats, engine = context.options, context.fitted[STAGE], context.engine
     events = engine.each(apply_zscore, events, stats, policy=options.policy, warn_bound=options.warn_bound,
                          error_bound=options.error_bound)
+    reported = engine.rows(events, reported_rows, stats, warn_bound=options.warn_bound)
     context.ledger.findings.extend(scale_findings(
-        engine.rows(events, reported_rows, stats, warn_bound=options.warn_bound), stats,
-        warn_bound=options.warn_bound, max_lines=context.max_lines, ranges=reference_ranges(context.tables.labevents),
+        reported, stats, warn_bound=options.warn_bound, max_lines=context.max_lines,
+        ranges=reference_ranges(context.tables.labevents, reported.index, engine),
         range_widths=options.range_widths, names=context.ledger.names))
     return events, context

@@ -112,7 +112,7 @@ def _frame() -> pd.DataFrame:
     }, index=pd.Index(np.arange(300) + 2, name="line"))
 
 
-def test_parts_round_trip_through_parquet_in_row_order(tmp_path):
+def test_parts_round_trip_through_arrow_files_in_row_order(tmp_path):
     frame = _frame()
     splits = pd.DataFrame({"HADM_ID": np.arange(100, 130), "SPLIT": pd.Series(["train", "val", "test"] * 10,
                                                                              dtype="str")})
@@ -124,6 +124,63 @@ def test_parts_round_trip_through_parquet_in_row_order(tmp_path):
     owners = [set(engine._read(path)["HADM_ID"].dropna()) for path in stored.paths]
     assert sum(map(len, owners)) == len(set().union(*owners))  # every admission in one part
     assert engine._read(stored.paths[-1])["HADM_ID"].isna().any()  # rows of no admission come last
+
+
+def _splits() -> pd.DataFrame:
+    """Admissions 100..127 (128 and 129 are in no split: rows of no known admission, like rows without HADM_ID)."""
+    return pd.DataFrame({"HADM_ID": np.arange(100, 128),
+                         "SPLIT": pd.Series(["train", "val", "test", "train"] * 7, dtype="str")})
+
+
+def _routed(engine: PartsEngine, frame: pd.DataFrame, splits: pd.DataFrame, block: int) -> Stored:
+    router = engine.router(splits)
+    for start in range(0, len(frame), block):
+        router.add(frame.iloc[start:start + block])
+    return router.finish()
+
+
+@pytest.mark.parametrize("partitions", [1, 2, 5])
+def test_routed_blocks_make_the_parts_partition_cuts(tmp_path, partitions):
+    """Blocks routed as they come give what cutting the whole table gives: every admission in one part, parts in
+    (split, HADM_ID) order, each in source line order, rows of no known admission last; in row order, the table."""
+    frame, splits = _frame(), _splits()
+    engine = PartsEngine(tmp_path, partitions=partitions)
+    stored = _routed(engine, frame, splits, block=37)
+    assert len(stored) == len(frame) and stored.columns == tuple(frame.columns)
+    pd.testing.assert_frame_equal(engine.rows(stored), frame)
+    parts = list(stored.read())
+    assert [len(part) for part in parts] == list(stored.lengths)
+    assert all(part.index.is_monotonic_increasing for part in parts)
+    owners = [set(part["HADM_ID"].dropna()) for part in parts]
+    assert sum(map(len, owners)) == len(set().union(*owners))
+    split = splits.set_index("HADM_ID")["SPLIT"].map({"train": 0, "val": 1, "test": 2})
+    known = [part[part["HADM_ID"].isin(split.index)] for part in parts]
+    keys = pd.concat([pd.DataFrame({"SPLIT": part["HADM_ID"].map(split), "HADM_ID": part["HADM_ID"]})
+                      .drop_duplicates().sort_values(["SPLIT", "HADM_ID"]) for part in known])
+    assert keys.equals(keys.sort_values(["SPLIT", "HADM_ID"]))  # part order is (split, HADM_ID) order
+    unknown = frame["HADM_ID"].isna() | ~frame["HADM_ID"].isin(split.index)
+    last = parts[-1]
+    assert (~last["HADM_ID"].isin(split.index)).all() and len(last) == int(unknown.sum())
+    assert len(parts) <= partitions + 1  # the known admissions' parts, and one of the rest
+
+
+def test_routed_rows_of_no_known_admission_are_cut_by_rows(tmp_path):
+    frame = _frame()
+    engine = PartsEngine(tmp_path, rows_per_part=20)
+    stored = _routed(engine, frame, pd.DataFrame({"HADM_ID": [], "SPLIT": pd.Series([], dtype="str")}), block=25)
+    # No admission is known: every row is of no known admission, in parts of about 20 rows in source line order.
+    assert len(stored.paths) > 5 and max(stored.lengths) <= 25 + 25
+    assert pd.concat(stored.read()).index.is_monotonic_increasing
+    pd.testing.assert_frame_equal(engine.rows(stored), frame)
+
+
+def test_the_partitioned_flow_never_holds_labevents_whole(sample_dir):
+    """With the parts engine, the raw tables' LABEVENTS is its parts (the checked blocks went straight there)."""
+    with parts_engine(partitions=2) as engine:
+        validation = validate(sample_dir, load_config(), engine=engine)
+        labevents = validation.tables.labevents
+        assert isinstance(labevents, Stored) and len(labevents) == validation.report.attrition["LABEVENTS"]["read"]
+        assert "REJECT" in labevents.columns
 
 
 def test_each_adds_up_steps_and_quarantine_of_the_parts(tmp_path):
@@ -144,9 +201,25 @@ def test_each_adds_up_steps_and_quarantine_of_the_parts(tmp_path):
 def test_the_parts_folder_is_deleted_after_the_run_and_on_error(tmp_path):
     with parts_engine(partitions=2, folder=tmp_path) as engine:
         engine.partition(_frame())
-        assert any(tmp_path.rglob("*.parquet"))
+        assert any(tmp_path.rglob("*.arrow"))
     assert not any(tmp_path.iterdir())
     with pytest.raises(RuntimeError), parts_engine(partitions=2, folder=tmp_path) as engine:
         engine.partition(_frame())
         raise RuntimeError("a failed run")
     assert not any(tmp_path.iterdir())
+
+
+def test_auto_takes_parts_from_the_text_labevents_holds(tmp_path, sample_dir, monkeypatch):
+    from pipeline import engine as engines
+
+    size = (sample_dir / "LABEVENTS.csv").stat().st_size
+    assert not engines.in_parts(sample_dir)  # the sample: far below 256 MiB, the pandas engine
+    monkeypatch.setattr(engines, "AUTO_PARTS_BYTES", size)
+    assert engines.in_parts(sample_dir)
+    zipped = tmp_path / "hosp"
+    zipped.mkdir()
+    (zipped / "labevents.csv.gz").write_bytes(b"\x1f\x8b" + bytes(size // engines.GZIP_TEXT_RATIO + 1))
+    assert engines.in_parts(tmp_path)  # a .gz counts for the text it holds, about seven times its size
+    (zipped / "labevents.csv.gz").write_bytes(b"\x1f\x8b" + bytes(size // engines.GZIP_TEXT_RATIO - 10))
+    assert not engines.in_parts(tmp_path)
+    assert not engines.in_parts(tmp_path / "nowhere")  # no LABEVENTS: pandas, and the run says why
