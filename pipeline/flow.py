@@ -295,7 +295,7 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: Vocabularies | N
                 events, context = stage.run(events, context)
                 if taken is not tables.labevents and taken is not events:
                     engine.release(taken)  # each stage's rows are read by the next stage only
-            state["edges"] = engine.collect(events)
+            state["edges"] = engine.result(events)
         except StageError as error:
             ledger.findings.append(finding_from_error(error))
             state["stopped_at"] = error.stage
@@ -327,7 +327,7 @@ def admission_fates(tables: RawTables, prepared: Prepared, *, engine: Engine = P
     rejected = admissions["REJECT"].notna() if "REJECT" in admissions else pd.Series(False, index=admissions.index)
     split = split.where(~rejected & split.notna(), UNSPLIT)
     lab_rows = engine.rows(tables.labevents, _admissions_of, columns=["HADM_ID"])["HADM_ID"].dropna().unique()
-    edges = prepared.edges["HADM_ID"].unique()
+    edges = engine.rows(prepared.edges, _admissions_of, columns=["HADM_ID"])["HADM_ID"].unique()
     labevents = prepared.quarantine[prepared.quarantine["TABLE"] == "LABEVENTS"]
     short = labevents.loc[labevents["REASON"] == SHORT, "HADM_ID"].dropna().unique()
     fate = np.select([rejected.to_numpy(), hadm.isin(edges).to_numpy(), ~hadm.isin(lab_rows).to_numpy(),
@@ -459,7 +459,8 @@ def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool,
         return Build(validation=validation, report=report, out_dir=None)
 
     progress.step(building, rows=len(prepared.edges))
-    graphs = graph.build_graphs(prepared.edges, prepared.admissions, prepared.labitems,
+    edges = (engine or PANDAS).collect(prepared.edges, graph.graph_columns(prepared.edges))  # what graphs read
+    graphs = graph.build_graphs(edges, prepared.admissions, prepared.labitems,
                                 batch_size=config.graph.batch_size, labels=config.graph.labels)
     limits = graph.graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=config.bucket.max_timestep)
     progress.step(guarding, rows=len(graphs), unit="graphs")
@@ -514,7 +515,7 @@ def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool,
         fitted=prepared.saved_state(),
         quarantine=prepared.quarantine, index=index, report=report.as_json(),
         accounting={"LABEVENTS": ledger, "ADMISSIONS": admissions}, splits=splits, memory=memory,
-        report_html=page.encode("utf-8"), features=graph.feature_columns(prepared.edges, prepared.admissions))
+        report_html=page.encode("utf-8"), features=graph.feature_columns(edges, prepared.admissions))
     progress.step("write", rows=len(outputs.files), unit="files")
     write.write_build(out, outputs)
     progress.end()

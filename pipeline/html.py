@@ -322,13 +322,16 @@ def _splits(prepared: Any, graphs: list[dict]) -> str:
     if splits is None:
         return ""
     edges = getattr(prepared, "edges", None)
+    per_split = None  # per split: admissions with edges, edges (added up over parts: they share no admission)
+    if edges is not None:
+        per_split = sum(part.groupby("SPLIT")["HADM_ID"].agg(["nunique", "size"]).reindex(_SPLITS, fill_value=0)
+                        for part in _frames(edges, ["SPLIT", "HADM_ID"]))
     rows = []
     for name in _SPLITS:
         part = splits[splits["SPLIT"] == name]
-        in_graphs = edges.loc[edges["SPLIT"] == name, "HADM_ID"].nunique() if edges is not None else None
-        row = [name, _n(len(part)), _n(in_graphs) if in_graphs is not None else "-",
+        row = [name, _n(len(part)), _n(int(per_split.loc[name, "nunique"])) if per_split is not None else "-",
                _n(part["GROUP"].nunique() if "GROUP" in part else len(part)),
-               _n(int((edges["SPLIT"] == name).sum())) if edges is not None else "-"]
+               _n(int(per_split.loc[name, "size"])) if per_split is not None else "-"]
         if graphs:
             row.append(_n(sum(g["split"] == name for g in graphs)))
         rows.append(row)

@@ -146,7 +146,7 @@ def check_stream(
         part = run("LABEVENTS", block, valuenum_abs_bound=valuenum_abs_bound, severity=severity)
         typed, failures = relations.check(part.typed, rejects)
         router.add(_guard(typed, LabEvents))
-        parts.append(replace(part, typed=typed.iloc[:0]))
+        parts.append(replace(part, typed=typed.iloc[:0].copy()))  # a copy: a slice would keep the block alive
         related.append(failures)
     if not parts:
         raise ValueError("LABEVENTS: no block of rows to check")

@@ -9,7 +9,7 @@ output guard allows no null in any tensor column.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -119,11 +119,19 @@ def _refuse_collision(events: pd.DataFrame, column: str, value: float | None) ->
     )
 
 
-def fill_findings(events: pd.DataFrame, policies: Mapping[str, FillPolicy]) -> list[Finding]:
-    """How many values each column had filled, and by which policy."""
+def missing_counts(events: pd.DataFrame) -> pd.Series:
+    """How many values of each tensor column are missing: what :func:`fill_findings` reports (counts of parts add
+    up)."""
+    return events[list(TENSOR_COLUMNS)].isna().sum()
+
+
+def fill_findings(events: pd.DataFrame | pd.Series, policies: Mapping[str, FillPolicy]) -> list[Finding]:
+    """How many values each column had filled, and by which policy (from the rows, or their
+    :func:`missing_counts`)."""
     findings = []
+    missing = events if isinstance(events, pd.Series) else missing_counts(events)
     for column in TENSOR_COLUMNS:
-        count = int(events[column].isna().sum())
+        count = int(missing[column])
         if count and column in policies:
             policy = policies[column]
             findings.append(summary_finding(
@@ -134,19 +142,24 @@ def fill_findings(events: pd.DataFrame, policies: Mapping[str, FillPolicy]) -> l
     return findings
 
 
-def training_rows(events: pd.DataFrame) -> pd.DataFrame:
-    """The training rows' split and tensor columns: all :func:`fit_fill` reads (its means and medians, exact, need
-    the values themselves; they are sorted first, so their order does not matter)."""
-    return events.loc[(events["SPLIT"] == "train").to_numpy(), ["SPLIT", *TENSOR_COLUMNS]]
+def training_rows(events: pd.DataFrame, columns: Sequence[str] = TENSOR_COLUMNS) -> pd.DataFrame:
+    """The training rows' split and tensor ``columns``: all :func:`fit_fill` reads (its means and medians, exact,
+    need the values themselves; they are sorted first, so their order does not matter)."""
+    return events.loc[(events["SPLIT"] == "train").to_numpy(), ["SPLIT", *columns]]
 
 
 def fit_inputs(events: Any, context: Context) -> tuple[pd.DataFrame, tuple, dict]:
-    """What :func:`fit_fill` reads in flow: the training rows' tensor columns, and the [fill] policies."""
-    return context.engine.rows(events, training_rows), (context.options,), {}
+    """What :func:`fit_fill` reads in flow: the training rows of the columns filled by their mean or median
+    (none with constant policies, the defaults), and the [fill] policies."""
+    fitted = [column for column in TENSOR_COLUMNS
+              if column in context.options and context.options[column].policy in ("mean", "median")]
+    rows = (context.engine.rows(events, training_rows, fitted) if fitted
+            else pd.DataFrame({"SPLIT": pd.Series([], dtype="str")}))  # constants alone read no row
+    return rows, (context.options,), {}
 
 
 def run(events: Any, context: Context) -> tuple[Any, Context]:
     """The stage in flow, per admission on the engine: what each policy fills is a finding, then the fill."""
     engine, policies = context.engine, context.options
-    context.ledger.findings.extend(fill_findings(engine.rows(events, columns=list(TENSOR_COLUMNS)), policies))
+    context.ledger.findings.extend(fill_findings(engine.total(missing_counts, events), policies))
     return context.ledger.take(engine.each(apply_fill, events, context.fitted[STAGE], policies)), context

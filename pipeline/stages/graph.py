@@ -17,13 +17,14 @@ rescan per batch. Pure: no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 from torch_geometric.data import HeteroData
 
-from pipeline.stages.dedup import edge_key, split_codes
+from pipeline.stages.dedup import KEY, edge_key, split_codes
 from schemas.errors import StageError
 from schemas.fill import TENSOR_COLUMNS
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
@@ -53,6 +54,11 @@ def edge_feature_columns(edges: pd.DataFrame) -> list[str]:
     """The edge row columns that make up edge_attr: CODE, Z, then fill's ``*_MISSING`` indicators, if any."""
     indicators = [f"{column}_MISSING" for column in TENSOR_COLUMNS if f"{column}_MISSING" in edges.columns]
     return [*TENSOR_COLUMNS, *indicators]
+
+
+def graph_columns(edges: Any) -> list[str]:
+    """The edge row columns :func:`build_graphs` reads (``edges``: a frame, or anything with its ``columns``)."""
+    return ["SPLIT", *KEY, *edge_feature_columns(edges)]
 
 
 def feature_columns(edges: pd.DataFrame, admissions: pd.DataFrame) -> dict[str, list[str]]:
