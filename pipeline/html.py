@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from html import escape
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -78,14 +78,19 @@ def render(result: Any, config: Config, *, show_values: bool = False) -> str:
     tables, prepared = validation.tables, validation.prepared
     graphs = list(getattr(result, "graphs", ()) or ())
     kind = "build" if validation is not result else "validate"
-    z = z_scores(tables.labevents, prepared, config)
+    # Two passes over LABEVENTS (part by part when it is held in parts): per-item summaries, then the z of the
+    # items drawn.
+    summary = z_summary(z_scores(tables.labevents, prepared, config), config.scale.warn_bound)
+    top = extreme_items(summary)
+    drawn = list(z_scores(tables.labevents, prepared, config, items=top.index))
+    z = pd.concat(drawn).sort_index(kind="stable") if drawn else None
     names = item_names(getattr(prepared, "labitems", None))  # '50963 NTproBNP (Blood)'
     sections = [
         _header(report, kind, getattr(validation, "cached", False)),
         _findings(report, show_values=show_values),
         _attrition(report),
-        _zscores(z, config, names),
-        _items(prepared, z, names, config),
+        _zscores(z, top, config, names),
+        _items(prepared, summary, names, config),
         _missingness(tables, report, prepared, config),
         _splits(prepared, graphs),
     ]
@@ -97,26 +102,29 @@ def render(result: Any, config: Config, *, show_values: bool = False) -> str:
 
 
 # -- data ---------------------------------------------------------------------------------------
-def z_scores(labevents: pd.DataFrame | None, prepared: Any, config: Config) -> pd.DataFrame:
-    """Each scaled lab row's z (index = source line), computed from the fitted stats.
+def z_scores(labevents: Any, prepared: Any, config: Config, *, items: Iterable[int] | None = None
+             ) -> Iterator[pd.DataFrame]:
+    """Each scaled lab row's z (index = source line), computed from the fitted stats: one frame per part of
+    LABEVENTS (the frame itself, or its parts held by the parts engine, read one at a time), of ``items`` only
+    when given.
 
     The rows are those the scale stage saw (LABEVENTS less what clean quarantined), so the chart
     exists even when the scale stage stopped the run on an error bound. ``seen`` is False for items
     unseen in train (z = 0).
     """
-    empty = pd.DataFrame({"ITEMID": pd.Series([], dtype="int64"), "Z": pd.Series([], dtype="float64"),
-                          "seen": pd.Series([], dtype="bool")})
     stats = getattr(prepared, "stats", None)
     if labevents is None or stats is None or "VALUENUM" not in labevents.columns:
-        return empty
+        return
     quarantine = prepared.quarantine
     cleaned = quarantine.index[(quarantine["TABLE"] == "LABEVENTS") & (quarantine["STAGE"] == "clean")]
-    scaled = [part[~part.index.isin(cleaned) & part["VALUENUM"].notna() & part["ITEMID"].notna()]
-              for part in _frames(labevents, ["ITEMID", "VALUENUM"])]
-    rows = scaled[0] if len(scaled) == 1 else pd.concat(scaled).sort_index(kind="stable")
-    rows = rows[["ITEMID", "VALUENUM"]].astype({"ITEMID": "int64", "VALUENUM": "float64"})
-    z = zscores(rows, stats, policy=config.scale.policy, warn_bound=config.scale.warn_bound, strict=False)
-    return pd.DataFrame({"ITEMID": rows["ITEMID"], "Z": z.astype("float64"), "seen": rows["ITEMID"].isin(stats.items_)})
+    for part in _frames(labevents, ["ITEMID", "VALUENUM"]):
+        chosen = ~part.index.isin(cleaned) & part["VALUENUM"].notna() & part["ITEMID"].notna()
+        if items is not None:
+            chosen &= part["ITEMID"].isin(list(items))
+        rows = part.loc[chosen, ["ITEMID", "VALUENUM"]].astype({"ITEMID": "int64", "VALUENUM": "float64"})
+        z = zscores(rows, stats, policy=config.scale.policy, warn_bound=config.scale.warn_bound, strict=False)
+        yield pd.DataFrame({"ITEMID": rows["ITEMID"], "Z": z.astype("float64"),
+                            "seen": rows["ITEMID"].isin(stats.items_)})
 
 
 def _frames(table: Any, columns: list[str] | None = None) -> Iterable[pd.DataFrame]:
@@ -125,23 +133,36 @@ def _frames(table: Any, columns: list[str] | None = None) -> Iterable[pd.DataFra
     return [table] if isinstance(table, pd.DataFrame) else table.read(columns)
 
 
-def extreme_items(z: pd.DataFrame, warn_bound: float, top: int = TOP_ITEMS) -> pd.DataFrame:
-    """Per item seen in train: rows, non-finite z, max |z| and rows above the bound; the ``top`` largest."""
-    seen = z[z["seen"]]
-    if seen.empty:
-        return pd.DataFrame(columns=["rows", "nonfinite", "max_abs", "flagged"])
-    absolute = seen["Z"].abs()
-    finite = np.isfinite(seen["Z"])
-    frame = pd.DataFrame({"ITEMID": seen["ITEMID"], "abs": absolute.where(finite),
-                          "nonfinite": (~finite).astype("int64"),
-                          "flagged": ((absolute > warn_bound) | ~finite).astype("int64")})
-    summary = frame.groupby("ITEMID", sort=True).agg(rows=("abs", "size"), nonfinite=("nonfinite", "sum"),
-                                                     max_abs=("abs", "max"), flagged=("flagged", "sum"))
-    summary["max_abs"] = summary["max_abs"].fillna(0.0)
+def z_summary(parts: Iterable[pd.DataFrame], warn_bound: float) -> pd.DataFrame:
+    """Per ITEMID (sorted): rows, non-finite z, max finite |z| (0 without one), rows above the bound or not finite,
+    and whether the item was seen in train; from :func:`z_scores`' frames, each summed up as it comes."""
+    summaries = []
+    for z in parts:
+        absolute = z["Z"].abs()
+        finite = np.isfinite(z["Z"])
+        frame = pd.DataFrame({"ITEMID": z["ITEMID"], "abs": absolute.where(finite),
+                              "nonfinite": (~finite).astype("int64"),
+                              "flagged": ((absolute > warn_bound) | ~finite).astype("int64"), "seen": z["seen"]})
+        summaries.append(frame.groupby("ITEMID", sort=True).agg(
+            rows=("abs", "size"), nonfinite=("nonfinite", "sum"), max_abs=("abs", "max"), flagged=("flagged", "sum"),
+            seen=("seen", "any")))
+    if not summaries:
+        return pd.DataFrame({"rows": [], "nonfinite": [], "max_abs": [], "flagged": [], "seen": []},
+                            index=pd.Index([], name="ITEMID", dtype="int64")).astype(
+            {"rows": "int64", "nonfinite": "int64", "max_abs": "float64", "flagged": "int64", "seen": "bool"})
+    summary = pd.concat(summaries).groupby(level="ITEMID", sort=True).agg(
+        {"rows": "sum", "nonfinite": "sum", "max_abs": "max", "flagged": "sum", "seen": "any"})
+    return summary.assign(max_abs=summary["max_abs"].fillna(0.0))
+
+
+def extreme_items(summary: pd.DataFrame, top: int = TOP_ITEMS) -> pd.DataFrame:
+    """Per item seen in train (from :func:`z_summary`): rows, non-finite z, max |z| and rows above the bound; the
+    ``top`` largest."""
+    seen = summary.loc[summary["seen"], ["rows", "nonfinite", "max_abs", "flagged"]]
     # Non-finite first, then by max |z|; ITEMID breaks ties so the order never depends on the input's.
-    summary = summary.assign(_nonfinite=summary["nonfinite"] > 0, _item=summary.index)
-    summary = summary.sort_values(["_nonfinite", "max_abs", "_item"], ascending=[False, False, True], kind="stable")
-    return summary.drop(columns=["_nonfinite", "_item"]).head(top)
+    seen = seen.assign(_nonfinite=seen["nonfinite"] > 0, _item=seen.index)
+    seen = seen.sort_values(["_nonfinite", "max_abs", "_item"], ascending=[False, False, True], kind="stable")
+    return seen.drop(columns=["_nonfinite", "_item"]).head(top)
 
 
 # -- sections -----------------------------------------------------------------------------------
@@ -240,10 +261,9 @@ def _admissions(ledger: dict | None) -> str:
     return equation + _table(head, rows, numeric=set(range(1, len(head)))) + note
 
 
-def _zscores(z: pd.DataFrame, config: Config, names: dict[int, str]) -> str:
+def _zscores(z: pd.DataFrame | None, top: pd.DataFrame, config: Config, names: dict[int, str]) -> str:
     warn, error = config.scale.warn_bound, config.scale.error_bound
-    top = extreme_items(z, warn)
-    if top.empty:
+    if top.empty or z is None:
         return ""
     chart = _figure("zscores", f"z-scores of the {len(top)} items with the largest |z|; dashed: |z| = {warn:g} "
                                f"(warn bound); red points: rows above it",
@@ -257,13 +277,13 @@ def _zscores(z: pd.DataFrame, config: Config, names: dict[int, str]) -> str:
             f"{chart}{table}</section>")
 
 
-def _items(prepared: Any, z: pd.DataFrame, names: dict[int, str], config: Config) -> str:
+def _items(prepared: Any, summary: pd.DataFrame, names: dict[int, str], config: Config) -> str:
     stats = getattr(prepared, "stats", None)
     if stats is None:
         return ""
     counts = dict(zip(stats.items_, stats.count_))
     single = [item for item, count in counts.items() if count == 1]
-    unseen = z.loc[~z["seen"], "ITEMID"].value_counts().sort_index()
+    unseen = summary.loc[~summary["seen"], "rows"]
     groups = [
         ("constant", "every training value equal: z = 0 on it, other values' z bounded by [scale] constant_bound",
          stats.constant_items_),
