@@ -40,7 +40,7 @@ import operator
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
@@ -386,6 +386,13 @@ def read_part(path: Path | tuple[Path, ...], columns: Sequence[str] | None = Non
     table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     frame = table.combine_chunks().to_pandas()
     return frame if len(tables) == 1 else frame.sort_index(kind="stable")
+
+
+def frames(events: pd.DataFrame | Stored, columns: Sequence[str] | None = None) -> Iterable[pd.DataFrame]:
+    """A frame (only ``columns``, when given), or the parts of one a :class:`PartsEngine` keeps, read one at a time."""
+    if isinstance(events, pd.DataFrame):
+        return [events if columns is None else events[list(columns)]]
+    return events.read(columns)
 
 
 def in_parts(data_dir: Path) -> bool:

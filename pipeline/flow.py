@@ -27,7 +27,7 @@ from pipeline.config import Config
 from pipeline.cache import Cache
 from pipeline.cache import key_of as cache_key
 from pipeline.load import TABLES, file_sha256, locate_tables, read_blocks
-from pipeline.engine import PANDAS, Engine
+from pipeline.engine import PANDAS, Engine, frames
 from pipeline.parse import (LabRelations, RawResult, RawTables, check_blocks, check_relations, check_stream,
                             keyed_admissions)
 from pipeline.progress import NO_PROGRESS, Progress
@@ -459,17 +459,22 @@ def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool,
         return Build(validation=validation, report=report, out_dir=None)
 
     progress.step(building, rows=len(prepared.edges))
-    edges = (engine or PANDAS).collect(prepared.edges, graph.graph_columns(prepared.edges))  # what graphs read
-    graphs = graph.build_graphs(edges, prepared.admissions, prepared.labitems,
-                                batch_size=config.graph.batch_size, labels=config.graph.labels)
     limits = graph.graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=config.bucket.max_timestep)
-    progress.step(guarding, rows=len(graphs), unit="graphs")
-    findings = [finding_from_error(problem) for problem in graph.check_graphs(graphs, limits)]
-    memory = {g.where: graph.memory_estimate(g.data, hidden=config.graph.hidden, layers=config.graph.layers)
-              for g in graphs}
-    summaries = tuple({"split": g.split, "batch": g.batch, "admissions": int(g.data["admission"].num_nodes),
-                       "labitems": int(g.data["labitem"].num_nodes), "edges": int(g.data[EDGE].edge_index.shape[1]),
-                       "memory": memory[g.where]} for g in graphs)
+    # Built, guarded and serialised a few batches at a time, from the edge rows' parts (only the columns graphs
+    # read): what stays is each graph's file bytes and summary, never all the graphs' tensors.
+    parts = frames(prepared.edges, graph.graph_columns(prepared.edges))
+    findings, memory, files, summaries, nodes_of = [], {}, [], [], []
+    for g in graph.stream_graphs(parts, prepared.admissions, prepared.labitems, batch_size=config.graph.batch_size,
+                                 labels=config.graph.labels):
+        findings += [finding_from_error(problem) for problem in graph.check_graphs([g], limits)]
+        memory[g.where] = graph.memory_estimate(g.data, hidden=config.graph.hidden, layers=config.graph.layers)
+        summaries.append({"split": g.split, "batch": g.batch, "admissions": int(g.data["admission"].num_nodes),
+                          "labitems": int(g.data["labitem"].num_nodes),
+                          "edges": int(g.data[EDGE].edge_index.shape[1]), "memory": memory[g.where]})
+        nodes_of.append((g.split, g.batch, g.data["admission"].node_id.numpy(), g.data["admission"].hadm_id.numpy()))
+        files.append(write.graph_file(g))
+    summaries = tuple(summaries)
+    progress.step(guarding, rows=len(summaries), unit="graphs")
     budget = config.graph.memory_budget_mb * 2**20
     over = {where: m["total"] for where, m in memory.items() if m["total"] > budget}
     if over:
@@ -478,12 +483,12 @@ def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool,
             stage="graph", check="graph_memory", table=None, column=None, count=len(over),
             message=f"{len(over)} batch(es) above {config.graph.memory_budget_mb:g} MB, largest {largest} at "
                     f"{over[largest] / 2**20:.1f} MB (hidden {config.graph.hidden}, {config.graph.layers} layers)"))
-    edges_in_graphs = sum(int(g.data[EDGE].edge_index.shape[1]) for g in graphs)
+    edges_in_graphs = sum(g["edges"] for g in summaries)
     ledger = prepared.ledger()
     if edges_in_graphs != ledger["kept"]:
         raise RuntimeError(f"graphs hold {edges_in_graphs} edges but {ledger['kept']} rows were kept")
     admissions = prepared.admission_ledger()
-    nodes = {name: sum(int(g.data["admission"].num_nodes) for g in graphs if g.split == name) for name in SPLITS}
+    nodes = {name: sum(g["admissions"] for g in summaries if g["split"] == name) for name in SPLITS}
     counted = {name: admissions["splits"][name][IN_GRAPHS] for name in SPLITS}
     if nodes != counted:
         raise RuntimeError(f"graphs hold admissions {nodes} per split but the ledger counted {counted}")
@@ -496,26 +501,26 @@ def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool,
         return Build(validation=validation, report=report, out_dir=None, graphs=summaries)
 
     index = pd.DataFrame({
-        "split": np.concatenate([np.repeat(g.split, g.data["admission"].num_nodes) for g in graphs]),
-        "batch": np.concatenate([np.repeat(g.batch, g.data["admission"].num_nodes) for g in graphs]),
-        "node": np.concatenate([g.data["admission"].node_id.numpy() for g in graphs]),
-        "HADM_ID": np.concatenate([g.data["admission"].hadm_id.numpy() for g in graphs]),
+        "split": np.concatenate([np.repeat(split, len(node)) for split, _, node, _ in nodes_of]),
+        "batch": np.concatenate([np.repeat(batch, len(node)) for _, batch, node, _ in nodes_of]),
+        "node": np.concatenate([node for _, _, node, _ in nodes_of]),
+        "HADM_ID": np.concatenate([hadm for _, _, _, hadm in nodes_of]),
     }).astype({"split": "str", "batch": "int64", "node": "int64", "HADM_ID": "int64"})
     splits = {name: {"admissions": int((index["split"] == name).sum()),
-                     "graphs": sum(g.split == name for g in graphs),
-                     "edges": sum(int(g.data[EDGE].edge_index.shape[1]) for g in graphs if g.split == name)}
+                     "graphs": sum(g["split"] == name for g in summaries),
+                     "edges": sum(g["edges"] for g in summaries if g["split"] == name)}
               for name in ("train", "val", "test")}
     built = Build(validation=validation, report=report, out_dir=out, graphs=summaries)
     progress.step("report")
     page = html.render(built, config)  # OUT_DIR/report.html, in the manifest; no raw values even with show_values
     outputs = write.build_outputs(
-        graphs=graphs, limits=limits, config=config.as_json(),
+        graphs=files, limits=limits, config=config.as_json(),
         inputs=[{"table": i.table, "sha256": i.sha256, "rows": i.rows, "file": Path(i.path).name}
                 for i in report.inputs],
         fitted=prepared.saved_state(),
         quarantine=prepared.quarantine, index=index, report=report.as_json(),
         accounting={"LABEVENTS": ledger, "ADMISSIONS": admissions}, splits=splits, memory=memory,
-        report_html=page.encode("utf-8"), features=graph.feature_columns(edges, prepared.admissions))
+        report_html=page.encode("utf-8"), features=graph.feature_columns(prepared.edges, prepared.admissions))
     progress.step("write", rows=len(outputs.files), unit="files")
     write.write_build(out, outputs)
     progress.end()

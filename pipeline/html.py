@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.config import Config
+from pipeline.engine import frames
 from pipeline.report import Report, format_items, item_names, write_atomic
 from pipeline.stages import COLOURS, STAGE_ORDER
 from pipeline.stages.scale import zscores
@@ -117,7 +118,7 @@ def z_scores(labevents: Any, prepared: Any, config: Config, *, items: Iterable[i
         return
     quarantine = prepared.quarantine
     cleaned = quarantine.index[(quarantine["TABLE"] == "LABEVENTS") & (quarantine["STAGE"] == "clean")]
-    for part in _frames(labevents, ["ITEMID", "VALUENUM"]):
+    for part in frames(labevents, ["ITEMID", "VALUENUM"]):
         chosen = ~part.index.isin(cleaned) & part["VALUENUM"].notna() & part["ITEMID"].notna()
         if items is not None:
             chosen &= part["ITEMID"].isin(list(items))
@@ -125,12 +126,6 @@ def z_scores(labevents: Any, prepared: Any, config: Config, *, items: Iterable[i
         z = zscores(rows, stats, policy=config.scale.policy, warn_bound=config.scale.warn_bound, strict=False)
         yield pd.DataFrame({"ITEMID": rows["ITEMID"], "Z": z.astype("float64"),
                             "seen": rows["ITEMID"].isin(stats.items_)})
-
-
-def _frames(table: Any, columns: list[str] | None = None) -> Iterable[pd.DataFrame]:
-    """A raw table as frames: itself, or (LABEVENTS held in parts, ``pipeline.engine.Stored``) its parts, read one
-    at a time with only ``columns``."""
-    return [table] if isinstance(table, pd.DataFrame) else table.read(columns)
 
 
 def z_summary(parts: Iterable[pd.DataFrame], warn_bound: float) -> pd.DataFrame:
@@ -312,7 +307,7 @@ def _missingness(tables: Any, report: Report, prepared: Any, config: Config) -> 
         if frame is None:
             continue
         total = len(frame)
-        counts = sum(part.isna().sum() for part in _frames(frame))
+        counts = sum(part.isna().sum() for part in frames(frame))
         for column in frame.columns:
             if column == "REJECT":
                 continue
@@ -345,7 +340,7 @@ def _splits(prepared: Any, graphs: list[dict]) -> str:
     per_split = None  # per split: admissions with edges, edges (added up over parts: they share no admission)
     if edges is not None:
         per_split = sum(part.groupby("SPLIT")["HADM_ID"].agg(["nunique", "size"]).reindex(_SPLITS, fill_value=0)
-                        for part in _frames(edges, ["SPLIT", "HADM_ID"]))
+                        for part in frames(edges, ["SPLIT", "HADM_ID"]))
     rows = []
     for name in _SPLITS:
         part = splits[splits["SPLIT"] == name]

@@ -89,6 +89,28 @@ def versions() -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class GraphFile:
+    """A graph as a build writes it: its file's bytes and what the manifest says of it."""
+
+    split: str
+    batch: int
+    data: bytes
+    admissions: int
+    edges: int
+
+    @property
+    def where(self) -> str:
+        return f"{self.split}/batch {self.batch}"
+
+
+def graph_file(graph: GraphBatch) -> GraphFile:
+    """A built graph serialised (its tensors can go)."""
+    return GraphFile(split=graph.split, batch=graph.batch, data=graph_bytes(graph.data),
+                     admissions=int(graph.data["admission"].num_nodes),
+                     edges=int(graph.data[EDGE].edge_index.shape[1]))
+
+
+@dataclass(frozen=True)
 class BuildOutputs:
     """Everything a build writes, as bytes, before any of it touches the disk."""
 
@@ -96,7 +118,7 @@ class BuildOutputs:
     manifest: dict[str, Any]
 
 
-def build_outputs(*, graphs: list[GraphBatch], limits: GraphLimits, config: dict, inputs: list[dict],
+def build_outputs(*, graphs: list[GraphBatch | GraphFile], limits: GraphLimits, config: dict, inputs: list[dict],
                   fitted: dict, quarantine: pd.DataFrame, index: pd.DataFrame, report: dict,
                   accounting: dict, splits: dict, memory: dict, features: dict[str, list[str]],
                   report_html: bytes | None = None) -> BuildOutputs:
@@ -105,7 +127,8 @@ def build_outputs(*, graphs: list[GraphBatch], limits: GraphLimits, config: dict
     ``accounting`` holds the ledgers by table (LABEVENTS rows, ADMISSIONS); ``features`` names the columns of admission x, labitem x and edge_attr, in order
     (:func:`pipeline.stages.graph.feature_columns`, which the tensors were built from).
     """
-    files = {graph_path(g.split, g.batch): graph_bytes(g.data) for g in graphs}
+    graphs = [g if isinstance(g, GraphFile) else graph_file(g) for g in graphs]
+    files = {graph_path(g.split, g.batch): g.data for g in graphs}
     files["stats.json"] = _json_bytes(fitted)
     files["quarantine.parquet"] = _parquet_bytes(quarantine.reset_index())
     files["index.parquet"] = _parquet_bytes(index)
@@ -119,9 +142,7 @@ def build_outputs(*, graphs: list[GraphBatch], limits: GraphLimits, config: dict
         "inputs": inputs,
         "outputs": {name: {"sha256": _sha256(data), "bytes": len(data)} for name, data in sorted(files.items())},
         "graphs": [{"split": g.split, "batch": g.batch, "path": graph_path(g.split, g.batch),
-                    "admissions": int(g.data["admission"].num_nodes),
-                    "edges": int(g.data["admission", "did", "labitem"].edge_index.shape[1]),
-                    "memory": memory[g.where]} for g in graphs],
+                    "admissions": g.admissions, "edges": g.edges, "memory": memory[g.where]} for g in graphs],
         "features": {name: list(columns) for name, columns in features.items()},
         "limits": {"max_timestep": limits.max_timestep, "max_code": limits.max_code,
                    "max_node_code": {k: list(v) for k, v in sorted(limits.max_node_code.items())}},

@@ -16,8 +16,9 @@ rescan per batch. Pure: no I/O.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -79,9 +80,42 @@ def graph_limits(vocabularies, admissions: pd.DataFrame, *, max_timestep: int) -
     )
 
 
+def stream_graphs(parts: Iterable[pd.DataFrame], admissions: pd.DataFrame, labitems: pd.DataFrame, *,
+                  batch_size: int = 128, labels: bool = True) -> Iterator[GraphBatch]:
+    """:func:`build_graphs` of edge rows that come in parts in (split, HADM_ID) order, every admission's rows in one
+    part (the parts engine's): a batch is built once all its admissions were read, so a part and the rows of one
+    unfinished batch are held, never all the rows. The graphs are those of :func:`build_graphs` on all the rows."""
+    done = dict.fromkeys(SPLITS, 0)  # admissions of each split already in graphs (whole batches, but a split's last)
+    carry: pd.DataFrame | None = None
+    for part in itertools.chain(parts, [None]):
+        rows = carry if part is None else part if carry is None else pd.concat([carry, part])
+        if rows is None or rows.empty:
+            continue
+        split = split_codes(rows["SPLIT"]).astype("int64")
+        hadm = rows["HADM_ID"].to_numpy("int64")
+        admitted = pd.DataFrame({"split": split, "hadm": hadm}).drop_duplicates().sort_values(["split", "hadm"])
+        position = admitted.groupby("split").cumcount().to_numpy() + admitted["split"].map(
+            dict(enumerate(done.values()))).to_numpy("int64")
+        batch = position // batch_size
+        held = np.zeros(len(admitted), dtype=bool)
+        if part is not None:  # the last batch read may go on in the next part
+            held = (admitted["split"].to_numpy() == admitted["split"].iloc[-1]) & (batch == batch[-1])
+        ready = admitted[~held]
+        first = {SPLITS[s]: done[SPLITS[s]] // batch_size for s in ready["split"].unique()}
+        taken = pd.MultiIndex.from_arrays([split, hadm]).isin(pd.MultiIndex.from_frame(ready))
+        if taken.any():
+            yield from build_graphs(rows[taken], admissions, labitems, batch_size=batch_size, labels=labels,
+                                    first_batch=first)
+        for s, n in ready["split"].value_counts().items():
+            done[SPLITS[s]] += int(n)
+        carry = rows[~taken]
+
+
 def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
-                 batch_size: int = 128, labels: bool = True) -> list[GraphBatch]:
-    """One HeteroData per batch of ``batch_size`` admissions, per split, in a deterministic order."""
+                 batch_size: int = 128, labels: bool = True, first_batch: Mapping[str, int] | None = None
+                 ) -> list[GraphBatch]:
+    """One HeteroData per batch of ``batch_size`` admissions, per split, in a deterministic order (a split's
+    batches numbered from its ``first_batch``, 0 by default: :func:`stream_graphs` builds them a few at a time)."""
     items = labitems.sort_values("ITEMID")
     item_ids = items["ITEMID"].to_numpy("int64").copy()
     columns = feature_columns(edges, admissions)
@@ -127,7 +161,7 @@ def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Dat
             e0, e1 = edge_bounds[b], edge_bounds[b + 1]
             nodes = admitted[b * batch_size:(b + 1) * batch_size]
             local = position[e0 - lo:e1 - lo] - b * batch_size
-            graphs.append(GraphBatch(split=name, batch=b, data=_graph(
+            graphs.append(GraphBatch(split=name, batch=(first_batch or {}).get(name, 0) + b, data=_graph(
                 nodes=nodes, x=by_hadm.loc[nodes, features].to_numpy("float32").reshape(len(nodes), len(features)),
                 item_ids=item_ids, item_x=item_x, source=local, target=item[e0:e1], attr=attr[e0:e1],
                 timestep=timestep[e0:e1], last=last[e0:e1], labels=labels)))

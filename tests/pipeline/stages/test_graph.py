@@ -352,3 +352,20 @@ def test_graph_limits_are_the_sizes_of_the_fitted_vocabularies(prepared):
         == (4, 3, 6, 4, 3, 2, 3, 5)
     assert limits.max_node_code["labitem"] == (len(vocabularies.fluid_), len(vocabularies.category_)) == (4, 3)
     assert limits.max_timestep == 7
+
+
+@pytest.mark.parametrize("cuts", [1, 3, 7, 40])
+def test_graphs_streamed_from_parts_are_the_graphs_of_all_rows(prepared, graphs, cuts):
+    """Edge rows in (split, HADM_ID) order cut into parts at admission boundaries (mid-batch and mid-split too):
+    stream_graphs makes exactly build_graphs' graphs, byte for byte, in the same order."""
+    from pipeline.stages.dedup import edge_key
+    from pipeline.stages.graph import stream_graphs
+
+    edges = prepared.edges.iloc[np.argsort(edge_key(prepared.edges), kind="stable")]
+    admitted = edges["HADM_ID"].to_numpy("int64")
+    starts = np.flatnonzero(np.r_[True, admitted[1:] != admitted[:-1]])
+    bounds = [0, *starts[np.linspace(0, len(starts), cuts + 1).astype(int)[1:-1]], len(edges)]
+    parts = [edges.iloc[start:stop] for start, stop in zip(bounds[:-1], bounds[1:])]
+    streamed = list(stream_graphs(iter(parts), prepared.admissions, prepared.labitems, batch_size=BATCH))
+    assert [g.where for g in streamed] == [g.where for g in graphs]
+    assert [graph_bytes(g.data) for g in streamed] == [graph_bytes(g.data) for g in graphs]
