@@ -445,9 +445,7 @@ def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = 
 
 def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool, cache: Cache | None,
                 progress: Progress | None, engine: Engine | None) -> Build:
-    from pipeline import html, write  # torch, PyG and matplotlib load only when graphs are built
-    from pipeline.stages import graph
-    from schemas.graph import EDGE
+    from pipeline import write  # torch and PyG load only when graphs are built
 
     progress = progress or NO_PROGRESS
     building, guarding = (step for stage in BUILT for step in stage.steps)
@@ -459,9 +457,29 @@ def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool,
         return Build(validation=validation, report=report, out_dir=None)
 
     progress.step(building, rows=len(prepared.edges))
+    # Graph files are staged in OUT_DIR as they are made (the previous build stays as it was); a build that finds
+    # errors, or fails, drops them.
+    staged = write.StagedBuild(out)
+    try:
+        built = _graphs_into(staged, validation, config, progress, guarding=guarding)
+    except BaseException:
+        staged.abandon()
+        raise
+    if built.out_dir is None:
+        staged.abandon()
+    return built
+
+
+def _graphs_into(staged: Any, validation: Validation, config: Config, progress: Progress, *, guarding: str) -> Build:
+    """The graphs of a validated run built, guarded and (unless anything is an error) written with the rest."""
+    from pipeline import html, write  # torch, PyG and matplotlib load only when graphs are built
+    from pipeline.stages import graph
+    from schemas.graph import EDGE
+
+    out, report, prepared = staged.out_dir, validation.report, validation.prepared
     limits = graph.graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=config.bucket.max_timestep)
     # Built, guarded and serialised a few batches at a time, from the edge rows' parts (only the columns graphs
-    # read): what stays is each graph's file bytes and summary, never all the graphs' tensors.
+    # read): what stays is each graph's hash and summary, never all the graphs' tensors or bytes.
     parts = frames(prepared.edges, graph.graph_columns(prepared.edges))
     findings, memory, files, summaries, nodes_of = [], {}, [], [], []
     for g in graph.stream_graphs(parts, prepared.admissions, prepared.labitems, batch_size=config.graph.batch_size,
@@ -472,7 +490,7 @@ def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool,
                           "labitems": int(g.data["labitem"].num_nodes),
                           "edges": int(g.data[EDGE].edge_index.shape[1]), "memory": memory[g.where]})
         nodes_of.append((g.split, g.batch, g.data["admission"].node_id.numpy(), g.data["admission"].hadm_id.numpy()))
-        files.append(write.graph_file(g))
+        files.append(write.graph_file(g, staged))
     summaries = tuple(summaries)
     progress.step(guarding, rows=len(summaries), unit="graphs")
     budget = config.graph.memory_budget_mb * 2**20
@@ -521,7 +539,7 @@ def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool,
         quarantine=prepared.quarantine, index=index, report=report.as_json(),
         accounting={"LABEVENTS": ledger, "ADMISSIONS": admissions}, splits=splits, memory=memory,
         report_html=page.encode("utf-8"), features=graph.feature_columns(prepared.edges, prepared.admissions))
-    progress.step("write", rows=len(outputs.files), unit="files")
-    write.write_build(out, outputs)
+    progress.step("write", rows=len(outputs.manifest["outputs"]), unit="files")
+    write.write_build(out, outputs, staged)
     progress.end()
     return built

@@ -23,7 +23,7 @@ import os
 import pickle
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -90,29 +90,43 @@ def versions() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class GraphFile:
-    """A graph as a build writes it: its file's bytes and what the manifest says of it."""
+    """A graph as a build writes it: its file's hash and size (its bytes, until they were staged) and what the
+    manifest says of it."""
 
     split: str
     batch: int
-    data: bytes
+    sha256: str
+    bytes: int
     admissions: int
     edges: int
+    data: bytes | None = None
 
     @property
     def where(self) -> str:
         return f"{self.split}/batch {self.batch}"
 
+    @property
+    def path(self) -> str:
+        return graph_path(self.split, self.batch)
 
-def graph_file(graph: GraphBatch) -> GraphFile:
-    """A built graph serialised (its tensors can go)."""
-    return GraphFile(split=graph.split, batch=graph.batch, data=graph_bytes(graph.data),
+
+def graph_file(graph: GraphBatch, staged: "StagedBuild | None" = None) -> GraphFile:
+    """A built graph serialised (its tensors can go); with ``staged``, its file is staged at once and only its hash
+    is kept."""
+    data = graph_bytes(graph.data)
+    kept = GraphFile(split=graph.split, batch=graph.batch, sha256=_sha256(data), bytes=len(data),
                      admissions=int(graph.data["admission"].num_nodes),
-                     edges=int(graph.data[EDGE].edge_index.shape[1]))
+                     edges=int(graph.data[EDGE].edge_index.shape[1]), data=data)
+    if staged is None:
+        return kept
+    staged.add(kept.path, data)
+    return replace(kept, data=None)
 
 
 @dataclass(frozen=True)
 class BuildOutputs:
-    """Everything a build writes, as bytes, before any of it touches the disk."""
+    """Everything a build writes, as bytes, before any of it touches the disk (graph files staged before: by
+    hash)."""
 
     files: dict[str, bytes]
     manifest: dict[str, Any]
@@ -125,23 +139,26 @@ def build_outputs(*, graphs: list[GraphBatch | GraphFile], limits: GraphLimits, 
     """Serialise every output and the manifest that names their hashes (pure: no I/O).
 
     ``accounting`` holds the ledgers by table (LABEVENTS rows, ADMISSIONS); ``features`` names the columns of admission x, labitem x and edge_attr, in order
-    (:func:`pipeline.stages.graph.feature_columns`, which the tensors were built from).
+    (:func:`pipeline.stages.graph.feature_columns`, which the tensors were built from). A graph already staged
+    (:func:`graph_file` with a :class:`StagedBuild`) is listed by its hash; its bytes are not among ``files``.
     """
     graphs = [g if isinstance(g, GraphFile) else graph_file(g) for g in graphs]
-    files = {graph_path(g.split, g.batch): g.data for g in graphs}
+    files = {g.path: g.data for g in graphs if g.data is not None}
     files["stats.json"] = _json_bytes(fitted)
     files["quarantine.parquet"] = _parquet_bytes(quarantine.reset_index())
     files["index.parquet"] = _parquet_bytes(index)
     files["report.json"] = _json_bytes(report)
     if report_html is not None:
         files["report.html"] = report_html
+    listed = {name: {"sha256": _sha256(data), "bytes": len(data)} for name, data in files.items()}
+    listed.update({g.path: {"sha256": g.sha256, "bytes": g.bytes} for g in graphs if g.data is None})
     manifest = {
         "format": FORMAT,
         "config": config,
         "versions": versions(),
         "inputs": inputs,
-        "outputs": {name: {"sha256": _sha256(data), "bytes": len(data)} for name, data in sorted(files.items())},
-        "graphs": [{"split": g.split, "batch": g.batch, "path": graph_path(g.split, g.batch),
+        "outputs": dict(sorted(listed.items())),
+        "graphs": [{"split": g.split, "batch": g.batch, "path": g.path,
                     "admissions": g.admissions, "edges": g.edges, "memory": memory[g.where]} for g in graphs],
         "features": {name: list(columns) for name, columns in features.items()},
         "limits": {"max_timestep": limits.max_timestep, "max_code": limits.max_code,
@@ -152,47 +169,92 @@ def build_outputs(*, graphs: list[GraphBatch | GraphFile], limits: GraphLimits, 
     return BuildOutputs(files=files, manifest=manifest)
 
 
-def write_build(out_dir: Path, outputs: BuildOutputs) -> None:
+def write_build(out_dir: Path, outputs: BuildOutputs, staged: "StagedBuild | None" = None) -> None:
     """Stage the files that change, switch them in by renames (manifest last), then drop what only the
-    previous build listed.
+    previous build listed (``staged``: where some, the graphs, were staged already).
 
     A failed write raises :class:`OutputError` with the path and the OS reason; until the switch the
     previous build is untouched. The caller holds the folder (:func:`pipeline.paths.claim_output_dir`).
     """
-    out_dir = Path(out_dir)
-    stage = out_dir / STAGING
-    earlier = _listed(out_dir / MANIFEST) | _listed(stage / MANIFEST) | _listed(stage / PREVIOUS)
-    try:
-        _clear(stage)  # what a killed build staged: whole files or temp files, never in place
-        changed = [name for name, data in sorted(outputs.files.items()) if not _holds(out_dir / name, data)]
-        for name in changed:
-            (out_dir / name).parent.mkdir(parents=True, exist_ok=True)  # before the switch: it only renames
-            (stage / name).parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(stage / name, outputs.files[name])
-        stage.mkdir(exist_ok=True)
-        write_atomic(stage / MANIFEST, _json_bytes(outputs.manifest))
-    except OSError as exc:
+    staged = staged or StagedBuild(out_dir)
+    for name, data in sorted(outputs.files.items()):
+        staged.add(name, data)
+    staged.commit(outputs.manifest)
+
+
+class StagedBuild:
+    """A build's files staged one by one in OUT_DIR's staging folder while the previous build stays as it was;
+    :meth:`commit` switches them in by renames (manifest last) and drops what only the previous build listed,
+    :meth:`abandon` (a build that found errors) drops them. A file that holds exactly the same bytes already is
+    not staged (a rebuild leaves it as it is)."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = Path(out_dir)
+        self.stage = self.out_dir / STAGING
+        self.earlier = _listed(self.out_dir / MANIFEST) | _listed(self.stage / MANIFEST) | _listed(
+            self.stage / PREVIOUS)
+        self.names: set[str] = set()
+        self.changed: list[str] = []
+        self.switching = False
+        self._attempt(lambda: _clear(self.stage))  # what a killed build staged: whole files or temp files
+
+    def add(self, name: str, data: bytes) -> None:
+        self.names.add(name)
+        if _holds(self.out_dir / name, data):
+            return
+
+        def stage() -> None:
+            (self.out_dir / name).parent.mkdir(parents=True, exist_ok=True)  # before the switch: it only renames
+            (self.stage / name).parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.stage / name, data)
+
+        self._attempt(stage)
+        self.changed.append(name)
+
+    def abandon(self) -> None:
+        """Drop what was staged, unless the switch began: then the staging folder holds the previous build's list
+        (a switch cut short is finished by the next build)."""
+        if self.switching:
+            return
         with contextlib.suppress(OSError):
+            _clear(self.stage)
+
+    def commit(self, manifest: dict[str, Any]) -> None:
+        out_dir, stage, changed = self.out_dir, self.stage, sorted(self.changed)
+
+        def staged_manifest() -> None:
+            stage.mkdir(exist_ok=True)
+            write_atomic(stage / MANIFEST, _json_bytes(manifest))
+
+        self._attempt(staged_manifest)
+        self.switching = True
+        try:
+            if changed and (out_dir / MANIFEST).exists():
+                os.replace(out_dir / MANIFEST, stage / PREVIOUS)  # uncommit; its list stays for the next build
+            for name in changed:
+                os.replace(stage / name, out_dir / name)
+            os.replace(stage / MANIFEST, out_dir / MANIFEST)  # commit
+        except OSError as exc:
+            raise _write_failed(out_dir, exc, "it holds no finished build until a rebuild completes") from None
+        try:
+            for name in sorted(self.earlier - self.names):
+                path = out_dir / name
+                path.unlink(missing_ok=True)
+                if path.parent != out_dir:
+                    with contextlib.suppress(OSError):  # a folder that still holds something stays
+                        path.parent.rmdir()
             _clear(stage)
-        raise _write_failed(out_dir, exc, "the previous build there is unchanged") from None
-    try:
-        if changed and (out_dir / MANIFEST).exists():
-            os.replace(out_dir / MANIFEST, stage / PREVIOUS)  # uncommit; its list stays for the next build
-        for name in changed:
-            os.replace(stage / name, out_dir / name)
-        os.replace(stage / MANIFEST, out_dir / MANIFEST)  # commit
-    except OSError as exc:
-        raise _write_failed(out_dir, exc, "it holds no finished build until a rebuild completes") from None
-    try:
-        for name in sorted(earlier - set(outputs.files)):
-            path = out_dir / name
-            path.unlink(missing_ok=True)
-            if path.parent != out_dir:
-                with contextlib.suppress(OSError):  # a folder that still holds something stays
-                    path.parent.rmdir()
-        _clear(stage)
-    except OSError as exc:
-        raise _write_failed(out_dir, exc, "the new build is complete, but files of the previous one are left") from None
+        except OSError as exc:
+            raise _write_failed(out_dir, exc, "the new build is complete, but files of the previous one are left") \
+                from None
+
+    def _attempt(self, write: Any) -> None:
+        """A write before the switch: on failure, the staged files go and the previous build is unchanged."""
+        try:
+            write()
+        except OSError as exc:
+            self.abandon()
+            raise _write_failed(self.out_dir, exc, "the previous build there is unchanged") from None
 
 
 def _holds(path: Path, data: bytes) -> bool:

@@ -626,3 +626,17 @@ def test_every_torch_load_in_the_package_passes_weights_only_true():
                 unsafe.append(f"{where}:{line}")
     assert calls >= 1
     assert unsafe == []
+
+
+def test_graphs_staged_by_a_build_that_then_finds_errors_are_dropped(earlier, tmp_path):
+    """Graph files are staged as they are built; a build whose graphs' findings are errors (here every batch above
+    a tiny memory budget, made an error) writes nothing: the staged files go, the previous build is as it was."""
+    before = {p: p.read_bytes() for p in earlier.rglob("*") if p.is_file()}
+    strict = tmp_path / "strict.toml"
+    strict.write_text("[graph]\nbatch_size = 16\nmemory_budget_mb = 0.001\n\n[severity]\ngraph_memory = \"error\"\n")
+    result = build(SAMPLE, earlier, load_config(strict))
+    assert result.exit_code == 1 and result.out_dir is None and result.graphs  # built and guarded, not written
+    assert [f.check for f in result.report.findings if f.severity == "error"] == ["graph_memory"]
+    assert not (earlier / STAGING).exists()
+    assert {p: p.read_bytes() for p in earlier.rglob("*") if p.is_file()} == before
+    _inspect_ok(earlier)
