@@ -34,11 +34,9 @@ an existing scheduler at an address.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import itertools
 import operator
-import sys
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -51,6 +49,7 @@ import pyarrow as pa
 from pipeline.parse import PartCheck, check_part, combine_parts
 from pipeline.quarantine import Kept, Step, empty_quarantine
 from schemas.errors import StageError
+from schemas.guard import vouch
 from schemas.split import SPLITS, split_codes
 
 if TYPE_CHECKING:
@@ -142,6 +141,7 @@ class Stored:
     lengths: tuple[int, ...]
     order: pd.Index | None  # the source lines in the row order of the frame that was cut (None: increasing)
     columns: tuple[str, ...] = ()  # the frame's columns, when known
+    schema: type | None = None  # the schema every part passed as a stage's output (its guard's), when known
 
     def __len__(self) -> int:
         return sum(self.lengths)
@@ -207,7 +207,7 @@ class PartsEngine:
         paths, lengths, quarantines, steps, kept = [], [], [], [], False
         for path in events.paths:
             try:
-                done = stage(self._read(path), *args, **kwargs)
+                done = stage(vouch(self._read(path), events.schema), *args, **kwargs)
             except StageError:
                 stage(self.rows(events), *args, **kwargs)  # raises the whole table's StageError
                 raise  # a stage that fails on a part but not on the whole is not per admission
@@ -219,7 +219,7 @@ class PartsEngine:
                 quarantines.append(done.quarantine)
                 steps.append(done.steps)
         parts = Stored(paths=tuple(paths), lengths=tuple(lengths), order=events.order,
-                       columns=tuple(frame.columns) if paths else ())
+                       columns=tuple(frame.columns) if paths else (), schema=getattr(stage, "gives", None))
         return Kept(frame=parts, quarantine=_quarantine(quarantines), steps=add_steps(steps)) if kept else parts
 
     def rows(self, events: Stored | pd.DataFrame, pick: Callable[..., pd.DataFrame] | None = None, *args: Any,
@@ -315,7 +315,8 @@ class Router:
         elif self._cut is not None and sum(map(len, self._buffers.get(self._unknown, []))) >= self._cut:
             self._flush([self._unknown])  # a part of rows of no known admission is full
 
-    def finish(self) -> Stored:
+    def finish(self, schema: type | None = None) -> Stored:
+        """The parts (``schema``: what every block added passed, for the next stage's guard)."""
         self._flush()
         for writer in self._writers.values():
             writer.close()
@@ -339,7 +340,7 @@ class Router:
         if not paths and self._empty is not None:  # no row at all: one empty part, as admission_parts gives
             paths, lengths = [(self.engine._write(self._empty),)], [0]
         columns = () if self._empty is None else tuple(self._empty.columns)
-        return Stored(paths=tuple(paths), lengths=tuple(lengths), order=None, columns=columns)
+        return Stored(paths=tuple(paths), lengths=tuple(lengths), order=None, columns=columns, schema=schema)
 
     def _flush(self, buckets: list[int] | None = None) -> None:
         """Write the buffered rows (of ``buckets`` only, when given) as one record batch per bucket."""
@@ -375,21 +376,9 @@ def write_part(frame: pd.DataFrame, path: Path) -> None:
 
 
 def give_back_memory() -> None:
-    """Return the memory freed since to the system: Arrow's pool and (Linux) the C heap keep what a part used for
-    the next one otherwise, and over a run of parts that retained memory, not the parts, sets the peak."""
+    """Return the memory Arrow's pool keeps from the part before (without it, the pool's retained memory, not the
+    parts, sets the peak over a run of parts)."""
     pa.default_memory_pool().release_unused()
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
-
-
-def _libc() -> Any:
-    try:
-        return ctypes.CDLL("libc.so.6") if sys.platform.startswith("linux") else None
-    except OSError:
-        return None
-
-
-_LIBC = _libc()
 
 
 def read_part(path: Path | tuple[Path, ...], columns: Sequence[str] | None = None) -> pd.DataFrame:

@@ -151,7 +151,7 @@ def check_stream(
     if not parts:
         raise ValueError("LABEVENTS: no block of rows to check")
     part = parts[0] if len(parts) == 1 else combine_parts(parts)
-    return RawResult(tables=RawTables.only("LABEVENTS", router.finish()),
+    return RawResult(tables=RawTables.only("LABEVENTS", router.finish(LabEvents)),
                      findings=part_findings(part, show_values=show_values, max_lines=max_lines),
                      related=pd.concat(related, ignore_index=True))
 

@@ -92,6 +92,15 @@ def trusted_chain() -> Iterator[None]:
         _LAST_OUTPUT.reset(token)
 
 
+def vouch(frame: pd.DataFrame, model: type | None) -> pd.DataFrame:
+    """Inside :func:`trusted_chain`: ``frame`` is a stage's output that its guard passed against ``model`` and that
+    was stored and read back unchanged (an engine's part), so the next stage's input guard need not validate it
+    again. Outside, or with no ``model``, nothing changes."""
+    if model is not None and _LAST_OUTPUT.get() is not _OUTSIDE:
+        _LAST_OUTPUT.set((frame, model))
+    return frame
+
+
 def _passed_as_output(frame: pd.DataFrame, model: type) -> bool:
     last = _LAST_OUTPUT.get()
     return isinstance(last, tuple) and last[0] is frame and issubclass(last[1], model)

@@ -68,6 +68,25 @@ def test_a_frame_changed_after_its_guard_passed_is_validated_again(bucketed):
     assert guard._LAST_OUTPUT.get() is guard._OUTSIDE
 
 
+def test_a_vouched_part_read_back_skips_only_the_input_guard_it_passed(monkeypatch, bucketed):
+    """An engine's part read back from disk is another object: vouched for with the schema it passed as output, the
+    next stage's input guard skips it inside a chain; outside one, or vouched for a looser schema, it is validated."""
+    seen = _counting(monkeypatch)
+    read_back = bucketed.copy()
+    with guard.trusted_chain():
+        dedup(guard.vouch(read_back, dedup.takes))
+    assert seen == ["dedup:output:EdgeRows"]
+    seen.clear()
+    dedup(guard.vouch(bucketed.copy(), dedup.takes))  # outside a chain: vouching changes nothing
+    assert seen == ["dedup:input:BucketedEvents", "dedup:output:EdgeRows"]
+    seen.clear()
+    from schemas.raw import LabEvents
+
+    with guard.trusted_chain():
+        dedup(guard.vouch(bucketed.copy(), LabEvents))  # passed a looser schema than dedup takes: validated
+    assert seen == ["dedup:input:BucketedEvents", "dedup:output:EdgeRows"]
+
+
 def test_a_guard_validates_the_frame_itself_without_copying_or_changing_it(bucketed):
     """No schema coerces or adds columns, so validation in place must hand back the very frame, unchanged."""
     before = bucketed.copy()
