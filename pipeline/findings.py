@@ -69,10 +69,12 @@ def finding_from_mask(
     verb: str = "with",
     show_values: bool = False,
     max_lines: int = SAMPLE_CAP,
+    count: int | None = None,
 ) -> Finding | None:
-    """One finding for the rows where ``failed`` is true (index = source line), or None."""
+    """One finding for the rows where ``failed`` is true (index = source line), or None; ``count``: how many rows
+    failed in all, when ``failed`` holds only the first of them."""
     failing = failed[failed.fillna(False).astype(bool)].index
-    count = len(failing)
+    count = len(failing) if count is None else int(count)
     if count == 0:
         return None
     lines = [int(n) for n in failing[:max_lines]]

@@ -141,12 +141,17 @@ def check_stream(
     ``related``, the relations' failures, for :func:`check_relations`."""
     run = check_part if engine is None else engine.check_part
     rejects = _rejects(severity)
+    keep = max(max_lines, CLASS_SAMPLE)
     parts, related = [], []
     for block in blocks:
         part = run("LABEVENTS", block, valuenum_abs_bound=valuenum_abs_bound, severity=severity)
         typed, failures = relations.check(part.typed, rejects)
         router.add(_guard(typed, LabEvents))
-        parts.append(replace(part, typed=typed.iloc[:0].copy()))  # a copy: a slice would keep the block alive
+        # Only what the findings need: the first failing lines (as many as a finding lists or classifies by value)
+        # and their count; an empty copy of the typed block (a slice would keep the block alive).
+        parts.append(replace(part, typed=typed.iloc[:0].copy()).capped(keep))
+        if len(parts) >= _COMBINE_EVERY:
+            parts = [combine_parts(parts).capped(keep)]
         related.append(failures)
     if not parts:
         raise ValueError("LABEVENTS: no block of rows to check")
@@ -176,6 +181,21 @@ class PartCheck:
     failures: pd.DataFrame
     values: pd.DataFrame
     derived: tuple[int, int, int] | None = None  # VALUENUM derived from VALUE: (numbers, censored, text)
+    # With failures capped (check_stream): per (column, check), how many lines failed in all (else len of its lines).
+    counts: pd.DataFrame | None = None
+
+    def capped(self, keep: int) -> "PartCheck":
+        """Only the first ``keep`` failing lines of each (column, check), and how many failed in all: what its
+        findings need, at a size that does not grow with the rows (every outpatient row is a failing line)."""
+        failures = self.failures.sort_values(["column", "check", "line"], kind="stable", ignore_index=True)
+        first = failures[failures.groupby(["column", "check"]).cumcount() < keep].reset_index(drop=True)
+        return replace(self, failures=first, counts=self.failure_counts())
+
+    def failure_counts(self) -> pd.DataFrame:
+        """Per (column, check): how many lines failed."""
+        if self.counts is not None:
+            return self.counts
+        return self.failures.groupby(["column", "check"], sort=True).size().rename("count").reset_index()
 
 
 def check_part(table: str, frame: pd.DataFrame, *, valuenum_abs_bound: float = DEFAULT_VALUENUM_ABS_BOUND,
@@ -221,9 +241,13 @@ def combine_parts(parts: list[PartCheck]) -> PartCheck:
     if parts[0].derived is not None:
         derived = tuple(int(sum(counts)) for counts in zip(*(p.derived for p in parts)))
     typed = _one_chunk(pd.concat([p.typed for p in parts]).sort_index(kind="stable"))
+    counts = None
+    if any(p.counts is not None for p in parts):  # capped parts: their counts add up
+        counts = pd.concat([p.failure_counts() for p in parts]).groupby(["column", "check"], sort=True)[
+            "count"].sum().reset_index()
     return PartCheck(table=parts[0].table, typed=typed,
                      failures=failures.sort_values(["column", "check", "line"], kind="stable", ignore_index=True),
-                     values=_cap_values(values), derived=derived)
+                     values=_cap_values(values), derived=derived, counts=counts)
 
 
 def _one_chunk(frame: pd.DataFrame) -> pd.DataFrame:
@@ -244,6 +268,7 @@ def part_findings(part: PartCheck, *, show_values: bool = False, max_lines: int 
     if part.derived is not None:
         findings.append(_derived_finding(*part.derived))
     order = part.failures["check"].eq("hadm_id_missing")  # after the schema checks, as they always were
+    counts = None if part.counts is None else part.counts.set_index(["column", "check"])["count"]
     for (_, column, check), lines in part.failures.groupby([order, "column", "check"], sort=True)["line"]:
         lines = np.sort(lines.to_numpy())
         failed = pd.Series(True, index=pd.Index(lines, name="line"))
@@ -252,7 +277,8 @@ def part_findings(part: PartCheck, *, show_values: bool = False, max_lines: int 
             chosen = part.values[(part.values["column"] == column) & (part.values["check"] == check)]
             shown = pd.Series(chosen["value"].to_numpy(), index=pd.Index(chosen["line"].to_numpy(), name="line"),
                               dtype="str")
-        report(part.table, check, column, failed, values=shown)
+        report(part.table, check, column, failed, values=shown,
+               count=None if counts is None else int(counts[(column, check)]))
     return [f for f in findings if f is not None]
 
 
@@ -293,6 +319,8 @@ def check_relations(
     return RawResult(tables=tables, findings=[f for f in findings if f is not None])
 
 
+_COMBINE_EVERY = 16  # check_stream combines and caps its blocks' failures this often
+
 _FIELDS = {"ADMISSIONS": "admissions", "D_LABITEMS": "labitems", "LABEVENTS": "labevents"}
 
 
@@ -303,10 +331,10 @@ def _rejects(severity: Mapping[str, str] | None):
 
 
 def _reporter(findings: list, *, show_values: bool, max_lines: int):
-    def report(table: str, check: str, column: str | None, failed: pd.Series, values=None, what=None):
+    def report(table: str, check: str, column: str | None, failed: pd.Series, values=None, what=None, count=None):
         findings.append(finding_from_mask(
             stage=STAGE, table=table, check=check, column=column, failed=failed, values=values,
-            what=what, show_values=show_values, max_lines=max_lines,
+            what=what, show_values=show_values, max_lines=max_lines, count=count,
         ))
     return report
 

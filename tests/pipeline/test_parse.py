@@ -224,3 +224,22 @@ def test_shuffled_mimic4_rows_parse_to_the_same_typed_labevents(mimic4_text):
     second = check_raw({**text, "LABEVENTS": text["LABEVENTS"].sample(frac=1.0, random_state=5)})
     assert _checks(first) == _checks(second)
     pd.testing.assert_frame_equal(first.tables.labevents, second.tables.labevents.sort_index())
+
+
+def test_failures_capped_per_block_give_the_findings_of_all_lines(text):
+    """check_stream keeps, per block, only each (column, check)'s first failing lines and their count: the
+    findings (counts, lines listed) are those of every line. Here every outpatient row is a hadm_id_missing line."""
+    from pipeline.parse import check_part, combine_parts, part_findings
+
+    labevents = text["LABEVENTS"]
+    blocks = [labevents.iloc[start:start + 700] for start in range(0, len(labevents), 700)]
+    whole = combine_parts([check_part("LABEVENTS", block) for block in blocks])
+    capped = combine_parts([check_part("LABEVENTS", block).capped(3) for block in blocks]).capped(3)
+    missing = whole.failures[whole.failures["check"] == "hadm_id_missing"]
+    assert len(missing) > 3 * len(blocks)  # the cap bites in every block
+    assert len(capped.failures[capped.failures["check"] == "hadm_id_missing"]) == 3
+    expected = {f.check: f for f in part_findings(whole, max_lines=3)}
+    got = {f.check: f for f in part_findings(capped, max_lines=3)}
+    assert got["hadm_id_missing"] == expected["hadm_id_missing"]
+    assert got["hadm_id_missing"].count == len(missing) and len(got["hadm_id_missing"].lines) == 3
+    assert capped.failure_counts().equals(whole.failure_counts())
