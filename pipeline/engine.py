@@ -37,6 +37,8 @@ import contextlib
 import functools
 import itertools
 import operator
+import os
+import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -422,9 +424,40 @@ def in_parts(data_dir: Path) -> bool:
 @contextlib.contextmanager
 def parts_engine(*, partitions: int | None = None, rows_per_part: int | None = ROWS_PER_PART,
                  folder: Path | None = None) -> Iterator[PartsEngine]:
-    """A :class:`PartsEngine` on a fresh temporary folder (in ``folder``, or the system's), deleted afterwards."""
-    with tempfile.TemporaryDirectory(prefix="badpoints-parts-", dir=folder) as temporary:
+    """A :class:`PartsEngine` on a fresh temporary folder (in ``folder``, or the system's), deleted afterwards.
+
+    A run that was killed (by the system for memory, or by a signal) cannot delete its folder; its folder holds its
+    pid (``OWNER``), and the next run removes the folders of owners that are no longer running."""
+    parent = Path(folder or tempfile.gettempdir())
+    _remove_orphans(parent)
+    with tempfile.TemporaryDirectory(prefix=PARTS_PREFIX, dir=parent) as temporary:
+        (Path(temporary) / OWNER).write_text(str(os.getpid()))
         yield PartsEngine(Path(temporary), partitions=partitions, rows_per_part=rows_per_part)
+
+
+PARTS_PREFIX = "badpoints-parts-"
+OWNER = "owner.pid"  # in a parts folder: the pid of the run that made it
+
+
+def _remove_orphans(parent: Path) -> None:
+    """Delete the parts folders in ``parent`` whose run is gone (its pid is not running); never another's live one."""
+    for candidate in parent.glob(f"{PARTS_PREFIX}*"):
+        try:
+            pid = int((candidate / OWNER).read_text())
+        except (OSError, ValueError):
+            continue  # no owner recorded (yet): not ours to judge
+        if pid != os.getpid() and not _running(pid):
+            shutil.rmtree(candidate, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ constant, tied, late and outpatient rows (the Dask engine's build is compared in
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -225,3 +226,24 @@ def test_auto_takes_parts_from_the_text_labevents_holds(tmp_path, sample_dir, mo
     (zipped / "labevents.csv.gz").write_bytes(b"\x1f\x8b" + bytes(size // engines.GZIP_TEXT_RATIO - 10))
     assert not engines.in_parts(tmp_path)
     assert not engines.in_parts(tmp_path / "nowhere")  # no LABEVENTS: pandas, and the run says why
+
+
+def test_a_killed_runs_parts_folder_is_removed_by_the_next_run(tmp_path):
+    """A run killed for memory leaves its parts (tens of GB at MIMIC-IV scale); the next run removes the folders
+    whose owner is gone, and leaves a live run's folder and anything it cannot judge."""
+    import subprocess
+    import sys
+
+    from pipeline.engine import OWNER, PARTS_PREFIX
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan, live, unknown = (tmp_path / f"{PARTS_PREFIX}{name}" for name in ("orphan", "live", "unknown"))
+    for folder in (orphan, live, unknown):
+        folder.mkdir()
+        (folder / "part-000000.arrow").write_bytes(b"rows")
+    (orphan / OWNER).write_text(gone.stdout.strip())
+    (live / OWNER).write_text(str(os.getpid()))
+    with parts_engine(partitions=2, folder=tmp_path) as engine:
+        assert (engine.folder / OWNER).read_text() == str(os.getpid())
+        assert not orphan.exists() and live.exists() and unknown.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, unknown.name]
