@@ -11,7 +11,7 @@ them. Nothing here reads or writes files.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping, Protocol
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 import numpy as np
 import pandas as pd
@@ -115,11 +115,7 @@ def check_blocks(
 ) -> RawResult:
     """:func:`check_table` on a table that comes in row blocks (``pipeline.load.read_blocks``): each block is
     checked as it comes and the checks combined, so the whole text table never exists at once."""
-    run = check_part if engine is None else engine.check_part
-    parts = [run(table, block, valuenum_abs_bound=valuenum_abs_bound, severity=severity) for block in blocks]
-    if not parts:
-        raise ValueError(f"{table}: no block of rows to check")
-    part = parts[0] if len(parts) == 1 else combine_parts(parts)
+    part = _check_each(table, blocks, valuenum_abs_bound=valuenum_abs_bound, severity=severity, engine=engine)
     return RawResult(tables=RawTables.only(table, part.typed),
                      findings=part_findings(part, show_values=show_values, max_lines=max_lines))
 
@@ -139,26 +135,40 @@ def check_stream(
     and D_LABITEMS (``relations``), guarded and handed to ``router`` (``pipeline.engine.Router``: ``add`` a block,
     ``finish`` gives the parts); only what the findings need stays. The result's table is the parts; its
     ``related``, the relations' failures, for :func:`check_relations`."""
-    run = check_part if engine is None else engine.check_part
     rejects = _rejects(severity)
-    keep = max(max_lines, CLASS_SAMPLE)
-    parts, related = [], []
-    for block in blocks:
-        part = run("LABEVENTS", block, valuenum_abs_bound=valuenum_abs_bound, severity=severity)
+    related = []
+
+    def route(part: PartCheck) -> PartCheck:
         typed, failures = relations.check(part.typed, rejects)
         router.add(_guard(typed, LabEvents))
-        # Only what the findings need: the first failing lines (as many as a finding lists or classifies by value)
-        # and their count; an empty copy of the typed block (a slice would keep the block alive).
-        parts.append(replace(part, typed=typed.iloc[:0].copy()).capped(keep))
-        if len(parts) >= _COMBINE_EVERY:
-            parts = [combine_parts(parts).capped(keep)]
         related.append(failures)
-    if not parts:
-        raise ValueError("LABEVENTS: no block of rows to check")
-    part = parts[0] if len(parts) == 1 else combine_parts(parts)
+        return replace(part, typed=typed.iloc[:0].copy())  # an empty copy: a slice would keep the block alive
+
+    # Only what the findings need stays: the first failing lines (as many as a finding lists or classifies by
+    # value) and their count.
+    part = _check_each("LABEVENTS", blocks, valuenum_abs_bound=valuenum_abs_bound, severity=severity,
+                       engine=engine, then=route, keep=max(max_lines, CLASS_SAMPLE))
     return RawResult(tables=RawTables.only("LABEVENTS", router.finish(LabEvents)),
                      findings=part_findings(part, show_values=show_values, max_lines=max_lines),
                      related=pd.concat(related, ignore_index=True))
+
+
+def _check_each(table: str, blocks: Iterable[pd.DataFrame], *, valuenum_abs_bound: float,
+                severity: Mapping[str, str] | None, engine: Engine | None,
+                then: Callable[[PartCheck], PartCheck] | None = None, keep: int | None = None) -> PartCheck:
+    """Every block checked (on the ``engine``), handed to ``then`` as it comes, and combined; with ``keep``, only
+    each check's first ``keep`` failing lines and their count are kept as the blocks come."""
+    run = check_part if engine is None else engine.check_part
+    parts: list[PartCheck] = []
+    for block in blocks:
+        part = run(table, block, valuenum_abs_bound=valuenum_abs_bound, severity=severity)
+        part = part if then is None else then(part)
+        parts.append(part if keep is None else part.capped(keep))
+        if keep is not None and len(parts) >= _COMBINE_EVERY:
+            parts = [combine_parts(parts).capped(keep)]
+    if not parts:
+        raise ValueError(f"{table}: no block of rows to check")
+    return parts[0] if len(parts) == 1 else combine_parts(parts)
 
 
 class Engine(Protocol):
