@@ -49,7 +49,7 @@ import pandas as pd
 import pyarrow as pa
 
 from pipeline.parse import PartCheck, check_part, combine_parts
-from pipeline.quarantine import Kept, Step, empty_quarantine
+from pipeline.quarantine import LINE_RANGE, Kept, Step, empty_quarantine
 from schemas.errors import StageError
 from schemas.guard import vouch
 from schemas.split import SPLITS, split_codes
@@ -206,7 +206,8 @@ class PartsEngine:
     def each(self, stage: Callable[..., Any], events: Stored, *args: Any, **kwargs: Any) -> Any:
         """``stage`` on every part in turn; a part's StageError makes the stage run on all the rows, as pandas
         does, so the error counts every part's rows."""
-        paths, lengths, quarantines, steps, kept = [], [], [], [], False
+        paths, lengths, steps, kept = [], [], [], False
+        records = LineFiles(self)  # the quarantine records, by source line range: never whole in memory
         for path in events.paths:
             try:
                 done = stage(vouch(self._read(path), events.schema), *args, **kwargs)
@@ -218,11 +219,11 @@ class PartsEngine:
             paths.append(self._write(frame))
             lengths.append(len(frame))
             if kept:
-                quarantines.append(done.quarantine)
+                records.add(done.quarantine)
                 steps.append(done.steps)
         parts = Stored(paths=tuple(paths), lengths=tuple(lengths), order=events.order,
                        columns=tuple(frame.columns) if paths else (), schema=getattr(stage, "gives", None))
-        return Kept(frame=parts, quarantine=_quarantine(quarantines), steps=add_steps(steps)) if kept else parts
+        return Kept(frame=parts, quarantine=records.finish(), steps=add_steps(steps)) if kept else parts
 
     def rows(self, events: Stored | pd.DataFrame, pick: Callable[..., pd.DataFrame] | None = None, *args: Any,
              columns: Sequence[str] | None = None, **kwargs: Any) -> pd.DataFrame:
@@ -269,6 +270,56 @@ class PartsEngine:
     def router(self, splits: pd.DataFrame | None) -> "Router":
         """Where a table's checked blocks go, as they come: into this engine's parts, by admission."""
         return Router(self, splits)
+
+
+@dataclass(frozen=True)
+class Ranged:
+    """Quarantine records kept by source line range (:class:`pipeline.quarantine.ByLines`): per range, an Arrow
+    file of a :class:`PartsEngine`'s folder."""
+
+    files: tuple[tuple[int, Path], ...]  # (range, file), by range
+
+    def ranges(self) -> tuple[int, ...]:
+        return tuple(number for number, _ in self.files)
+
+    def range(self, number: int, columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """The records of range ``number`` (only ``columns``), in source line order."""
+        return read_part(dict(self.files)[number], columns).sort_index(kind="stable")
+
+
+class LineFiles:
+    """Quarantine records written by source line range as the parts give them (:class:`Ranged`): a range is one
+    file, each part's records in it a record batch (compressed: the same few texts on every row)."""
+
+    def __init__(self, engine: PartsEngine) -> None:
+        self.engine = engine
+        self._writers: dict[int, Any] = {}
+        self._files: dict[int, Path] = {}
+        self._schema = None
+
+    def add(self, records: pd.DataFrame) -> None:
+        if not len(records):
+            return
+        records = records.sort_index(kind="stable")
+        number = records.index.to_numpy("int64") // LINE_RANGE
+        starts = np.flatnonzero(np.r_[True, number[1:] != number[:-1]])
+        if self._schema is None:
+            self._schema = pa.Schema.from_pandas(records, preserve_index=True)
+        for start, stop in zip(starts, [*starts[1:], len(number)]):
+            key = int(number[start])
+            if key not in self._writers:
+                self._files[key] = self.engine._path()
+                self._writers[key] = pa.ipc.new_file(self._files[key], self._schema, options=_RECORDS)
+            self._writers[key].write_table(pa.Table.from_pandas(records.iloc[start:stop], schema=self._schema,
+                                                                preserve_index=True))
+
+    def finish(self) -> Ranged | pd.DataFrame:
+        """The records by line range (none: an empty quarantine frame)."""
+        for writer in self._writers.values():
+            writer.close()
+        if not self._files:
+            return empty_quarantine()
+        return Ranged(files=tuple(sorted(self._files.items())))
 
 
 class Router:
@@ -368,6 +419,7 @@ class Router:
 
 
 _IPC = pa.ipc.IpcWriteOptions(compression=None)  # parts are written once and read a few times: fast, not small
+_RECORDS = pa.ipc.IpcWriteOptions(compression="lz4")  # quarantine records: the same few texts on every row
 
 
 def write_part(frame: pd.DataFrame, path: Path) -> None:

@@ -31,7 +31,7 @@ from pipeline.engine import PANDAS, Engine, frames
 from pipeline.parse import (LabRelations, RawResult, RawTables, check_blocks, check_relations, check_stream,
                             keyed_admissions)
 from pipeline.progress import NO_PROGRESS, Progress
-from pipeline.quarantine import Step, combine, empty_quarantine
+from pipeline.quarantine import Quarantine, Step
 from pipeline.report import (Finding, InputFile, Report, finding_from_error, finding_from_mask, format_items,
                              summary_finding)
 from schemas.checks import CANNOT_RUN_CHECKS
@@ -67,7 +67,7 @@ class Prepared:
     labitems: pd.DataFrame | None = None
     splits: pd.DataFrame | None = None
     fitted: Mapping[str, Any] = field(default_factory=dict)  # by stage name: what each stage's Fit learned
-    quarantine: pd.DataFrame = field(default_factory=empty_quarantine)
+    quarantine: Quarantine = field(default_factory=Quarantine)
     steps: tuple[Step, ...] = ()
     findings: tuple[Finding, ...] = ()
     stopped_at: str | None = None
@@ -93,7 +93,7 @@ class Prepared:
 
     def ledger(self) -> dict[str, int]:
         """LABEVENTS rows read = kept + quarantined + deduplicated."""
-        quarantined = int((self.quarantine["TABLE"] == "LABEVENTS").sum())
+        quarantined = self.quarantine.count("LABEVENTS")
         merged = sum(step.merged for step in self.steps if step.table == "LABEVENTS")
         kept = 0 if self.edges is None else len(self.edges)
         return {"read": self.read, "kept": kept, "quarantined": quarantined, "deduplicated": merged}
@@ -286,7 +286,7 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: Vocabularies | N
                 progress.step(stage.name, rows=len(events))
                 if stage.by_admission and not parts:  # by admission: every stage from here on is per row or admission
                     events, parts = engine.partition(events, known_splits(tables.admissions, **splitting)), True
-                context = replace(context, options=getattr(config, stage.section))
+                context = replace(context, options=getattr(config, stage.section) if stage.section else None)
                 if stage.fit is not None and stage.name not in context.fitted:
                     rows, args, kwargs = stage.fit.inputs(events, context)
                     context = replace(context, fitted={**context.fitted,
@@ -300,7 +300,7 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: Vocabularies | N
             ledger.findings.append(finding_from_error(error))
             state["stopped_at"] = error.stage
     prepared = Prepared(admissions=context.admissions, labitems=context.labitems, splits=context.splits,
-                        fitted=dict(context.fitted), quarantine=combine(ledger.quarantines), steps=tuple(ledger.steps),
+                        fitted=dict(context.fitted), quarantine=Quarantine(tuple(ledger.quarantines)), steps=tuple(ledger.steps),
                         **state)
     if prepared.edges is not None:
         prepared = Prepared(**{**prepared.__dict__, "fates": admission_fates(tables, prepared, engine=engine)})
@@ -328,15 +328,19 @@ def admission_fates(tables: RawTables, prepared: Prepared, *, engine: Engine = P
     split = split.where(~rejected & split.notna(), UNSPLIT)
     lab_rows = engine.rows(tables.labevents, _admissions_of, columns=["HADM_ID"])["HADM_ID"].dropna().unique()
     edges = engine.rows(prepared.edges, _admissions_of, columns=["HADM_ID"])["HADM_ID"].unique()
-    labevents = prepared.quarantine[prepared.quarantine["TABLE"] == "LABEVENTS"]
-    short = labevents.loc[labevents["REASON"] == SHORT, "HADM_ID"].dropna().unique()
+    reasons = prepared.quarantine.by_reason()
+    short = np.concatenate([np.array([], dtype="int64"), *(s.admissions for (table, _, reason), s in reasons.items()
+                                                          if table == "LABEVENTS" and reason == SHORT)])
     fate = np.select([rejected.to_numpy(), hadm.isin(edges).to_numpy(), ~hadm.isin(lab_rows).to_numpy(),
                       hadm.isin(short).to_numpy()],
                      ["admission_rejected", IN_GRAPHS, "admission_no_labs", "admission_below_min_timesteps"],
                      default="admission_labs_quarantined")
     # The stage that took an admission's last lab rows: the latest stage that quarantined any of them.
-    order = labevents["STAGE"].map(STAGE_ORDER)
-    last = order.groupby(labevents["HADM_ID"]).max().map({n: stage for stage, n in STAGE_ORDER.items()})
+    latest = [records["STAGE"].map(STAGE_ORDER).groupby(records["HADM_ID"]).max()
+              for records in prepared.quarantine.frames(["TABLE", "STAGE", "HADM_ID"])
+              for records in [records[records["TABLE"] == "LABEVENTS"]]]
+    last = (pd.concat(latest).groupby(level=0).max() if latest else pd.Series(dtype="int64")).map(
+        {n: stage for stage, n in STAGE_ORDER.items()})
     stage = hadm.map(last).where(fate == "admission_labs_quarantined")
     return pd.DataFrame({"HADM_ID": hadm.astype("Int64"), "SPLIT": split.astype("str"), "FATE": fate,
                          "STAGE": stage.astype("object")}, index=admissions.index)
@@ -375,24 +379,23 @@ def _admission_findings(prepared: Prepared, config: Config) -> list[Finding]:
     return findings
 
 
-def _quarantine_findings(quarantine: pd.DataFrame, config: Config, *, names: dict[int, str] | None = None
+def _quarantine_findings(quarantine: Quarantine, config: Config, *, names: dict[int, str] | None = None
                          ) -> list[Finding]:
     """One finding per quarantine reason, with the first source lines (LABEVENTS rows); items named."""
     findings = []
-    for (table, stage, reason), rows in quarantine.groupby(["TABLE", "STAGE", "REASON"], sort=True):
+    for (table, stage, reason), rows in quarantine.by_reason(lines=config.report.max_lines).items():
         check = REASON_CHECKS.get(reason, "quarantine_raw_error")
         items = ""
         declared = REASONS.get(reason)
         if declared is not None and declared.per_item:
-            per_item = rows["ITEMID"].dropna().astype("int64").value_counts().sort_index()
-            items = ": items " + format_items(per_item, names=names, limit=config.report.max_lines)
+            items = ": items " + format_items(rows.items, names=names, limit=config.report.max_lines)
         if declared is not None and declared.per_admission:
-            n = rows["HADM_ID"].nunique()
+            n = len(rows.admissions)
             items = f", in {n} admission{'s' if n != 1 else ''}"
-        failed = pd.Series(True, index=rows.index)
+        failed = pd.Series(True, index=rows.lines)
         findings.append(finding_from_mask(stage=stage, table=table, check=check, column=None, failed=failed,
                                           verb="quarantined:", what=f"{reason}{items}",
-                                          max_lines=config.report.max_lines))
+                                          max_lines=config.report.max_lines, count=rows.rows))
     return [f for f in findings if f is not None]
 
 

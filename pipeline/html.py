@@ -116,10 +116,16 @@ def z_scores(labevents: Any, prepared: Any, config: Config, *, items: Iterable[i
     stats = getattr(prepared, "stats", None)
     if labevents is None or stats is None or "VALUENUM" not in labevents.columns:
         return
-    quarantine = prepared.quarantine
-    cleaned = quarantine.index[(quarantine["TABLE"] == "LABEVENTS") & (quarantine["STAGE"] == "clean")]
+    # The lines clean quarantined, as a mask over source lines: looked up per part without a hash of them all.
+    cleaned = prepared.quarantine.lines("LABEVENTS", "clean")
+    taken = np.zeros(int(cleaned[-1]) + 1 if len(cleaned) else 0, dtype=bool)
+    taken[cleaned] = True
     for part in frames(labevents, ["ITEMID", "VALUENUM"]):
-        chosen = ~part.index.isin(cleaned) & part["VALUENUM"].notna() & part["ITEMID"].notna()
+        lines = part.index.to_numpy("int64")
+        was_cleaned = np.zeros(len(lines), dtype=bool)
+        inside = lines < len(taken)
+        was_cleaned[inside] = taken[lines[inside]]
+        chosen = ~was_cleaned & part["VALUENUM"].notna().to_numpy() & part["ITEMID"].notna().to_numpy()
         if items is not None:
             chosen &= part["ITEMID"].isin(list(items))
         rows = part.loc[chosen, ["ITEMID", "VALUENUM"]].astype({"ITEMID": "int64", "VALUENUM": "float64"})

@@ -8,13 +8,16 @@ is caught at the step that made it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+import functools
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
+import numpy as np
 import pandas as pd
 
 KEYS = ("HADM_ID", "ITEMID")
 QUARANTINE_COLUMNS = ("TABLE", "STAGE", "REASON", *KEYS)
+LINE_RANGE = 2**22  # source lines per range: records kept by line range are read (and ordered) a range at a time
 
 
 @dataclass(frozen=True)
@@ -85,3 +88,107 @@ def combine(quarantines: Sequence[pd.DataFrame]) -> pd.DataFrame:
         return empty_quarantine()
     whole = pd.concat(frames)
     return whole.reset_index().sort_values(["TABLE", "line", "STAGE"], kind="stable").set_index("line")
+
+
+class ByLines(Protocol):
+    """Quarantine records kept by source line range (a parts engine's files): range ``r`` holds the records of
+    lines ``r * LINE_RANGE`` to ``(r + 1) * LINE_RANGE - 1``."""
+
+    def ranges(self) -> tuple[int, ...]: ...
+
+    def range(self, number: int, columns: Sequence[str] | None = None) -> pd.DataFrame: ...
+
+
+@dataclass(frozen=True)
+class Reasoned:
+    """What the quarantine holds for one (table, stage, reason): rows, their first source lines, rows per ITEMID
+    and the admissions (HADM_IDs) they belong to."""
+
+    rows: int
+    lines: np.ndarray
+    items: pd.Series
+    admissions: np.ndarray
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    """Every quarantined row, as the stages set them aside: frames (the pandas engine's, the small tables'), and
+    records a parts engine keeps on disk by source line range (:class:`ByLines`). They are read a frame or a range
+    at a time and never put together whole, unless asked (:meth:`whole`): at MIMIC-IV scale a run quarantines
+    tens of millions of rows."""
+
+    sources: tuple[pd.DataFrame | ByLines, ...] = ()
+
+    def frames(self, columns: Sequence[str] | None = None) -> Iterator[pd.DataFrame]:
+        """The records (only ``columns``, and the source line index), a frame or a line range at a time."""
+        for source in self.sources:
+            if isinstance(source, pd.DataFrame):
+                if len(source):
+                    yield source if columns is None else source[list(columns)]
+            else:
+                for number in source.ranges():
+                    yield source.range(number, columns)
+
+    def whole(self) -> pd.DataFrame:
+        """Every record in one frame, ordered as :func:`combine` orders them."""
+        return combine(list(self.frames()))
+
+    def in_order(self) -> Iterator[pd.DataFrame]:
+        """Every record, ordered by table, source line and stage (as :meth:`whole`); records kept by line range come
+        a range at a time (at most :data:`LINE_RANGE` rows of a table each)."""
+        ranged = [s for s in self.sources if not isinstance(s, pd.DataFrame)]
+        held = [s for s in self.sources if isinstance(s, pd.DataFrame) and len(s)]
+        by_lines = {table for s in ranged for n in s.ranges() for table in s.range(n, ["TABLE"])["TABLE"].unique()}
+        for table in sorted({table for table, _, _ in self.counts}):
+            if table not in by_lines:
+                chosen = combine([f[f["TABLE"] == table] for f in held])
+                if len(chosen):
+                    yield chosen
+                continue
+            for number in sorted(set().union(*(s.ranges() for s in ranged))):
+                parts = [s.range(number) for s in ranged if number in s.ranges()]
+                parts += [f[f.index // LINE_RANGE == number] for f in held]
+                chosen = combine([p[p["TABLE"] == table] for p in parts])
+                if len(chosen):
+                    yield chosen
+
+    @property
+    def counts(self) -> dict[tuple[str, str, str], int]:
+        """Rows per (table, stage, reason)."""
+        return {key: summary.rows for key, summary in self.by_reason().items()}
+
+    def count(self, table: str) -> int:
+        return sum(n for (of, _, _), n in self.counts.items() if of == table)
+
+    def by_reason(self, *, lines: int = 0) -> dict[tuple[str, str, str], Reasoned]:
+        """Per (table, stage, reason), sorted: its rows, first ``lines`` source lines, rows per ITEMID and HADM_IDs;
+        each frame summed up as it is read (once: a later call for as many lines or fewer reuses it)."""
+        known = self._summaries.get("lines")
+        if known is None or known < lines:
+            self._summaries.update(lines=lines, summary=self._summarize(lines))
+        summary = self._summaries["summary"]
+        return {key: replace(s, lines=s.lines[:lines]) for key, s in summary.items()}
+
+    @functools.cached_property
+    def _summaries(self) -> dict[str, Any]:
+        return {}
+
+    def _summarize(self, lines: int) -> dict[tuple[str, str, str], Reasoned]:
+        found: dict[tuple[str, str, str], list[Reasoned]] = {}
+        for frame in self.frames():
+            for key, rows in frame.groupby(["TABLE", "STAGE", "REASON"], sort=True):
+                found.setdefault(key, []).append(Reasoned(
+                    rows=len(rows), lines=np.sort(rows.index.to_numpy("int64"))[:lines],
+                    items=rows["ITEMID"].dropna().astype("int64").value_counts(),
+                    admissions=rows["HADM_ID"].dropna().astype("int64").unique()))
+        return {key: Reasoned(rows=sum(p.rows for p in parts),
+                              lines=np.sort(np.concatenate([p.lines for p in parts]))[:lines],
+                              items=pd.concat([p.items for p in parts]).groupby(level=0).sum().sort_index(),
+                              admissions=np.unique(np.concatenate([p.admissions for p in parts])))
+                for key, parts in sorted(found.items())}
+
+    def lines(self, table: str, stage: str) -> np.ndarray:
+        """The source lines (sorted) of ``table``'s rows that ``stage`` quarantined."""
+        found = [f.index[(f["TABLE"] == table) & (f["STAGE"] == stage)].to_numpy("int64")
+                 for f in self.frames(["TABLE", "STAGE"])]
+        return np.sort(np.concatenate(found)) if found else np.array([], dtype="int64")

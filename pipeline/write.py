@@ -26,7 +26,7 @@ import shutil
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import pandas as pd
 import pyarrow as pa
@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 import torch
 from torch_geometric.data import HeteroData
 
+from pipeline.quarantine import Quarantine, empty_quarantine
 from pipeline.stages.graph import GraphBatch
 from pipeline.paths import MARKER, OutputError, check_output_dir, os_reason  # noqa: F401  (re-exported)
 from pipeline.report import write_atomic
@@ -68,9 +69,33 @@ def _json_bytes(value: Any) -> bytes:
     return (json.dumps(value, indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
 
 
+ROW_GROUP = 1024 * 1024  # rows per Parquet row group (pyarrow's default)
+
+
 def _parquet_bytes(frame: pd.DataFrame) -> bytes:
+    return _parquet_of([frame])
+
+
+def _parquet_of(frames: Iterable[pd.DataFrame], empty: pd.DataFrame | None = None) -> bytes:
+    """One Parquet file of ``frames`` in turn (index dropped), the bytes one frame of them all would give: rows are
+    written in whole row groups as they come, so only a row group's worth waits (``empty``: the file of none)."""
     sink = pa.BufferOutputStream()
-    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sink, compression="zstd")
+    writer, waiting, written = None, None, False
+    for frame in frames:
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        waiting = table if waiting is None else pa.concat_tables([waiting, table])
+        if writer is None:
+            writer = pq.ParquetWriter(sink, table.schema, compression="zstd")
+        whole = len(waiting) // ROW_GROUP * ROW_GROUP
+        if whole:
+            writer.write_table(waiting.slice(0, whole).combine_chunks(), row_group_size=ROW_GROUP)
+            waiting, written = waiting.slice(whole), True
+    if writer is None:
+        waiting = pa.Table.from_pandas(empty if empty is not None else pd.DataFrame(), preserve_index=False)
+        writer = pq.ParquetWriter(sink, waiting.schema, compression="zstd")
+    if len(waiting) or not written:  # no rows at all: one empty row group, as a whole empty frame gives
+        writer.write_table(waiting.combine_chunks(), row_group_size=ROW_GROUP)
+    writer.close()
     return sink.getvalue().to_pybytes()
 
 
@@ -133,7 +158,7 @@ class BuildOutputs:
 
 
 def build_outputs(*, graphs: list[GraphBatch | GraphFile], limits: GraphLimits, config: dict, inputs: list[dict],
-                  fitted: dict, quarantine: pd.DataFrame, index: pd.DataFrame, report: dict,
+                  fitted: dict, quarantine: Quarantine, index: pd.DataFrame, report: dict,
                   accounting: dict, splits: dict, memory: dict, features: dict[str, list[str]],
                   report_html: bytes | None = None) -> BuildOutputs:
     """Serialise every output and the manifest that names their hashes (pure: no I/O).
@@ -145,7 +170,8 @@ def build_outputs(*, graphs: list[GraphBatch | GraphFile], limits: GraphLimits, 
     graphs = [g if isinstance(g, GraphFile) else graph_file(g) for g in graphs]
     files = {g.path: g.data for g in graphs if g.data is not None}
     files["stats.json"] = _json_bytes(fitted)
-    files["quarantine.parquet"] = _parquet_bytes(quarantine.reset_index())
+    files["quarantine.parquet"] = _parquet_of((part.reset_index() for part in quarantine.in_order()),
+                                              empty=empty_quarantine().reset_index())
     files["index.parquet"] = _parquet_bytes(index)
     files["report.json"] = _json_bytes(report)
     if report_html is not None:

@@ -75,7 +75,8 @@ def test_sample_ledger_closes_and_every_kept_row_is_an_edge(prepared, tables):
     assert ledger["kept"] == len(prepared.edges) > 0
     assert ledger["quarantined"] > 0 and ledger["deduplicated"] > 0
     assert closes(prepared)
-    quarantined = prepared.quarantine.index[prepared.quarantine["TABLE"] == "LABEVENTS"]
+    quarantine = prepared.quarantine.whole()
+    quarantined = quarantine.index[quarantine["TABLE"] == "LABEVENTS"]
     lines = pd.Index(prepared.edges.index).append(quarantined)
     assert lines.is_unique and lines.isin(tables.labevents.index).all()  # no row counted twice
 
@@ -116,7 +117,7 @@ def test_sample_findings_of_every_stage_are_present(prepared):
 
 def test_sample_quarantine_findings_count_the_quarantined_rows(prepared):
     found = checks_of(prepared)
-    reasons = prepared.quarantine.groupby("REASON").size()
+    reasons = prepared.quarantine.whole().groupby("REASON").size()
     assert found["before_admission"][0].count == reasons["charted before the admission day"]
     assert found["after_discharge"][0].count == reasons[bucket_stage.AFTER_DISCHARGE]
     assert "in 9 admissions" in found["after_discharge"][0].message
@@ -514,7 +515,8 @@ def test_a_deliberate_max_timestep_reports_under_its_own_check_with_rows_and_adm
     capped = prepare(tables, dataclasses.replace(config, bucket=dataclasses.replace(config.bucket, max_timestep=3)))
     found = checks_of(capped)
     (beyond,) = found["beyond_max_timestep"]
-    rows = capped.quarantine[capped.quarantine["REASON"] == bucket_stage.BEYOND_MAX]
+    quarantine = capped.quarantine.whole()
+    rows = quarantine[quarantine["REASON"] == bucket_stage.BEYOND_MAX]
     assert beyond.severity == "info" and beyond.stage == "bucket" and beyond.count == len(rows) > 0
     assert beyond.lines == sorted(rows.index)[:20]
     assert f"in {rows['HADM_ID'].nunique()} admissions" in beyond.message

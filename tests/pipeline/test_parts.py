@@ -33,7 +33,7 @@ def assert_same_validation(got, expected) -> None:
     assert got.report.as_json() == expected.report.as_json()
     assert got.prepared.saved_state() == expected.prepared.saved_state()
     assert got.prepared.steps == expected.prepared.steps
-    pd.testing.assert_frame_equal(got.prepared.quarantine, expected.prepared.quarantine, check_exact=True)
+    pd.testing.assert_frame_equal(got.prepared.quarantine.whole(), expected.prepared.quarantine.whole(), check_exact=True)
     if expected.prepared.edges is None:
         assert got.prepared.edges is None
     else:  # the parts engine hands the edge rows on in their parts: read in part order, they are the same frame
@@ -67,14 +67,35 @@ def _config():
 def test_generated_data_in_parts_builds_the_same_files(synthetic, built_whole, tmp_path, partitions):
     with parts_engine(partitions=partitions) as engine:
         built = build(synthetic, tmp_path / "out", _config(), engine=engine)
+        reasons = set(built.validation.prepared.quarantine.whole()["REASON"])  # read while the engine's files last
     assert built.exit_code == 0 and len(built.graphs) > 6
     files = output_files(tmp_path / "out")
     assert sorted(files) == sorted(built_whole) and any(name.endswith(".pt") for name in files)
     assert [name for name in files if files[name] != built_whole[name]] == []
-    reasons = set(built.validation.prepared.quarantine["REASON"])
     assert {"outpatient lab (no HADM_ID)", "charted before the admission day"} <= reasons
     assert built.validation.prepared.ledger()["deduplicated"] > 0  # CHARTTIME ties merged in every part
     assert built.validation.prepared.stats.constant_items_
+
+
+def test_quarantine_kept_in_many_line_ranges_writes_the_same_files(synthetic, tmp_path, monkeypatch):
+    """Quarantine records on disk in many line ranges, quarantine.parquet written in many row groups: the files of
+    the in-memory run, whose quarantine is one frame."""
+    import pyarrow.parquet as pq
+
+    from pipeline.engine import Ranged
+
+    monkeypatch.setattr("pipeline.write.ROW_GROUP", 500)
+    assert build(synthetic, tmp_path / "whole", _config()).exit_code == 0
+    for module in ("pipeline.quarantine", "pipeline.engine"):
+        monkeypatch.setattr(f"{module}.LINE_RANGE", 3_000)
+    with parts_engine(partitions=3) as engine:
+        built = build(synthetic, tmp_path / "out", _config(), engine=engine)
+        ranged = [s for s in built.validation.prepared.quarantine.sources if isinstance(s, Ranged)]
+        assert ranged and max(len(s.ranges()) for s in ranged) > 5
+    assert built.exit_code == 0
+    files, whole = output_files(tmp_path / "out"), output_files(tmp_path / "whole")
+    assert [name for name in files if files[name] != whole[name]] == []
+    assert pq.ParquetFile(tmp_path / "out" / "quarantine.parquet").num_row_groups > 5
 
 
 @pytest.mark.parametrize("partitions", [1, 2, 8])

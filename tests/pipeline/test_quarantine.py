@@ -3,10 +3,12 @@ record kept of them (source line, table, stage, reason and keys, never the value
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.quarantine import QUARANTINE_COLUMNS, combine, empty_quarantine, quarantine_frame, set_aside
+from pipeline.quarantine import (QUARANTINE_COLUMNS, Quarantine, combine, empty_quarantine, quarantine_frame,
+                                 set_aside)
 
 LINES = pd.Index([2, 3, 5, 8], name="line")
 
@@ -86,3 +88,72 @@ def test_reasons_are_text_given_once_or_per_row(reason):
     record = quarantine_frame(events, "LABEVENTS", "fill", reason)
     assert record["REASON"].dtype == "str"
     assert record["REASON"].tolist() == (["item", "item"] if isinstance(reason, str) else ["item", "other"])
+
+
+class _ByLines:
+    """Records kept by line range, as a parts engine keeps them (in memory here)."""
+
+    def __init__(self, records: pd.DataFrame, width: int) -> None:
+        number = records.index // width
+        self.kept = {int(n): rows for n, rows in records.groupby(number)}
+
+    def ranges(self) -> tuple[int, ...]:
+        return tuple(sorted(self.kept))
+
+    def range(self, number: int, columns=None) -> pd.DataFrame:
+        rows = self.kept[number].sort_index()
+        return rows if columns is None else rows[list(columns)]
+
+
+def _records(seed: int) -> list[pd.DataFrame]:
+    """Quarantine records of several stages and tables, lines shuffled."""
+    rng = np.random.default_rng(seed)
+    lines = rng.permutation(np.arange(2, 400))
+    events = pd.DataFrame({"HADM_ID": pd.array(rng.integers(10, 20, len(lines)), dtype="Int64"),
+                           "ITEMID": rng.integers(50, 55, len(lines))}, index=pd.Index(lines, name="line"))
+    events.loc[events.index[:40], "HADM_ID"] = pd.NA
+    return [quarantine_frame(events.iloc[:150], "LABEVENTS", "clean", "outpatient"),
+            quarantine_frame(events.iloc[150:300], "LABEVENTS", "bucket", "late"),
+            quarantine_frame(events.iloc[300:], "LABEVENTS", "dedup", "short")]
+
+
+def test_records_kept_by_line_range_read_as_the_same_quarantine(monkeypatch):
+    monkeypatch.setattr("pipeline.quarantine.LINE_RANGE", 64)
+    clean, bucket, dedup = _records(seed=3)
+    admissions = quarantine_frame(pd.DataFrame({"HADM_ID": [12, 13]}, index=pd.Index([70, 4], name="line")),
+                                  "ADMISSIONS", "clean", "rejected")
+    held = Quarantine((admissions, clean, bucket, dedup))
+    kept = Quarantine((admissions, _ByLines(clean, 64), _ByLines(bucket, 64), dedup))
+    expected = combine([admissions, clean, bucket, dedup])
+    pd.testing.assert_frame_equal(held.whole(), expected)
+    pd.testing.assert_frame_equal(kept.whole(), expected)
+    chunks = list(kept.in_order())
+    assert len(chunks) > 3 and all(len(chunk) <= 64 for chunk in chunks[1:])  # ADMISSIONS, then a range at a time
+    pd.testing.assert_frame_equal(pd.concat(chunks), expected)
+    assert kept.count("LABEVENTS") == held.count("LABEVENTS") == len(clean) + len(bucket) + len(dedup)
+    assert kept.count("ADMISSIONS") == 2
+    np.testing.assert_array_equal(kept.lines("LABEVENTS", "bucket"), np.sort(bucket.index.to_numpy()))
+
+
+def test_by_reason_counts_rows_first_lines_items_and_admissions_of_each_reason(monkeypatch):
+    monkeypatch.setattr("pipeline.quarantine.LINE_RANGE", 50)
+    records = _records(seed=5)
+    whole = combine(records)
+    for quarantine in (Quarantine(tuple(records)), Quarantine(tuple(_ByLines(r, 50) for r in records))):
+        found = quarantine.by_reason(lines=7)
+        assert list(found) == sorted(found) == [("LABEVENTS", "bucket", "late"), ("LABEVENTS", "clean", "outpatient"),
+                                                ("LABEVENTS", "dedup", "short")]
+        for (table, stage, reason), summary in found.items():
+            rows = whole[(whole["STAGE"] == stage) & (whole["REASON"] == reason)]
+            assert summary.rows == len(rows)
+            assert summary.lines.tolist() == sorted(rows.index)[:7]
+            assert summary.items.to_dict() == rows["ITEMID"].astype("int64").value_counts().sort_index().to_dict()
+            assert summary.admissions.tolist() == sorted(rows["HADM_ID"].dropna().astype("int64").unique())
+        assert quarantine.by_reason(lines=3)[("LABEVENTS", "dedup", "short")].lines.tolist() == \
+            sorted(records[2].index)[:3]
+
+
+def test_an_empty_quarantine_reads_as_empty():
+    empty = Quarantine()
+    assert empty.whole().empty and list(empty.in_order()) == [] and empty.count("LABEVENTS") == 0
+    assert empty.by_reason(lines=5) == {} and len(empty.lines("LABEVENTS", "clean")) == 0

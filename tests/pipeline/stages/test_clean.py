@@ -292,7 +292,7 @@ def test_result_in_comments_finding_counts_rows_per_item(mimic4_split):
 def test_category_policy_codes_comments_seen_in_enough_training_admissions(mimic4_split):
     tables, data, rare_hadm = mimic4_split
     prepared = prepare(tables, _with(load_config(), empty_value="category"))
-    assert set(prepared.quarantine["REASON"]) == {clean.NO_RESULT}
+    assert set(prepared.quarantine.whole()["REASON"]) == {clean.NO_RESULT}
     commented = mimic4.lines_where(data, itemid=str(mimic4.COMMENT_ITEM), value="", valuenum="")
     rows = prepared.edges.loc[commented]  # edge rows keep their source line
     assert (rows["KIND"] == "categorical").all()
