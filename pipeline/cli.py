@@ -351,6 +351,15 @@ def checks() -> None:
         console.print(f"  {why}: {escape(meaning)}")
 
 
+@app.command(cls=_Command, name="config")
+def config_defaults() -> None:
+    """Print every config key with its default and what it does, as TOML (a --config FILE needs only the keys it
+    changes): the run's sections, then each stage's, as its module declares them."""
+    from pipeline.config import documented_defaults
+
+    typer.echo(documented_defaults(), nl=False)
+
+
 def _print_report(console: Console, report: Report, *, quiet: bool = False) -> None:
     """Every finding with its message (errors only when quiet), then the status line."""
     if not quiet:

@@ -21,7 +21,7 @@ import pandas as pd
 
 from pipeline.findings import Finding, summary_finding
 from pipeline.quarantine import Kept, Step
-from pipeline.stages import bucket, clean, dedup, encode, fill, scale, split
+from pipeline.stages import bucket, clean, dedup, encode, fill, graph, scale, split
 from schemas.bucket import BucketedEvents
 from schemas.clean import CleanEvents
 from schemas.dedup import EdgeRows
@@ -83,13 +83,19 @@ class Stage:
     name: str
     colour: str  # in the HTML report
     run: Callable[[Events, "Context"], tuple[Events, "Context"]] | None = None
-    section: str | None = None  # its config section, handed to it as ``context.options``
+    options: Any = None  # the config section it declares (an ``Options`` of its module: name, keys, defaults)
+    reads: str | None = None  # the section handed to it as ``context.options``, when not its own
     takes: type | None = None  # the schema of the LABEVENTS rows it takes and gives
     gives: type | None = None
     fit: Fit | None = None
     reasons: tuple[Reason, ...] = ()
     by_admission: bool = False
     progress: tuple[str, ...] = ()  # the progress steps it shows (default: its name, when it runs)
+
+    @property
+    def section(self) -> str | None:
+        """The config section handed to it as ``context.options``: its own, or the one it reads."""
+        return self.reads or getattr(self.options, "NAME", None)
 
     @property
     def steps(self) -> tuple[str, ...]:
@@ -160,7 +166,7 @@ BEFORE = (
 )
 
 STAGES = (
-    Stage("clean", colour="#1f77b4", run=clean.run, section="comments", takes=LabEvents, gives=CleanEvents,
+    Stage("clean", colour="#1f77b4", run=clean.run, options=clean.Options, takes=LabEvents, gives=CleanEvents,
           fit=Fit(whole=clean.fit_kinds, partial=clean.count_kinds, combine=clean.add_kind_counts,
                   finish=clean.kinds_from_counts, inputs=clean.fit_inputs, state=clean.ItemKinds,
                   saved_as="item_kinds"),
@@ -172,33 +178,33 @@ STAGES = (
                    Reason(clean.IN_COMMENTS, "result_in_comments", per_item=True),
                    Reason(clean.NO_RESULT, "no_result", per_item=True)),
           by_admission=True),
-    Stage("split", colour="#17becf", run=split.run, section="split", takes=CleanEvents, gives=SplitEvents,
+    Stage("split", colour="#17becf", run=split.run, options=split.Options, takes=CleanEvents, gives=SplitEvents,
           by_admission=True),
-    Stage("encode", colour="#9467bd", run=encode.run, section="encode", takes=SplitEvents, gives=EncodedEvents,
+    Stage("encode", colour="#9467bd", run=encode.run, options=encode.Options, takes=SplitEvents, gives=EncodedEvents,
           fit=Fit(whole=encode.fit_vocabularies, partial=encode.count_values, combine=encode.add_value_counts,
                   finish=encode.vocabularies_from_counts, inputs=encode.fit_inputs, state=encode.Vocabularies,
                   saved_as="vocabularies"),
           by_admission=True),
-    Stage("scale", colour="#ff7f0e", run=scale.run, section="scale", takes=EncodedEvents, gives=ScaledEvents,
+    Stage("scale", colour="#ff7f0e", run=scale.run, options=scale.Options, takes=EncodedEvents, gives=ScaledEvents,
           fit=Fit(whole=scale.fit_zscore, partial=scale.fit_rows, combine=scale.add_fit_rows,
                   finish=scale.fit_from_rows, inputs=scale.fit_inputs,
                   state=scale.ZScoreStats, saved_as="scale"),
           by_admission=True),
-    Stage("fill", colour="#bcbd22", run=fill.run, section="fill", takes=ScaledEvents, gives=FilledEvents,
+    Stage("fill", colour="#bcbd22", run=fill.run, options=fill.Options, takes=ScaledEvents, gives=FilledEvents,
           fit=Fit(whole=fill.fit_fill, inputs=fill.fit_inputs, state=fill.FillValues, saved_as="fill"),
           by_admission=True),
-    Stage("bucket", colour="#2ca02c", run=bucket.run, section="bucket", takes=FilledEvents, gives=BucketedEvents,
+    Stage("bucket", colour="#2ca02c", run=bucket.run, options=bucket.Options, takes=FilledEvents, gives=BucketedEvents,
           reasons=(Reason(bucket.NO_ADMISSION, "quarantine_admission"),
                    Reason(bucket.BEFORE, "before_admission"),
                    Reason(bucket.AFTER_DISCHARGE, "after_discharge", per_admission=True),
                    Reason(bucket.BEYOND_STAY, "beyond_max_stay", per_admission=True),
                    Reason(bucket.BEYOND_MAX, "beyond_max_timestep", per_admission=True)),
           by_admission=True),
-    Stage("dedup", colour="#d62728", run=dedup.run, section="graph", takes=BucketedEvents, gives=EdgeRows,
+    Stage("dedup", colour="#d62728", run=dedup.run, reads="graph", takes=BucketedEvents, gives=EdgeRows,
           reasons=(Reason(dedup.SHORT, "below_min_timesteps", per_admission=True),),
           by_admission=True),
     # Built by ``flow.build`` from the edge rows (pipeline/stages/graph.py: torch and PyG load only then).
-    Stage("graph", colour="#e377c2", takes=EdgeRows, progress=("graphs", "guard")),
+    Stage("graph", colour="#e377c2", options=graph.Options, takes=EdgeRows, progress=("graphs", "guard")),
 )
 
 AFTER = (
@@ -215,3 +221,5 @@ BUILT = tuple(stage for stage in STAGES if stage.run is None)
 """The stages ``flow.build`` runs after them (the graphs and their guard)."""
 REASONS = {reason.text: reason for stage in STAGES for reason in stage.reasons}
 """Every declared quarantine reason, by its text."""
+OPTIONS = {stage.options.NAME: stage.options for stage in STAGES if stage.options is not None}
+"""The config sections the stages declare, by name, in flow order."""

@@ -12,11 +12,13 @@ policy; rows past ``max_stay_days`` are always quarantined.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from pipeline.options import Section, setting
 from pipeline.quarantine import Kept, Step, set_aside
 from schemas.bucket import BucketedEvents
 from schemas.fill import FilledEvents
@@ -34,12 +36,48 @@ BEYOND_MAX = "beyond max_timestep"
 COLUMNS = {NO_ADMISSION: "HADM_ID", BEFORE: "CHARTTIME", AFTER_DISCHARGE: "CHARTTIME", BEYOND_STAY: "CHARTTIME",
            BEYOND_MAX: "CHARTTIME"}  # the column each filter reads
 DAY = 86_400.0
+LATE_POLICIES = ("quarantine", "clip")
 
 
 def last_timestep(*, interval_hours: float, max_stay_days: float, max_timestep: int | None = None) -> int:
     """The largest timestep a kept row can have: the deliberate cap, or the one ``max_stay_days`` reaches."""
     reach = int(np.floor(max_stay_days * DAY / (interval_hours * 3600.0)))
     return reach if max_timestep is None else min(int(max_timestep), reach)
+
+
+@dataclass(frozen=True)
+class Options(Section):
+    NAME = "bucket"
+    TOML = """
+# timestep = whole intervals since the start (midnight) of the admission day; from 0.001 (3.6 s) to 8784 (a leap year).
+interval_hours = 24
+# Rows charted more than after_discharge_hours after DISCHTIME (check after_discharge) are quarantined
+# (late_policy = "quarantine") or clipped to the last timestep of the stay ("clip"). This bounds every
+# row by its own stay, so no maximum is needed to keep timesteps sane.
+after_discharge_hours = 24.0
+late_policy = "quarantine"
+# A deliberate horizon, in intervals: rows past it are reported (check beyond_max_timestep) and quarantined
+# or clipped per late_policy. "none" keeps every day of a stay: MIMIC has stays of 200+ days (the MIMIC-III
+# demo one of 124), and a cap of 99 cut 1,060 real rows from it. Example: max_timestep = 30 (at most 2^31 - 1).
+max_timestep = "none"
+# Rows more than this many days after the admission day are always quarantined (check beyond_max_stay).
+# No hospital stay in MIMIC comes near 1000 days (~2.7 years; the longest are under a year); a DISCHTIME
+# or CHARTTIME years or decades off (a mistyped year, a 1900 placeholder) does. With max_timestep = "none",
+# the graphs' timesteps are bounded by floor(max_stay_days * 24 / interval_hours) (1000 by default).
+# At most 36600 (100 years); after_discharge_hours at most 878400 (the same in hours).
+max_stay_days = 1000.0
+"""
+    interval_hours: float = setting(float, low=0.001, high=24 * 366)
+    # "none" in TOML: the timestep max_stay_days reaches (see last_timestep), set on construction
+    max_timestep: int = setting(int, low=0, high=2**31 - 1, words=("none",))
+    after_discharge_hours: float = setting(float, low=0, high=24 * 36_600)
+    late_policy: str = setting(str, words=LATE_POLICIES)
+    max_stay_days: float = setting(float, 1000.0, low=0, high=36_600, above=True)
+
+    def relations(self) -> None:
+        if self.max_timestep == "none":
+            object.__setattr__(self, "max_timestep", last_timestep(interval_hours=self.interval_hours,
+                                                                   max_stay_days=self.max_stay_days))
 
 
 @guarded(stage=STAGE, takes=FilledEvents, gives=BucketedEvents)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import pandas as pd
 
 from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
+from pipeline.options import Section, setting
 from schemas.encode import EncodedAdmissions, EncodedEvents, EncodedLabItems
 from schemas.guard import guarded
 from schemas.raw import ADMISSION_CATEGORICALS
@@ -24,6 +25,24 @@ if TYPE_CHECKING:
 
 STAGE = "encode"
 MISSING = 0
+
+
+@dataclass(frozen=True)
+class Options(Section):
+    NAME = "encode"
+    TOML = """
+# A categorical value (an admission's ETHNICITY, a lab item's text VALUE) gets a code of its own only when
+# at least this many training admissions have it; rarer values get code 0, like unseen ones. Vocabularies
+# are saved in stats.json: this keeps values that could single out a patient out of it.
+min_admissions = 5
+# D_LABITEMS' FLUID and CATEGORY values that differ only in letter case ('BLOOD' and 'Blood', both in the
+# MIMIC-III demo) are reported (category_case_variants). true: they share one code, the spelling most items
+# use (ties: the first in sort order), so one fluid is one feature. false: each spelling keeps a code of its own.
+# The dictionary's case carries no meaning in MIMIC, so folding is the default.
+fold_case = true
+"""
+    min_admissions: int = setting(int, low=1)
+    fold_case: bool = setting(bool, True)
 
 
 @dataclass(frozen=True)

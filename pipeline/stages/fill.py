@@ -9,12 +9,14 @@ output guard allows no null in any tensor column.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from pipeline.findings import Finding, summary_finding
+from pipeline.options import Allowed, Section, require, setting, typed
 from pipeline.quarantine import Kept, set_aside
 from schemas.errors import StageError
 from schemas.fill import TENSOR_COLUMNS, FilledEvents
@@ -22,11 +24,66 @@ from schemas.guard import guarded
 from schemas.scale import ScaledEvents
 
 if TYPE_CHECKING:
-    from pipeline.config import FillPolicy
     from pipeline.stages import Context
 
 STAGE = "fill"
 CODE_COLUMNS = ("CODE",)
+POLICIES = ("constant", "mean", "median", "drop", "ffill")
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # graph tensors are float32: a fill beyond it becomes inf
+# What each tensor column's constant fill may be: Z goes into float32 edge_attr, CODE indexes embeddings.
+VALUES = {"Z": Allowed(float, low=-FLOAT32_MAX, high=FLOAT32_MAX), "CODE": Allowed(int, low=0, high=2**31 - 1)}
+
+
+@dataclass(frozen=True)
+class FillPolicy(Section):
+    """How one tensor column is filled: ``[fill.COLUMN]``."""
+
+    NAME = "fill"
+    policy: str = setting(str, words=POLICIES)
+    value: float | None = setting(float, None, low=-FLOAT32_MAX, high=FLOAT32_MAX)
+    indicator: bool = setting(bool, False)
+
+    def relations(self) -> None:
+        require(self.policy != "constant" or self.value is not None, "[fill] policy 'constant' needs a finite value")
+
+
+class Options:
+    """The fill stage's config: a :class:`FillPolicy` per tensor column (``[fill.Z]``, ``[fill.CODE]``)."""
+
+    NAME = "fill"
+    TOML = """
+[fill.Z]
+# Categorical rows have no number: their z-score is declared 0. The graphs' tensors are float32, so a constant
+# value must be finite in float32 (|value| <= 3.4028235e38); CODE's value must be a code in [0, 2^31 - 1].
+# policy: "constant" (with value), "mean" or "median" (of the training split), "drop" (the row),
+# "ffill" (the previous value of the item within the admission). indicator adds Z_MISSING (0/1).
+policy = "constant"
+value = 0.0
+indicator = false
+
+[fill.CODE]
+# Numeric rows have no category: code 0, reserved for missing and unseen values.
+policy = "constant"
+value = 0
+indicator = false
+"""
+
+    @classmethod
+    def load(cls, values: Any, name: str | None = None) -> Mapping[str, FillPolicy]:
+        unknown = sorted(set(values) - set(VALUES))
+        require(not unknown, f"[fill] names unknown column(s) {', '.join(unknown)}; "
+                             f"columns that become tensors: {', '.join(VALUES)}")
+        policies = {}
+        for column, table in values.items():
+            keys = typed(FillPolicy, table, f"fill.{column}")
+            if keys.get("value") is not None:
+                keys["value"] = float(VALUES[column].parse(f"[fill.{column}] value", keys["value"]))
+            policies[column] = FillPolicy(**keys)
+        return MappingProxyType(policies)
+
+    @classmethod
+    def toml(cls) -> str:
+        return cls.TOML.strip() + "\n"
 
 
 @dataclass(frozen=True)

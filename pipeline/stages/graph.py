@@ -18,21 +18,50 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
-import torch
-from torch_geometric.data import HeteroData
-
+from pipeline.options import POSITIVE, Section, setting
 from pipeline.stages.dedup import KEY, edge_key, split_codes
 from schemas.errors import StageError
 from schemas.fill import TENSOR_COLUMNS
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
 from schemas.split import SPLITS
 
+if TYPE_CHECKING:  # torch and PyG load when graphs are built, not when the stages are declared
+    import torch
+    from torch_geometric.data import HeteroData
+
 STAGE = "graph"
 LABITEM_FEATURES = ("FLUID_CODE", "CATEGORY_CODE")
+
+
+@dataclass(frozen=True)
+class Options(Section):
+    NAME = "graph"
+    TOML = """
+# Admissions per graph, per split, in HADM_ID order.
+batch_size = 128
+# Add the next-timestep target: admission.y, multi-hot over lab items at each admission's last timestep.
+labels = true
+# Each batch's memory is estimated (tensors, and a float32 GNN's activations at this width and depth);
+# above the budget it is a warning (graph_memory).
+hidden = 64  # at most 65536
+layers = 2  # at most 1024
+memory_budget_mb = 1024.0
+# Admissions with fewer distinct timesteps than this are left out of the graphs: their lab rows are
+# quarantined (check below_min_timesteps) and the admission counted (check admission_below_min_timesteps).
+# 1 keeps every admission that has a kept lab. A next-timestep target needs history before its last
+# timestep: set 2 for that (as the seed research code did), knowing it drops one-day admissions.
+min_timesteps = 1
+"""
+    batch_size: int = setting(int, low=1)
+    labels: bool = setting(bool)
+    hidden: int = setting(int, low=1, high=1 << 16)
+    layers: int = setting(int, low=1, high=1 << 10)
+    memory_budget_mb: float = setting(float, **POSITIVE)
+    min_timesteps: int = setting(int, 1, low=1)
 
 
 @dataclass(frozen=True)
@@ -119,6 +148,8 @@ def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Dat
     items = labitems.sort_values("ITEMID")
     item_ids = items["ITEMID"].to_numpy("int64").copy()
     columns = feature_columns(edges, admissions)
+    import torch
+
     item_x = torch.from_numpy(items[columns["labitem.x"]].to_numpy("float32").copy())
     features = columns["admission.x"]
     by_hadm = admissions.set_index("HADM_ID").sort_index()
@@ -170,6 +201,9 @@ def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Dat
 
 def _graph(*, nodes: np.ndarray, x: np.ndarray, item_ids: np.ndarray, item_x: torch.Tensor, source: np.ndarray,
            target: np.ndarray, attr: np.ndarray, timestep: np.ndarray, last: np.ndarray, labels: bool) -> HeteroData:
+    import torch
+    from torch_geometric.data import HeteroData
+
     data = HeteroData()
     data["admission"].num_nodes = len(nodes)
     data["labitem"].num_nodes = len(item_ids)
@@ -204,6 +238,8 @@ def _graph(*, nodes: np.ndarray, x: np.ndarray, item_ids: np.ndarray, item_x: to
 
 def memory_estimate(data: HeteroData, *, hidden: int, layers: int) -> dict[str, int]:
     """Bytes of the graph's tensors, and of a float32 GNN's activations and messages at ``hidden`` width."""
+    import torch
+
     tensors = sum(value.numel() * value.element_size() for store in data.stores for value in store.values()
                   if isinstance(value, torch.Tensor))
     nodes = sum(data[t].num_nodes for t in data.node_types)

@@ -7,7 +7,7 @@ ratios, so the assignment depends on the data and the seed, never on row order.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,6 +15,7 @@ import pandas as pd
 
 from pipeline.findings import summary_finding
 
+from pipeline.options import Section, require, setting
 from schemas.clean import CleanAdmissions, CleanEvents
 from schemas.errors import StageError
 from schemas.guard import guarded
@@ -24,6 +25,26 @@ if TYPE_CHECKING:
     from pipeline.stages import Context
 
 STAGE = "split"
+
+
+@dataclass(frozen=True)
+class Options(Section):
+    NAME = "split"
+    TOML = """
+# Admissions are assigned to splits by patient (SUBJECT_ID), seeded, before anything is fitted.
+train = 0.8
+val = 0.1
+test = 0.1
+seed = 2101
+"""
+    train: float = setting(float, low=0, high=1, above=True)
+    val: float = setting(float, low=0, high=1, above=True)
+    test: float = setting(float, low=0, high=1, above=True)
+    seed: int = setting(int, low=0)
+
+    def relations(self) -> None:
+        ratios = (self.train, self.val, self.test)
+        require(abs(sum(ratios) - 1) < 1e-9, f"[split] train, val and test must be > 0 and sum to 1, got {ratios}")
 
 
 @guarded(stage=STAGE, takes=CleanAdmissions, gives=SplitAssignment)

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,20 @@ def test_checks_command_lists_every_check():
     assert result.exit_code == 0
     for check in CHECKS:
         assert check in result.output
+
+
+def test_config_command_prints_every_sections_documented_defaults_as_a_config_file(tmp_path):
+    """`badpoints config` prints each stage's section from its module beside the run's: saved as a --config file,
+    it gives the default config."""
+    from pipeline.config import SECTIONS, load_config
+
+    result = runner.invoke(app, ["config"])
+    assert result.exit_code == 0
+    assert set(tomllib.loads(result.output)) == {*SECTIONS, "severity"}
+    assert "# Each item is scaled by the first rule of a chain" in result.output  # the scale stage's own text
+    path = tmp_path / "printed.toml"
+    path.write_text(result.output, encoding="utf-8")
+    assert {**load_config(path).as_json(), "source": None} == load_config().as_json()
 
 
 def test_log_mode_prints_plain_progress_to_stderr_and_the_summary_last(tmp_path):

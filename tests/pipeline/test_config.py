@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from pipeline.config import (DEFAULTS, FILL_VALUES, FLOAT32_MAX, Allowed, Config, ConfigError, FillPolicy, RawConfig,
-                             ReportConfig, load_config)
+from pipeline.config import (DEFAULTS, FILL_VALUES, FLOAT32_MAX, SECTIONS, Allowed, Config, ConfigError, FillPolicy,
+                             RawConfig, ReportConfig, documented_defaults, load_config)
 from pipeline.flow import CANNOT_RUN
 from schemas.checks import CHECKS, LOCKED
 
@@ -45,6 +45,25 @@ def test_defaults_are_the_values_in_defaults_toml():
     assert dataclasses.asdict(config.report) == documented["report"]
     assert dict(config.severity) == documented.get("severity", {})
     assert config.source is None
+
+
+def test_every_section_is_documented_once_the_stages_in_their_modules():
+    """defaults.toml holds the run's sections; each stage's section, keys and documented defaults are in its module
+    (an ``Options`` its declaration names): a new stage adds its section without a line in config.py or here."""
+    from pipeline.stages import STAGES
+
+    run = tomllib.loads(DEFAULTS.read_text(encoding="utf-8"))
+    documented = tomllib.loads(documented_defaults())
+    assert set(run) == {"load", "raw", "filters", "report", "severity"}
+    declared = {stage.options.NAME: stage for stage in STAGES if stage.options is not None}
+    assert set(documented) == set(run) | set(declared) == set(SECTIONS) | {"severity"}
+    assert list(declared) == ["comments", "split", "encode", "scale", "fill", "bucket", "graph"]  # flow order
+    for name, stage in declared.items():
+        assert stage.options.__module__ == f"pipeline.stages.{stage.name}"
+        assert set(tomllib.loads(stage.options.toml())) == {name}
+    assert [f.name for f in dataclasses.fields(Config)] == [*SECTIONS, "severity", "source"]
+    for line in documented_defaults().splitlines():  # every key's line is in the text `badpoints config` prints
+        assert not line.strip() or line.startswith(("#", "[")) or "=" in line
 
 
 def test_default_values_and_types():
@@ -196,7 +215,7 @@ def test_config_sections_check_their_values_when_built_directly():
 
 
 def test_comments_policy_defaults_to_quarantine_and_may_be_category(write):
-    documented = tomllib.loads(DEFAULTS.read_text(encoding="utf-8"))
+    documented = tomllib.loads(documented_defaults())
     assert dataclasses.asdict(load_config().comments) == documented["comments"] == {"empty_value": "quarantine"}
     assert load_config(write('[comments]\nempty_value = "category"\n')).comments.empty_value == "category"
     with pytest.raises(ConfigError, match=r"\[comments\] empty_value must be one of quarantine, category, got 'drop'"):
@@ -230,7 +249,7 @@ def test_values_that_crashed_a_run_are_config_errors_naming_key_class_and_range(
 
 def test_every_key_of_the_defaults_declares_what_it_takes():
     """The type and range of each key are declared once, in its field: a key without them would go unchecked."""
-    documented = tomllib.loads(DEFAULTS.read_text(encoding="utf-8"))
+    documented = tomllib.loads(documented_defaults())
     config = load_config()
     for section, keys in documented.items():
         if section in ("severity", "fill"):
@@ -299,7 +318,7 @@ def _keys(table: dict, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     return keys
 
 
-DEFAULT_TABLES = tomllib.loads(DEFAULTS.read_text(encoding="utf-8"))
+DEFAULT_TABLES = tomllib.loads(documented_defaults())
 KEYS = [key for key in _keys(DEFAULT_TABLES) if len(key) > 1] + [
     ("scale", "policy", "50878"), ("scale", "policy", "0"), ("severity", "id_float_format"),
     ("severity", "graph_finite"), ("severity", "table_empty"), ("severity", "file_missing")]
