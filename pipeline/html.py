@@ -37,6 +37,10 @@ TOP_ITEMS = 8
 FLAGGED_POINTS = 200
 """At most this many flagged points are drawn per item (the most extreme ones); the table counts all."""
 
+FLIERS = 400
+"""At most this many outliers are drawn per item, evenly spread over their order (MIMIC-IV's items have hundreds of
+thousands: drawn all, they made a 44 MB report); the box and whiskers are computed from every row."""
+
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 _NOUNS = {"error": "error", "warning": "warning", "info": "note"}
 _SPLITS = ("train", "val", "test")
@@ -433,8 +437,17 @@ def _funnel_chart(read: int, steps: list[dict]):
         return figure
 
 
+def _fewer(values: np.ndarray, most: int) -> np.ndarray:
+    """At most ``most`` of ``values``, spread evenly over their sorted order (the smallest and largest kept)."""
+    ordered = np.sort(values)
+    if len(ordered) <= most:
+        return ordered
+    return ordered[np.unique(np.linspace(0, len(ordered) - 1, most).round().astype("int64"))]
+
+
 def _z_chart(z: pd.DataFrame, top: pd.DataFrame, warn: float, error: float):
     import matplotlib
+    from matplotlib import cbook
     from matplotlib.ticker import FuncFormatter
 
     with matplotlib.rc_context(_RC):
@@ -442,18 +455,20 @@ def _z_chart(z: pd.DataFrame, top: pd.DataFrame, warn: float, error: float):
         figure = _new_figure(8, 0.55 * len(items) + 1.1)
         ax = figure.add_subplot()
         positions = np.arange(len(items))[::-1]
-        data, flagged_x, flagged_y = [], [], []
+        boxes, flagged_x, flagged_y = [], [], []
         for item, position in zip(items, positions):
             values = z.loc[z["seen"] & (z["ITEMID"] == item), "Z"].to_numpy("float64")
             values = values[np.isfinite(values)]
-            data.append(values if len(values) else np.array([0.0]))
+            (box,) = cbook.boxplot_stats(values if len(values) else np.array([0.0]))
+            box["fliers"] = _fewer(box["fliers"], FLIERS)  # the box from every row, a few of its outliers drawn
+            boxes.append(box)
             beyond = values[np.abs(values) > warn]
             beyond = beyond[np.argsort(-np.abs(beyond), kind="stable")][:FLAGGED_POINTS]
             flagged_x.extend(beyond)
             flagged_y.extend([position] * len(beyond))
-        ax.boxplot(data, positions=positions, orientation="horizontal", widths=0.6, showfliers=True,
-                   flierprops={"marker": ".", "markersize": 3, "markeredgecolor": "#888888"},
-                   medianprops={"color": "#1f77b4"})
+        ax.bxp(boxes, positions=positions, orientation="horizontal", widths=0.6, showfliers=True,
+               flierprops={"marker": ".", "markersize": 3, "markeredgecolor": "#888888"},
+               medianprops={"color": "#1f77b4"})
         if flagged_x:
             ax.scatter(flagged_x, flagged_y, marker="x", color="#d62728", s=22, zorder=3, label=f"|z| > {warn:g}")
         ax.set_xscale("symlog", linthresh=1.0)

@@ -7,6 +7,7 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -193,3 +194,30 @@ def test_build_folder_report_never_shows_raw_values(tmp_path):
     shown = (tmp_path / "with-values.html").read_text()
     assert f"values: &#x27;{CANARY}&#x27;" in shown and 'id="graphs"' in shown
     assert f"<code>{expect.check}</code>" in shown
+
+
+def test_z_chart_draws_a_bounded_sample_of_outliers_and_the_box_of_every_row():
+    """An item with thousands of outliers (MIMIC-IV has items with hundreds of thousands) draws at most FLIERS of
+    them, evenly spread, the extremes kept; its box and whiskers are those of all its rows."""
+    import numpy as np
+    from matplotlib import cbook
+
+    from pipeline import html
+
+    rng = np.random.default_rng(7)
+    values = np.concatenate([rng.normal(size=20_000), rng.normal(scale=40.0, size=4_000)])
+    z = pd.DataFrame({"ITEMID": 50878, "Z": values, "seen": True})
+    top = pd.DataFrame({"rows": [len(values)], "nonfinite": [0], "max_abs": [float(np.abs(values).max())],
+                        "flagged": [int((np.abs(values) > 100).sum())]}, index=pd.Index([50878], name="ITEMID"))
+    figure = html._z_chart(z, top, 100.0, 1e6)
+    (box,) = cbook.boxplot_stats(values)
+    (ax,) = figure.axes
+    drawn = [line for line in ax.lines if line.get_marker() == "."]
+    (fliers,) = drawn
+    shown = np.sort(fliers.get_xdata())
+    assert len(box["fliers"]) > 5 * html.FLIERS and len(shown) <= html.FLIERS
+    assert shown[0] == box["fliers"].min() and shown[-1] == box["fliers"].max()
+    assert set(shown) <= set(box["fliers"])
+    medians = [line for line in ax.lines if line.get_color() == "#1f77b4"]
+    assert medians and np.allclose(medians[0].get_xdata(), box["med"])
+    assert html._svg(figure, "z").count("<use") <= html.FLIERS + html.FLAGGED_POINTS + 10  # a few KB, not MB
