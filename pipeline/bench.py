@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
 import platform
 import shutil
@@ -82,8 +81,6 @@ RSS_SAMPLE_SECONDS = 0.1  # how often a step's process tree is summed
 # --- Dask (issue 13): LocalCluster 2 workers x 4 GB; the client's RSS apart from the workers' --------------
 DASK_WORKERS = 2
 DASK_MEMORY_LIMIT = "4GB"
-DASK_ROWS_PER_PART = 125_000  # small parts keep a task's working set far below a worker's limit
-DASK_BYTES_PER_ROW = {"mimic3": 62, "mimic4": 22}  # CSV bytes per LABEVENTS row (mimic4: gzipped), for foreign data
 
 
 class BenchError(RuntimeError):
@@ -423,30 +420,22 @@ def _tail(path: Path, lines: int = 15) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def _dask_step(data: Path, out: Path, cache: Path, *, rows: int, layout: str) -> StepResult:
-    """``build --engine dask`` on a LocalCluster of :data:`DASK_WORKERS` workers x :data:`DASK_MEMORY_LIMIT`.
+def _dask_step(data: Path, out: Path, cache: Path) -> StepResult:
+    """``build --engine dask`` on a LocalCluster of :data:`DASK_WORKERS` workers x :data:`DASK_MEMORY_LIMIT`, its
+    parts the engine's default (about a million rows each, a worker reading one part's file at a time).
 
     The client is the step's own process (``main_peak_rss_mb``); its workers are its descendants
     (``children_peak_rss_mb``), so the two are measured apart.
     """
-    partitions = dask_partitions(data, rows=rows, layout=layout)
     graphs = Path(tempfile.mkdtemp(prefix="build-dask-", dir=out))
     try:
         args = ["build", str(data), "--out", str(graphs), "--engine", "dask", "--workers", str(DASK_WORKERS),
-                "--memory-limit", DASK_MEMORY_LIMIT, "--partitions", str(partitions)]
+                "--memory-limit", DASK_MEMORY_LIMIT]
         step = _badpoints_step("dask", args, out, cache=cache, fresh_cache=True)
     finally:
         shutil.rmtree(graphs, ignore_errors=True)
-    step.result.update(worker_memory_limit=DASK_MEMORY_LIMIT, workers=DASK_WORKERS, partitions=partitions)
+    step.result.update(worker_memory_limit=DASK_MEMORY_LIMIT, workers=DASK_WORKERS)
     return step
-
-
-def dask_partitions(data: Path, *, rows: int | None, layout: str) -> int:
-    """Parts of about :data:`DASK_ROWS_PER_PART` rows, two per worker at least; the rows of foreign data are
-    estimated from LABEVENTS' size."""
-    if not rows:
-        rows = _table_path(data, "LABEVENTS").stat().st_size / DASK_BYTES_PER_ROW[layout]
-    return max(2 * DASK_WORKERS, math.ceil(rows / DASK_ROWS_PER_PART))
 
 
 # -- data ---------------------------------------------------------------------------------------
@@ -520,7 +509,7 @@ def run(*, rows: int, out: Path, data: Path | None = None, seed: int = SEED, das
         steps.append(build)
         steps.append(_badpoints_step("validate_warm", ["validate", str(data)], out, cache=cache / "validate",
                                      fresh_cache=False))
-        steps.append(_dask_step(data, out, cache / "dask", rows=dataset.get("rows"), layout=layout) if dask else
+        steps.append(_dask_step(data, out, cache / "dask") if dask else
                      StepResult(name="dask", what=STEP_INFO["dask"], skipped="not requested (--dask)"))
     finally:
         shutil.rmtree(graphs, ignore_errors=True)

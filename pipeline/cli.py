@@ -74,18 +74,19 @@ _CACHE_DIR = typer.Option("--cache-dir", help="Cache of raw-checked tables (defa
                                               "~/.cache/badpoints). It holds parsed copies of the data.")
 _NO_CACHE = typer.Option("--no-cache", help="Neither read nor write the cache.")
 _ENGINE = typer.Option("--engine", help="Where LABEVENTS' raw checks and its stages run: pandas (this process, "
-                                        "whole frames), parts (this process, one admission-range part at a time, "
-                                        "its checked blocks routed into parts kept as Arrow files in a temporary "
-                                        "folder: memory stays bounded), dask, or auto (default): parts when "
+                                        "whole frames), parts (its checked blocks routed into admission-range "
+                                        "parts kept as Arrow files in a temporary folder, each part worked on by "
+                                        "one of --workers processes: memory stays bounded), dask (the same parts, "
+                                        "worked on by a Dask cluster's workers), or auto (default): parts when "
                                         "LABEVENTS holds more than about 256 MiB of text, else pandas.")
 _SCHEDULER = typer.Option("--scheduler", help="With --engine dask: an existing scheduler's address "
                                               "(default: a LocalCluster on loopback).")
-_WORKERS = typer.Option("--workers", min=1, help="With --engine dask and no --scheduler: worker processes.")
+_WORKERS = typer.Option("--workers", min=1, help="With --engine parts (or auto choosing it): processes that work "
+                                                "on the parts (1: this process only). With --engine dask and no "
+                                                "--scheduler: the LocalCluster's worker processes.")
 _MEMORY = typer.Option("--memory-limit", help="With --engine dask and no --scheduler: memory per worker.")
-_PARTITIONS = typer.Option("--partitions", min=1, help="With --engine dask: parts of LABEVENTS, row slices "
-                                                      "for the raw checks and admission ranges for the stages "
-                                                      "(default: two per worker). With --engine parts: admission "
-                                                      "ranges (default: about a million rows each).")
+_PARTITIONS = typer.Option("--partitions", min=1, help="With --engine parts or dask: the admission-range parts "
+                                                      "of LABEVENTS (default: about a million rows each).")
 
 
 class EngineName(str, Enum):
@@ -113,7 +114,8 @@ def _where(err: Console, data_dir: Path, *, cache_dir: Optional[Path], no_cache:
     if engine is EngineName.parts:
         from pipeline.engine import ROWS_PER_PART, parts_engine
 
-        with parts_engine(partitions=partitions, rows_per_part=None if partitions else ROWS_PER_PART) as running:
+        with parts_engine(partitions=partitions, rows_per_part=None if partitions else ROWS_PER_PART,
+                          workers=workers) as running:
             yield cache, running
         return
     from pipeline.engine import dask_engine

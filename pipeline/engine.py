@@ -1,54 +1,54 @@
-"""Where LABEVENTS is worked on: in this process on whole frames (pandas, the default), in this process one part
-at a time (parts), or on a ``dask.distributed`` cluster.
+"""Where LABEVENTS is worked on: in this process on whole frames (pandas, the default), or on parts of it kept as
+Arrow files, each part worked on in this process (parts) or by the workers of a ``dask.distributed`` cluster (Dask).
 
 All engines run the very same stage functions; an engine only decides where
 they run and how their parts come back together. With the parts and Dask engines:
 
-- raw checks: (Dask) LABEVENTS is cut into row slices; :func:`pipeline.parse.check_part`
-  checks each on a worker and the results come back as data (failing lines and
-  values, typed rows), which :func:`pipeline.parse.combine_parts` turns into what
-  one process finds. Keys, foreign keys and stays are checked on the combined rows.
-- ``partition`` then cuts the checked rows by admission, before clean: admissions
-  in (split, HADM_ID) order (the split is known from ADMISSIONS alone), in contiguous
-  ranges of about equal rows, so every admission's rows are in one part. Every stage
-  works per row or per admission (clean, split, encode, z-scores, fill, bucket, dedup),
-  so it runs on each part alone (``each``) and its quarantine and steps are added up.
-- a stage's fit (:class:`pipeline.stages.Fit`) is global: a mergeable one (``partial``,
-  ``combine``, ``finish``: item kinds, vocabularies, z-score stats) reads each part and
-  gives a small result; those are combined into exactly the state one process fits.
-  Any other fit (fill's exact medians) reads the rows and columns it needs, gathered.
-- findings about the whole table read the rows or columns they need, gathered
-  in the input's row order (``rows``).
-- a :class:`StageError` on any part makes the stage run on its gathered input, so
-  the report carries exactly the error the pandas engine reports (count, lines,
-  items), never just the first part's.
-- the edge rows come back in part order, which is the dedup stage's order
-  (split, admission, timestep, item): no global sort.
+- raw checks: LABEVENTS is read in blocks; each is checked, guarded and routed (:class:`Router`) into
+  admission-range parts as it comes, so the whole table never exists. The split and the admission order are
+  known from ADMISSIONS (small) before any lab row is read. Keys, foreign keys and stays are checked per block
+  against ADMISSIONS and D_LABITEMS (``pipeline.parse.check_stream``).
+- every stage works per row or per admission (clean, split, encode, z-scores, fill, bucket, dedup), and every
+  admission's rows are in one part, so a stage runs on each part alone (``each``) and its quarantine records
+  (kept on disk by source line range: :class:`LineFiles`) and steps are added up.
+- a stage's fit (:class:`pipeline.stages.Fit`) is global: a mergeable one (``partial``, ``combine``,
+  ``finish``: item kinds, vocabularies, z-score stats) reads each part and gives a small result; those are
+  combined into exactly the state one process fits. Any other fit (fill's exact medians) reads the rows and
+  columns it needs, gathered.
+- findings about the whole table read the rows or columns they need, gathered in the input's row order (``rows``).
+- a :class:`StageError` on any part makes the stage run on its gathered input, so the report carries exactly the
+  error the pandas engine reports (count, lines, items), never just the first part's.
+- the edge rows stay in their parts, in part order, which is the dedup stage's order (split, admission,
+  timestep, item): the graphs are built from them one part at a time.
 
-:class:`PartsEngine` keeps the parts as Arrow files in a temporary folder and holds
-one in memory at a time. :class:`DaskEngine` holds them on the workers:
-``LocalCluster`` by default (worker processes on loopback, bounded memory), or
-an existing scheduler at an address.
+A part's work is one function of its file (``_each_part``, ``_call_part``, ...): :class:`PartsEngine` calls it
+here, one part at a time, and :class:`DaskEngine` sends it to a worker as a task.
 """
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import contextlib
+import copyreg
 import functools
 import itertools
+import multiprocessing
 import operator
 import os
 import shutil
 import tempfile
+import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pipeline.parse import PartCheck, check_part, combine_parts
+from pipeline.parse import PartCheck, check_part
 from pipeline.quarantine import LINE_RANGE, Kept, Step, empty_quarantine
 from schemas.errors import StageError
 from schemas.guard import vouch
@@ -163,11 +163,15 @@ class PartsEngine:
     deleted at the end of the run, also when the run fails.
     """
 
-    def __init__(self, folder: Path, *, partitions: int | None = None, rows_per_part: int | None = None) -> None:
+    def __init__(self, folder: Path, *, partitions: int | None = None, rows_per_part: int | None = None,
+                 workers: int | None = None) -> None:
         self.folder = Path(folder)
         self.partitions = partitions
         self.rows_per_part = rows_per_part
+        self.workers = workers
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._written = itertools.count()
+        self._prefix = uuid.uuid4().hex[:8]  # engines sharing a folder never write the same file
 
     def check_part(self, table: str, frame: pd.DataFrame, **settings: Any) -> PartCheck:
         return check_part(table, frame, **settings)
@@ -186,18 +190,19 @@ class PartsEngine:
         if not isinstance(events, Stored) or (fit.parts is None and fit.partial is None):
             return fit.whole(events, *args, **kwargs)
         if fit.partial is not None:
-            partials = [fit.partial(self._read(path), *args, **kwargs) for path in events.paths]
+            partials = list(self._map(_call_part, events.paths, call=fit.partial, args=args, kwargs=kwargs))
             return fit.finish(fit.combine(partials), *args, **kwargs)
 
         kept_by_passes: list[Stored] = []
 
         def keep(step: Callable[[pd.DataFrame], pd.DataFrame]) -> Stored:
-            frames = [self._write(step(self._read(path))) for path in events.paths]
-            kept_by_passes.append(replace(events, paths=tuple(frames)))
+            targets = [self._path() for _ in events.paths]
+            list(self._map(_step_part, list(zip(events.paths, targets)), step=step))
+            kept_by_passes.append(replace(events, paths=tuple(targets)))
             return kept_by_passes[-1]
 
         try:
-            return fit.parts(keep, lambda kept, step: [step(self._read(path)) for path in kept.paths], *args,
+            return fit.parts(keep, lambda kept, step: list(self._map(_call_part, kept.paths, call=step)), *args,
                              **kwargs)
         finally:
             for kept in kept_by_passes:
@@ -206,23 +211,22 @@ class PartsEngine:
     def each(self, stage: Callable[..., Any], events: Stored, *args: Any, **kwargs: Any) -> Any:
         """``stage`` on every part in turn; a part's StageError makes the stage run on all the rows, as pandas
         does, so the error counts every part's rows."""
-        paths, lengths, steps, kept = [], [], [], False
+        targets = [self._path() for _ in events.paths]
+        lengths, steps, columns, kept = [], [], (), False
         records = LineFiles(self)  # the quarantine records, by source line range: never whole in memory
-        for path in events.paths:
-            try:
-                done = stage(vouch(self._read(path), events.schema), *args, **kwargs)
-            except StageError:
+        for done in self._map(_each_part, list(zip(events.paths, targets)), stage=stage, args=args, kwargs=kwargs,
+                              schema=events.schema):
+            if done.error is not None:
+                self.release(replace(events, paths=tuple(targets)))
                 stage(self.rows(events), *args, **kwargs)  # raises the whole table's StageError
-                raise  # a stage that fails on a part but not on the whole is not per admission
-            kept = isinstance(done, Kept)
-            frame = done.frame if kept else done
-            paths.append(self._write(frame))
-            lengths.append(len(frame))
+                raise StageError(**done.error)  # a stage that fails on a part but not on the whole is not per admission
+            kept, columns = done.kept, done.columns
+            lengths.append(done.rows)
             if kept:
                 records.add(done.quarantine)
                 steps.append(done.steps)
-        parts = Stored(paths=tuple(paths), lengths=tuple(lengths), order=events.order,
-                       columns=tuple(frame.columns) if paths else (), schema=getattr(stage, "gives", None))
+        parts = Stored(paths=tuple(targets), lengths=tuple(lengths), order=events.order, columns=columns,
+                       schema=getattr(stage, "gives", None))
         return Kept(frame=parts, quarantine=records.finish(), steps=add_steps(steps)) if kept else parts
 
     def rows(self, events: Stored | pd.DataFrame, pick: Callable[..., pd.DataFrame] | None = None, *args: Any,
@@ -230,9 +234,8 @@ class PartsEngine:
         """Rows picked part by part, in row order; ``columns``: only those are read (``pick`` sees no others)."""
         if isinstance(events, pd.DataFrame):
             return _pick(pick, columns, args, kwargs, events)
-        read = list(columns) if columns is not None else None
-        return in_row_order([_pick(pick, columns, args, kwargs, self._read(path, read)) for path in events.paths],
-                            events.order)
+        return in_row_order(list(self._map(_pick_part, events.paths, pick=pick, columns=columns, args=args,
+                                           kwargs=kwargs)), events.order)
 
     def collect(self, events: Stored | pd.DataFrame, columns: Sequence[str] | None = None) -> pd.DataFrame:
         if isinstance(events, pd.DataFrame):
@@ -240,7 +243,24 @@ class PartsEngine:
         return pd.concat(list(events.read(columns)))
 
     def total(self, count: Callable[[pd.DataFrame], Any], events: Stored) -> Any:
-        return functools.reduce(operator.add, (count(self._read(path)) for path in events.paths))
+        return functools.reduce(operator.add, self._map(_call_part, events.paths, call=count))
+
+    def _map(self, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any) -> Iterator[Any]:
+        """``function(item, **kwargs)`` of each item, in order: here, one part at a time, or with ``workers`` on
+        that many processes of this machine (see :class:`DaskEngine` for the parts on a cluster's workers)."""
+        if not self.workers or self.workers < 2:
+            return (function(item, **kwargs) for item in items)
+        if self._pool is None:
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                self.workers, mp_context=multiprocessing.get_context("spawn"))
+        return ahead_of_results(lambda item: self._pool.submit(function, item, **kwargs), items,
+                                ahead=2 * self.workers)
+
+    def close(self) -> None:
+        """Stop the processes ``workers`` started (:func:`parts_engine` does, at the end of the run)."""
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
 
     def result(self, events: Stored) -> Stored:
         """The edge rows stay in their parts (read them with ``Stored.read`` or :meth:`collect`, while the engine
@@ -261,7 +281,7 @@ class PartsEngine:
         return path
 
     def _path(self) -> Path:
-        return self.folder / f"part-{next(self._written):06d}.arrow"
+        return self.folder / f"part-{self._prefix}-{next(self._written):06d}.arrow"
 
     @staticmethod
     def _read(path: Path | tuple[Path, ...], columns: list[str] | None = None) -> pd.DataFrame:
@@ -270,6 +290,54 @@ class PartsEngine:
     def router(self, splits: pd.DataFrame | None) -> "Router":
         """Where a table's checked blocks go, as they come: into this engine's parts, by admission."""
         return Router(self, splits)
+
+
+@dataclass(frozen=True)
+class _PartDone:
+    """What a stage made of one part, as data (a StageError is carried, never raised across processes)."""
+
+    rows: int = 0
+    columns: tuple[str, ...] = ()
+    kept: bool = False
+    quarantine: pd.DataFrame | None = None
+    steps: tuple[Step, ...] = ()
+    error: dict | None = None
+
+
+def _each_part(paths: tuple[Any, Path], *, stage: Callable[..., Any], args: tuple, kwargs: dict,
+               schema: type | None) -> _PartDone:
+    """``stage`` on the part at ``paths[0]`` (vouched for with ``schema``), its rows written to ``paths[1]``."""
+    source, target = paths
+    try:
+        done = stage(vouch(read_part(source), schema), *args, **kwargs)
+    except StageError as error:
+        return _PartDone(error=_as_data(error))
+    kept = isinstance(done, Kept)
+    frame = done.frame if kept else done
+    write_part(frame, target)
+    return _PartDone(rows=len(frame), columns=tuple(frame.columns), kept=kept,
+                     quarantine=done.quarantine if kept else None, steps=done.steps if kept else ())
+
+
+def _step_part(paths: tuple[Any, Path], *, step: Callable[[pd.DataFrame], pd.DataFrame]) -> int:
+    source, target = paths
+    frame = step(read_part(source))
+    write_part(frame, target)
+    return len(frame)
+
+
+def _call_part(source: Any, *, call: Callable[..., Any], args: tuple = (), kwargs: dict | None = None) -> Any:
+    return call(read_part(source), *args, **(kwargs or {}))
+
+
+def _pick_part(source: Any, *, pick: Callable[..., pd.DataFrame] | None, columns: Sequence[str] | None,
+               args: tuple, kwargs: dict) -> pd.DataFrame:
+    return _pick(pick, columns, args, kwargs, read_part(source, None if columns is None else list(columns)))
+
+
+def _as_data(error: StageError) -> dict:
+    return dict(stage=error.stage, side=error.side, check=error.check, column=error.column, count=error.count,
+                failure_cases=error.failure_cases, table=error.table, detail=error.detail, advice=error.advice)
 
 
 @dataclass(frozen=True)
@@ -475,16 +543,28 @@ def in_parts(data_dir: Path) -> bool:
 
 @contextlib.contextmanager
 def parts_engine(*, partitions: int | None = None, rows_per_part: int | None = ROWS_PER_PART,
-                 folder: Path | None = None) -> Iterator[PartsEngine]:
+                 folder: Path | None = None, workers: int | None = None) -> Iterator[PartsEngine]:
     """A :class:`PartsEngine` on a fresh temporary folder (in ``folder``, or the system's), deleted afterwards.
 
     A run that was killed (by the system for memory, or by a signal) cannot delete its folder; its folder holds its
     pid (``OWNER``), and the next run removes the folders of owners that are no longer running."""
+    with _parts_folder(folder) as temporary:
+        engine = PartsEngine(temporary, partitions=partitions, rows_per_part=rows_per_part, workers=workers)
+        try:
+            yield engine
+        finally:
+            engine.close()
+
+
+@contextlib.contextmanager
+def _parts_folder(folder: Path | None) -> Iterator[Path]:
+    """A fresh parts folder in ``folder`` (or the system's temporary folder) that records its run's pid, deleted
+    afterwards; first, the folders of runs that were killed."""
     parent = Path(folder or tempfile.gettempdir())
     _remove_orphans(parent)
     with tempfile.TemporaryDirectory(prefix=PARTS_PREFIX, dir=parent) as temporary:
         (Path(temporary) / OWNER).write_text(str(os.getpid()))
-        yield PartsEngine(Path(temporary), partitions=partitions, rows_per_part=rows_per_part)
+        yield Path(temporary)
 
 
 PARTS_PREFIX = "badpoints-parts-"
@@ -512,126 +592,59 @@ def _running(pid: int) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class Parts:
-    """A frame cut by admission, its parts held by the workers (futures, in part order)."""
+class DaskEngine(PartsEngine):
+    """The parts engine's work on a ``dask.distributed`` cluster: the same parts files, each per-part step (a
+    stage, a fit's partial result or pass, a pick, a count) a task on a worker, which reads its part's file and
+    writes what it makes beside it.
 
-    futures: tuple[Any, ...]
-    lengths: tuple[int, ...]
-    order: pd.Index  # the source lines in the row order of the frame that was cut
+    LABEVENTS' blocks are read and checked here and routed into the parts (a ``.gz`` stream is read in order), so
+    the client holds ADMISSIONS, D_LABITEMS, the fitted state and what comes back per part (counts, steps, a
+    part's quarantine records on their way to the line-range files), never all the rows; a worker holds the part
+    it works on. The workers must see the parts folder: a ``LocalCluster``'s do; a remote cluster's need it on a
+    filesystem they share (``folder``). Tasks are sent a few per worker ahead of the results read back.
+    """
 
-    def __len__(self) -> int:
-        return sum(self.lengths)
+    def __init__(self, folder: Path, client: Any, *, partitions: int | None = None,
+                 rows_per_part: int | None = None) -> None:
+        super().__init__(folder, partitions=partitions, rows_per_part=rows_per_part)
+        self.client = client
 
-
-@dataclass(frozen=True)
-class _Done:
-    """What a stage made of one part, as data: a StageError is carried, never raised across processes."""
-
-    result: Any = None
-    error: dict | None = None
-
-
-@dataclass(frozen=True)
-class _Summary:
-    """A part's result without its rows: what comes back to the client after each stage."""
-
-    rows: int
-    kept: bool
-    quarantine: pd.DataFrame | None
-    steps: tuple[Step, ...]
-    error: dict | None
+    def _map(self, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any) -> Iterator[Any]:
+        if "args" in kwargs:  # frames among the arguments (ADMISSIONS for bucket) go to every worker once
+            kwargs = {**kwargs, "args": _shared(self.client, kwargs["args"])}
+        ahead = 2 * max(1, len(self.client.scheduler_info().get("workers", {})))
+        return ahead_of_results(lambda item: self.client.submit(function, item, pure=False, **kwargs), items,
+                                ahead=ahead)
 
 
-@dataclass(frozen=True)
-class DaskEngine:
-    """Runs the LABEVENTS work on a Dask cluster; ``partitions`` slices or parts per table (default: two per worker)."""
+def _read_only(mapping: dict) -> MappingProxyType:
+    return MappingProxyType(mapping)
 
-    client: Any
-    partitions: int
 
-    def check_part(self, table: str, frame: pd.DataFrame, **settings: Any) -> PartCheck:
-        """Slices checked a wave at a time, one slice per worker: a worker never holds its share of the whole text."""
-        slices = row_slices(frame, self.partitions)
-        check = functools.partial(check_part, table, **settings)
-        wave = self._workers()
-        checked = []
-        for start in range(0, len(slices), wave):
-            sent = self.client.scatter(slices[start:start + wave])
-            checked += self.client.gather(self.client.map(check, sent, pure=False))
-        return combine_parts(checked)
+def _reduce_mapping_proxy(mapping: MappingProxyType) -> tuple:
+    return _read_only, (dict(mapping),)
 
-    def partition(self, events: pd.DataFrame, splits: pd.DataFrame | None = None) -> Parts:
-        frames = admission_parts(events, self.partitions, splits)
-        return Parts(futures=tuple(self.client.scatter(frames)), lengths=tuple(len(f) for f in frames),
-                     order=events.index)
 
-    def fit(self, fit: Fit, events: Events, *args: Any, **kwargs: Any) -> Any:
-        """A mergeable fit on the parts: what each pass keeps stays on its worker; every pass's results come
-        back. Any other fit (or rows not cut into parts) runs here, on what it was handed."""
-        if not isinstance(events, Parts) or (fit.parts is None and fit.partial is None):
-            return fit.whole(events, *args, **kwargs)
-        if fit.partial is not None:
-            shared = _shared(self.client, args)
-            partials = self.client.gather(self.client.map(_call, events.futures, call=fit.partial, args=shared,
-                                                          kwargs=kwargs, pure=False))
-            return fit.finish(fit.combine(partials), *args, **kwargs)
-        return fit.parts(
-            lambda step: self._run(step, events),
-            lambda rows, step: self.client.gather(self.client.map(step, rows.futures, pure=False)), *args, **kwargs)
+# Config sections hold read-only mappings (fill policies, [scale.policy]): a worker process is sent them as such.
+copyreg.pickle(MappingProxyType, _reduce_mapping_proxy)
 
-    def each(self, stage: Callable[..., Any], events: Parts, *args: Any, **kwargs: Any) -> Any:
-        return self._run(stage, events, *args, **kwargs)
 
-    def rows(self, events: Parts | pd.DataFrame, pick: Callable[..., pd.DataFrame] | None = None, *args: Any,
-             columns: Sequence[str] | None = None, **kwargs: Any) -> pd.DataFrame:
-        if isinstance(events, pd.DataFrame):  # a frame held here (the raw LABEVENTS): picked here
-            return _pick(pick, columns, args, kwargs, events)
-        picked = self.client.map(functools.partial(_pick, pick, columns, args, kwargs), events.futures, pure=False)
-        return in_row_order(self.client.gather(picked), events.order)
+def ahead_of_results(submit: Callable[[Any], Any], items: Iterable[Any], *, ahead: int) -> Iterator[Any]:
+    """The results of ``submit(item)`` (a future) in the items' order, at most ``ahead`` tasks sent before their
+    results are read: the workers stay busy, and neither they nor this process hold every part's result at once.
+    Tasks not yet read are cancelled when the reader stops (a stage error)."""
+    pending: collections.deque = collections.deque()
+    try:
+        for item in items:
+            pending.append(submit(item))
+            if len(pending) >= ahead:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for future in pending:
+            future.cancel()
 
-    def collect(self, events: Parts | pd.DataFrame, columns: Sequence[str] | None = None) -> pd.DataFrame:
-        """The parts gathered a wave at a time: a worker never serializes everything it holds at once (at
-        27.8M rows, gathering all parts together got both 3 GB workers killed at their limit)."""
-        if isinstance(events, pd.DataFrame):
-            return PANDAS.collect(events, columns)
-        futures = events.futures if columns is None else tuple(
-            self.client.map(functools.partial(_pick, None, columns, (), {}), events.futures, pure=False))
-        wave = self._workers()
-        frames: list[pd.DataFrame] = []
-        for start in range(0, len(futures), wave):
-            frames += self.client.gather(list(futures[start:start + wave]))
-        return pd.concat(frames)
-
-    def total(self, count: Callable[[pd.DataFrame], Any], events: Parts) -> Any:
-        return functools.reduce(operator.add, self.client.gather(self.client.map(count, events.futures,
-                                                                                 pure=False)))
-
-    def result(self, events: Parts) -> pd.DataFrame:
-        return self.collect(events)  # the workers' parts end with the cluster: the edge rows come here
-
-    def release(self, events: Events) -> None:
-        pass  # the workers drop the parts once no future refers to them
-
-    def _workers(self) -> int:
-        return max(1, len(self.client.scheduler_info().get("workers", {})))
-
-    def _run(self, stage: Callable[..., Any], events: Parts, *args: Any, **kwargs: Any) -> Any:
-        """``stage`` on every part; a part's StageError makes the stage run here on all the rows, as pandas does."""
-        # Frames among the arguments (ADMISSIONS for bucket) go to every worker once, not inside every task.
-        shared = _shared(self.client, args)
-        done = self.client.map(_attempt, events.futures, stage=stage, args=shared, kwargs=kwargs, pure=False)
-        summaries = self.client.gather(self.client.map(_summarize, done, pure=False))
-        errors = [s.error for s in summaries if s.error is not None]
-        if errors:
-            stage(self.rows(events), *args, **kwargs)  # raises the whole table's StageError
-            raise StageError(**errors[0])  # a stage that fails on a part but not on the whole is not per admission
-        parts = Parts(futures=tuple(self.client.map(_result_frame, done, pure=False)),
-                      lengths=tuple(s.rows for s in summaries), order=events.order)
-        if not summaries[0].kept:
-            return parts
-        return Kept(frame=parts, quarantine=_quarantine([s.quarantine for s in summaries]),
-                    steps=add_steps([s.steps for s in summaries]))
 
 
 def _shared(client: Any, args: tuple) -> tuple:
@@ -639,40 +652,10 @@ def _shared(client: Any, args: tuple) -> tuple:
     return tuple(client.scatter(a, broadcast=True) if isinstance(a, pd.DataFrame) else a for a in args)
 
 
-def _call(frame: pd.DataFrame, *, call: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    return call(frame, *args, **kwargs)
-
-
-def _attempt(frame: pd.DataFrame, *, stage: Callable[..., Any], args: tuple, kwargs: dict) -> _Done:
-    try:
-        return _Done(result=stage(frame, *args, **kwargs))
-    except StageError as error:
-        return _Done(error=dict(stage=error.stage, side=error.side, check=error.check, column=error.column,
-                                count=error.count, failure_cases=error.failure_cases, table=error.table,
-                                detail=error.detail, advice=error.advice))
-
-
-def _summarize(done: _Done) -> _Summary:
-    kept = isinstance(done.result, Kept)
-    frame = done.result.frame if kept else done.result
-    return _Summary(rows=0 if frame is None else len(frame), kept=kept,
-                    quarantine=done.result.quarantine if kept else None,
-                    steps=done.result.steps if kept else (), error=done.error)
-
-
-def _result_frame(done: _Done) -> pd.DataFrame:
-    return done.result.frame if isinstance(done.result, Kept) else done.result
-
-
 def _pick(pick: Callable[..., pd.DataFrame] | None, columns: Sequence[str] | None, args: tuple, kwargs: dict,
           frame: pd.DataFrame) -> pd.DataFrame:
     picked = frame if pick is None else pick(frame, *args, **kwargs)
     return picked if columns is None else picked[list(columns)]
-
-
-def _quarantine(parts: list[pd.DataFrame]) -> pd.DataFrame:
-    found = [q for q in parts if len(q)]
-    return pd.concat(found) if found else empty_quarantine()
 
 
 def add_steps(parts: Sequence[tuple[Step, ...]]) -> tuple[Step, ...]:
@@ -726,17 +709,12 @@ def admission_parts(events: pd.DataFrame, partitions: int, splits: pd.DataFrame 
     return [events.iloc[order[start:stop]] for start, stop in zip(bounds[:-1], bounds[1:])]
 
 
-def row_slices(frame: pd.DataFrame, partitions: int) -> list[pd.DataFrame]:
-    """``frame`` cut into at most ``partitions`` consecutive, near-equal row slices (at least one)."""
-    count = max(1, min(int(partitions), len(frame)))
-    bounds = np.linspace(0, len(frame), count + 1).round().astype(int)
-    return [frame.iloc[start:stop] for start, stop in zip(bounds[:-1], bounds[1:])]
-
-
 @contextlib.contextmanager
 def dask_engine(scheduler: str | None = None, *, workers: int = 2, memory_limit: str = "4GB",
-                partitions: int | None = None) -> Iterator[DaskEngine]:
-    """A :class:`DaskEngine` on the cluster at ``scheduler``, or on a fresh loopback ``LocalCluster``."""
+                partitions: int | None = None, rows_per_part: int | None = ROWS_PER_PART,
+                folder: Path | None = None) -> Iterator[DaskEngine]:
+    """A :class:`DaskEngine` on the cluster at ``scheduler``, or on a fresh loopback ``LocalCluster``, its parts in
+    a fresh temporary folder (in ``folder``, or the system's) that every worker must see; deleted afterwards."""
     from dask.distributed import Client, LocalCluster
 
     with contextlib.ExitStack() as stack:
@@ -747,5 +725,9 @@ def dask_engine(scheduler: str | None = None, *, workers: int = 2, memory_limit:
                 n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
                 host="127.0.0.1", dashboard_address=None))
             client = stack.enter_context(Client(cluster))
-        found = len(client.scheduler_info().get("workers", {})) or workers
-        yield DaskEngine(client=client, partitions=partitions or 2 * found)
+        parts = Path(stack.enter_context(_parts_folder(folder)))
+        blind = sorted(worker for worker, sees in client.run(os.path.isdir, str(parts)).items() if not sees)
+        if blind:
+            raise OSError(f"{len(blind)} Dask worker(s) cannot see the parts folder {parts} (first: {blind[0]}): "
+                          "run the workers where it is, or set TMPDIR to a folder they share")
+        yield DaskEngine(parts, client, partitions=partitions, rows_per_part=None if partitions else rows_per_part)

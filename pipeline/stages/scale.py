@@ -275,8 +275,13 @@ def fit_by_passes(keep: Callable[[Callable[[pd.DataFrame], pd.DataFrame]], Any],
     :func:`fit_rows` (its distinct values, counted) come back and add up (:func:`add_fit_rows`) to the very
     table one part gives, so one part or many give the same stats, bit for bit."""
     kept = keep(functools.partial(fit_rows, policy=policy))
-    return fit_from_rows(add_fit_rows(each(kept, lambda rows: rows)), eps=eps, clip_sigma=clip_sigma,
+    return fit_from_rows(add_fit_rows(each(kept, _as_is)), eps=eps, clip_sigma=clip_sigma,
                          min_rows=min_rows, constant_bound=constant_bound, policy=policy)
+
+
+def _as_is(rows: pd.DataFrame) -> pd.DataFrame:
+    """A part's fit rows as they were kept (a module function: a worker process is sent it by name)."""
+    return rows
 
 
 def fit_from_rows(rows: pd.DataFrame, *, eps: float = 1e-12, clip_sigma: float = 3.0, min_rows: int = 10,

@@ -77,6 +77,17 @@ def test_generated_data_in_parts_builds_the_same_files(synthetic, built_whole, t
     assert built.validation.prepared.stats.constant_items_
 
 
+def test_parts_worked_on_by_two_processes_build_the_same_files(synthetic, built_whole, tmp_path):
+    """``workers=2``: every part's stage, fit and pick runs in one of two spawned processes; the files are the same."""
+    with parts_engine(partitions=5, workers=2) as engine:
+        built = build(synthetic, tmp_path / "out", _config(), engine=engine)
+        assert engine._pool is not None  # the work went to the processes
+    assert engine._pool is None  # and they were stopped with the engine
+    assert built.exit_code == 0
+    files = output_files(tmp_path / "out")
+    assert [name for name in files if files[name] != built_whole[name]] == [] and sorted(files) == sorted(built_whole)
+
+
 def test_quarantine_kept_in_many_line_ranges_writes_the_same_files(synthetic, tmp_path, monkeypatch):
     """Quarantine records on disk in many line ranges, quarantine.parquet written in many row groups: the files of
     the in-memory run, whose quarantine is one frame."""
