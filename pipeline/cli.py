@@ -24,6 +24,7 @@ from pipeline.flow import validate as run_validate
 from pipeline.paths import OutputError
 from pipeline.progress import BUILD_STEPS, VALIDATE_STEPS, progress_for
 from pipeline.report import Report, format_items, item_names
+from pipeline.stages import in_flow_order
 from schemas.checks import CHECKS, LOCKED
 from schemas.errors import ValidationDisabled
 
@@ -344,7 +345,7 @@ def checks() -> None:
     for name in ("check", "stage", "severity", "fixed"):  # ids are what the config takes: never cut
         table.add_column(name, no_wrap=True)
     table.add_column("finds")
-    for info in CHECKS.values():
+    for info in in_flow_order(CHECKS.values()):
         table.add_row(info.id, info.stage, info.severity, info.locked or "", info.title)
     console = _Console()
     console.print(table)

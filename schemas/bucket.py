@@ -6,7 +6,20 @@ import numpy as np
 import pandera.pandas as pa
 from pandera.typing import Series
 
+from schemas.catalogue import INFO, WARNING, CheckInfo
 from schemas.fill import FilledEvents
+
+CHECKS = (  # what the bucket stage finds (schemas.checks puts them into the catalogue)
+    CheckInfo("before_admission", "bucket", WARNING, "lab rows charted before the admission day",
+              "They have no timestep and are quarantined."),
+    CheckInfo("after_discharge", "bucket", WARNING, "lab rows charted after discharge",
+              "More than [bucket] after_discharge_hours after DISCHTIME: quarantined or clipped by late_policy."),
+    CheckInfo("beyond_max_stay", "bucket", WARNING, "lab rows more than max_stay_days after the admission day",
+              "No real stay lasts that long: a DISCHTIME or CHARTTIME with a broken year. Quarantined; repair "
+              "the dates, or raise [bucket] max_stay_days if the stay is real."),
+    CheckInfo("beyond_max_timestep", "bucket", INFO, "lab rows past the deliberate [bucket] max_timestep",
+              "The horizon was capped on purpose; set max_timestep = \"none\" to keep every day of a stay."),
+)
 
 
 class BucketedEvents(FilledEvents):

@@ -2,7 +2,9 @@
 
 Every check has a stable id (used in reports, JUnit files and the config's
 ``[severity]`` table), a default severity, a short title and advice that says
-what to do. A new check is one catalogue entry, plus one registered function
+what to do. A new check is one ``CheckInfo``: a stage's in the ``CHECKS`` of its schema
+module (``schemas/<stage>.py``; the catalogue finds them there, so a new stage adds no
+line here), reading's, the raw tables' and the run's below; plus one registered function
 when it runs inside a pandera schema.
 
 The registered checks read a parse of their column (``ParsedIds``, ``ParsedTimes``, ...).
@@ -12,10 +14,14 @@ for all of its checks and for its typed values; anywhere else they parse the tex
 
 from __future__ import annotations
 
+import functools
+import importlib
+import pkgutil
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Iterator, Mapping, TypeVar
+from types import ModuleType
+from typing import Iterable, Iterator, Mapping, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -24,43 +30,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pandera import extensions
 
-ERROR = "error"
-WARNING = "warning"
-INFO = "info"  # reported, never changes the status (fills, merges, attrition)
-OFF = "off"
-SEVERITIES = (ERROR, WARNING, INFO, OFF)
+from schemas.catalogue import (CANNOT_RUN, ERROR, GRAPH_FILE, INFO, LOCKED, NOT_READ, OFF,  # noqa: F401
+                               SEVERITIES, STOPS, WARNING, CheckInfo)
 
-# Why some checks stay errors whatever the config says: a run that reported them as anything less would lie.
-# The config's [severity] may set these checks to "error" only; `badpoints checks` and the README say which.
-CANNOT_RUN = "cannot run"
-NOT_READ = "table not read"
-STOPS = "stops the stages"
-GRAPH_FILE = "graph file"
-LOCKED = {
-    CANNOT_RUN: "badpoints could not run at all (exit 2)",
-    NOT_READ: "the table was not read, so no stage ran on it",
-    STOPS: "the stage that finds it stops there: no later stage runs and no graph is written",
-    GRAPH_FILE: "without it a written graph file could be corrupt (inf or NaN, indices out of bounds, "
-                "tensors of the wrong shape, an unsafe pickle)",
-}
-
-
-@dataclass(frozen=True)
-class CheckInfo:
-    """What a check finds, how bad it is by default, and what the user should do.
-
-    ``locked`` names why the config may not set the check below error (a key of :data:`LOCKED`), or is None.
-    """
-
-    id: str
-    stage: str
-    severity: str
-    title: str
-    advice: str
-    locked: str | None = None
-
-
-_CATALOGUE = [
+# The checks of reading, of the raw tables and of every stage's guards and steps (stage "all"); each stage's own are
+# declared in its schema module (``CHECKS``), and the run's (its ledgers, ``_AFTER``) come after those.
+_BEFORE = [
     # -- files --------------------------------------------------------------------------
     CheckInfo("file_missing", "load", ERROR, "table file not found",
               "Put the table in DATA_DIR under one of the names tried (.csv or .csv.gz, any case).", locked=CANNOT_RUN),
@@ -141,80 +116,8 @@ _CATALOGUE = [
               "Almost nothing survives this step; check its settings ([filters] error_removed_fraction)."),
     CheckInfo("attrition", "all", INFO, "rows read, kept, quarantined and merged per step",
               "Every row read is accounted for; quarantined rows keep their line and reason."),
-    # -- clean ---------------------------------------------------------------------------
-    CheckInfo("quarantine_outpatient", "clean", INFO, "outpatient lab rows (no HADM_ID) quarantined",
-              "Expected in MIMIC; they belong to no admission and so to no graph."),
-    CheckInfo("quarantine_raw_error", "clean", WARNING, "rows quarantined because they failed a raw check",
-              "See the raw findings for each row; repair the export to keep them."),
-    CheckInfo("quarantine_admission", "clean", WARNING, "lab rows of an admission that failed a raw check",
-              "The admission's key or times are unusable; see the ADMISSIONS findings."),
-    CheckInfo("mixed_item_text", "clean", WARNING, "non-numeric value in numeric item",
-              "Mixed items' text rows ('<0.01', 'See Comments') are quarantined; map them to numbers to keep them."),
-    CheckInfo("result_in_comments", "clean", WARNING, "lab rows whose result is only in COMMENTS",
-              "MIMIC-IV writes some results ('NEG.', 'UNABLE TO REPORT.') only in comments, with VALUE and "
-              "VALUENUM empty. They are quarantined by default; [comments] empty_value = \"category\" keeps them "
-              "with the comment as a categorical VALUE (coded under [encode] min_admissions)."),
-    CheckInfo("no_result", "clean", WARNING, "lab rows without any result (no VALUE, VALUENUM or comment)",
-              "They carry nothing to learn from and are quarantined; if the export dropped the results, re-export."),
-    # -- split ---------------------------------------------------------------------------
-    CheckInfo("split_by_admission", "split", WARNING, "split by HADM_ID because SUBJECT_ID is absent",
-              "A patient with several admissions may straddle splits; add SUBJECT_ID to ADMISSIONS."),
-    CheckInfo("split_empty", "split", ERROR, "a split with no admissions",
-              "Too few patients for the ratios; adjust [split] ratios or add data.", locked=STOPS),
-    CheckInfo("split_overlap", "split", ERROR, "a patient or admission in more than one split",
-              "Splits must be disjoint; this is a badpoints bug if it appears.", locked=STOPS),
-    # -- encode --------------------------------------------------------------------------
-    CheckInfo("unseen_category", "encode", WARNING, "categorical values not seen in the training split",
-              "They get code 0 (missing/unseen); more training data or a coarser vocabulary avoids it."),
-    CheckInfo("category_case_variants", "encode", WARNING, "D_LABITEMS values that differ only in letter case",
-              "[encode] fold_case = true gives them one code (the most used spelling); better, fix the dictionary."),
-    CheckInfo("rare_category", "encode", INFO, "categorical values too rare in the training split to be coded",
-              "Seen in fewer than [encode] min_admissions training admissions, they get code 0 and stay out "
-              "of stats.json, so no value that could single out a patient is saved."),
-    # -- scale ---------------------------------------------------------------------------
-    CheckInfo("constant_item", "scale", WARNING, "lab item whose training values are all equal",
-              "Its value gets z = 0 and any other value a bounded relative difference ([scale] constant_bound); "
-              "the item carries no spread to scale by until its training rows vary."),
-    CheckInfo("fallback_item", "scale", WARNING, "lab item scaled on all its training rows",
-              "It has fewer than [scale] min_rows normal training rows (or none, or none with spread), so its "
-              "mean and scale come from all its training rows, abnormal ones included."),
-    CheckInfo("constant_item_value", "scale", WARNING, "value of a constant item other than its training value",
-              "z = (x - c) / |c| ((x - c) when c = 0) clipped to [scale] constant_bound: bounded, never raw-unit "
-              "differences; the item varies outside train, so more training rows would give it a real scale."),
-    CheckInfo("unseen_item", "scale", WARNING, "numeric lab item not seen in the training split",
-              "Its rows get z = 0; they carry no information about the value."),
-    CheckInfo("z_finite", "scale", ERROR, "z-score that is inf or NaN",
-              "The scaling produced a non-finite value; check the item's stats in the report.", locked=STOPS),
-    CheckInfo("z_warn_bound", "scale", WARNING, "|z| above the warning bound",
-              "Each item's cause is named: a heavy tail on an item fitted on its normal rows is real ('clip' or "
-              "'log' in [scale.policy] bounds it); an item scaled on all its rows is measured against the "
-              "spread of its abnormal values; a suspect scale needs a look at the item's stats in stats.json."),
-    CheckInfo("z_error_bound", "scale", ERROR, "|z| above the error bound",
-              "Beyond any real measurement: the mark of a failed std guard or a unit error.", locked=STOPS),
-    CheckInfo("log_domain", "scale", ERROR, "value <= -1 in an item scaled with the 'log' policy",
-              "log1p needs values above -1; use 'clip' or 'none' for this item.", locked=STOPS),
-    # -- fill ----------------------------------------------------------------------------
-    CheckInfo("filled", "fill", INFO, "missing values filled by the declared policy",
-              "Declared in [fill]; add an indicator column to let the model see what was filled."),
-    CheckInfo("fill_collides", "fill", ERROR, "fill value that equals a real code",
-              "A filled value must not pose as a real category; fill codes with 0 (reserved).", locked=STOPS),
-    CheckInfo("fill_left_nulls", "fill", ERROR, "nulls left in a column that becomes a tensor",
-              "Declare a fill policy for the column in [fill].", locked=STOPS),
-    # -- bucket --------------------------------------------------------------------------
-    CheckInfo("before_admission", "bucket", WARNING, "lab rows charted before the admission day",
-              "They have no timestep and are quarantined."),
-    CheckInfo("after_discharge", "bucket", WARNING, "lab rows charted after discharge",
-              "More than [bucket] after_discharge_hours after DISCHTIME: quarantined or clipped by late_policy."),
-    CheckInfo("beyond_max_stay", "bucket", WARNING, "lab rows more than max_stay_days after the admission day",
-              "No real stay lasts that long: a DISCHTIME or CHARTTIME with a broken year. Quarantined; repair "
-              "the dates, or raise [bucket] max_stay_days if the stay is real."),
-    CheckInfo("beyond_max_timestep", "bucket", INFO, "lab rows past the deliberate [bucket] max_timestep",
-              "The horizon was capped on purpose; set max_timestep = \"none\" to keep every day of a stay."),
-    # -- dedup ---------------------------------------------------------------------------
-    CheckInfo("merged", "dedup", INFO, "rows merged into one per (HADM_ID, timestep, ITEMID)",
-              "The latest CHARTTIME is kept; ties are broken by value, deterministically."),
-    CheckInfo("below_min_timesteps", "dedup", INFO, "lab rows of admissions with fewer than min_timesteps",
-              "Their admission is left out of the graphs ([graph] min_timesteps); lower it to keep them."),
+]
+_AFTER = [
     # -- admissions (the ADMISSIONS ledger: read = in graphs + dropped) -------------------
     CheckInfo("admission_no_labs", "flow", INFO, "admissions without any lab row",
               "Normal in MIMIC (short stays, labs charted elsewhere); they have no edges, so no graph node."),
@@ -224,45 +127,58 @@ _CATALOGUE = [
               "They reach no graph; the quarantine findings of the named stages say why their rows went."),
     CheckInfo("admission_below_min_timesteps", "flow", INFO, "admissions with fewer timesteps than min_timesteps",
               "Left out of the graphs on purpose ([graph] min_timesteps)."),
-    # -- graph ---------------------------------------------------------------------------
-    CheckInfo("graph_finite", "graph", ERROR, "float tensor with inf or NaN",
-              "A non-finite feature poisons every loss it touches; find the stage that let it through.",
-              locked=GRAPH_FILE),
-    CheckInfo("graph_edge_index", "graph", ERROR, "edge_index that is not int64 of shape [2, E]",
-              "PyG expects int64 [2, E]; rebuild the graph with badpoints or fix the code that made it.",
-              locked=GRAPH_FILE),
-    CheckInfo("graph_index_bounds", "graph", ERROR, "edge_index outside the node counts",
-              "An index past the node count (or negative) reads another node's memory or crashes scatter.",
-              locked=GRAPH_FILE),
-    CheckInfo("graph_empty", "graph", ERROR, "graph without edges",
-              "A batch with no edges trains nothing; check the batching and the stages' attrition.", locked=GRAPH_FILE),
-    CheckInfo("graph_edge_rows", "graph", ERROR, "per-edge tensor whose rows do not match the edges",
-              "edge_attr, timestep and the other per-edge tensors need one row per edge.", locked=GRAPH_FILE),
-    CheckInfo("graph_node_rows", "graph", ERROR, "node features whose rows do not match the node count",
-              "x needs one row per node.", locked=GRAPH_FILE),
-    CheckInfo("graph_node_ids", "graph", ERROR, "node_id that is not arange(num_nodes), or a bad raw id",
-              "node_id indexes embeddings (arange per graph); HADM_ID and ITEMID live in hadm_id and itemid, "
-              "positive and one per node. Rebuild graphs made by an older badpoints.", locked=GRAPH_FILE),
-    CheckInfo("graph_timestep_range", "graph", ERROR, "timestep outside [0, max_timestep]",
-              "Timesteps come from the bucket stage; check [bucket] max_timestep.", locked=GRAPH_FILE),
-    CheckInfo("graph_code_range", "graph", ERROR, "category code outside its vocabulary",
-              "Codes index embeddings: one past the vocabulary crashes or reads garbage.", locked=GRAPH_FILE),
-    CheckInfo("graph_label_range", "graph", ERROR, "label outside {0, 1}",
-              "Multi-hot labels must be 0 or 1.", locked=GRAPH_FILE),
-    CheckInfo("graph_pyg", "graph", ERROR, "graph that HeteroData.validate() rejects",
-              "PyG's own validation failed; the message names the store.", locked=GRAPH_FILE),
-    CheckInfo("graph_memory", "graph", WARNING, "batch whose memory estimate exceeds the budget",
-              "Lower [graph] batch_size or raise memory_budget_mb; whole-graph node counts are what ran "
-              "the seed out of memory."),
-    CheckInfo("graph_manifest", "graph", ERROR, "output file missing or different from the manifest",
-              "Rebuild: the folder holds a half-written or altered build.", locked=GRAPH_FILE),
-    CheckInfo("graph_unsafe", "graph", ERROR, "graph file that does not load with weights_only=True",
-              "Refused: it needs unsafe unpickling. Never load it; rebuild the graphs.", locked=GRAPH_FILE),
 ]
 
-CHECKS: dict[str, CheckInfo] = {info.id: info for info in _CATALOGUE}
-# Checks that mean the run could not happen at all (exit 2), rather than that the data is bad (exit 1).
-CANNOT_RUN_CHECKS = tuple(info.id for info in _CATALOGUE if info.locked == CANNOT_RUN)
+
+def collect_checks(declared: Iterable[tuple[str, Iterable[CheckInfo]]]) -> dict[str, CheckInfo]:
+    """Checks by id, in the order given; ``declared`` pairs where each group is declared (a module's name) with its
+    checks. An id declared twice is refused, naming both places."""
+    checks: dict[str, CheckInfo] = {}
+    where: dict[str, str] = {}
+    for place, infos in declared:
+        for info in infos:
+            if info.id in checks:
+                raise ValueError(f"check {info.id!r} is declared twice: in {where[info.id]} and {place}")
+            checks[info.id], where[info.id] = info, place
+    return checks
+
+
+def _declaring_modules() -> list[ModuleType]:
+    """The modules of this package that declare checks (``CHECKS``), imported, by name; not this one, whose
+    ``CHECKS`` is the catalogue itself."""
+    found = pkgutil.iter_modules(importlib.import_module(__package__).__path__, prefix=f"{__package__}.")
+    modules = [importlib.import_module(name) for _, name, _ in found]
+    return [module for module in modules if module.__name__ != __name__ and hasattr(module, "CHECKS")]
+
+
+class _Catalogue(Mapping[str, CheckInfo]):
+    """Every check by id: reading's, the raw tables' and those of every stage (``_BEFORE``), each stage's own (the
+    schema modules' ``CHECKS``, by module name: ``pipeline.stages.in_flow_order`` lists them in the flow's order),
+    then the run's (``_AFTER``).
+
+    Put together on first use, when every schema module can be imported (they import this one): read it inside
+    functions, never while a schema module is being imported.
+    """
+
+    @functools.cached_property
+    def _checks(self) -> dict[str, CheckInfo]:
+        modules = [(module.__name__, module.CHECKS) for module in _declaring_modules()]
+        return collect_checks([(__name__, _BEFORE), *modules, (__name__, _AFTER)])
+
+    def __getitem__(self, check_id: str) -> CheckInfo:
+        return self._checks[check_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._checks)
+
+    def __len__(self) -> int:
+        return len(self._checks)
+
+
+CHECKS: Mapping[str, CheckInfo] = _Catalogue()
+# Checks that mean the run could not happen at all (exit 2), rather than that the data is bad (exit 1): reading's,
+# as no stage runs before the tables are read.
+CANNOT_RUN_CHECKS = tuple(info.id for info in _BEFORE if info.locked == CANNOT_RUN)
 
 
 def check_info(check_id: str) -> CheckInfo:

@@ -8,6 +8,25 @@ import pandera.pandas as pa
 from pandera.typing import Series
 
 from schemas import guard as _guard  # noqa: F401  (registers the 'finite' check)
+from schemas.catalogue import INFO, WARNING, CheckInfo
+
+CHECKS = (  # what the clean stage finds (schemas.checks puts them into the catalogue)
+    CheckInfo("quarantine_outpatient", "clean", INFO, "outpatient lab rows (no HADM_ID) quarantined",
+              "Expected in MIMIC; they belong to no admission and so to no graph."),
+    CheckInfo("quarantine_raw_error", "clean", WARNING, "rows quarantined because they failed a raw check",
+              "See the raw findings for each row; repair the export to keep them."),
+    CheckInfo("quarantine_admission", "clean", WARNING, "lab rows of an admission that failed a raw check",
+              "The admission's key or times are unusable; see the ADMISSIONS findings."),
+    CheckInfo("mixed_item_text", "clean", WARNING, "non-numeric value in numeric item",
+              "Mixed items' text rows ('<0.01', 'See Comments') are quarantined; map them to numbers to keep them."),
+    CheckInfo("result_in_comments", "clean", WARNING, "lab rows whose result is only in COMMENTS",
+              "MIMIC-IV writes some results ('NEG.', 'UNABLE TO REPORT.') only in comments, with VALUE and "
+              "VALUENUM empty. They are quarantined by default; [comments] empty_value = \"category\" keeps them "
+              "with the comment as a categorical VALUE (coded under [encode] min_admissions)."),
+    CheckInfo("no_result", "clean", WARNING, "lab rows without any result (no VALUE, VALUENUM or comment)",
+              "They carry nothing to learn from and are quarantined; if the export dropped the results, re-export."),
+)
+
 
 KINDS = ("numeric", "categorical", "mixed")
 

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-
 from schemas.bucket import BucketedEvents
+from schemas.catalogue import INFO, CheckInfo
+
+CHECKS = (  # what the dedup stage finds (schemas.checks puts them into the catalogue)
+    CheckInfo("merged", "dedup", INFO, "rows merged into one per (HADM_ID, timestep, ITEMID)",
+              "The latest CHARTTIME is kept; ties are broken by value, deterministically."),
+    CheckInfo("below_min_timesteps", "dedup", INFO, "lab rows of admissions with fewer than min_timesteps",
+              "Their admission is left out of the graphs ([graph] min_timesteps); lower it to keep them."),
+)
 
 
 class EdgeRows(BucketedEvents):

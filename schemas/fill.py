@@ -6,7 +6,18 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
+from schemas.catalogue import ERROR, INFO, STOPS, CheckInfo
 from schemas.scale import ScaledEvents
+
+CHECKS = (  # what the fill stage finds (schemas.checks puts them into the catalogue)
+    CheckInfo("filled", "fill", INFO, "missing values filled by the declared policy",
+              "Declared in [fill]; add an indicator column to let the model see what was filled."),
+    CheckInfo("fill_collides", "fill", ERROR, "fill value that equals a real code",
+              "A filled value must not pose as a real category; fill codes with 0 (reserved).", locked=STOPS),
+    CheckInfo("fill_left_nulls", "fill", ERROR, "nulls left in a column that becomes a tensor",
+              "Declare a fill policy for the column in [fill].", locked=STOPS),
+)
+
 
 TENSOR_COLUMNS = ("CODE", "Z")
 

@@ -13,13 +13,54 @@ batch and edge or node type.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
-import torch
-from torch_geometric.data import HeteroData
 
+from schemas.catalogue import ERROR, GRAPH_FILE, WARNING, CheckInfo
 from schemas.checks import check_info
 from schemas.errors import StageError
+
+if TYPE_CHECKING:  # torch and PyG load when a graph is checked, not when the catalogue reads CHECKS
+    import torch
+    from torch_geometric.data import HeteroData
+
+CHECKS = (  # what the graph stage finds (schemas.checks puts them into the catalogue)
+    CheckInfo("graph_finite", "graph", ERROR, "float tensor with inf or NaN",
+              "A non-finite feature poisons every loss it touches; find the stage that let it through.",
+              locked=GRAPH_FILE),
+    CheckInfo("graph_edge_index", "graph", ERROR, "edge_index that is not int64 of shape [2, E]",
+              "PyG expects int64 [2, E]; rebuild the graph with badpoints or fix the code that made it.",
+              locked=GRAPH_FILE),
+    CheckInfo("graph_index_bounds", "graph", ERROR, "edge_index outside the node counts",
+              "An index past the node count (or negative) reads another node's memory or crashes scatter.",
+              locked=GRAPH_FILE),
+    CheckInfo("graph_empty", "graph", ERROR, "graph without edges",
+              "A batch with no edges trains nothing; check the batching and the stages' attrition.", locked=GRAPH_FILE),
+    CheckInfo("graph_edge_rows", "graph", ERROR, "per-edge tensor whose rows do not match the edges",
+              "edge_attr, timestep and the other per-edge tensors need one row per edge.", locked=GRAPH_FILE),
+    CheckInfo("graph_node_rows", "graph", ERROR, "node features whose rows do not match the node count",
+              "x needs one row per node.", locked=GRAPH_FILE),
+    CheckInfo("graph_node_ids", "graph", ERROR, "node_id that is not arange(num_nodes), or a bad raw id",
+              "node_id indexes embeddings (arange per graph); HADM_ID and ITEMID live in hadm_id and itemid, "
+              "positive and one per node. Rebuild graphs made by an older badpoints.", locked=GRAPH_FILE),
+    CheckInfo("graph_timestep_range", "graph", ERROR, "timestep outside [0, max_timestep]",
+              "Timesteps come from the bucket stage; check [bucket] max_timestep.", locked=GRAPH_FILE),
+    CheckInfo("graph_code_range", "graph", ERROR, "category code outside its vocabulary",
+              "Codes index embeddings: one past the vocabulary crashes or reads garbage.", locked=GRAPH_FILE),
+    CheckInfo("graph_label_range", "graph", ERROR, "label outside {0, 1}",
+              "Multi-hot labels must be 0 or 1.", locked=GRAPH_FILE),
+    CheckInfo("graph_pyg", "graph", ERROR, "graph that HeteroData.validate() rejects",
+              "PyG's own validation failed; the message names the store.", locked=GRAPH_FILE),
+    CheckInfo("graph_memory", "graph", WARNING, "batch whose memory estimate exceeds the budget",
+              "Lower [graph] batch_size or raise memory_budget_mb; whole-graph node counts are what ran "
+              "the seed out of memory."),
+    CheckInfo("graph_manifest", "graph", ERROR, "output file missing or different from the manifest",
+              "Rebuild: the folder holds a half-written or altered build.", locked=GRAPH_FILE),
+    CheckInfo("graph_unsafe", "graph", ERROR, "graph file that does not load with weights_only=True",
+              "Refused: it needs unsafe unpickling. Never load it; rebuild the graphs.", locked=GRAPH_FILE),
+)
+
 
 EDGE = ("admission", "did", "labitem")
 REVERSE = ("labitem", "rev_did", "admission")
@@ -45,6 +86,8 @@ def _failing_rows(mask: torch.Tensor) -> torch.Tensor:
 
 
 def _positions(mask: torch.Tensor, cap: int = 10) -> str:
+    import torch
+
     where = torch.nonzero(_failing_rows(mask)).flatten()
     shown = ", ".join(str(int(i)) for i in where[:cap])
     more = f" (+{len(where) - cap} more)" if len(where) > cap else ""
@@ -53,6 +96,8 @@ def _positions(mask: torch.Tensor, cap: int = 10) -> str:
 
 def _kind(value) -> str:
     """A tensor's dtype and shape ('int32 [16]'), or the type of what is not a tensor."""
+    import torch
+
     if isinstance(value, torch.Tensor):
         return f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}"
     return type(value).__name__
@@ -60,6 +105,8 @@ def _kind(value) -> str:
 
 def _check_node_ids(store, node_type: str, count: int | None, problem) -> None:
     """node_id is arange(num_nodes), what an Embedding indexes; the raw id is int64, positive, unique, one per node."""
+    import torch
+
     node_id = store.get("node_id")
     if node_id is None:
         problem("graph_node_ids", f"{node_type}.node_id", 1, "node_id is missing")
@@ -94,6 +141,8 @@ def _check_node_ids(store, node_type: str, count: int | None, problem) -> None:
 
 def graph_problems(data: HeteroData, limits: GraphLimits, *, where: str) -> list[StageError]:
     """Every problem of one graph (empty when it is sound); ``where`` names it, e.g. 'train/batch 3'."""
+    import torch
+
     problems: list[StageError] = []
 
     def problem(check: str, store: str, count: int, detail: str) -> None:

@@ -6,7 +6,32 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
+from schemas.catalogue import ERROR, STOPS, WARNING, CheckInfo
 from schemas.encode import EncodedEvents
+
+CHECKS = (  # what the scale stage finds (schemas.checks puts them into the catalogue)
+    CheckInfo("constant_item", "scale", WARNING, "lab item whose training values are all equal",
+              "Its value gets z = 0 and any other value a bounded relative difference ([scale] constant_bound); "
+              "the item carries no spread to scale by until its training rows vary."),
+    CheckInfo("fallback_item", "scale", WARNING, "lab item scaled on all its training rows",
+              "It has fewer than [scale] min_rows normal training rows (or none, or none with spread), so its "
+              "mean and scale come from all its training rows, abnormal ones included."),
+    CheckInfo("constant_item_value", "scale", WARNING, "value of a constant item other than its training value",
+              "z = (x - c) / |c| ((x - c) when c = 0) clipped to [scale] constant_bound: bounded, never raw-unit "
+              "differences; the item varies outside train, so more training rows would give it a real scale."),
+    CheckInfo("unseen_item", "scale", WARNING, "numeric lab item not seen in the training split",
+              "Its rows get z = 0; they carry no information about the value."),
+    CheckInfo("z_finite", "scale", ERROR, "z-score that is inf or NaN",
+              "The scaling produced a non-finite value; check the item's stats in the report.", locked=STOPS),
+    CheckInfo("z_warn_bound", "scale", WARNING, "|z| above the warning bound",
+              "Each item's cause is named: a heavy tail on an item fitted on its normal rows is real ('clip' or "
+              "'log' in [scale.policy] bounds it); an item scaled on all its rows is measured against the "
+              "spread of its abnormal values; a suspect scale needs a look at the item's stats in stats.json."),
+    CheckInfo("z_error_bound", "scale", ERROR, "|z| above the error bound",
+              "Beyond any real measurement: the mark of a failed std guard or a unit error.", locked=STOPS),
+    CheckInfo("log_domain", "scale", ERROR, "value <= -1 in an item scaled with the 'log' policy",
+              "log1p needs values above -1; use 'clip' or 'none' for this item.", locked=STOPS),
+)
 
 
 class ScaledEvents(EncodedEvents):

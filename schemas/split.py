@@ -7,7 +7,18 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
+from schemas.catalogue import ERROR, STOPS, WARNING, CheckInfo
 from schemas.clean import CleanEvents
+
+CHECKS = (  # what the split stage finds (schemas.checks puts them into the catalogue)
+    CheckInfo("split_by_admission", "split", WARNING, "split by HADM_ID because SUBJECT_ID is absent",
+              "A patient with several admissions may straddle splits; add SUBJECT_ID to ADMISSIONS."),
+    CheckInfo("split_empty", "split", ERROR, "a split with no admissions",
+              "Too few patients for the ratios; adjust [split] ratios or add data.", locked=STOPS),
+    CheckInfo("split_overlap", "split", ERROR, "a patient or admission in more than one split",
+              "Splits must be disjoint; this is a badpoints bug if it appears.", locked=STOPS),
+)
+
 
 SPLITS = ("train", "val", "test")
 

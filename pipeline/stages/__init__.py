@@ -15,7 +15,7 @@ below, and its tests in ``tests/pipeline/stages/``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import pandas as pd
 
@@ -23,6 +23,7 @@ from pipeline.findings import Finding, summary_finding
 from pipeline.quarantine import Kept, Step
 from pipeline.stages import bucket, clean, dedup, encode, fill, graph, scale, split
 from schemas.bucket import BucketedEvents
+from schemas.catalogue import CheckInfo
 from schemas.clean import CleanEvents
 from schemas.dedup import EdgeRows
 from schemas.encode import EncodedEvents
@@ -54,7 +55,8 @@ class Fit:
     """What a stage learns on the training split before it runs (unless an earlier run's ``state`` is given).
 
     ``whole`` fits one frame. A mergeable fit gives the same state from rows held in parts (the engine picks):
-    ``partial(part, *args, **kwargs)`` is a part's small result, ``combine(partials)`` adds them up and
+    ``partial(part, *args, **kwargs)`` is a part's small result, ``combine(partials)`` adds them up (into a
+    result that combines again: an engine combines a few at a time) and
     ``finish(combined, *args, **kwargs)`` is the state (``whole`` is ``finish`` of ``combine`` of one
     ``partial``); or ``parts`` runs passes over the parts itself (the z-score fit's centred sums). ``inputs(events, context)`` says what the fit reads: the rows
     (or the columns it needs of them), its arguments and its options. The state is a frozen dataclass,
@@ -223,3 +225,10 @@ REASONS = {reason.text: reason for stage in STAGES for reason in stage.reasons}
 """Every declared quarantine reason, by its text."""
 OPTIONS = {stage.options.NAME: stage.options for stage in STAGES if stage.options is not None}
 """The config sections the stages declare, by name, in flow order."""
+
+
+def in_flow_order(checks: Iterable[CheckInfo]) -> list[CheckInfo]:
+    """Checks as people read them: by the stage that reports them in :data:`ORDER` (reading, the raw tables, then
+    the stages, the run), those of every stage after the raw tables'; each stage's in the order declared."""
+    raw = STAGE_ORDER["raw"]
+    return sorted(checks, key=lambda info: STAGE_ORDER.get(info.stage, raw))

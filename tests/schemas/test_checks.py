@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
+import itertools
 import math
+import subprocess
+import sys
+import types
 from datetime import datetime
+from pathlib import Path
 
 import pandas as pd
 import pandera.pandas as pa
@@ -14,7 +20,8 @@ from hypothesis import strategies as st
 
 from pipeline.stages import STAGE_ORDER
 from schemas.checks import (
-    _CATALOGUE,
+    CANNOT_RUN,
+    CANNOT_RUN_CHECKS,
     CHECKS,
     ERROR,
     INFO,
@@ -28,6 +35,7 @@ from schemas.checks import (
     ParsedNumbers,
     ParsedTimes,
     check_info,
+    collect_checks,
     matches,
     number_values,
     parse_columns,
@@ -35,7 +43,10 @@ from schemas.checks import (
     _real_datetimes,
     sharing_parses,
 )
+from schemas import checks as checks_module
 from schemas.raw import RawAdmissions, RawLabEvents, RawLabItems
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _passes(check: pa.Check, values: list[str]) -> list[bool]:
@@ -45,13 +56,73 @@ def _passes(check: pa.Check, values: list[str]) -> list[bool]:
 
 # -- the catalogue ------------------------------------------------------------------------------
 def test_catalogue_ids_are_unique_and_keyed_by_id():
-    ids = [info.id for info in _CATALOGUE]
-    assert len(ids) == len(set(ids))
-    assert list(CHECKS) == ids
+    ids = [info.id for info in CHECKS.values()]
+    assert len(ids) == len(set(ids)) == len(CHECKS)
     assert all(CHECKS[key].id == key for key in CHECKS)
 
 
-@pytest.mark.parametrize("info", _CATALOGUE, ids=lambda info: info.id)
+def test_each_stage_declares_its_checks_in_its_schema_module_and_the_catalogue_finds_them():
+    """A stage's checks live in ``schemas/<stage>.py`` (``CHECKS``): schemas/checks.py names no stage module, so a
+    new stage's checks reach the catalogue, the config's [severity] and `badpoints checks` from its schema alone."""
+    from pipeline.stages import STAGES
+
+    source = Path(checks_module.__file__).read_text(encoding="utf-8")
+    for stage in STAGES:
+        module = importlib.import_module(f"schemas.{stage.name}")
+        declared = getattr(module, "CHECKS", ())
+        assert declared, stage.name
+        assert {info.stage for info in declared} == {stage.name}
+        assert all(CHECKS[info.id] is info for info in declared)
+        assert f"schemas.{stage.name}" not in source and f"schemas/{stage.name}.py" not in source
+    assert {info.stage for info in CHECKS.values()} == {"load", "raw", "all", "flow", *(s.name for s in STAGES)}
+
+
+def test_a_check_declared_twice_is_refused_naming_both_modules():
+    first = (CheckInfo("same_id", "clean", WARNING, "a title", "Some advice."),)
+    second = (CheckInfo("other_id", "scale", INFO, "a title", "Some advice."),
+              CheckInfo("same_id", "scale", ERROR, "another title", "Other advice."))
+    assert list(collect_checks([("schemas.first", first), ("schemas.second", second[:1])])) == ["same_id", "other_id"]
+    with pytest.raises(ValueError, match="'same_id' is declared twice: in schemas.first and schemas.second"):
+        collect_checks([("schemas.first", first), ("schemas.second", second)])
+
+
+def test_the_catalogue_refuses_a_stage_check_that_reuses_a_listed_id(monkeypatch):
+    clash = types.ModuleType("schemas.clash")
+    clash.CHECKS = (CheckInfo("file_missing", "clean", WARNING, "a title", "Some advice."),)
+    monkeypatch.setattr(checks_module, "_declaring_modules", lambda: [clash])
+    with pytest.raises(ValueError, match="'file_missing' is declared twice: in schemas.checks and schemas.clash"):
+        len(type(CHECKS)())
+
+
+def test_checks_are_listed_in_the_flow_order_each_stage_as_declared():
+    """`badpoints checks` and the JUnit file list reading's checks, the raw tables', those of every stage, then
+    each stage's in flow order, and the run's last; a stage's checks keep the order of its ``CHECKS``."""
+    from pipeline.stages import ORDER, STAGES, in_flow_order
+
+    listed = in_flow_order(CHECKS.values())
+    runs = [stage for stage, _ in itertools.groupby(info.stage for info in listed)]
+    assert runs == ["load", "raw", "all", *(s.name for s in ORDER if s.name not in ("load", "raw"))]
+    assert runs[-1] == "flow"
+    for stage in STAGES:
+        assert [info for info in listed if info.stage == stage.name] == list(
+            importlib.import_module(f"schemas.{stage.name}").CHECKS)
+
+
+def test_only_reading_checks_mean_the_run_could_not_happen():
+    assert CANNOT_RUN_CHECKS == tuple(check for check, info in CHECKS.items() if info.locked == CANNOT_RUN)
+    assert {CHECKS[check].stage for check in CANNOT_RUN_CHECKS} == {"load"}
+
+
+def test_reading_the_catalogue_does_not_load_torch():
+    """The graph stage's checks are in schemas/graph.py, which loads torch only when a graph is checked: validate
+    stays light."""
+    code = ("import sys; from schemas.checks import CHECKS; assert CHECKS['graph_finite'].stage == 'graph'; "
+            "import pipeline.cli; assert 'torch' not in sys.modules, 'torch loaded'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("info", list(CHECKS.values()), ids=lambda info: info.id)
 def test_catalogue_entry_is_complete(info: CheckInfo):
     assert info.stage in {*STAGE_ORDER, "all"}  # the report's stage order, or every stage
     assert info.severity in {ERROR, WARNING, INFO}
