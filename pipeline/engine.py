@@ -62,6 +62,7 @@ AUTO_PARTS_BYTES = 256 * 2**20  # LABEVENTS' text from which ``--engine auto`` w
 GZIP_TEXT_RATIO = 7  # about how many bytes of text a byte of gzipped LABEVENTS holds (MIMIC-IV: 17 GB in 2.5 GB)
 BUCKETS = 64  # admission ranges a Router writes checked blocks into (consecutive ones make a part)
 FLUSH_ROWS = 1_000_000  # rows a Router buffers before it writes them out
+COMBINE_EVERY = 8  # a mergeable fit's partial results held before they are combined (MIMIC-IV: ~120 parts)
 
 # What a stage hands on: a pandas frame, or (Dask) the parts of one on the workers.
 Events = Any
@@ -189,8 +190,12 @@ class PartsEngine:
         """A mergeable fit part by part (its partial results, or its passes); any other fit on what it was handed."""
         if not isinstance(events, Stored) or (fit.parts is None and fit.partial is None):
             return fit.whole(events, *args, **kwargs)
-        if fit.partial is not None:
-            partials = list(self._map(_call_part, events.paths, call=fit.partial, args=args, kwargs=kwargs))
+        if fit.partial is not None:  # combined a few at a time as they come (a combine adds up: counts, sums)
+            partials: list = []
+            for partial in self._map(_call_part, events.paths, call=fit.partial, args=args, kwargs=kwargs):
+                partials.append(partial)
+                if len(partials) > COMBINE_EVERY:
+                    partials = [fit.combine(partials)]
             return fit.finish(fit.combine(partials), *args, **kwargs)
 
         kept_by_passes: list[Stored] = []

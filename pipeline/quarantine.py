@@ -17,7 +17,7 @@ import pandas as pd
 
 KEYS = ("HADM_ID", "ITEMID")
 QUARANTINE_COLUMNS = ("TABLE", "STAGE", "REASON", *KEYS)
-LINE_RANGE = 2**22  # source lines per range: records kept by line range are read (and ordered) a range at a time
+LINE_RANGE = 2**20  # source lines per range: records kept by line range are read (and ordered) a range at a time
 
 
 @dataclass(frozen=True)

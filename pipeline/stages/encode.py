@@ -264,37 +264,42 @@ def run(events: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, Context]:
     encoded = context.engine.each(encode_events, events, vocabularies)
     admissions = encode_admissions(context.admissions, vocabularies)
     labitems = encode_labitems(context.labitems, vocabularies)
-    categorical = context.engine.rows(encoded, categorical_rows)
-    ledger.findings.extend(unseen_findings(categorical, context.admissions, admissions,
+    # Read part by part: the rows coded 0, and the (ITEMID, VALUE) pairs training rows have (never every
+    # categorical row: MIMIC-IV has tens of millions).
+    zero = context.engine.rows(encoded, zero_coded_rows)
+    seen = context.engine.rows(encoded, train_pairs)
+    ledger.findings.extend(unseen_findings(zero, seen, context.admissions, admissions,
                                            min_admissions=context.options.min_admissions,
                                            max_lines=context.max_lines, names=ledger.names))
     return encoded, replace(context, admissions=admissions, labitems=labitems)
 
 
-def categorical_rows(events: pd.DataFrame) -> pd.DataFrame:
-    """The rows and columns :func:`unseen_findings` reads (the categorical rows): its findings from them, in their
-    order, are its findings from all the rows."""
-    return events.loc[(events["KIND"] == "categorical").to_numpy(), ["HADM_ID", "ITEMID", "VALUE", "KIND", "SPLIT",
-                                                                     "CODE"]]
+def zero_coded_rows(events: pd.DataFrame) -> pd.DataFrame:
+    """ITEMID and VALUE of the rows :func:`unseen_lab_values` finds (categorical, a VALUE, code 0)."""
+    return events.loc[unseen_lab_values(events).to_numpy(), ["ITEMID", "VALUE"]]
 
 
-def unseen_findings(events: pd.DataFrame, admissions: pd.DataFrame, encoded: pd.DataFrame, *, min_admissions: int,
-                    max_lines: int, names: Mapping[int, str] | None = None) -> list[Finding]:
-    """Categorical values that got code 0: unseen in train (a warning), or too rare there to be coded (a note)."""
+def train_pairs(events: pd.DataFrame) -> pd.DataFrame:
+    """The distinct (ITEMID, VALUE) pairs of :func:`train_lab_values` (each at its first row)."""
+    return train_lab_values(events)[["ITEMID", "VALUE"]].drop_duplicates()
+
+
+def unseen_findings(zero: pd.DataFrame, seen: pd.DataFrame, admissions: pd.DataFrame, encoded: pd.DataFrame, *,
+                    min_admissions: int, max_lines: int, names: Mapping[int, str] | None = None) -> list[Finding]:
+    """Categorical values that got code 0 (``zero``: their rows' ITEMID and VALUE, index = source line): unseen
+    in train (a warning), or too rare there to be coded (a note), as their pair is among the training rows' pairs
+    (``seen``) or not."""
     k = min_admissions
-    coded_zero = unseen_lab_values(events)
-    # Only the rows coded 0 are looked up: was their (ITEMID, VALUE) in train at all (rare) or not (unseen)?
-    pairs = [events.loc[coded_zero, ["ITEMID", "VALUE"]], train_lab_values(events)[["ITEMID", "VALUE"]]]
-    zero, seen = (pd.MultiIndex.from_frame(frame.astype({"VALUE": "str"})) for frame in pairs)
-    in_train = pd.Series(False, index=events.index)
-    in_train[coded_zero] = zero.isin(seen)
+    pairs = [zero[["ITEMID", "VALUE"]], seen[["ITEMID", "VALUE"]]]
+    zero_pairs, seen_pairs = (pd.MultiIndex.from_frame(frame.astype({"VALUE": "str"})) for frame in pairs)
+    in_train = pd.Series(zero_pairs.isin(seen_pairs), index=zero.index)
     lines = max_lines
 
     def items(failed: pd.Series) -> str:
-        counts = events.loc[failed, "ITEMID"].value_counts().sort_index()
+        counts = zero.loc[failed, "ITEMID"].value_counts().sort_index()
         return "items " + format_items(counts, names=names, limit=lines)
 
-    unseen, rare = coded_zero & ~in_train, coded_zero & in_train
+    unseen, rare = ~in_train, in_train
     findings = [
         finding_from_mask(stage=STAGE, table="LABEVENTS", check="unseen_category", column="VALUE",
                           failed=unseen, what=f"categorical VALUE unseen in train (code 0), in {items(unseen)}",
