@@ -69,7 +69,8 @@ Events = Any
 
 
 class Engine(Protocol):
-    """Runs the LABEVENTS work: raw checks by row slices, the stages after encode by admission."""
+    """Runs the LABEVENTS work: raw checks of a block or a table, and the stages, on whole frames or on parts cut by
+    admission."""
 
     def check_part(self, table: str, frame: pd.DataFrame, **settings: Any) -> PartCheck: ...
 
@@ -156,12 +157,13 @@ class Stored:
 
 
 class PartsEngine:
-    """In this process, on parts cut by admission (as :class:`DaskEngine` cuts them) and kept as Arrow files in
-    ``folder``: a stage reads one part, runs, and writes what it gives as a new file, so one part of LABEVENTS is
-    in memory at a time. ``partitions`` parts, or as many as ``rows_per_part`` needs (at least one).
+    """On parts cut by admission and kept as Arrow files in ``folder``: a stage reads one part, runs, and writes
+    what it gives as a new file, so one part of LABEVENTS is in memory per process at a time; the parts are worked
+    on here, or by ``workers`` processes of this machine. ``partitions`` parts, or as many as ``rows_per_part``
+    needs (at least one).
 
-    Raw checks run on the whole table, as with :class:`PandasEngine`. Use :func:`parts_engine`: its folder is
-    deleted at the end of the run, also when the run fails.
+    A table's raw checks run here, block by block (LABEVENTS' blocks routed into the parts: :meth:`router`). Use
+    :func:`parts_engine`: its folder is deleted at the end of the run, also when the run fails.
     """
 
     def __init__(self, folder: Path, *, partitions: int | None = None, rows_per_part: int | None = None,

@@ -148,8 +148,8 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
     With a ``cache``, tables whose file, settings and checking code are unchanged are taken from it
     already parsed and checked; with ``reuse_report`` too, a run whose inputs and config are all
     unchanged returns the earlier report (its ``tables`` and ``prepared`` are then empty). An ``engine``
-    (``pipeline.engine.dask_engine``) runs LABEVENTS' raw checks and its stages from scale to dedup on a Dask
-    cluster, with the same result.
+    (``pipeline.engine.parts_engine`` or ``dask_engine``) routes LABEVENTS' checked blocks into parts and runs its
+    stages part by part, here, in worker processes or on a Dask cluster, with the same result.
     """
     require_validation()
     progress = progress or NO_PROGRESS
