@@ -655,8 +655,11 @@ def ahead_of_results(submit: Callable[[Any], Any], items: Iterable[Any], *, ahea
 
 
 def _shared(client: Any, args: tuple) -> tuple:
-    """Frames among the arguments sent to every worker once, not inside every task."""
-    return tuple(client.scatter(a, broadcast=True) if isinstance(a, pd.DataFrame) else a for a in args)
+    """Frames among the arguments sent to every worker once, not inside every task. Each under a key of its own
+    (``hash=False``): the same frame scattered again by the next stage under its content's key could be released by
+    the stage before (whose futures go when its map is done) while the next stage's tasks wait for it ("lost
+    dependencies")."""
+    return tuple(client.scatter(a, broadcast=True, hash=False) if isinstance(a, pd.DataFrame) else a for a in args)
 
 
 def _pick(pick: Callable[..., pd.DataFrame] | None, columns: Sequence[str] | None, args: tuple, kwargs: dict,
