@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import tomllib
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 
 class ConfigError(ValueError):

@@ -188,7 +188,11 @@ class Quarantine:
                 for key, parts in sorted(found.items())}
 
     def lines(self, table: str, stage: str) -> np.ndarray:
-        """The source lines (sorted) of ``table``'s rows that ``stage`` quarantined."""
-        found = [f.index[(f["TABLE"] == table) & (f["STAGE"] == stage)].to_numpy("int64")
-                 for f in self.frames(["TABLE", "STAGE"])]
-        return np.sort(np.concatenate(found)) if found else np.array([], dtype="int64")
+        """The source lines (sorted) of ``table``'s rows that ``stage`` quarantined (read once: the report asks for
+        them in each of its passes)."""
+        key = ("lines", table, stage)
+        if key not in self._summaries:
+            found = [f.index[(f["TABLE"] == table) & (f["STAGE"] == stage)].to_numpy("int64")
+                     for f in self.frames(["TABLE", "STAGE"])]
+            self._summaries[key] = np.sort(np.concatenate(found)) if found else np.array([], dtype="int64")
+        return self._summaries[key]
