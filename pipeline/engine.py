@@ -4,10 +4,12 @@ Arrow files, each part worked on in this process (parts) or by the workers of a 
 All engines run the very same stage functions; an engine only decides where
 they run and how their parts come back together. With the parts and Dask engines:
 
-- raw checks: LABEVENTS is read in blocks; each is checked, guarded and routed (:class:`Router`) into
-  admission-range parts as it comes, so the whole table never exists. The split and the admission order are
-  known from ADMISSIONS (small) before any lab row is read. Keys, foreign keys and stays are checked per block
-  against ADMISSIONS and D_LABITEMS (``pipeline.parse.check_stream``).
+- raw checks: LABEVENTS is read in blocks here; each is checked, guarded and written into its admission ranges
+  (:class:`BlockRoute`) where the parts are worked on (in the worker processes or on the cluster, while this
+  process reads the next blocks), and :class:`Router` makes admission-range parts of them, so the whole table never
+  exists. The split and the admission order are known from ADMISSIONS (small) before any lab row is read. Keys,
+  foreign keys and stays are checked per block against ADMISSIONS and D_LABITEMS (``pipeline.parse.check_stream``),
+  which every task reads from one file (:class:`pipeline.shared.Shared`), not from the task.
 - every stage works per row or per admission (clean, split, encode, z-scores, fill, bucket, dedup), and every
   admission's rows are in one part, so a stage runs on each part alone (``each``) and its quarantine records
   (kept on disk by source line range: :class:`LineFiles`) and steps are added up.
@@ -49,6 +51,7 @@ import pandas as pd
 import pyarrow as pa
 
 from pipeline.parse import PartCheck, check_part
+from pipeline.shared import Shared, share, value_of
 from pipeline.quarantine import LINE_RANGE, Kept, Step, empty_quarantine
 from schemas.errors import StageError
 from schemas.guard import vouch
@@ -61,7 +64,6 @@ ROWS_PER_PART = 1_000_000  # a PartsEngine's default: a part of LABEVENTS about 
 AUTO_PARTS_BYTES = 256 * 2**20  # LABEVENTS' text from which ``--engine auto`` works on parts
 GZIP_TEXT_RATIO = 7  # about how many bytes of text a byte of gzipped LABEVENTS holds (MIMIC-IV: 17 GB in 2.5 GB)
 BUCKETS = 64  # admission ranges a Router writes checked blocks into (consecutive ones make a part)
-FLUSH_ROWS = 1_000_000  # rows a Router buffers before it writes them out
 COMBINE_EVERY = 8  # a mergeable fit's partial results held before they are combined (MIMIC-IV: ~120 parts)
 
 # What a stage hands on: a pandas frame, or (Dask) the parts of one on the workers.
@@ -73,6 +75,12 @@ class Engine(Protocol):
     admission."""
 
     def check_part(self, table: str, frame: pd.DataFrame, **settings: Any) -> PartCheck: ...
+
+    def blocks(self, function: Callable[..., Any], blocks: Iterable[pd.DataFrame], **kwargs: Any) -> Iterator[Any]:
+        """``function(block, **kwargs)`` of each block as it comes (a table read block by block), in order."""
+
+    def share(self, value: Any) -> Any:
+        """``value`` as a task takes it: itself, or (an engine with other processes) a :class:`Shared` copy."""
 
     def partition(self, events: pd.DataFrame, splits: pd.DataFrame | None = None) -> Events:
         """``events`` ready for per-admission stages (``splits``: HADM_ID and SPLIT, when the rows have no SPLIT)."""
@@ -107,6 +115,12 @@ class PandasEngine:
     def check_part(self, table: str, frame: pd.DataFrame, **settings: Any) -> PartCheck:
         return check_part(table, frame, **settings)
 
+    def blocks(self, function: Callable[..., Any], blocks: Iterable[pd.DataFrame], **kwargs: Any) -> Iterator[Any]:
+        return (function(block, **kwargs) for block in blocks)
+
+    def share(self, value: Any) -> Any:
+        return value
+
     def partition(self, events: pd.DataFrame, splits: pd.DataFrame | None = None) -> pd.DataFrame:
         return events
 
@@ -139,9 +153,10 @@ PANDAS = PandasEngine()
 @dataclass(frozen=True)
 class Stored:
     """A frame cut by admission, its parts Arrow files (in part order) of a :class:`PartsEngine`'s folder; a
-    part routed from blocks (:class:`Router`) may be several files, read together in source line order."""
+    part routed from blocks (:class:`Router`) is some record batches of several files (:class:`Batches`: files that
+    parts share), read together in source line order."""
 
-    paths: tuple[Path | tuple[Path, ...], ...]
+    paths: tuple[Path | tuple[Path | Batches, ...], ...]
     lengths: tuple[int, ...]
     order: pd.Index | None  # the source lines in the row order of the frame that was cut (None: increasing)
     columns: tuple[str, ...] = ()  # the frame's columns, when known
@@ -162,7 +177,8 @@ class PartsEngine:
     on here, or by ``workers`` processes of this machine. ``partitions`` parts, or as many as ``rows_per_part``
     needs (at least one).
 
-    A table's raw checks run here, block by block (LABEVENTS' blocks routed into the parts: :meth:`router`). Use
+    A table's raw checks run block by block: ADMISSIONS' and D_LABITEMS' here, LABEVENTS' where the parts are worked
+    on, each block routed into the parts (:meth:`router`, :meth:`blocks`). Use
     :func:`parts_engine`: its folder is deleted at the end of the run, also when the run fails.
     """
 
@@ -178,6 +194,15 @@ class PartsEngine:
 
     def check_part(self, table: str, frame: pd.DataFrame, **settings: Any) -> PartCheck:
         return check_part(table, frame, **settings)
+
+    def blocks(self, function: Callable[..., Any], blocks: Iterable[pd.DataFrame], **kwargs: Any) -> Iterator[Any]:
+        """``function(block, **kwargs)`` of each block, in order, where the parts are worked on (here, or in the
+        worker processes while this one reads the next blocks)."""
+        return self._map(function, blocks, **kwargs)
+
+    def share(self, value: Any) -> Shared:
+        """``value`` written once into the parts folder: tasks carry its path, each process reads it once."""
+        return share(value, self._path().with_suffix(".pickle"))
 
     def partition(self, events: pd.DataFrame | Stored, splits: pd.DataFrame | None = None) -> Stored:
         if isinstance(events, Stored):  # routed into parts as its blocks were read
@@ -280,7 +305,7 @@ class PartsEngine:
         if isinstance(events, Stored):
             for path in events.paths:
                 for one in (path,) if isinstance(path, Path) else path:
-                    one.unlink(missing_ok=True)
+                    (one.path if isinstance(one, Batches) else one).unlink(missing_ok=True)
 
     def _write(self, frame: pd.DataFrame) -> Path:
         path = self._path()
@@ -397,15 +422,64 @@ class LineFiles:
         return Ranged(files=tuple(sorted(self._files.items())))
 
 
+@dataclass(frozen=True)
+class Batches:
+    """Some record batches of one Arrow file (a routed block's rows of some admission ranges)."""
+
+    path: Path
+    batches: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Routed:
+    """A checked block written by :class:`BlockRoute`: its file holds one record batch per admission range (bucket)
+    that has rows, in bucket order."""
+
+    path: Path
+    buckets: tuple[int, ...]
+    rows: tuple[int, ...]
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BlockRoute:
+    """Writes a checked block's rows into a file of the parts folder, one record batch per admission range: what a
+    :class:`Router` makes parts of. Picklable, so the process that checks a block writes it."""
+
+    folder: Path
+    ranges: Any  # Shared, or the Series itself: HADM_ID -> admission range (bucket)
+    unknown: int  # the bucket of rows of no known admission
+
+    def __call__(self, frame: pd.DataFrame) -> Routed:
+        ranges = value_of(self.ranges)
+        hadm = frame["HADM_ID"].to_numpy("float64", na_value=np.nan)
+        known = ~np.isnan(hadm)
+        bucket = np.full(len(frame), self.unknown, dtype="int64")
+        bucket[known] = ranges.reindex(hadm[known].astype("int64")).fillna(self.unknown).to_numpy("int64")
+        order = np.argsort(bucket, kind="stable")
+        ranked = bucket[order]
+        starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]]) if len(ranked) else np.array([], "int64")
+        stops = np.r_[starts[1:], len(ranked)].astype("int64")
+        rows = frame if np.array_equal(order, np.arange(len(order))) else frame.iloc[order]
+        batch = pa.RecordBatch.from_pandas(rows, preserve_index=True)
+        path = self.folder / f"block-{uuid.uuid4().hex}.arrow"
+        with pa.ipc.new_file(path, batch.schema, options=_IPC) as writer:
+            for start, stop in zip(starts, stops):
+                writer.write_batch(batch.slice(int(start), int(stop - start)))
+        return Routed(path=path, buckets=tuple(int(ranked[s]) for s in starts),
+                      rows=tuple(int(n) for n in stops - starts), columns=tuple(frame.columns))
+
+
 class Router:
     """Checked LABEVENTS blocks written straight into admission-range parts, so the whole table never exists.
 
     The parts are those :func:`admission_parts` cuts: admissions in (split, HADM_ID) order (``splits`` from
     ADMISSIONS alone, known before any lab row), every admission's rows in one part, each part in source line
-    order, rows of no known admission last. As the rows per admission are known only at the end, rows go to
-    :data:`BUCKETS` admission ranges first (buffered, appended as record batches); :meth:`finish` puts consecutive
-    ranges together into parts of about the engine's ``rows_per_part`` (or into its ``partitions``). Rows of no
-    known admission (quarantined by clean) are parts of their own, cut by rows.
+    order, rows of no known admission last. As the rows per admission are known only at the end, each block is
+    written (by :meth:`route`, in the process that checked it) as one file of :data:`BUCKETS` admission ranges, a
+    record batch each; :meth:`finish` puts consecutive ranges of every block together into parts of about the
+    engine's ``rows_per_part`` (or into its ``partitions``). Rows of no known admission (quarantined by clean) are
+    parts of their own, cut by rows.
     """
 
     def __init__(self, engine: PartsEngine, splits: pd.DataFrame | None) -> None:
@@ -416,81 +490,60 @@ class Router:
         buckets = max(1, min(BUCKETS, len(order)))
         bucket = pd.Series(np.arange(len(order)) * buckets // max(1, len(order)),
                            index=order["HADM_ID"].to_numpy("int64"))
-        self._bucket = bucket[~bucket.index.duplicated()]
         self._unknown = buckets  # the bucket of rows of no known admission
-        self._buffers: dict[int, list[pd.DataFrame]] = {}
-        self._buffered = 0
-        self._files: dict[int, list[Path]] = {}  # per bucket its files (the unknown bucket: one per cut)
-        self._rows: dict[int, list[int]] = {}  # rows per file
-        self._writers: dict[int, Any] = {}
-        self._schema = None
-        self._empty: pd.DataFrame | None = None
+        self.route = BlockRoute(engine.folder, engine.share(bucket[~bucket.index.duplicated()]), self._unknown)
+        self._pieces: dict[int, list[tuple[Path, int, int]]] = {}  # per bucket: (file, batch, rows), in line order
+        self._files: list[Path] = []
+        self._columns: tuple[str, ...] | None = None
         self._cut = engine.rows_per_part if engine.partitions is None and engine.rows_per_part else None
 
     def add(self, frame: pd.DataFrame) -> None:
-        hadm = frame["HADM_ID"].to_numpy("float64", na_value=np.nan)
-        known = ~np.isnan(hadm)
-        bucket = np.full(len(frame), self._unknown, dtype="int64")
-        bucket[known] = self._bucket.reindex(hadm[known].astype("int64")).fillna(self._unknown).to_numpy("int64")
-        order = np.argsort(bucket, kind="stable")
-        ranked, frame = bucket[order], frame.iloc[order]  # one take; each bucket's rows are then a slice
-        starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]]) if len(ranked) else np.array([], "int64")
-        for start, stop in zip(starts, [*starts[1:], len(ranked)]):
-            self._buffers.setdefault(int(ranked[start]), []).append(frame.iloc[start:stop])
-            self._buffered += stop - start
-        if self._buffered >= FLUSH_ROWS:
-            self._flush()
-        elif self._cut is not None and sum(map(len, self._buffers.get(self._unknown, []))) >= self._cut:
-            self._flush([self._unknown])  # a part of rows of no known admission is full
+        """A checked block, routed here."""
+        self.take(self.route(frame))
+
+    def take(self, routed: Routed) -> None:
+        """A block routed where it was checked (:attr:`route`)."""
+        self._files.append(routed.path)
+        self._columns = self._columns or routed.columns
+        for batch, (bucket, rows) in enumerate(zip(routed.buckets, routed.rows)):
+            self._pieces.setdefault(bucket, []).append((routed.path, batch, rows))
 
     def finish(self, schema: type | None = None) -> Stored:
         """The parts (``schema``: what every block added passed, for the next stage's guard)."""
-        self._flush()
-        for writer in self._writers.values():
-            writer.close()
-        known = [b for b in sorted(self._files) if b != self._unknown]
-        rows = np.array([sum(self._rows[b]) for b in known], dtype="int64")
+        known = [b for b in sorted(self._pieces) if b != self._unknown]
+        rows = np.array([sum(n for _, _, n in self._pieces[b]) for b in known], dtype="int64")
         total = int(rows.sum())
         before = np.cumsum(rows) - rows
         if self._cut is None:
             cut = (before * max(1, self.engine.partitions or 1)) // max(1, total)
         else:
             cut = before // max(1, self._cut)
-        paths: list[tuple[Path, ...]] = []
-        lengths: list[int] = []
+        parts: list[list[tuple[Path, int, int]]] = []
         for part in np.unique(cut):
-            chosen = [b for b, c in zip(known, cut) if c == part]
-            paths.append(tuple(path for b in chosen for path in self._files[b]))
-            lengths.append(int(sum(sum(self._rows[b]) for b in chosen)))
-        for path, n in zip(self._files.get(self._unknown, []), self._rows.get(self._unknown, [])):
-            paths.append((path,))
-            lengths.append(n)
-        if not paths and self._empty is not None:  # no row at all: one empty part, as admission_parts gives
-            paths, lengths = [(self.engine._write(self._empty),)], [0]
-        columns = () if self._empty is None else tuple(self._empty.columns)
-        return Stored(paths=tuple(paths), lengths=tuple(lengths), order=None, columns=columns, schema=schema)
+            chosen = {b for b, c in zip(known, cut) if c == part}
+            parts.append([piece for b in sorted(chosen) for piece in self._pieces[b]])
+        unknown = self._pieces.get(self._unknown, [])
+        if self._cut is None:
+            parts += [unknown] if unknown else []
+        else:  # rows of no known admission: parts of about rows_per_part rows, in line order
+            ends = np.cumsum([n for _, _, n in unknown]) if unknown else np.array([], "int64")
+            group = (np.r_[0, ends[:-1]] // max(1, self._cut)) if len(ends) else ends
+            parts += [[unknown[i] for i in np.flatnonzero(group == g)] for g in np.unique(group)]
+        paths = tuple(_by_file(part, self._files) for part in parts)
+        if not parts and self._files:  # no row at all: one empty part, as admission_parts gives
+            paths, parts = ((Batches(self._files[0], ()),),), [[]]
+        return Stored(paths=paths,
+                      lengths=tuple(sum(n for _, _, n in part) for part in parts), order=None,
+                      columns=self._columns or (), schema=schema)
 
-    def _flush(self, buckets: list[int] | None = None) -> None:
-        """Write the buffered rows (of ``buckets`` only, when given) as one record batch per bucket."""
-        for bucket in sorted(self._buffers) if buckets is None else buckets:
-            frames = self._buffers.pop(bucket)
-            self._buffered -= sum(map(len, frames))
-            frame = frames[0] if len(frames) == 1 else pd.concat(frames)
-            if self._schema is None:
-                self._schema = pa.Schema.from_pandas(frame, preserve_index=True)
-                self._empty = frame.iloc[:0]
-            rows = self._rows.setdefault(bucket, [])
-            new_part = bucket == self._unknown and self._cut is not None  # each flush of them: a part of its own
-            if bucket not in self._writers or new_part:
-                if bucket in self._writers:
-                    self._writers[bucket].close()
-                path = self.engine._path()
-                self._writers[bucket] = pa.ipc.new_file(path, self._schema, options=_IPC)
-                self._files.setdefault(bucket, []).append(path)
-                rows.append(0)
-            self._writers[bucket].write_table(pa.Table.from_pandas(frame, schema=self._schema, preserve_index=True))
-            rows[-1] += len(frame)
-        give_back_memory()
+
+def _by_file(pieces: Sequence[tuple[Path, int, int]], routed: Sequence[Path]) -> tuple[Batches, ...]:
+    """A part's pieces as the batches of each file, the files in the order they were routed (source line order)."""
+    files: dict[Path, list[int]] = {}
+    for path, batch, _ in pieces:
+        files.setdefault(path, []).append(batch)
+    rank = {path: n for n, path in enumerate(routed)}
+    return tuple(Batches(path, tuple(sorted(files[path]))) for path in sorted(files, key=rank.__getitem__))
 
 
 _IPC = pa.ipc.IpcWriteOptions(compression=None)  # parts are written once and read a few times: fast, not small
@@ -510,22 +563,26 @@ def give_back_memory() -> None:
     pa.default_memory_pool().release_unused()
 
 
-def read_part(path: Path | tuple[Path, ...], columns: Sequence[str] | None = None) -> pd.DataFrame:
-    """A part written by :func:`write_part` (or a :class:`Router`'s files of one part, in source line order), with
-    only ``columns`` and its index. What the part before it used is given back first."""
+def read_part(path: Path | tuple[Path | Batches, ...], columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """A part written by :func:`write_part` (or a :class:`Router`'s pieces of one part: files, or some record
+    batches of files, put in source line order), with only ``columns`` and its index. What the part before it used
+    is given back first."""
     give_back_memory()
-    paths = (path,) if isinstance(path, Path) else tuple(path)
-    tables = []
-    for one in paths:
-        with pa.OSFile(str(one)) as source:  # compressed: the table's buffers are its own, not the file's
-            table = pa.ipc.open_file(source).read_all()
+    pieces = (path,) if isinstance(path, Path) else tuple(path)
+    batches = []
+    for one in pieces:
+        with pa.OSFile(str(one.path if isinstance(one, Batches) else one)) as source:  # the buffers are our own
+            reader = pa.ipc.open_file(source)
+            chosen = range(reader.num_record_batches) if isinstance(one, Path) else one.batches
+            table = pa.Table.from_batches([reader.get_batch(i) for i in chosen], schema=reader.schema)
         if columns is not None:
             index = [c for c in (table.schema.pandas_metadata or {}).get("index_columns", []) if isinstance(c, str)]
             table = table.select([*columns, *index])
-        tables.append(table)
-    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        batches.append(table)
+    table = batches[0] if len(batches) == 1 else pa.concat_tables(batches)
     frame = table.combine_chunks().to_pandas()
-    return frame if len(tables) == 1 else frame.sort_index(kind="stable")
+    several = not isinstance(path, Path) and sum(1 if isinstance(one, Path) else len(one.batches) for one in pieces) > 1
+    return frame.sort_index(kind="stable") if several else frame
 
 
 def frames(events: pd.DataFrame | Stored, columns: Sequence[str] | None = None) -> Iterable[pd.DataFrame]:
@@ -604,8 +661,8 @@ class DaskEngine(PartsEngine):
     stage, a fit's partial result or pass, a pick, a count) a task on a worker, which reads its part's file and
     writes what it makes beside it.
 
-    LABEVENTS' blocks are read and checked here and routed into the parts (a ``.gz`` stream is read in order), so
-    the client holds ADMISSIONS, D_LABITEMS, the fitted state and what comes back per part (counts, steps, a
+    LABEVENTS' blocks are read here (a ``.gz`` stream is read in order) and sent to the workers, which check them and
+    write them into the parts (:class:`BlockRoute`), so the client holds ADMISSIONS, D_LABITEMS, the fitted state and what comes back per part (counts, steps, a
     part's quarantine records on their way to the line-range files), never all the rows; a worker holds the part
     it works on. The workers must see the parts folder: a ``LocalCluster``'s do; a remote cluster's need it on a
     filesystem they share (``folder``). Tasks are sent a few per worker ahead of the results read back.

@@ -10,6 +10,7 @@ them. Nothing here reads or writes files.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
@@ -18,6 +19,7 @@ import pandas as pd
 import pandera.pandas as pa
 
 from pipeline.report import CLASS_SAMPLE, Finding, finding_from_mask
+from pipeline.shared import value_of
 from schemas.checks import CHECKS, ERROR, ParsedNumbers, ParsedText, parse_columns, sharing_parses
 from schemas.errors import require_validation, value_classes
 from schemas.guard import check_frame
@@ -132,43 +134,61 @@ def check_stream(
     engine: Engine | None = None,
 ) -> RawResult:
     """:func:`check_blocks` of LABEVENTS that holds none of its rows: each block is checked, related to ADMISSIONS
-    and D_LABITEMS (``relations``), guarded and handed to ``router`` (``pipeline.engine.Router``: ``add`` a block,
-    ``finish`` gives the parts); only what the findings need stays. The result's table is the parts; its
-    ``related``, the relations' failures, for :func:`check_relations`."""
-    rejects = _rejects(severity)
+    and D_LABITEMS (``relations``), guarded and routed (:func:`check_and_route`, where the ``engine`` works on
+    parts: in its worker processes while this one reads the next block) into ``router``'s parts
+    (``pipeline.engine.Router``: ``take`` a routed block, ``finish`` gives the parts); only what the findings need
+    comes back. The result's table is the parts; its ``related``, the relations' failures, for
+    :func:`check_relations`."""
+    keep = max(max_lines, CLASS_SAMPLE)  # as many failing lines as a finding lists or classifies by value
+    share = getattr(engine, "share", lambda value: value)
+    checked = (map if engine is None else engine.blocks)(
+        functools.partial(check_and_route, relations=share(relations), route=router.route,
+                          valuenum_abs_bound=valuenum_abs_bound, severity=dict(severity or {}), keep=keep), blocks)
     related = []
 
-    def route(part: PartCheck) -> PartCheck:
-        typed, failures = relations.check(part.typed, rejects)
-        router.add(_guard(typed, LabEvents))
-        related.append(failures)
-        return replace(part, typed=typed.iloc[:0].copy())  # an empty copy: a slice would keep the block alive
+    def taken() -> Iterable[PartCheck]:
+        for routed, part, failures in checked:
+            router.take(routed)
+            related.append(failures)
+            yield part
 
-    # Only what the findings need stays: the first failing lines (as many as a finding lists or classifies by
-    # value) and their count.
-    part = _check_each("LABEVENTS", blocks, valuenum_abs_bound=valuenum_abs_bound, severity=severity,
-                       engine=engine, then=route, keep=max(max_lines, CLASS_SAMPLE))
+    part = _combined(taken(), "LABEVENTS", keep=keep)
     return RawResult(tables=RawTables.only("LABEVENTS", router.finish(LabEvents)),
                      findings=part_findings(part, show_values=show_values, max_lines=max_lines),
                      related=pd.concat(related, ignore_index=True))
 
 
+def check_and_route(block: pd.DataFrame, *, relations: Any, route: Callable[[pd.DataFrame], Any],
+                    valuenum_abs_bound: float, severity: Mapping[str, str], keep: int
+                    ) -> tuple[Any, PartCheck, pd.DataFrame]:
+    """One LABEVENTS block checked, related to ADMISSIONS and D_LABITEMS, guarded and written by ``route``: what
+    was written, the block's check (its first ``keep`` failing lines per check, and their count) and its relations'
+    failures. ``relations`` may be a ``pipeline.engine.Shared`` copy (a task of a worker process)."""
+    part = check_part("LABEVENTS", block, valuenum_abs_bound=valuenum_abs_bound, severity=severity)
+    typed, failures = value_of(relations).check(part.typed, _rejects(severity))
+    routed = route(_guard(typed, LabEvents))
+    return routed, replace(part, typed=typed.iloc[:0].copy()).capped(keep), failures
+
+
 def _check_each(table: str, blocks: Iterable[pd.DataFrame], *, valuenum_abs_bound: float,
-                severity: Mapping[str, str] | None, engine: Engine | None,
-                then: Callable[[PartCheck], PartCheck] | None = None, keep: int | None = None) -> PartCheck:
-    """Every block checked (on the ``engine``), handed to ``then`` as it comes, and combined; with ``keep``, only
-    each check's first ``keep`` failing lines and their count are kept as the blocks come."""
+                severity: Mapping[str, str] | None, engine: Engine | None) -> PartCheck:
+    """Every block checked (on the ``engine``) and combined."""
     run = check_part if engine is None else engine.check_part
-    parts: list[PartCheck] = []
-    for block in blocks:
-        part = run(table, block, valuenum_abs_bound=valuenum_abs_bound, severity=severity)
-        part = part if then is None else then(part)
-        parts.append(part if keep is None else part.capped(keep))
-        if keep is not None and len(parts) >= _COMBINE_EVERY:
-            parts = [combine_parts(parts).capped(keep)]
-    if not parts:
+    return _combined((run(table, block, valuenum_abs_bound=valuenum_abs_bound, severity=severity)
+                      for block in blocks), table)
+
+
+def _combined(parts: Iterable[PartCheck], table: str, *, keep: int | None = None) -> PartCheck:
+    """The checks of a table's blocks combined as they come; with ``keep``, only each check's first ``keep``
+    failing lines and their count are kept."""
+    held: list[PartCheck] = []
+    for part in parts:
+        held.append(part if keep is None or part.counts is not None else part.capped(keep))  # capped already
+        if keep is not None and len(held) >= _COMBINE_EVERY:
+            held = [combine_parts(held).capped(keep)]
+    if not held:
         raise ValueError(f"{table}: no block of rows to check")
-    return parts[0] if len(parts) == 1 else combine_parts(parts)
+    return held[0] if len(held) == 1 else combine_parts(held)
 
 
 class Engine(Protocol):
@@ -476,8 +496,9 @@ class LabRelations:
     @classmethod
     def of(cls, admissions: pd.DataFrame | None, labitems: pd.DataFrame | None,
            stay_tolerance_hours: float) -> "LabRelations":
-        stays = (None if admissions is None
-                 else admissions.dropna(subset=["HADM_ID"]).drop_duplicates("HADM_ID").set_index("HADM_ID"))
+        stays = (None if admissions is None  # only what the checks read: every block's task is handed them
+                 else admissions.dropna(subset=["HADM_ID"]).drop_duplicates("HADM_ID").set_index("HADM_ID")[
+                     [c for c in ("SUBJECT_ID", "ADMITTIME", "DISCHTIME") if c in admissions]])
         return cls(items=None if labitems is None else labitems["ITEMID"].dropna(), stays=stays,
                    tolerance=pd.Timedelta(hours=stay_tolerance_hours))
 

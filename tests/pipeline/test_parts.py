@@ -88,6 +88,20 @@ def test_parts_worked_on_by_two_processes_build_the_same_files(synthetic, built_
     assert [name for name in files if files[name] != built_whole[name]] == [] and sorted(files) == sorted(built_whole)
 
 
+def test_blocks_checked_and_routed_by_two_processes_give_the_same_validation(synthetic, tmp_path, monkeypatch):
+    """LABEVENTS read in many small blocks, each checked, related, guarded and written into its admission ranges by
+    one of two worker processes (``pipeline.parse.check_and_route``): the in-memory run's report and rows."""
+    import pipeline.load
+
+    expected = validate(synthetic, _config())
+    monkeypatch.setitem(pipeline.load.read_blocks.__kwdefaults__, "block_bytes", 64 * 2**10)  # dozens of blocks
+    with parts_engine(partitions=3, workers=2, folder=tmp_path) as engine:
+        got = validate(synthetic, _config(), engine=engine)
+        routed = {one.path for part in got.tables.labevents.paths for one in part}
+        assert engine._pool is not None and len(routed) > 20  # each block a file, written in the worker processes
+        assert_same_validation(got, expected)
+
+
 def test_quarantine_kept_in_many_line_ranges_writes_the_same_files(synthetic, tmp_path, monkeypatch):
     """Quarantine records on disk in many line ranges, quarantine.parquet written in many row groups: the files of
     the in-memory run, whose quarantine is one frame."""
