@@ -359,12 +359,14 @@ def _step_part(paths: tuple[Any, Path], *, step: Callable[[pd.DataFrame], pd.Dat
 
 
 def _call_part(source: Any, *, call: Callable[..., Any], args: tuple = (), kwargs: dict | None = None) -> Any:
-    return call(read_part(source), *args, **(kwargs or {}))
+    return call(read_part(source, getattr(call, "reads", None), present=True), *args, **(kwargs or {}))
 
 
 def _pick_part(source: Any, *, pick: Callable[..., pd.DataFrame] | None, columns: Sequence[str] | None,
                args: tuple, kwargs: dict) -> pd.DataFrame:
-    return _pick(pick, columns, args, kwargs, read_part(source, None if columns is None else list(columns)))
+    if columns is not None:
+        return _pick(pick, columns, args, kwargs, read_part(source, list(columns)))
+    return _pick(pick, columns, args, kwargs, read_part(source, getattr(pick, "reads", None), present=True))
 
 
 def _as_data(error: StageError) -> dict:
@@ -563,10 +565,11 @@ def give_back_memory() -> None:
     pa.default_memory_pool().release_unused()
 
 
-def read_part(path: Path | tuple[Path | Batches, ...], columns: Sequence[str] | None = None) -> pd.DataFrame:
+def read_part(path: Path | tuple[Path | Batches, ...], columns: Sequence[str] | None = None, *,
+              present: bool = False) -> pd.DataFrame:
     """A part written by :func:`write_part` (or a :class:`Router`'s pieces of one part: files, or some record
-    batches of files, put in source line order), with only ``columns`` and its index. What the part before it used
-    is given back first."""
+    batches of files, put in source line order), with only ``columns`` (``present``: those of them it has) and its
+    index. What the part before it used is given back first."""
     give_back_memory()
     pieces = (path,) if isinstance(path, Path) else tuple(path)
     batches = []
@@ -577,7 +580,7 @@ def read_part(path: Path | tuple[Path | Batches, ...], columns: Sequence[str] | 
             table = pa.Table.from_batches([reader.get_batch(i) for i in chosen], schema=reader.schema)
         if columns is not None:
             index = [c for c in (table.schema.pandas_metadata or {}).get("index_columns", []) if isinstance(c, str)]
-            table = table.select([*columns, *index])
+            table = table.select([*(c for c in columns if not present or c in table.column_names), *index])
         batches.append(table)
     table = batches[0] if len(batches) == 1 else pa.concat_tables(batches)
     frame = table.combine_chunks().to_pandas()

@@ -1,5 +1,6 @@
-"""Objects that every task of a run reads (ADMISSIONS' stays, the admission ranges), written once where the
-engine's parts are: a task carries the path, and each process reads the object once, not once per task."""
+"""What the work on a part needs besides the part: objects every task of a run reads (ADMISSIONS' stays, the
+admission ranges), written once where the engine's parts are (a task carries the path, and each process reads the
+object once, not once per task); and the columns a function of a part reads (:func:`reads`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import functools
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 @dataclass(frozen=True)
@@ -36,3 +37,14 @@ def value_of(value: Any) -> Any:
 def _read(path: Path) -> Any:
     with open(path, "rb") as handle:
         return pickle.load(handle)
+
+
+def reads(*columns: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declares the columns a function of a part's rows reads (a fit's partial result, a count, a pick): an engine
+    that keeps parts in files reads only those of them the part has, and its index. The function is unchanged."""
+
+    def declare(function: Callable[..., Any]) -> Callable[..., Any]:
+        function.reads = columns  # type: ignore[attr-defined]
+        return function
+
+    return declare

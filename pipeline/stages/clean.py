@@ -21,6 +21,7 @@ import pandas as pd
 from pipeline.findings import item_names
 from pipeline.options import Section, setting
 from pipeline.quarantine import Kept, set_aside
+from pipeline.shared import reads
 from schemas.clean import CleanAdmissions, CleanEvents, CleanLabItems
 from schemas.guard import guarded
 from schemas.raw import Admissions, LabEvents, LabItems
@@ -134,6 +135,7 @@ def _empty_rows(events: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     return empty, commented
 
 
+@reads("HADM_ID", "REJECT", "ITEMID", "VALUE", "VALUENUM", "COMMENTS")
 def count_kinds(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame) -> KindCounts:
     """The counts :class:`ItemKinds` is learned from, of ``labevents`` (all the rows, or those of some admissions)."""
     return _counts(inpatient_rows(labevents, admissions, labitems).frame)

@@ -15,6 +15,7 @@ import pandas as pd
 
 from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
 from pipeline.options import Section, setting
+from pipeline.shared import reads
 from schemas.encode import EncodedAdmissions, EncodedEvents, EncodedLabItems
 from schemas.guard import guarded
 from schemas.raw import ADMISSION_CATEGORICALS
@@ -126,6 +127,7 @@ def train_lab_values(events: pd.DataFrame) -> pd.DataFrame:
     return events.loc[chosen, ["HADM_ID", "ITEMID", "VALUE"]]
 
 
+@reads("SPLIT", "KIND", "VALUE", "HADM_ID", "ITEMID")
 def count_values(events: pd.DataFrame, *args: Any, **kwargs: Any) -> pd.DataFrame:
     """One part's share of the lab vocabularies (all the rows, or those of some admissions): per (ITEMID, VALUE)
     of :func:`train_lab_values`, N (rows) and ADMISSIONS (distinct training admissions). Parts cut by admission
@@ -274,11 +276,13 @@ def run(events: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, Context]:
     return encoded, replace(context, admissions=admissions, labitems=labitems)
 
 
+@reads("KIND", "VALUE", "CODE", "ITEMID")
 def zero_coded_rows(events: pd.DataFrame) -> pd.DataFrame:
     """ITEMID and VALUE of the rows :func:`unseen_lab_values` finds (categorical, a VALUE, code 0)."""
     return events.loc[unseen_lab_values(events).to_numpy(), ["ITEMID", "VALUE"]]
 
 
+@reads("SPLIT", "KIND", "VALUE", "HADM_ID", "ITEMID")
 def train_pairs(events: pd.DataFrame) -> pd.DataFrame:
     """The distinct (ITEMID, VALUE) pairs of :func:`train_lab_values` (each at its first row)."""
     return train_lab_values(events)[["ITEMID", "VALUE"]].drop_duplicates()

@@ -18,6 +18,7 @@ import pandas as pd
 from pipeline.findings import Finding, summary_finding
 from pipeline.options import Allowed, Section, require, setting, typed
 from pipeline.quarantine import Kept, set_aside
+from pipeline.shared import reads
 from schemas.errors import StageError
 from schemas.fill import TENSOR_COLUMNS, FilledEvents
 from schemas.guard import guarded
@@ -176,6 +177,7 @@ def _refuse_collision(events: pd.DataFrame, column: str, value: float | None) ->
     )
 
 
+@reads(*TENSOR_COLUMNS)
 def missing_counts(events: pd.DataFrame) -> pd.Series:
     """How many values of each tensor column are missing: what :func:`fill_findings` reports (counts of parts add
     up)."""

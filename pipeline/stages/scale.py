@@ -34,6 +34,7 @@ import pandas as pd
 
 from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
 from pipeline.options import POSITIVE, Section, require, setting, typed
+from pipeline.shared import reads
 from schemas.encode import EncodedEvents
 from schemas.errors import StageError
 from schemas.guard import guarded
@@ -291,6 +292,7 @@ def fit_from_rows(rows: pd.DataFrame, *, eps: float = 1e-12, clip_sigma: float =
                          constant_bound=constant_bound, policy=policy)
 
 
+@reads("SPLIT", "VALUENUM", "ITEMID", "FLAG")
 def fit_rows(events: pd.DataFrame, *args: Any, policy: Mapping[int, str] | None = None,
              **kwargs: Any) -> pd.DataFrame:
     """What the fit reads of ``events`` (all of them, or the rows of some admissions): the training rows that
@@ -570,6 +572,7 @@ def _cause(table: pd.DataFrame, item: int, min_rows: int) -> str:
             "relative to the spread of the abnormal values, which is real")
 
 
+@reads("VALUENUM", "ITEMID", "Z")
 def reported_rows(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float) -> pd.DataFrame:
     """The rows :func:`scale_findings` names (numeric items unseen in train, values of constant items other than
     their own, |z| above ``warn_bound``) and the columns it reads: its findings from these rows, in their order,

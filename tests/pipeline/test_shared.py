@@ -1,0 +1,42 @@
+"""pipeline/shared.py: objects every task reads, written once; the columns a part's function declares it reads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from pipeline.engine import PartsEngine
+from pipeline.shared import Shared, reads, share, value_of
+
+
+def test_a_shared_object_is_read_back_equal_and_once_per_process(tmp_path):
+    stays = pd.DataFrame({"SUBJECT_ID": [1, 2]}, index=pd.Index([10, 20], name="HADM_ID"))
+    handed = share(stays, tmp_path / "stays.pickle")
+    assert isinstance(handed, Shared) and handed.path.exists()
+    first = value_of(handed)
+    pd.testing.assert_frame_equal(first, stays)
+    assert value_of(handed) is first  # read once, then the same object
+    assert value_of(stays) is stays  # an object handed as itself is itself
+
+
+def test_a_part_function_reads_only_the_columns_it_declares(tmp_path):
+    frame = pd.DataFrame({"HADM_ID": np.repeat([1, 2, 3], 4), "VALUENUM": np.arange(12.0),
+                          "VALUE": pd.Series(list("abcdefghijkl"), dtype="str")}, index=pd.RangeIndex(2, 14))
+    engine = PartsEngine(tmp_path, partitions=3)
+    stored = engine.partition(frame)
+    seen: list[tuple[str, ...]] = []
+
+    @reads("VALUENUM", "COMMENTS")  # COMMENTS is optional: a part without it is read without it
+    def total_value(part: pd.DataFrame) -> float:
+        seen.append(tuple(part.columns))
+        return float(part["VALUENUM"].sum())
+
+    assert engine.total(total_value, stored) == frame["VALUENUM"].sum()
+    assert set(seen) == {("VALUENUM",)}
+
+    @reads("HADM_ID", "VALUENUM")
+    def late_rows(part: pd.DataFrame) -> pd.DataFrame:
+        return part[part["VALUENUM"] > 8]
+
+    picked = engine.rows(stored, late_rows)
+    pd.testing.assert_frame_equal(picked, frame.loc[frame["VALUENUM"] > 8, ["HADM_ID", "VALUENUM"]])
