@@ -54,7 +54,7 @@ from pipeline.parse import PartCheck, check_part
 from pipeline.shared import Shared, share, value_of
 from pipeline.quarantine import LINE_RANGE, Kept, Step, empty_quarantine
 from schemas.errors import StageError
-from schemas.guard import vouch
+from schemas.guard import trusted_chain, vouch
 from schemas.split import SPLITS, split_codes
 
 if TYPE_CHECKING:
@@ -338,10 +338,13 @@ class _PartDone:
 
 def _each_part(paths: tuple[Any, Path], *, stage: Callable[..., Any], args: tuple, kwargs: dict,
                schema: type | None) -> _PartDone:
-    """``stage`` on the part at ``paths[0]`` (vouched for with ``schema``), its rows written to ``paths[1]``."""
+    """``stage`` on the part at ``paths[0]`` (vouched for with ``schema``), its rows written to ``paths[1]``. A
+    chain of stages here too (in a worker process as in this one): the part passed ``schema`` as the stage before's
+    output, so this stage's input guard need not validate it again."""
     source, target = paths
     try:
-        done = stage(vouch(read_part(source), schema), *args, **kwargs)
+        with trusted_chain():
+            done = stage(vouch(read_part(source), schema), *args, **kwargs)
     except StageError as error:
         return _PartDone(error=_as_data(error))
     kept = isinstance(done, Kept)

@@ -293,3 +293,31 @@ def test_a_killed_runs_parts_folder_is_removed_by_the_next_run(tmp_path):
         assert (engine.folder / OWNER).read_text() == str(os.getpid())
         assert not orphan.exists() and live.exists() and unknown.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, unknown.name]
+
+
+def test_a_part_vouched_for_is_not_validated_again_by_the_next_stage_in_a_worker(tmp_path):
+    """``_each_part`` as a worker process runs it (no flow around it): a part that passed the stage before's guard
+    (``schema``) is not validated again as the next stage's input; a part not vouched for is."""
+    import pandera.pandas as pa
+
+    from pipeline.engine import _each_part, write_part
+    from schemas.guard import guarded
+
+    validated = []
+
+    class Counted(pa.DataFrameModel):
+        @pa.dataframe_check
+        def counted(cls, frame: pd.DataFrame) -> bool:
+            validated.append(len(frame))
+            return True
+
+    @guarded(stage="scale", takes=Counted)
+    def halve(part: pd.DataFrame) -> pd.DataFrame:
+        return part.assign(VALUENUM=part["VALUENUM"] / 2)
+
+    source = tmp_path / "part.arrow"
+    write_part(_frame(), source)
+    done = _each_part((source, tmp_path / "vouched.arrow"), stage=halve, args=(), kwargs={}, schema=Counted)
+    assert done.rows == len(_frame()) and validated == []
+    _each_part((source, tmp_path / "not.arrow"), stage=halve, args=(), kwargs={}, schema=None)
+    assert validated == [len(_frame())]
