@@ -51,7 +51,8 @@ import pandas as pd
 import pyarrow as pa
 
 from pipeline.parse import PartCheck, check_part
-from pipeline.shared import Shared, share, value_of
+from pipeline.plan import Call
+from pipeline.shared import Shared, share, shared_frames, value_of
 from pipeline.quarantine import LINE_RANGE, Kept, Step, empty_quarantine
 from schemas.errors import StageError
 from schemas.guard import trusted_chain, vouch
@@ -79,8 +80,8 @@ class Engine(Protocol):
     def blocks(self, function: Callable[..., Any], blocks: Iterable[pd.DataFrame], **kwargs: Any) -> Iterator[Any]:
         """``function(block, **kwargs)`` of each block as it comes (a table read block by block), in order."""
 
-    def share(self, value: Any) -> Any:
-        """``value`` as a task takes it: itself, or (an engine with other processes) a :class:`Shared` copy."""
+    def share(self, value: pd.DataFrame | pd.Series) -> Any:
+        """A frame as a task takes it: itself, or (an engine with other processes) a :class:`Shared` copy."""
 
     def partition(self, events: pd.DataFrame, splits: pd.DataFrame | None = None) -> Events:
         """``events`` ready for per-admission stages (``splits``: HADM_ID and SPLIT, when the rows have no SPLIT)."""
@@ -91,6 +92,11 @@ class Engine(Protocol):
 
     def each(self, stage: Callable[..., Any], events: Events, *args: Any, **kwargs: Any) -> Any:
         """``stage(events, *args, **kwargs)``: its frame, or its :class:`Kept` with the whole quarantine and steps."""
+
+    def chain(self, events: Events, links: Sequence[Link], fits: Sequence[tuple[Fit, tuple, dict]] = ()) -> Chained:
+        """Each link's counts, calls and picks, link after link, on all the rows (in one go on each part): what
+        each stage made of them (a stage whose call raises :class:`StageError` ends the chain, with the whole
+        table's error), the last link's rows, and the states ``fits`` learn from them."""
 
     def rows(self, events: Events, pick: Callable[..., pd.DataFrame] | None = None, *args: Any,
              columns: Sequence[str] | None = None, **kwargs: Any) -> pd.DataFrame:
@@ -107,6 +113,39 @@ class Engine(Protocol):
 
     def release(self, events: Events) -> None:
         """``events`` will not be read again: what holds them may go."""
+
+
+@dataclass(frozen=True)
+class Link:
+    """One stage's work on a part, in a chain (:meth:`Engine.chain`): counts of its input, its calls in order, and
+    picks of its output (``pipeline.plan.Call``s)."""
+
+    calls: tuple[Call, ...]
+    counts: tuple[Call, ...] = ()
+    picks: tuple[Call, ...] = ()
+
+
+@dataclass(frozen=True)
+class Linked:
+    """What one link made of all the rows: its counts (added up over parts), each call's :class:`Kept` (the whole
+    quarantine and steps; None for a call that gives a frame), its picks (in row order), the rows it handed on; or
+    the whole table's error of the call that failed (the calls before it are in ``kept``)."""
+
+    counts: tuple[Any, ...] = ()
+    kept: tuple[Kept | None, ...] = ()
+    picks: tuple[pd.DataFrame, ...] = ()
+    rows: int = 0
+    error: StageError | None = None
+
+
+@dataclass(frozen=True)
+class Chained:
+    """What a chain made: per link its :class:`Linked` (up to the one that failed), the last link's rows (None when
+    one failed) and the fitted states."""
+
+    links: tuple[Linked, ...]
+    events: Any = None
+    fitted: tuple[Any, ...] = ()
 
 
 class PandasEngine:
@@ -129,6 +168,17 @@ class PandasEngine:
 
     def each(self, stage: Callable[..., Any], events: pd.DataFrame, *args: Any, **kwargs: Any) -> Any:
         return stage(events, *args, **kwargs)
+
+    def chain(self, events: pd.DataFrame, links: Sequence[Link], fits: Sequence[tuple[Fit, tuple, dict]] = ()
+              ) -> Chained:
+        done, frame = [], events
+        for link in links:
+            linked, frame = _link(link, frame)
+            done.append(linked)
+            if linked.error is not None:
+                return Chained(links=tuple(done))
+        return Chained(links=tuple(done), events=frame,
+                       fitted=tuple(fit.whole(frame, *args, **kwargs) for fit, args, kwargs in fits))
 
     def rows(self, events: pd.DataFrame, pick: Callable[..., pd.DataFrame] | None = None, *args: Any,
              columns: Sequence[str] | None = None, **kwargs: Any) -> pd.DataFrame:
@@ -200,9 +250,9 @@ class PartsEngine:
         worker processes while this one reads the next blocks)."""
         return self._map(function, blocks, **kwargs)
 
-    def share(self, value: Any) -> Shared:
-        """``value`` written once into the parts folder: tasks carry its path, each process reads it once."""
-        return share(value, self._path().with_suffix(".pickle"))
+    def share(self, value: pd.DataFrame | pd.Series) -> Shared:
+        """A frame written once into the parts folder: tasks carry its path, each process reads it once."""
+        return share(value, self._path())
 
     def partition(self, events: pd.DataFrame | Stored, splits: pd.DataFrame | None = None) -> Stored:
         if isinstance(events, Stored):  # routed into parts as its blocks were read
@@ -260,6 +310,87 @@ class PartsEngine:
         parts = Stored(paths=tuple(targets), lengths=tuple(lengths), order=events.order, columns=columns,
                        schema=getattr(stage, "gives", None))
         return Kept(frame=parts, quarantine=records.finish(), steps=add_steps(steps)) if kept else parts
+
+    def chain(self, events: Stored, links: Sequence[Link], fits: Sequence[tuple[Fit, tuple, dict]] = ()) -> Chained:
+        """The links on every part, each part in one go (one read, one write: in a worker process or on a cluster's
+        worker): the calls' quarantine records go to line-range files as the parts give them, their steps, counts
+        and the fits' partial results add up, the picks are put in row order. A call that fails on any part is run
+        again here on all its input rows (the links before it redone part by part), so the error is the whole
+        table's, as the pandas engine reports it."""
+        if not isinstance(events, Stored):
+            return PANDAS.chain(events, links, fits)
+        targets = [self._path() for _ in events.paths]
+        # Frames among the calls' arguments (ADMISSIONS, the split) go into the parts folder once, not into every task.
+        work = (tuple(Link(*(tuple(self._shared(call) for call in calls) for calls in (link.calls, link.counts,
+                                                                                            link.picks)))
+                      for link in links),
+                tuple(self._shared(Call(fit.partial, args, kwargs)) for fit, args, kwargs in fits))
+        records = [[LineFiles(self) for _ in link.calls] for link in links]
+        steps: list[list[list]] = [[[] for _ in link.calls] for link in links]
+        kept = [[False] * len(link.calls) for link in links]
+        counts: list[list[Any]] = [[None] * len(link.counts) for link in links]
+        picks: list[list[list[pd.DataFrame]]] = [[[] for _ in link.picks] for link in links]
+        rows = [0] * len(links)
+        partials: list[list[Any]] = [[] for _ in fits]
+        lengths, columns, failed = [], (), None
+        for done in self._map(_chain_part, list(zip(events.paths, targets)), work=work, schema=events.schema):
+            for n, part in enumerate(done.links):
+                for k, count in enumerate(part.counts):
+                    counts[n][k] = count if counts[n][k] is None else counts[n][k] + count
+                for k, call in enumerate(part.kept):
+                    if call is not None:
+                        kept[n][k] = True
+                        records[n][k].add(call[0])
+                        steps[n][k].append(call[1])
+                for k, picked in enumerate(part.picks):
+                    picks[n][k].append(picked)
+                rows[n] += part.rows
+            if done.error is not None:
+                failed = min(failed or done.error, done.error, key=lambda e: (e[0], e[1]))
+                continue
+            lengths.append(done.rows)
+            columns = done.columns
+            for f, partial in enumerate(done.partials):
+                partials[f].append(partial)
+                if len(partials[f]) > COMBINE_EVERY:
+                    partials[f] = [fits[f][0].combine(partials[f])]
+        ended = len(links) if failed is None else failed[0] + 1
+        quarantines = [[files.finish() for files in link] for link in records]  # every writer closed
+        linked = []
+        for n in range(ended):
+            calls = len(links[n].calls) if n < ended - 1 or failed is None else failed[1]
+            linked.append(Linked(
+                counts=tuple(counts[n]),
+                kept=tuple(Kept(frame=None, quarantine=quarantines[n][k], steps=add_steps(steps[n][k]))
+                           if kept[n][k] else None for k in range(calls)),
+                picks=tuple(in_row_order(frames, events.order) for frames in picks[n]) if n < ended - 1 or
+                failed is None else (),
+                rows=rows[n]))
+        if failed is not None:
+            self.release(replace(events, paths=tuple(targets)))
+            linked[-1] = replace(linked[-1], error=self._whole_error(events, links, failed))
+            return Chained(links=tuple(linked))
+        gives = getattr(links[-1].calls[-1].function, "gives", None) if links and links[-1].calls else events.schema
+        out = Stored(paths=tuple(targets), lengths=tuple(lengths), order=events.order, columns=columns, schema=gives)
+        return Chained(links=tuple(linked), events=out,
+                       fitted=tuple(fit.finish(fit.combine(partial), *args, **kwargs)
+                                    for (fit, args, kwargs), partial in zip(fits, partials)))
+
+    def _shared(self, call: Call) -> Call:
+        return Call(call.function, shared_frames(call.args, self.share),
+                    dict(zip(call.kwargs, shared_frames(tuple(call.kwargs.values()), self.share))))
+
+    def _whole_error(self, events: Stored, links: Sequence[Link], failed: tuple[int, int, dict]) -> StageError:
+        """The error of call ``failed[1]`` of link ``failed[0]`` on all its input rows, gathered in row order (the
+        error one part gave, if the whole raises none: a call that fails on a part but not on all the rows)."""
+        link, call, error = failed
+        before = [Link(calls=links[n].calls) for n in range(link)] + [Link(calls=links[link].calls[:call])]
+        frames = [PANDAS.chain(read_part(path), before).events for path in events.paths]
+        try:
+            links[link].calls[call](in_row_order(frames, events.order))
+        except StageError as whole:
+            return whole
+        return StageError(**error)
 
     def rows(self, events: Stored | pd.DataFrame, pick: Callable[..., pd.DataFrame] | None = None, *args: Any,
              columns: Sequence[str] | None = None, **kwargs: Any) -> pd.DataFrame:
@@ -334,6 +465,62 @@ class _PartDone:
     quarantine: pd.DataFrame | None = None
     steps: tuple[Step, ...] = ()
     error: dict | None = None
+
+
+@dataclass(frozen=True)
+class _LinkDone:
+    """What one link made of one part, as data: counts, each call's (quarantine, steps) or None, picks, rows."""
+
+    counts: tuple[Any, ...] = ()
+    kept: tuple[tuple[pd.DataFrame, tuple[Step, ...]] | None, ...] = ()
+    picks: tuple[pd.DataFrame, ...] = ()
+    rows: int = 0
+
+
+@dataclass(frozen=True)
+class _ChainDone:
+    """What a chain made of one part: per link its :class:`_LinkDone`; the rows written, or (link, call, error)."""
+
+    links: tuple[_LinkDone, ...] = ()
+    rows: int = 0
+    columns: tuple[str, ...] = ()
+    partials: tuple[Any, ...] = ()
+    error: tuple[int, int, dict] | None = None
+
+
+def _link(link: Link, frame: pd.DataFrame) -> tuple[Linked, pd.DataFrame]:
+    """One link on ``frame``: what it made, and the rows it hands on (on an error, the rows before the call)."""
+    counts = tuple(count(frame) for count in link.counts)
+    kept: list[Kept | None] = []
+    for call in link.calls:
+        try:
+            done = call(frame)
+        except StageError as error:
+            return Linked(counts=counts, kept=tuple(kept), error=error), frame
+        kept.append(done if isinstance(done, Kept) else None)
+        frame = done.frame if isinstance(done, Kept) else done
+    return Linked(counts=counts, kept=tuple(kept), picks=tuple(pick(frame) for pick in link.picks),
+                  rows=len(frame)), frame
+
+
+def _chain_part(paths: tuple[Any, Path], *, work: Any, schema: type | None) -> _ChainDone:
+    """The links (and the fits' partial results, of the last link's rows) on the part at ``paths[0]``, vouched
+    for with ``schema``; the rows written to ``paths[1]``. Each call's output goes straight to the next call (a
+    trusted chain: its guard passed it already)."""
+    links, partials = work
+    source, target = paths
+    done = []
+    with trusted_chain():
+        frame = vouch(read_part(source), schema)
+        for n, link in enumerate(links):
+            linked, frame = _link(link, frame)
+            done.append(_LinkDone(counts=linked.counts, picks=linked.picks, rows=linked.rows,
+                                  kept=tuple(None if k is None else (k.quarantine, k.steps) for k in linked.kept)))
+            if linked.error is not None:
+                return _ChainDone(links=tuple(done), error=(n, len(linked.kept), _as_data(linked.error)))
+        fitted = tuple(partial(frame) for partial in partials)
+    write_part(frame, target)
+    return _ChainDone(links=tuple(done), rows=len(frame), columns=tuple(frame.columns), partials=fitted)
 
 
 def _each_part(paths: tuple[Any, Path], *, stage: Callable[..., Any], args: tuple, kwargs: dict,

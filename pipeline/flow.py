@@ -1,7 +1,8 @@
 """A run of badpoints: read and check the raw tables, then the declared stages in order.
 
 load -> raw -> the stages of :data:`pipeline.stages.STAGES` (clean, split, encode, scale, fill,
-bucket, dedup) -> graph (``build`` only). :func:`prepare` is a loop over the declaration.
+bucket, dedup) -> graph (``build`` only). :func:`prepare` is a loop over the declaration: each stage's fit, then
+its plan; the stages up to the next fit that must read their rows work on the rows in one pass of the engine.
 A stage that raises :class:`StageError` stops the stages after it (their input
 would be corrupt); everything found until then is reported.
 """
@@ -16,7 +17,9 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from pipeline.stages import BUILT, PREPARE, REASONS, STAGE_ORDER, STAGES, Context, Ledger
+from pipeline.plan import Outcome, Plan
+from pipeline.stages import (BUILT, PREPARE, REASONS, STAGE_ORDER, STAGES, Context, Ledger, fits_ahead,
+                             stage_pass)
 from pipeline.stages.dedup import SHORT
 from pipeline.stages.split import known_splits
 from pipeline.stages.encode import Vocabularies
@@ -27,10 +30,10 @@ from pipeline.config import Config
 from pipeline.cache import Cache
 from pipeline.cache import key_of as cache_key
 from pipeline.load import TABLES, file_sha256, locate_tables, read_blocks
-from pipeline.engine import PANDAS, Engine, frames
+from pipeline.engine import PANDAS, Chained, Engine, Link, Linked, frames
 from pipeline.parse import (LabRelations, RawResult, RawTables, check_blocks, check_relations, check_stream,
                             keyed_admissions)
-from pipeline.progress import NO_PROGRESS, Progress
+from pipeline.progress import NO_PROGRESS, Progress, pass_step
 from pipeline.quarantine import Quarantine, Step
 from pipeline.report import (Finding, InputFile, Report, finding_from_error, finding_from_mask, format_items,
                              summary_finding)
@@ -276,37 +279,83 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: Vocabularies | N
     engine = engine or PANDAS
     ledger = Ledger(warn_removed_fraction=config.filters.warn_removed_fraction,
                     error_removed_fraction=config.filters.error_removed_fraction)
-    context = Context(tables=tables, engine=engine, ledger=ledger, max_lines=config.report.max_lines,
-                      fitted=_given(vocabularies, stats))
+    given = _given(vocabularies, stats)
+    context = Context(tables=tables, engine=engine, ledger=ledger, max_lines=config.report.max_lines, fitted=given)
     events, state, parts = tables.labevents, {"read": len(tables.labevents)}, False
     splitting = dict(train=config.split.train, val=config.split.val, test=config.split.test, seed=config.split.seed)
     with trusted_chain():  # each stage's output goes straight to the next: its guard ran already
         try:
-            for stage in PREPARE:
-                progress.step(stage.name, rows=len(events))
-                if stage.by_admission and not parts:  # by admission: every stage from here on is per row or admission
+            start = 0
+            while start < len(PREPARE):
+                if PREPARE[start].by_admission and not parts:  # every stage from here on is per row or admission
                     events, parts = engine.partition(events, known_splits(tables.admissions, **splitting)), True
-                context = replace(context, options=getattr(config, stage.section) if stage.section else None)
-                if stage.fit is not None and stage.name not in context.fitted:
-                    rows, args, kwargs = stage.fit.inputs(events, context)
-                    context = replace(context, fitted={**context.fitted,
-                                                       stage.name: engine.fit(stage.fit, rows, *args, **kwargs)})
-                taken = events
-                events, context = stage.run(events, context)
-                if taken is not tables.labevents and taken is not events:
-                    engine.release(taken)  # each stage's rows are read by the next stage only
+                segment = stage_pass(start, lambda stage: _options(stage, config), context.fitted)
+                progress.step(pass_step(segment), rows=len(events))
+                plans, stopped = [], None
+                for stage in segment:  # each stage's fit, then its plan, made here before any part is worked on
+                    context = replace(context, options=_options(stage, config))
+                    if stage.fit is not None and stage.name not in context.fitted:
+                        rows, args, kwargs = stage.fit.inputs(events, context)
+                        context = replace(context, fitted={**context.fitted,
+                                                           stage.name: engine.fit(stage.fit, rows, *args, **kwargs)})
+                    try:
+                        plans.append(stage.plan(context))
+                    except StageError as error:
+                        stopped = error
+                        break
+                    context = plans[-1].context
+                ahead = [] if stopped else [
+                    (stage.name, (stage.fit, *stage.fit.inputs(None, replace(context, options=_options(stage, config)))[1:]))
+                    for stage in fits_ahead(start + len(segment), lambda stage: _options(stage, config), context.fitted)]
+                chained = engine.chain(events, [Link(calls=p.calls, counts=p.counts, picks=p.picks) for p in plans],
+                                       [fit for _, fit in ahead]) if plans else Chained(links=())
+                for plan, linked in zip(plans, chained.links):  # reported stage by stage, as they ran
+                    _take(plan, linked, ledger)
+                if stopped is not None:
+                    raise stopped
+                context = replace(context, fitted={**context.fitted,
+                                                   **{name: fitted for (name, _), fitted in zip(ahead, chained.fitted)}})
+                if events is not tables.labevents:
+                    engine.release(events)  # each pass's rows are read by the next pass only
+                events, start = chained.events, start + len(segment)
             state["edges"] = engine.result(events)
         except StageError as error:
             ledger.findings.append(finding_from_error(error))
             state["stopped_at"] = error.stage
+    stopped_at = state.get("stopped_at")  # states fitted ahead for stages that never ran are not theirs to keep
+    fitted = {name: fitted for name, fitted in context.fitted.items()
+              if stopped_at is None or name in given or STAGE_ORDER[name] <= STAGE_ORDER[stopped_at]}
     prepared = Prepared(admissions=context.admissions, labitems=context.labitems, splits=context.splits,
-                        fitted=dict(context.fitted), quarantine=Quarantine(tuple(ledger.quarantines)), steps=tuple(ledger.steps),
+                        fitted=fitted, quarantine=Quarantine(tuple(ledger.quarantines)), steps=tuple(ledger.steps),
                         **state)
     if prepared.edges is not None:
         prepared = Prepared(**{**prepared.__dict__, "fates": admission_fates(tables, prepared, engine=engine)})
     findings = (ledger.findings + _quarantine_findings(prepared.quarantine, config, names=ledger.names)
                 + _admission_findings(prepared, config) + [_attrition(prepared)])
     return Prepared(**{**prepared.__dict__, "findings": tuple(findings)})
+
+
+def _options(stage: Any, config: Config) -> Any:
+    """The config section a stage is handed as ``context.options``."""
+    return getattr(config, stage.section) if stage.section else None
+
+
+def _take(plan: Plan, linked: Linked, ledger: Ledger) -> None:
+    """What a stage made, into the ledger in the order its plan says (a step or call that failed raises)."""
+    ledger.findings.extend(plan.before)
+    for kept in plan.taken:
+        ledger.take(kept)
+    outcome = Outcome(counts=linked.counts, picks=linked.picks, rows=linked.rows,
+                      steps=tuple(step for kept in linked.kept if kept is not None for step in kept.steps))
+    if plan.counted is not None:
+        ledger.findings.extend(plan.counted(outcome))
+    for kept in linked.kept:
+        if kept is not None:
+            ledger.take(kept)
+    if linked.error is not None:
+        raise linked.error
+    if plan.report is not None:
+        ledger.findings.extend(plan.report(outcome))
 
 
 def _given(*states: Any) -> dict[str, Any]:

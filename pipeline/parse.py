@@ -140,9 +140,10 @@ def check_stream(
     comes back. The result's table is the parts; its ``related``, the relations' failures, for
     :func:`check_relations`."""
     keep = max(max_lines, CLASS_SAMPLE)  # as many failing lines as a finding lists or classifies by value
-    share = getattr(engine, "share", lambda value: value)
+    if engine is not None:  # ADMISSIONS' stays and the items reach each process once, as files
+        relations = relations.shared(engine.share)
     checked = (map if engine is None else engine.blocks)(
-        functools.partial(check_and_route, relations=share(relations), route=router.route,
+        functools.partial(check_and_route, relations=relations, route=router.route,
                           valuenum_abs_bound=valuenum_abs_bound, severity=dict(severity or {}), keep=keep), blocks)
     related = []
 
@@ -163,9 +164,9 @@ def check_and_route(block: pd.DataFrame, *, relations: Any, route: Callable[[pd.
                     ) -> tuple[Any, PartCheck, pd.DataFrame]:
     """One LABEVENTS block checked, related to ADMISSIONS and D_LABITEMS, guarded and written by ``route``: what
     was written, the block's check (its first ``keep`` failing lines per check, and their count) and its relations'
-    failures. ``relations`` may be a ``pipeline.engine.Shared`` copy (a task of a worker process)."""
+    failures."""
     part = check_part("LABEVENTS", block, valuenum_abs_bound=valuenum_abs_bound, severity=severity)
-    typed, failures = value_of(relations).check(part.typed, _rejects(severity))
+    typed, failures = relations.check(part.typed, _rejects(severity))
     routed = route(_guard(typed, LabEvents))
     return routed, replace(part, typed=typed.iloc[:0].copy()).capped(keep), failures
 
@@ -489,8 +490,8 @@ class LabRelations:
     """What LABEVENTS rows are checked against: D_LABITEMS' items and each admission's stay. Every check is per
     row, so any block of rows is checked alone and the blocks' failures add up to the whole table's."""
 
-    items: pd.Series | None  # D_LABITEMS' ITEMIDs (None: the table could not be read)
-    stays: pd.DataFrame | None  # per HADM_ID (its first ADMISSIONS row): SUBJECT_ID, ADMITTIME, DISCHTIME
+    items: Any  # D_LABITEMS' ITEMIDs (None: the table could not be read), or a Shared copy of them
+    stays: Any  # per HADM_ID (its first ADMISSIONS row): SUBJECT_ID, ADMITTIME, DISCHTIME (or a Shared copy)
     tolerance: pd.Timedelta
 
     @classmethod
@@ -502,13 +503,19 @@ class LabRelations:
         return cls(items=None if labitems is None else labitems["ITEMID"].dropna(), stays=stays,
                    tolerance=pd.Timedelta(hours=stay_tolerance_hours))
 
+    def shared(self, put: Callable[[Any], Any]) -> "LabRelations":
+        """These relations with their frames handed as ``put`` makes them (an engine's ``share``: files that each
+        process reads once)."""
+        return replace(self, items=None if self.items is None else put(self.items),
+                       stays=None if self.stays is None else put(self.stays))
+
     def check(self, labevents: pd.DataFrame, rejects) -> tuple[pd.DataFrame, pd.DataFrame]:
         """``labevents`` with REJECT set by the first failing relation that rejects, and every failing
         (relation: its place in :data:`LAB_RELATIONS`, line)."""
         failed: dict[int, pd.Series] = {}
-        if self.items is not None:
-            failed[0] = labevents["ITEMID"].notna() & ~labevents["ITEMID"].isin(self.items)
-        stays = self.stays
+        items, stays = value_of(self.items), value_of(self.stays)
+        if items is not None:
+            failed[0] = labevents["ITEMID"].notna() & ~labevents["ITEMID"].isin(items)
         if stays is not None:
             hadm = labevents["HADM_ID"]
             failed[1] = hadm.notna() & ~hadm.isin(stays.index)

@@ -9,11 +9,13 @@ stdout keeps only the report.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
-from pipeline.stages import BUILT, PREPARE
+from pipeline.config import load_config
+from pipeline.stages import BUILT, Stage, passes
 
 if TYPE_CHECKING:  # rich loads only when a terminal shows the bars
     from rich.console import Console
@@ -195,9 +197,19 @@ def progress_for(console: "Console", *, quiet: bool, steps: int, title: str) -> 
     return PlainProgress(console)
 
 
+def _section(config: Any, stage: Stage) -> Any:
+    return getattr(config, stage.section) if stage.section else None
+
+
+def pass_step(stages: Sequence[Stage]) -> str:
+    """The progress step of one pass over the rows: the stages it runs, ``clean+split``."""
+    return "+".join(step for stage in stages for step in stage.steps)
+
+
 VALIDATE_STEPS = tuple(f"{verb} {table}" for table in ("ADMISSIONS", "D_LABITEMS", "LABEVENTS")
                        for verb in ("read", "check")) + (
-    "relations", *(step for stage in PREPARE for step in stage.steps))
-"""The steps ``flow.validate`` reports, in order (the overall bar's length): the declared stages' among them."""
+    "relations", *(pass_step(stages) for stages in passes(functools.partial(_section, load_config()))))
+"""The steps ``flow.validate`` reports with the default config, in order (the overall bar's length): the declared
+stages' passes among them."""
 BUILD_STEPS = VALIDATE_STEPS + tuple(step for stage in BUILT for step in stage.steps) + ("report", "write")
 """The steps ``flow.build`` reports."""

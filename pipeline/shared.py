@@ -1,42 +1,57 @@
-"""What the work on a part needs besides the part: objects every task of a run reads (ADMISSIONS' stays, the
-admission ranges), written once where the engine's parts are (a task carries the path, and each process reads the
-object once, not once per task); and the columns a function of a part reads (:func:`reads`)."""
+"""What the work on a part needs besides the part: frames every task of a run reads (ADMISSIONS' stays, the
+admission ranges, the split), written once where the engine's parts are as Arrow files (a task carries the path,
+and each process reads a frame once, not once per task); and the columns a function of a part reads
+(:func:`reads`)."""
 
 from __future__ import annotations
 
 import functools
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import pandas as pd
+import pyarrow as pa
+
 
 @dataclass(frozen=True)
 class Shared:
-    """An object written by :func:`share` into a folder every process of the run sees."""
+    """A frame (or series) written by :func:`share` into a folder every process of the run sees."""
 
     path: Path
+    series: str | None = None  # the name of the series it was, when it was one (``""``: a series without a name)
 
-    def get(self) -> Any:
-        return _read(self.path)
+    def get(self) -> pd.DataFrame | pd.Series:
+        frame = _read(self.path)
+        if self.series is None:
+            return frame
+        return frame.iloc[:, 0].rename(self.series or None)
 
 
-def share(value: Any, path: Path) -> Shared:
-    """``value`` pickled at ``path``, for tasks to carry as a :class:`Shared`."""
-    with open(path, "wb") as handle:
-        pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
-    return Shared(path)
+def share(value: pd.DataFrame | pd.Series, path: Path) -> Shared:
+    """``value`` written as an Arrow file at ``path`` (its dtypes and index kept), for tasks to carry."""
+    series = isinstance(value, pd.Series)
+    frame = value.to_frame(name="values") if series else value
+    table = pa.Table.from_pandas(frame, preserve_index=True)
+    with pa.ipc.new_file(path, table.schema) as writer:
+        writer.write_table(table)
+    return Shared(path, series=(value.name or "") if series else None)
 
 
 def value_of(value: Any) -> Any:
-    """What a task was handed: the object itself, or the one a :class:`Shared` names."""
+    """What a task was handed: the object itself, or the frame a :class:`Shared` names."""
     return value.get() if isinstance(value, Shared) else value
 
 
-@functools.lru_cache(maxsize=4)
-def _read(path: Path) -> Any:
-    with open(path, "rb") as handle:
-        return pickle.load(handle)
+def shared_frames(values: tuple, put: Callable[[Any], Any]) -> tuple:
+    """``values`` with each frame or series among them replaced by ``put(it)`` (an engine's ``share``)."""
+    return tuple(put(v) if isinstance(v, (pd.DataFrame, pd.Series)) else v for v in values)
+
+
+@functools.lru_cache(maxsize=8)
+def _read(path: Path) -> pd.DataFrame:
+    with pa.OSFile(str(path)) as source:
+        return pa.ipc.open_file(source).read_all().to_pandas()
 
 
 def reads(*columns: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

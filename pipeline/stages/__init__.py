@@ -3,23 +3,26 @@
 :data:`STAGES` is the one list: ``flow.prepare`` loops over it, and the report's stage order,
 the HTML colours, the progress steps, the quarantine reasons' checks and the tests derive from it.
 Each stage is a module of this package: typed, guarded functions (``clean_events``, ``apply_zscore``,
-...) and one uniform entry, ``run(events, context)``, that calls them with keyword-only options
-from its config section and gives the next stage its rows and an updated :class:`Context`.
-A stage that learns state on the training split declares its :class:`Fit`; the engine decides
-where the fit runs (whole, or in mergeable passes over parts), never what it computes.
+...) and one uniform entry, ``plan(context)``, that says what the stage does to the lab rows as data (a
+:class:`Plan`: the guarded functions it calls on each part of the rows with keyword-only options from its config
+section, the small results it reads from them, the findings it makes of those) and gives the next stage an updated
+:class:`Context`. A stage that learns state on the training split declares its :class:`Fit`. The engine decides
+where the calls and the fits run, never what they compute: consecutive stages with no fit between them run on a
+part in one go (``flow.prepare``), and a fit's partial results are read on the way.
 
-Adding a stage: its module here (with ``run``), its schema in ``schemas/``, one :class:`Stage`
+Adding a stage: its module here (with ``plan``), its schema in ``schemas/``, one :class:`Stage`
 below, and its tests in ``tests/pipeline/stages/``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping
 
 import pandas as pd
 
 from pipeline.findings import Finding, summary_finding
+from pipeline.plan import Call, Outcome, Plan
 from pipeline.quarantine import Kept, Step
 from pipeline.stages import bucket, clean, dedup, encode, fill, graph, scale, split
 from schemas.bucket import BucketedEvents
@@ -61,6 +64,11 @@ class Fit:
     ``partial``); or ``parts`` runs passes over the parts itself (the z-score fit's centred sums). ``inputs(events, context)`` says what the fit reads: the rows
     (or the columns it needs of them), its arguments and its options. The state is a frozen dataclass,
     saved in ``stats.json`` under ``saved_as``.
+
+    ``rows(options)``: whether it reads any row with these options (fill's constants read none: it is fitted
+    without waiting for the rows). ``early``: its arguments are its options alone, so a mergeable fit may read the
+    rows of an earlier stage when the stages between keep every row and write none of the columns its partial
+    reads (the z-score fit reads split's rows, before encode writes CODE).
     """
 
     whole: Callable[..., Any]
@@ -71,20 +79,27 @@ class Fit:
     partial: Callable[..., Any] | None = None
     combine: Callable[[list], Any] | None = None
     finish: Callable[..., Any] | None = None
+    rows: Callable[[Any], bool] | None = None
+    early: bool = False
+
+    def reads_rows(self, options: Any) -> bool:
+        return self.rows is None or self.rows(options)
 
 
 @dataclass(frozen=True)
 class Stage:
     """One stage: its name (in findings, quarantine records and steps), what it runs and reads, and how it shows.
 
-    ``run`` is None for a part of the order that is not a LABEVENTS stage of ``flow.prepare`` (reading, the
+    ``plan`` is None for a part of the order that is not a LABEVENTS stage of ``flow.prepare`` (reading, the
     raw checks, the graph build, the run as a whole). ``by_admission``: it works per row or per admission,
-    so an engine may run it on parts cut by admission.
+    so an engine may run it on parts cut by admission. ``filters``: it may drop rows; ``writes``: the columns its
+    calls add or change (None: any); both say which fits may read the rows before it (:attr:`Fit.early`), and the
+    tests hold each stage to them.
     """
 
     name: str
     colour: str  # in the HTML report
-    run: Callable[[Events, "Context"], tuple[Events, "Context"]] | None = None
+    plan: Callable[["Context"], Plan] | None = None
     options: Any = None  # the config section it declares (an ``Options`` of its module: name, keys, defaults)
     reads: str | None = None  # the section handed to it as ``context.options``, when not its own
     takes: type | None = None  # the schema of the LABEVENTS rows it takes and gives
@@ -92,6 +107,8 @@ class Stage:
     fit: Fit | None = None
     reasons: tuple[Reason, ...] = ()
     by_admission: bool = False
+    filters: bool = True
+    writes: tuple[str, ...] | None = None
     progress: tuple[str, ...] = ()  # the progress steps it shows (default: its name, when it runs)
 
     @property
@@ -101,7 +118,7 @@ class Stage:
 
     @property
     def steps(self) -> tuple[str, ...]:
-        return self.progress or ((self.name,) if self.run is not None else ())
+        return self.progress or ((self.name,) if self.plan is not None else ())
 
 
 class Ledger:
@@ -168,7 +185,7 @@ BEFORE = (
 )
 
 STAGES = (
-    Stage("clean", colour="#1f77b4", run=clean.run, options=clean.Options, takes=LabEvents, gives=CleanEvents,
+    Stage("clean", colour="#1f77b4", plan=clean.plan, options=clean.Options, takes=LabEvents, gives=CleanEvents,
           fit=Fit(whole=clean.fit_kinds, partial=clean.count_kinds, combine=clean.add_kind_counts,
                   finish=clean.kinds_from_counts, inputs=clean.fit_inputs, state=clean.ItemKinds,
                   saved_as="item_kinds"),
@@ -180,29 +197,30 @@ STAGES = (
                    Reason(clean.IN_COMMENTS, "result_in_comments", per_item=True),
                    Reason(clean.NO_RESULT, "no_result", per_item=True)),
           by_admission=True),
-    Stage("split", colour="#17becf", run=split.run, options=split.Options, takes=CleanEvents, gives=SplitEvents,
-          by_admission=True),
-    Stage("encode", colour="#9467bd", run=encode.run, options=encode.Options, takes=SplitEvents, gives=EncodedEvents,
+    Stage("split", colour="#17becf", plan=split.plan, options=split.Options, takes=CleanEvents, gives=SplitEvents,
+          by_admission=True, filters=False, writes=("SPLIT",)),
+    Stage("encode", colour="#9467bd", plan=encode.plan, options=encode.Options, takes=SplitEvents, gives=EncodedEvents,
           fit=Fit(whole=encode.fit_vocabularies, partial=encode.count_values, combine=encode.add_value_counts,
                   finish=encode.vocabularies_from_counts, inputs=encode.fit_inputs, state=encode.Vocabularies,
                   saved_as="vocabularies"),
-          by_admission=True),
-    Stage("scale", colour="#ff7f0e", run=scale.run, options=scale.Options, takes=EncodedEvents, gives=ScaledEvents,
+          by_admission=True, filters=False, writes=("CODE",)),
+    Stage("scale", colour="#ff7f0e", plan=scale.plan, options=scale.Options, takes=EncodedEvents, gives=ScaledEvents,
           fit=Fit(whole=scale.fit_zscore, partial=scale.fit_rows, combine=scale.add_fit_rows,
                   finish=scale.fit_from_rows, inputs=scale.fit_inputs,
-                  state=scale.ZScoreStats, saved_as="scale"),
-          by_admission=True),
-    Stage("fill", colour="#bcbd22", run=fill.run, options=fill.Options, takes=ScaledEvents, gives=FilledEvents,
-          fit=Fit(whole=fill.fit_fill, inputs=fill.fit_inputs, state=fill.FillValues, saved_as="fill"),
-          by_admission=True),
-    Stage("bucket", colour="#2ca02c", run=bucket.run, options=bucket.Options, takes=FilledEvents, gives=BucketedEvents,
+                  state=scale.ZScoreStats, saved_as="scale", early=True),
+          by_admission=True, filters=False, writes=("Z",)),
+    Stage("fill", colour="#bcbd22", plan=fill.plan, options=fill.Options, takes=ScaledEvents, gives=FilledEvents,
+          fit=Fit(whole=fill.fit_fill, inputs=fill.fit_inputs, state=fill.FillValues, saved_as="fill",
+                  rows=fill.fits_rows),
+          by_admission=True, writes=fill.TENSOR_COLUMNS),
+    Stage("bucket", colour="#2ca02c", plan=bucket.plan, options=bucket.Options, takes=FilledEvents, gives=BucketedEvents,
           reasons=(Reason(bucket.NO_ADMISSION, "quarantine_admission"),
                    Reason(bucket.BEFORE, "before_admission"),
                    Reason(bucket.AFTER_DISCHARGE, "after_discharge", per_admission=True),
                    Reason(bucket.BEYOND_STAY, "beyond_max_stay", per_admission=True),
                    Reason(bucket.BEYOND_MAX, "beyond_max_timestep", per_admission=True)),
           by_admission=True),
-    Stage("dedup", colour="#d62728", run=dedup.run, reads="graph", takes=BucketedEvents, gives=EdgeRows,
+    Stage("dedup", colour="#d62728", plan=dedup.plan, reads="graph", takes=BucketedEvents, gives=EdgeRows,
           reasons=(Reason(dedup.SHORT, "below_min_timesteps", per_admission=True),),
           by_admission=True),
     # Built by ``flow.build`` from the edge rows (pipeline/stages/graph.py: torch and PyG load only then).
@@ -217,14 +235,56 @@ ORDER = (*BEFORE, *STAGES, *AFTER)
 """Everything that reports findings, in the report's order."""
 STAGE_ORDER = {stage.name: n for n, stage in enumerate(ORDER)}
 COLOURS = {stage.name: stage.colour for stage in ORDER}
-PREPARE = tuple(stage for stage in STAGES if stage.run is not None)
+PREPARE = tuple(stage for stage in STAGES if stage.plan is not None)
 """The stages ``flow.prepare`` runs on LABEVENTS, in order."""
-BUILT = tuple(stage for stage in STAGES if stage.run is None)
+BUILT = tuple(stage for stage in STAGES if stage.plan is None)
 """The stages ``flow.build`` runs after them (the graphs and their guard)."""
 REASONS = {reason.text: reason for stage in STAGES for reason in stage.reasons}
 """Every declared quarantine reason, by its text."""
 OPTIONS = {stage.options.NAME: stage.options for stage in STAGES if stage.options is not None}
 """The config sections the stages declare, by name, in flow order."""
+
+
+def _waits_for_rows(stage: Stage, options: Callable[[Stage], Any], fitted: Collection[str]) -> bool:
+    """Whether a stage's fit must read the rows the stage before it gives: it is not fitted yet, and reads rows with
+    its options."""
+    return stage.fit is not None and stage.name not in fitted and stage.fit.reads_rows(options(stage))
+
+
+def stage_pass(start: int, options: Callable[[Stage], Any], fitted: Collection[str] = ()) -> tuple[Stage, ...]:
+    """The stages of :data:`PREPARE` from ``start`` that work on the rows in one pass: up to the next one whose fit
+    waits for its rows (``options(stage)``: its config section; ``fitted``: the stages whose state is known)."""
+    end = start + 1
+    while end < len(PREPARE) and not _waits_for_rows(PREPARE[end], options, fitted):
+        end += 1
+    return PREPARE[start:end]
+
+
+def fits_ahead(end: int, options: Callable[[Stage], Any], fitted: Collection[str] = ()) -> list[Stage]:
+    """The stages whose mergeable fits are read from the rows of the pass that ends before stage ``end``: that
+    stage's, and a later stage's :attr:`Fit.early` fit when the stages between keep every row and write none of
+    the columns its partial reads."""
+    ahead = []
+    for at in range(end, len(PREPARE)):
+        stage, between = PREPARE[at], PREPARE[end:at]
+        if at > end and any(s.filters or s.writes is None for s in between):
+            break
+        written = {column for s in between for column in s.writes or ()}
+        reads = getattr(stage.fit.partial, "reads", None) if stage.fit is not None else None
+        if (_waits_for_rows(stage, options, fitted) and stage.fit.partial is not None
+                and (at == end or (stage.fit.early and reads is not None and not written & set(reads)))):
+            ahead.append(stage)
+    return ahead
+
+
+def passes(options: Callable[[Stage], Any], fitted: Collection[str] = ()) -> list[tuple[Stage, ...]]:
+    """The passes ``flow.prepare`` makes over the rows with these options, each the stages it runs."""
+    known, done, start = set(fitted), [], 0
+    while start < len(PREPARE):
+        done.append(stage_pass(start, options, known))
+        start += len(done[-1])
+        known |= {s.name for s in done[-1]} | {s.name for s in fits_ahead(start, options, known)}
+    return done
 
 
 def in_flow_order(checks: Iterable[CheckInfo]) -> list[CheckInfo]:

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.options import Section, setting
+from pipeline.plan import Call, Plan
 from pipeline.quarantine import Kept, Step, set_aside
 from schemas.bucket import BucketedEvents
 from schemas.fill import FilledEvents
@@ -129,10 +130,9 @@ def _per_row(per_admission: pd.Series, at: np.ndarray) -> np.ndarray:
     return np.append(per_admission.to_numpy("float64"), np.nan)[at]
 
 
-def run(events: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, Context]:
+def plan(context: Context) -> Plan:
     """The stage in flow, per admission on the engine, with the [bucket] options."""
     options = context.options
-    return context.ledger.take(context.engine.each(
-        bucket, events, context.admissions, interval_hours=options.interval_hours,
-        max_timestep=options.max_timestep, max_stay_days=options.max_stay_days,
-        after_discharge_hours=options.after_discharge_hours, late_policy=options.late_policy)), context
+    return Plan(context=context, calls=(Call(bucket, (context.admissions,), dict(
+        interval_hours=options.interval_hours, max_timestep=options.max_timestep, max_stay_days=options.max_stay_days,
+        after_discharge_hours=options.after_discharge_hours, late_policy=options.late_policy)),))

@@ -20,6 +20,7 @@ import pandas as pd
 
 from pipeline.findings import item_names
 from pipeline.options import Section, setting
+from pipeline.plan import Call, Plan
 from pipeline.quarantine import Kept, set_aside
 from pipeline.shared import reads
 from schemas.clean import CleanAdmissions, CleanEvents, CleanLabItems
@@ -222,12 +223,12 @@ def fit_inputs(labevents: Any, context: Context) -> tuple[Any, tuple, dict]:
     return labevents, (clean_admissions(tables.admissions).frame, clean_labitems(tables.labitems).frame), {}
 
 
-def run(labevents: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, Context]:
+def plan(context: Context) -> Plan:
     """The stage in flow: admissions and lab items first, then the lab rows against them ([comments] options)."""
-    ledger = context.ledger
-    admissions = ledger.take(clean_admissions(context.tables.admissions))
-    labitems = ledger.take(clean_labitems(context.tables.labitems))
-    ledger.names = item_names(labitems)
-    events = ledger.take(context.engine.each(clean_events, labevents, admissions, labitems, context.fitted[STAGE],
-                                             empty_value=context.options.empty_value))
-    return events, replace(context, admissions=admissions, labitems=labitems)
+    admissions = clean_admissions(context.tables.admissions)
+    labitems = clean_labitems(context.tables.labitems)
+    context.ledger.names = item_names(labitems.frame)
+    return Plan(context=replace(context, admissions=admissions.frame, labitems=labitems.frame),
+                taken=(admissions, labitems),
+                calls=(Call(clean_events, (admissions.frame, labitems.frame, context.fitted[STAGE]),
+                            {"empty_value": context.options.empty_value}),))

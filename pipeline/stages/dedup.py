@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from pipeline.findings import summary_finding
+from pipeline.findings import Finding, summary_finding
+from pipeline.plan import Call, Outcome, Plan
 from pipeline.quarantine import Kept, Step, set_aside
 from schemas.bucket import BucketedEvents
 from schemas.dedup import EdgeRows
@@ -71,14 +72,15 @@ def edge_key(events: pd.DataFrame) -> np.ndarray:
     return key
 
 
-def run(events: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, Context]:
+def plan(context: Context) -> Plan:
     """The stage in flow, per admission on the engine: one row per key, then admissions below [graph]
     min_timesteps set aside; how many rows were merged is a finding."""
-    ledger, engine = context.ledger, context.engine
-    events = ledger.take(engine.each(dedup, events))
-    merged = sum(step.merged for step in ledger.steps if step.stage == STAGE)
-    edges = ledger.take(engine.each(drop_short_admissions, events, min_timesteps=context.options.min_timesteps))
-    ledger.findings.append(summary_finding(
-        stage=STAGE, check="merged", table="LABEVENTS", column=None, count=merged,
-        message=f"{merged} rows merged into {len(edges)} edge rows, one per (HADM_ID, timestep, ITEMID)"))
-    return edges, context
+
+    def report(outcome: Outcome) -> list[Finding]:
+        merged = sum(step.merged for step in outcome.steps)
+        return [summary_finding(
+            stage=STAGE, check="merged", table="LABEVENTS", column=None, count=merged,
+            message=f"{merged} rows merged into {outcome.rows} edge rows, one per (HADM_ID, timestep, ITEMID)")]
+
+    return Plan(context=context, report=report,
+                calls=(Call(dedup), Call(drop_short_admissions, kwargs={"min_timesteps": context.options.min_timesteps})))

@@ -15,6 +15,7 @@ import pandas as pd
 
 from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
 from pipeline.options import Section, setting
+from pipeline.plan import Call, Outcome, Plan
 from pipeline.shared import reads
 from schemas.encode import EncodedAdmissions, EncodedEvents, EncodedLabItems
 from schemas.guard import guarded
@@ -257,23 +258,25 @@ def fit_inputs(events: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, tu
             dict(min_admissions=options.min_admissions, fold_case=options.fold_case))
 
 
-def run(events: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, Context]:
+def plan(context: Context) -> Plan:
     """The stage in flow: lab rows, admissions and lab items coded with the fitted vocabularies; letter-case
     variants and values coded 0 are findings."""
-    vocabularies, ledger = context.fitted[STAGE], context.ledger
-    ledger.findings.extend(case_findings(context.labitems, fold_case=vocabularies.fold_case_,
-                                         max_lines=context.max_lines))
-    encoded = context.engine.each(encode_events, events, vocabularies)
+    vocabularies, ledger, options = context.fitted[STAGE], context.ledger, context.options
     admissions = encode_admissions(context.admissions, vocabularies)
     labitems = encode_labitems(context.labitems, vocabularies)
-    # Read part by part: the rows coded 0, and the (ITEMID, VALUE) pairs training rows have (never every
-    # categorical row: MIMIC-IV has tens of millions).
-    zero = context.engine.rows(encoded, zero_coded_rows)
-    seen = context.engine.rows(encoded, train_pairs)
-    ledger.findings.extend(unseen_findings(zero, seen, context.admissions, admissions,
-                                           min_admissions=context.options.min_admissions,
-                                           max_lines=context.max_lines, names=ledger.names))
-    return encoded, replace(context, admissions=admissions, labitems=labitems)
+
+    def report(outcome: Outcome) -> list[Finding]:
+        zero, seen = outcome.picks
+        return unseen_findings(zero, seen, context.admissions, admissions, min_admissions=options.min_admissions,
+                               max_lines=context.max_lines, names=ledger.names)
+
+    # Read part by part: the rows coded 0, and the (ITEMID, VALUE) pairs training rows have (never every categorical
+    # row: MIMIC-IV has tens of millions).
+    return Plan(context=replace(context, admissions=admissions, labitems=labitems),
+                before=tuple(case_findings(context.labitems, fold_case=vocabularies.fold_case_,
+                                           max_lines=context.max_lines)),
+                calls=(Call(encode_events, (vocabularies,)),), picks=(Call(zero_coded_rows), Call(train_pairs)),
+                report=report)
 
 
 @reads("KIND", "VALUE", "CODE", "ITEMID")

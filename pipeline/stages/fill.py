@@ -17,6 +17,7 @@ import pandas as pd
 
 from pipeline.findings import Finding, summary_finding
 from pipeline.options import Allowed, Section, require, setting, typed
+from pipeline.plan import Call, Plan
 from pipeline.quarantine import Kept, set_aside
 from pipeline.shared import reads
 from schemas.errors import StageError
@@ -217,8 +218,14 @@ def fit_inputs(events: Any, context: Context) -> tuple[pd.DataFrame, tuple, dict
     return rows, (context.options,), {}
 
 
-def run(events: Any, context: Context) -> tuple[Any, Context]:
+def fits_rows(policies: Mapping[str, FillPolicy]) -> bool:
+    """Whether the fit reads rows with these policies: a mean or a median does; constants do not."""
+    return any(policies[column].policy in ("mean", "median") for column in TENSOR_COLUMNS if column in policies)
+
+
+def plan(context: Context) -> Plan:
     """The stage in flow, per admission on the engine: what each policy fills is a finding, then the fill."""
-    engine, policies = context.engine, context.options
-    context.ledger.findings.extend(fill_findings(engine.total(missing_counts, events), policies))
-    return context.ledger.take(engine.each(apply_fill, events, context.fitted[STAGE], policies)), context
+    policies = context.options
+    return Plan(context=context, counts=(Call(missing_counts),),
+                counted=lambda outcome: fill_findings(outcome.counts[0], policies),
+                calls=(Call(apply_fill, (context.fitted[STAGE], policies)),))

@@ -34,6 +34,7 @@ import pandas as pd
 
 from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
 from pipeline.options import POSITIVE, Section, require, setting, typed
+from pipeline.plan import Call, Outcome, Plan
 from pipeline.shared import reads
 from schemas.encode import EncodedEvents
 from schemas.errors import StageError
@@ -596,15 +597,18 @@ def fit_inputs(events: Any, context: Context) -> tuple[Any, tuple, dict]:
                             constant_bound=options.constant_bound, policy=options.policy)
 
 
-def run(events: Any, context: Context) -> tuple[Any, Context]:
+def plan(context: Context) -> Plan:
     """The stage in flow, per admission on the engine: z with the fitted stats; constant, fallback and unseen
     items and large |z| are findings, read from the rows they name."""
-    options, stats, engine = context.options, context.fitted[STAGE], context.engine
-    events = engine.each(apply_zscore, events, stats, policy=options.policy, warn_bound=options.warn_bound,
-                         error_bound=options.error_bound)
-    reported = engine.rows(events, reported_rows, stats, warn_bound=options.warn_bound)
-    context.ledger.findings.extend(scale_findings(
-        reported, stats, warn_bound=options.warn_bound, max_lines=context.max_lines,
-        ranges=reference_ranges(context.tables.labevents, reported.index, engine),
-        range_widths=options.range_widths, names=context.ledger.names))
-    return events, context
+    options, stats = context.options, context.fitted[STAGE]
+
+    def report(outcome: Outcome) -> list[Finding]:
+        reported, = outcome.picks
+        return scale_findings(reported, stats, warn_bound=options.warn_bound, max_lines=context.max_lines,
+                              ranges=reference_ranges(context.tables.labevents, reported.index, context.engine),
+                              range_widths=options.range_widths, names=context.ledger.names)
+
+    return Plan(context=context, report=report,
+                calls=(Call(apply_zscore, (stats,), dict(policy=options.policy, warn_bound=options.warn_bound,
+                                                         error_bound=options.error_bound)),),
+                picks=(Call(reported_rows, (stats,), dict(warn_bound=options.warn_bound)),))

@@ -16,6 +16,7 @@ import pandas as pd
 from pipeline.findings import summary_finding
 
 from pipeline.options import Section, require, setting
+from pipeline.plan import Call, Plan
 from schemas.clean import CleanAdmissions, CleanEvents
 from schemas.errors import StageError
 from schemas.guard import guarded
@@ -96,15 +97,14 @@ def attach_split(events: pd.DataFrame, splits: pd.DataFrame) -> pd.DataFrame:
     return events.assign(SPLIT=split.astype("str"))
 
 
-def run(events: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, Context]:
+def plan(context: Context) -> Plan:
     """The stage in flow: admissions assigned by the [split] options, then every lab row and admission gets its
     split (a warning when there is no SUBJECT_ID to group by)."""
     options, admissions = context.options, context.admissions
     splits = assign_splits(admissions, train=options.train, val=options.val, test=options.test, seed=options.seed)
-    if not split_by_subject(admissions):
-        context.ledger.findings.append(summary_finding(
-            stage=STAGE, check="split_by_admission", table="ADMISSIONS", column="SUBJECT_ID", count=len(admissions),
-            message="SUBJECT_ID is absent or incomplete"))
-    events = context.engine.each(attach_split, events, splits)
+    before = () if split_by_subject(admissions) else (summary_finding(
+        stage=STAGE, check="split_by_admission", table="ADMISSIONS", column="SUBJECT_ID", count=len(admissions),
+        message="SUBJECT_ID is absent or incomplete"),)
     admissions = admissions.merge(splits[["HADM_ID", "SPLIT"]], on="HADM_ID", validate="one_to_one")
-    return events, replace(context, admissions=admissions, splits=splits)
+    return Plan(context=replace(context, admissions=admissions, splits=splits), before=before,
+                calls=(Call(attach_split, (splits,)),))

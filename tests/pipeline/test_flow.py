@@ -522,3 +522,41 @@ def test_a_deliberate_max_timestep_reports_under_its_own_check_with_rows_and_adm
     assert f"in {rows['HADM_ID'].nunique()} admissions" in beyond.message
     assert found["after_discharge"][0].count == checks_of(prepare(tables, config))["after_discharge"][0].count
     assert capped.edges["TIMESTEP"].max() == 3 and closes(capped)
+
+
+# -- stages with no fit between them work on the rows in one go ----------------------------------------
+class _Steps:
+    """A progress that keeps the names of its steps."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def step(self, name: str, *, rows=None, unit: str = "rows") -> None:
+        self.names.append(name)
+
+    def rows(self, rows: int) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+def test_stages_run_in_one_pass_up_to_the_next_fit_that_reads_their_rows(tables, config, prepared):
+    """clean's fit reads the raw rows, encode's split's; the z-score fit is read with encode's (split's rows, which
+    encode only adds CODE to) and fill's constants read no row: two passes. A fill by the mean waits for scale's
+    rows; vocabularies and stats of an earlier run make one pass of all the stages. The results are the same."""
+    steps = _Steps()
+    assert prepare(tables, config, progress=steps).findings == prepared.findings
+    assert steps.names == ["clean+split", "encode+scale+fill+bucket+dedup"]
+
+    mean = dataclasses.replace(config, fill={**config.fill, "Z": dataclasses.replace(config.fill["Z"], policy="mean",
+                                                                                        value=None)})
+    steps = _Steps()
+    by_mean = prepare(tables, mean, progress=steps)
+    assert steps.names == ["clean+split", "encode+scale", "fill+bucket+dedup"]
+    assert by_mean.fill_values != prepared.fill_values and by_mean.stats == prepared.stats
+
+    steps = _Steps()
+    again = prepare(tables, config, stats=prepared.stats, vocabularies=prepared.vocabularies, progress=steps)
+    assert steps.names == ["clean+split+encode+scale+fill+bucket+dedup"]
+    pd.testing.assert_frame_equal(again.edges, prepared.edges)

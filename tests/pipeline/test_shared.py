@@ -9,14 +9,21 @@ from pipeline.engine import PartsEngine
 from pipeline.shared import Shared, reads, share, value_of
 
 
-def test_a_shared_object_is_read_back_equal_and_once_per_process(tmp_path):
-    stays = pd.DataFrame({"SUBJECT_ID": [1, 2]}, index=pd.Index([10, 20], name="HADM_ID"))
-    handed = share(stays, tmp_path / "stays.pickle")
+def test_a_shared_frame_is_read_back_equal_and_once_per_process(tmp_path):
+    stays = pd.DataFrame({"SUBJECT_ID": pd.array([1, None], dtype="Int64"),
+                          "ADMITTIME": pd.to_datetime(["2101-01-01 10:00", "2102-02-02 00:00"]),
+                          "KIND": pd.Series(["numeric", None], dtype="str")},
+                         index=pd.Index([10, 20], name="HADM_ID"))
+    handed = share(stays, tmp_path / "stays.arrow")
     assert isinstance(handed, Shared) and handed.path.exists()
     first = value_of(handed)
     pd.testing.assert_frame_equal(first, stays)
-    assert value_of(handed) is first  # read once, then the same object
-    assert value_of(stays) is stays  # an object handed as itself is itself
+    assert value_of(handed) is first  # read once, then the same frame
+    assert value_of(stays) is stays  # a frame handed as itself is itself
+    ranges = pd.Series([0, 0, 1], index=pd.Index([7, 8, 9], dtype="int64"))
+    pd.testing.assert_series_equal(value_of(share(ranges, tmp_path / "ranges.arrow")), ranges)
+    items = pd.Series([50, 51], name="ITEMID")
+    pd.testing.assert_series_equal(value_of(share(items, tmp_path / "items.arrow")), items)
 
 
 def test_a_part_function_reads_only_the_columns_it_declares(tmp_path):

@@ -6,10 +6,12 @@ import ast
 import dataclasses
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from pipeline import flow, html, progress, report
 from pipeline.config import load_config
+from pipeline.engine import PandasEngine
 from pipeline.stages import (AFTER, BEFORE, BUILT, COLOURS, ORDER, PREPARE, REASONS, STAGE_ORDER, STAGES, Stage)
 from schemas.checks import CHECKS
 
@@ -38,8 +40,9 @@ def test_each_stage_takes_what_the_one_before_gives():
 
 
 def test_progress_shows_the_declared_stages_in_order():
-    shown = [step for step in progress.VALIDATE_STEPS if step in {s.name for s in PREPARE}]
-    assert shown == [stage.name for stage in PREPARE]
+    names = {s.name for s in PREPARE}
+    shown = [name for step in progress.VALIDATE_STEPS for name in step.split("+") if name in names]
+    assert shown == [stage.name for stage in PREPARE]  # in passes of several stages: clean+split, encode+...
     assert progress.BUILD_STEPS[len(progress.VALIDATE_STEPS):] == (
         *(step for stage in BUILT for step in stage.steps), "report", "write")
 
@@ -48,7 +51,7 @@ def test_progress_shows_the_declared_stages_in_order():
 def test_a_stage_is_its_module_its_section_and_its_tests(stage: Stage):
     module = ROOT / "pipeline" / "stages" / f"{stage.name}.py"
     assert module.is_file()
-    assert stage.run.__module__ == f"pipeline.stages.{stage.name}"
+    assert stage.plan.__module__ == f"pipeline.stages.{stage.name}"
     assert stage.section in {field.name for field in dataclasses.fields(load_config(None))}
     tests = ROOT / "tests" / "pipeline" / "stages" / f"test_{stage.name}.py"
     assert tests.is_file(), f"{stage.name} has no test module"
@@ -61,8 +64,8 @@ def test_a_fit_learns_frozen_state_saved_as_json(stage: Stage):
     fit = stage.fit
     assert dataclasses.is_dataclass(fit.state) and fit.state.__dataclass_params__.frozen
     assert callable(getattr(fit.state, "as_json", None))
-    assert fit.whole.__module__ == stage.run.__module__
-    assert fit.parts is None or fit.parts.__module__ == stage.run.__module__
+    assert fit.whole.__module__ == stage.plan.__module__
+    assert fit.parts is None or fit.parts.__module__ == stage.plan.__module__
     saved = [s.fit.saved_as for s in PREPARE if s.fit is not None]
     assert len(saved) == len(set(saved))
 
@@ -89,3 +92,52 @@ def test_schemas_never_import_pipeline():
             names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
                      else [alias.name for alias in node.names] if isinstance(node, ast.Import) else [])
             assert not any(name.split(".")[0] == "pipeline" for name in names), path.name
+
+
+class _Recording(PandasEngine):
+    """A pandas engine that runs every chain link by link, keeping each stage's rows in and out."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[pd.DataFrame, pd.DataFrame]] = []
+
+    def chain(self, events, links, fits=()):
+        frame = events
+        for link in links:
+            out = super().chain(frame, [link]).events
+            self.seen.append((frame, out))
+            frame = out
+        return super().chain(events, links, fits)
+
+
+def test_each_stage_keeps_its_rows_and_columns_as_declared(sample_dir):
+    """A stage declared ``filters=False`` hands on every row it takes, and one that declares ``writes`` adds or
+    changes no other column (what lets a fit read the rows of a stage before it: ``Fit.early``), on the sample."""
+    from pipeline.flow import validate
+
+    engine = _Recording()
+    assert validate(sample_dir, load_config(), engine=engine).exit_code == 0
+    assert len(engine.seen) == len(PREPARE)
+    for stage, (taken, given) in zip(PREPARE, engine.seen):
+        if not stage.filters:
+            assert given.index.equals(taken.index), stage.name
+        if stage.writes is not None:
+            assert set(given.columns) - set(taken.columns) <= set(stage.writes), stage.name
+            kept = [column for column in given.columns if column in taken.columns and column not in stage.writes]
+            pd.testing.assert_frame_equal(given[kept], taken.loc[given.index, kept], obj=stage.name)
+
+
+def test_a_fit_read_ahead_is_the_fit_of_its_own_stages_rows(sample_dir):
+    """The z-score fit is read from split's rows, before encode (``Fit.early``): it is the state fitted on the rows
+    scale takes."""
+    from pipeline.flow import validate
+    from pipeline.stages.scale import fit_zscore
+
+    config = load_config()
+    engine = _Recording()
+    validation = validate(sample_dir, config, engine=engine)
+    scale = [n for n, stage in enumerate(PREPARE) if stage.name == "scale"][0]
+    assert PREPARE[scale].fit.early
+    options = config.scale
+    assert validation.prepared.stats == fit_zscore(
+        engine.seen[scale][0], eps=options.eps, clip_sigma=options.clip_sigma, min_rows=options.min_rows,
+        constant_bound=options.constant_bound, policy=options.policy)
