@@ -247,8 +247,15 @@ class PartsEngine:
 
     def blocks(self, function: Callable[..., Any], blocks: Iterable[pd.DataFrame], **kwargs: Any) -> Iterator[Any]:
         """``function(block, **kwargs)`` of each block, in order, where the parts are worked on (here, or in the
-        worker processes while this one reads the next blocks)."""
-        return self._map(function, blocks, **kwargs)
+        worker processes while this one reads the next blocks: each block handed over as an Arrow file of the parts
+        folder, which costs one copy, not a pickle sent through a pipe)."""
+        if not self._elsewhere():
+            return self._map(function, blocks, **kwargs)
+        return self._map(_block_part, (self._write(block) for block in blocks), call=function, kwargs=kwargs)
+
+    def _elsewhere(self) -> bool:
+        """Whether the parts are worked on in other processes."""
+        return bool(self.workers and self.workers >= 2)
 
     def share(self, value: pd.DataFrame | pd.Series) -> Shared:
         """A frame written once into the parts folder: tasks carry its path, each process reads it once."""
@@ -546,6 +553,13 @@ def _step_part(paths: tuple[Any, Path], *, step: Callable[[pd.DataFrame], pd.Dat
     frame = step(read_part(source))
     write_part(frame, target)
     return len(frame)
+
+
+def _block_part(path: Path, *, call: Callable[..., Any], kwargs: dict) -> Any:
+    """``call(block, **kwargs)`` of the block handed over at ``path`` (deleted once read)."""
+    block = read_part(path)
+    path.unlink(missing_ok=True)
+    return call(block, **kwargs)
 
 
 def _call_part(source: Any, *, call: Callable[..., Any], args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -865,6 +879,9 @@ class DaskEngine(PartsEngine):
                  rows_per_part: int | None = None) -> None:
         super().__init__(folder, partitions=partitions, rows_per_part=rows_per_part)
         self.client = client
+
+    def _elsewhere(self) -> bool:
+        return True
 
     def _map(self, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any) -> Iterator[Any]:
         if "args" in kwargs:  # frames among the arguments (ADMISSIONS for bucket) go to every worker once
