@@ -504,7 +504,7 @@ def _link(link: Link, frame: pd.DataFrame) -> tuple[Linked, pd.DataFrame]:
             done = call(frame)
         except StageError as error:
             return Linked(counts=counts, kept=tuple(kept), error=error), frame
-        kept.append(done if isinstance(done, Kept) else None)
+        kept.append(replace(done, frame=None) if isinstance(done, Kept) else None)  # no frame kept but the last
         frame = done.frame if isinstance(done, Kept) else done
     return Linked(counts=counts, kept=tuple(kept), picks=tuple(pick(frame) for pick in link.picks),
                   rows=len(frame)), frame
