@@ -49,7 +49,7 @@ import pandas as pd
 import pyarrow as pa
 
 from pipeline.parse import PartCheck, check_part
-from pipeline.quarantine import LINE_RANGE, Kept, Step, empty_quarantine
+from pipeline.quarantine import LINE_RANGE, Kept, LineMask, Step, empty_quarantine
 from schemas.errors import StageError
 from schemas.guard import vouch
 from schemas.split import SPLITS, split_codes
@@ -94,6 +94,11 @@ class Engine(Protocol):
     def total(self, count: Callable[[pd.DataFrame], Any], events: Events) -> Any:
         """``count(events)`` for a count that adds up over parts: ``count`` of each part, summed."""
 
+    def per_part(self, call: Callable[..., Any], events: Events, *args: Any, columns: Sequence[str] | None = None,
+                 **kwargs: Any) -> Iterator[Any]:
+        """``call(part, *args, **kwargs)`` of each part (only ``columns``, when given), in part order, made where the
+        parts are (a frame: of itself, its one part)."""
+
     def result(self, events: Events) -> Events:
         """What a run hands on as its edge rows: a pandas frame, or (parts engine) the parts on disk."""
 
@@ -125,6 +130,10 @@ class PandasEngine:
 
     def total(self, count: Callable[[pd.DataFrame], Any], events: pd.DataFrame) -> Any:
         return count(events)
+
+    def per_part(self, call: Callable[..., Any], events: pd.DataFrame, *args: Any,
+                 columns: Sequence[str] | None = None, **kwargs: Any) -> Iterator[Any]:
+        yield call(_pick(None, columns, (), {}, events), *args, **kwargs)
 
     def result(self, events: pd.DataFrame) -> pd.DataFrame:
         return events
@@ -252,6 +261,13 @@ class PartsEngine:
     def total(self, count: Callable[[pd.DataFrame], Any], events: Stored) -> Any:
         return functools.reduce(operator.add, self._map(_call_part, events.paths, call=count))
 
+    def per_part(self, call: Callable[..., Any], events: Stored | pd.DataFrame, *args: Any,
+                 columns: Sequence[str] | None = None, **kwargs: Any) -> Iterator[Any]:
+        if isinstance(events, pd.DataFrame):
+            return PANDAS.per_part(call, events, *args, columns=columns, **kwargs)
+        return self._map(_call_part, events.paths, call=call, args=args, kwargs=kwargs,
+                         columns=None if columns is None else list(columns))
+
     def _map(self, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any) -> Iterator[Any]:
         """``function(item, **kwargs)`` of each item, in order: here, one part at a time, or with ``workers`` on
         that many processes of this machine (see :class:`DaskEngine` for the parts on a cluster's workers)."""
@@ -333,8 +349,9 @@ def _step_part(paths: tuple[Any, Path], *, step: Callable[[pd.DataFrame], pd.Dat
     return len(frame)
 
 
-def _call_part(source: Any, *, call: Callable[..., Any], args: tuple = (), kwargs: dict | None = None) -> Any:
-    return call(read_part(source), *args, **(kwargs or {}))
+def _call_part(source: Any, *, call: Callable[..., Any], args: tuple = (), kwargs: dict | None = None,
+               columns: list[str] | None = None) -> Any:
+    return call(read_part(source, columns), *args, **(kwargs or {}))
 
 
 def _pick_part(source: Any, *, pick: Callable[..., pd.DataFrame] | None, columns: Sequence[str] | None,
@@ -655,11 +672,12 @@ def ahead_of_results(submit: Callable[[Any], Any], items: Iterable[Any], *, ahea
 
 
 def _shared(client: Any, args: tuple) -> tuple:
-    """Frames among the arguments sent to every worker once, not inside every task. Each under a key of its own
-    (``hash=False``): the same frame scattered again by the next stage under its content's key could be released by
-    the stage before (whose futures go when its map is done) while the next stage's tasks wait for it ("lost
-    dependencies")."""
-    return tuple(client.scatter(a, broadcast=True, hash=False) if isinstance(a, pd.DataFrame) else a for a in args)
+    """Frames and arrays among the arguments (ADMISSIONS, the report's mask of quarantined lines) sent to every worker
+    once, not inside every task. Each under a key of its own (``hash=False``): the same frame scattered again by the
+    next stage under its content's key could be released by the stage before (whose futures go when its map is
+    done) while the next stage's tasks wait for it ("lost dependencies")."""
+    return tuple(client.scatter(a, broadcast=True, hash=False) if isinstance(a, (pd.DataFrame, LineMask)) else a
+                 for a in args)
 
 
 def _pick(pick: Callable[..., pd.DataFrame] | None, columns: Sequence[str] | None, args: tuple, kwargs: dict,

@@ -464,7 +464,7 @@ def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool,
     # errors, or fails, drops them.
     staged = write.StagedBuild(out)
     try:
-        built = _graphs_into(staged, validation, config, progress, guarding=guarding)
+        built = _graphs_into(staged, validation, config, progress, guarding=guarding, engine=engine or PANDAS)
     except BaseException:
         staged.abandon()
         raise
@@ -473,7 +473,8 @@ def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool,
     return built
 
 
-def _graphs_into(staged: Any, validation: Validation, config: Config, progress: Progress, *, guarding: str) -> Build:
+def _graphs_into(staged: Any, validation: Validation, config: Config, progress: Progress, *, guarding: str,
+                 engine: Engine = PANDAS) -> Build:
     """The graphs of a validated run built, guarded and (unless anything is an error) written with the rest."""
     from pipeline import html, write  # torch, PyG and matplotlib load only when graphs are built
     from pipeline.stages import graph
@@ -533,7 +534,8 @@ def _graphs_into(staged: Any, validation: Validation, config: Config, progress: 
               for name in ("train", "val", "test")}
     built = Build(validation=validation, report=report, out_dir=out, graphs=summaries)
     progress.step("report")
-    page = html.render(built, config)  # OUT_DIR/report.html, in the manifest; no raw values even with show_values
+    # OUT_DIR/report.html, in the manifest; no raw values even with show_values
+    page = html.render(built, config, engine=engine)
     outputs = write.build_outputs(
         graphs=files, limits=limits, config=config.as_json(),
         inputs=[{"table": i.table, "sha256": i.sha256, "rows": i.rows, "file": Path(i.path).name}
