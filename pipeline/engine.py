@@ -729,7 +729,9 @@ def batch_pieces(admitted: Sequence[pd.DataFrame], paths: Sequence[Any], batch_s
 
 @dataclass(frozen=True)
 class _PieceDone:
-    made: list = ()
+    """What ``make`` made of a piece, as data (a StageError is carried, never raised across processes)."""
+
+    made: tuple = ()
     error: dict | None = None
 
 
@@ -743,7 +745,7 @@ def _batch_piece(piece: BatchPiece, *, make: Callable[..., Iterable[Any]], args:
     for code, lo, hi in piece.ranges:  # at most one range per split
         chosen |= (split == code) & (hadm >= lo) & (hadm <= hi)
     try:
-        return _PieceDone(made=list(make([rows[chosen]], *args, start=dict(piece.start), **kwargs)))
+        return _PieceDone(made=tuple(make([rows[chosen]], *args, start=dict(piece.start), **kwargs)))
     except StageError as error:
         return _PieceDone(error=_as_data(error))
 

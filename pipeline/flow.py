@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -487,9 +487,9 @@ class MadeGraph:
     hadm: np.ndarray
 
 
-def made_graphs(parts: Any, admissions: pd.DataFrame, labitems: pd.DataFrame, *, out_dir: Path, limits: Any,
-                batch_size: int, labels: bool, hidden: int, layers: int, start: Mapping[str, int] | None = None
-                ) -> Any:
+def made_graphs(parts: Iterable[pd.DataFrame], admissions: pd.DataFrame, labitems: pd.DataFrame, *, out_dir: Path,
+                limits: Any, batch_size: int, labels: bool, hidden: int, layers: int,
+                start: Mapping[str, int] | None = None) -> Iterator[MadeGraph]:
     """The graphs of edge rows in parts (:func:`pipeline.stages.graph.stream_graphs`) each built, guarded, sized,
     serialised and staged in ``out_dir`` at once, so only what :class:`MadeGraph` keeps stays."""
     from pipeline import write

@@ -16,6 +16,7 @@ from pipeline.engine import (PANDAS, DaskEngine, Stored, add_steps, admission_pa
                              dask_engine, in_row_order)
 from pipeline.flow import Prepared, build, prepare, validate
 from pipeline.quarantine import Step
+from schemas.errors import StageError
 from pipeline.synth import write_synthetic
 from pipeline.write import load_graphs
 from schemas.split import SPLITS
@@ -288,6 +289,25 @@ def test_pieces_of_batches_are_made_on_the_workers_that_see_the_folder(cluster, 
     assert [pid for pid, _, _ in here] == [os.getpid()]
     assert on_workers[0][1] == {"train": 0} and all(
         n % 16 == 0 for _, start, _ in on_workers for n in start.values())
+
+
+def _refusing(parts, *, batch_size, start=None):
+    """A stand-in for made_graphs that finds an unknown item in the piece after the first."""
+    rows = pd.concat(list(parts))
+    if start and max(start.values()):
+        raise StageError(stage="graph", side="input", check="graph_index_bounds", column="ITEMID", count=len(rows),
+                         failure_cases=pd.DataFrame({"line": rows.index}), table="LABEVENTS", detail="not an item")
+    yield len(rows)
+
+
+def test_a_stage_error_in_a_piece_made_on_a_worker_is_raised_here(cluster, tmp_path):
+    engine = on(cluster, None)
+    parts = _edge_parts(6, 5)
+    edges = Stored(paths=tuple(engine._write(part) for part in parts), lengths=tuple(map(len, parts)), order=None,
+                   columns=("SPLIT", "HADM_ID"))
+    with pytest.raises(StageError, match="not an item") as raised:
+        list(engine.in_batches(_refusing, edges, batch_size=16, sees=tmp_path))
+    assert raised.value.check == "graph_index_bounds" and raised.value.count > 0
 
 
 def test_the_dask_client_builds_without_torch(synthetic, tmp_path):
