@@ -107,6 +107,10 @@ class Engine(Protocol):
         batches and make each where the parts are, giving ``make`` ``start``, the admissions of each split in the
         pieces before; ``sees``: a folder ``make`` writes into, which the workers must see to make pieces there."""
 
+    def call(self, function: Callable[..., Any], *args: Any, sees: Path | None = None, **kwargs: Any) -> Any:
+        """``function(*args, **kwargs)`` where the parts are worked on: here, or (Dask) on a worker, when the
+        workers see ``sees`` (a folder it writes into)."""
+
     def result(self, events: Events) -> Events:
         """What a run hands on as its edge rows: a pandas frame, or (parts engine) the parts on disk."""
 
@@ -146,6 +150,9 @@ class PandasEngine:
     def in_batches(self, make: Callable[..., Iterable[Any]], events: pd.DataFrame, *args: Any, batch_size: int,
                    columns: Sequence[str] | None = None, sees: Path | None = None, **kwargs: Any) -> Iterator[Any]:
         return iter(make(frames(events, columns), *args, batch_size=batch_size, **kwargs))
+
+    def call(self, function: Callable[..., Any], *args: Any, sees: Path | None = None, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
 
     def result(self, events: pd.DataFrame) -> pd.DataFrame:
         return events
@@ -285,6 +292,10 @@ class PartsEngine:
                    **kwargs: Any) -> Iterator[Any]:
         """Here, from the parts read one at a time (``make`` streams over them)."""
         return PANDAS.in_batches(make, events, *args, batch_size=batch_size, columns=columns, **kwargs)
+
+    def call(self, function: Callable[..., Any], *args: Any, sees: Path | None = None, **kwargs: Any) -> Any:
+        """Here (the parts engine's processes work on parts only)."""
+        return function(*args, **kwargs)
 
     def _map(self, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any) -> Iterator[Any]:
         """``function(item, **kwargs)`` of each item, in order: here, one part at a time, or with ``workers`` on
@@ -676,6 +687,13 @@ class DaskEngine(PartsEngine):
             if done.error is not None:
                 raise StageError(**done.error)
             yield from done.made
+
+    def call(self, function: Callable[..., Any], *args: Any, sees: Path | None = None, **kwargs: Any) -> Any:
+        """On a worker (``quarantine.parquet`` written there, so this process never holds its row groups); here when
+        the workers cannot see ``sees``."""
+        if sees is not None and not self._seen_by_workers(Path(sees)):
+            return super().call(function, *args, **kwargs)
+        return self.client.submit(function, *args, pure=False, **kwargs).result()
 
     def _seen_by_workers(self, folder: Path) -> bool:
         return all(self.client.run(os.path.isdir, str(folder)).values())

@@ -579,7 +579,9 @@ def _graphs_into(staged: Any, validation: Validation, config: Config, progress: 
         inputs=[{"table": i.table, "sha256": i.sha256, "rows": i.rows, "file": Path(i.path).name}
                 for i in report.inputs],
         fitted=prepared.saved_state(),
-        quarantine=write.stage_quarantine(prepared.quarantine, staged), index=index, report=report.as_json(),
+        quarantine=write.stage_quarantine(prepared.quarantine, staged,
+                                          where=lambda function, *args: engine.call(function, *args, sees=out)),
+        index=index, report=report.as_json(),
         accounting={"LABEVENTS": ledger, "ADMISSIONS": admissions}, splits=splits, memory=memory,
         report_html=page.encode("utf-8"), features=graph.feature_columns(prepared.edges, prepared.admissions))
     progress.step("write", rows=len(outputs.manifest["outputs"]), unit="files")

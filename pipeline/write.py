@@ -161,14 +161,20 @@ def graph_file(graph: GraphBatch, staged: "StagedBuild | None" = None) -> GraphF
     return replace(kept, data=None)
 
 
-def stage_quarantine(quarantine: Quarantine, staged: "StagedBuild") -> "StagedFile":
+def stage_quarantine(quarantine: Quarantine, staged: "StagedBuild", *,
+                     where: Callable[..., Any] | None = None) -> "StagedFile":
     """``quarantine.parquet`` written straight into the staging folder, a line range at a time (at MIMIC-IV scale
-    its 49M records are some 100 MB of Parquet, never in memory whole): its hash and size."""
-    def write(path: Path) -> None:
-        with pa.OSFile(str(path), "wb") as sink:
-            quarantine_parquet(quarantine, sink)
+    its 49M records are 124 MB of Parquet, never in memory whole): its hash and size. ``where(function, *args)``
+    runs the writing: an engine's ``call``, which may run it on a Dask worker that sees OUT_DIR (here by default)."""
+    run = where or (lambda function, *args: function(*args))
+    records = Quarantine(quarantine.sources)  # what it was read for (summaries, masks) stays here
+    return staged.add_written(QUARANTINE, lambda path: run(write_quarantine, records, path))
 
-    return staged.add_written(QUARANTINE, write)
+
+def write_quarantine(quarantine: Quarantine, path: Path) -> None:
+    """``quarantine.parquet`` at ``path`` (:func:`quarantine_parquet`)."""
+    with pa.OSFile(str(path), "wb") as sink:
+        quarantine_parquet(quarantine, sink)
 
 
 @dataclass(frozen=True)

@@ -291,6 +291,24 @@ def test_pieces_of_batches_are_made_on_the_workers_that_see_the_folder(cluster, 
         n % 16 == 0 for _, start, _ in on_workers for n in start.values())
 
 
+def _pid_and(value):
+    import os
+
+    return os.getpid(), value
+
+
+def test_a_call_runs_on_a_worker_that_sees_the_folder(cluster, tmp_path):
+    """What the client would rather not hold (quarantine.parquet's row groups) is made on a worker that sees the
+    folder it writes into, else here; the pandas and parts engines make it here."""
+    import os
+
+    engine = on(cluster, None)
+    worker, value = engine.call(_pid_and, "x", sees=tmp_path)
+    assert value == "x" and worker != os.getpid()
+    assert engine.call(_pid_and, "y", sees=tmp_path / "not there") == (os.getpid(), "y")
+    assert PANDAS.call(_pid_and, "z", sees=tmp_path) == (os.getpid(), "z")
+
+
 def _refusing(parts, *, batch_size, start=None):
     """A stand-in for made_graphs that finds an unknown item in the piece after the first."""
     rows = pd.concat(list(parts))
