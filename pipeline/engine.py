@@ -52,8 +52,8 @@ import pyarrow as pa
 
 from pipeline.parse import PartCheck, check_part
 from pipeline.plan import Call
+from pipeline.quarantine import LINE_RANGE, Kept, LineMask, Step, empty_quarantine
 from pipeline.shared import Shared, share, shared_frames, value_of
-from pipeline.quarantine import LINE_RANGE, Kept, Step, empty_quarantine
 from schemas.errors import StageError
 from schemas.guard import trusted_chain, vouch
 from schemas.split import SPLITS, split_codes
@@ -107,6 +107,23 @@ class Engine(Protocol):
 
     def total(self, count: Callable[[pd.DataFrame], Any], events: Events) -> Any:
         """``count(events)`` for a count that adds up over parts: ``count`` of each part, summed."""
+
+    def per_part(self, call: Callable[..., Any], events: Events, *args: Any, columns: Sequence[str] | None = None,
+                 **kwargs: Any) -> Iterator[Any]:
+        """``call(part, *args, **kwargs)`` of each part (only ``columns``, when given), in part order, made where the
+        parts are (a frame: of itself, its one part)."""
+
+    def in_batches(self, make: Callable[..., Iterable[Any]], events: Events, *args: Any, batch_size: int,
+                   columns: Sequence[str] | None = None, sees: Path | None = None, **kwargs: Any) -> Iterator[Any]:
+        """What ``make(parts, *args, batch_size=batch_size, **kwargs)`` yields for edge rows (only ``columns``) that
+        come in (split, HADM_ID) order, every admission's rows in one part, and are made into batches of
+        ``batch_size`` admissions per split (the graphs): in that order. An engine may cut them into pieces of whole
+        batches and make each where the parts are, giving ``make`` ``start``, the admissions of each split in the
+        pieces before; ``sees``: a folder ``make`` writes into, which the workers must see to make pieces there."""
+
+    def call(self, function: Callable[..., Any], *args: Any, sees: Path | None = None, **kwargs: Any) -> Any:
+        """``function(*args, **kwargs)`` where the parts are worked on: here, or (Dask) on a worker, when the
+        workers see ``sees`` (a folder it writes into)."""
 
     def result(self, events: Events) -> Events:
         """What a run hands on as its edge rows: a pandas frame, or (parts engine) the parts on disk."""
@@ -189,6 +206,17 @@ class PandasEngine:
 
     def total(self, count: Callable[[pd.DataFrame], Any], events: pd.DataFrame) -> Any:
         return count(events)
+
+    def per_part(self, call: Callable[..., Any], events: pd.DataFrame, *args: Any,
+                 columns: Sequence[str] | None = None, **kwargs: Any) -> Iterator[Any]:
+        yield call(_pick(None, columns, (), {}, events), *args, **kwargs)
+
+    def in_batches(self, make: Callable[..., Iterable[Any]], events: pd.DataFrame, *args: Any, batch_size: int,
+                   columns: Sequence[str] | None = None, sees: Path | None = None, **kwargs: Any) -> Iterator[Any]:
+        return iter(make(frames(events, columns), *args, batch_size=batch_size, **kwargs))
+
+    def call(self, function: Callable[..., Any], *args: Any, sees: Path | None = None, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
 
     def result(self, events: pd.DataFrame) -> pd.DataFrame:
         return events
@@ -415,6 +443,23 @@ class PartsEngine:
     def total(self, count: Callable[[pd.DataFrame], Any], events: Stored) -> Any:
         return functools.reduce(operator.add, self._map(_call_part, events.paths, call=count))
 
+    def per_part(self, call: Callable[..., Any], events: Stored | pd.DataFrame, *args: Any,
+                 columns: Sequence[str] | None = None, **kwargs: Any) -> Iterator[Any]:
+        if isinstance(events, pd.DataFrame):
+            return PANDAS.per_part(call, events, *args, columns=columns, **kwargs)
+        return self._map(_call_part, events.paths, call=call, args=args, kwargs=kwargs,
+                         columns=None if columns is None else list(columns))
+
+    def in_batches(self, make: Callable[..., Iterable[Any]], events: Stored | pd.DataFrame, *args: Any,
+                   batch_size: int, columns: Sequence[str] | None = None, sees: Path | None = None,
+                   **kwargs: Any) -> Iterator[Any]:
+        """Here, from the parts read one at a time (``make`` streams over them)."""
+        return PANDAS.in_batches(make, events, *args, batch_size=batch_size, columns=columns, **kwargs)
+
+    def call(self, function: Callable[..., Any], *args: Any, sees: Path | None = None, **kwargs: Any) -> Any:
+        """Here (the parts engine's processes work on parts only)."""
+        return function(*args, **kwargs)
+
     def _map(self, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any) -> Iterator[Any]:
         """``function(item, **kwargs)`` of each item, in order: here, one part at a time, or with ``workers`` on
         that many processes of this machine (see :class:`DaskEngine` for the parts on a cluster's workers)."""
@@ -562,7 +607,11 @@ def _block_part(path: Path, *, call: Callable[..., Any], kwargs: dict) -> Any:
     return call(block, **kwargs)
 
 
-def _call_part(source: Any, *, call: Callable[..., Any], args: tuple = (), kwargs: dict | None = None) -> Any:
+def _call_part(source: Any, *, call: Callable[..., Any], args: tuple = (), kwargs: dict | None = None,
+               columns: list[str] | None = None) -> Any:
+    """``call`` of a part: only ``columns`` read when given, else those ``call`` declares it reads (all without)."""
+    if columns is not None:
+        return call(read_part(source, columns), *args, **(kwargs or {}))
     return call(read_part(source, getattr(call, "reads", None), present=True), *args, **(kwargs or {}))
 
 
@@ -890,6 +939,104 @@ class DaskEngine(PartsEngine):
         return ahead_of_results(lambda item: self.client.submit(function, item, pure=False, **kwargs), items,
                                 ahead=ahead)
 
+    def in_batches(self, make: Callable[..., Iterable[Any]], events: Stored | pd.DataFrame, *args: Any,
+                   batch_size: int, columns: Sequence[str] | None = None, sees: Path | None = None,
+                   **kwargs: Any) -> Iterator[Any]:
+        """On the workers, a piece of whole batches per task (:func:`batch_pieces`: the batches that begin in a part,
+        read from it and the parts their last admissions are in), so this process never holds the edge rows or
+        what ``make`` makes of them beyond what it yields. Here, as the parts engine does, when the workers cannot
+        see ``sees``."""
+        if isinstance(events, pd.DataFrame) or (sees is not None and not self._seen_by_workers(Path(sees))):
+            yield from super().in_batches(make, events, *args, batch_size=batch_size, columns=columns, **kwargs)
+            return
+        admitted = list(self._map(_call_part, events.paths, call=admitted_in, columns=["SPLIT", "HADM_ID"]))
+        pieces = batch_pieces(admitted, events.paths, batch_size)
+        for done in self._map(_batch_piece, pieces, make=make, args=args,
+                              kwargs={**kwargs, "batch_size": batch_size},
+                              columns=None if columns is None else list(columns)):
+            if done.error is not None:
+                raise StageError(**done.error)
+            yield from done.made
+
+    def call(self, function: Callable[..., Any], *args: Any, sees: Path | None = None, **kwargs: Any) -> Any:
+        """On a worker (``quarantine.parquet`` written there, so this process never holds its row groups); here when
+        the workers cannot see ``sees``."""
+        if sees is not None and not self._seen_by_workers(Path(sees)):
+            return super().call(function, *args, **kwargs)
+        return self.client.submit(function, *args, pure=False, **kwargs).result()
+
+    def _seen_by_workers(self, folder: Path) -> bool:
+        return all(self.client.run(os.path.isdir, str(folder)).values())
+
+
+@dataclass(frozen=True)
+class BatchPiece:
+    """Whole batches of edge rows: the parts they are read from, per split code the HADM_ID range of their
+    admissions, and per split name the admissions of the batches before them (``start``)."""
+
+    paths: tuple[Any, ...]
+    ranges: tuple[tuple[int, int, int], ...]  # (split code, first HADM_ID, last HADM_ID)
+    start: dict[str, int]
+
+
+def admitted_in(part: pd.DataFrame) -> pd.DataFrame:
+    """A part's admissions: split code and HADM_ID, sorted (the edge rows' order)."""
+    pairs = pd.DataFrame({"split": split_codes(part["SPLIT"]).astype("int64"),
+                          "hadm": part["HADM_ID"].to_numpy("int64")})
+    return pairs.drop_duplicates().sort_values(["split", "hadm"], ignore_index=True)
+
+
+def batch_pieces(admitted: Sequence[pd.DataFrame], paths: Sequence[Any], batch_size: int) -> list[BatchPiece]:
+    """Pieces of whole batches of ``batch_size`` admissions per split, one per part in which a batch begins: its
+    batches are those that begin there, read from that part and the parts after it that their admissions reach.
+    ``admitted``: each part's admissions (:func:`admitted_in`), the parts in (split, HADM_ID) order, every admission
+    in one part."""
+    whole = pd.concat([frame.assign(part=n) for n, frame in enumerate(admitted)], ignore_index=True)
+    if whole.empty:
+        return []
+    split, hadm, part = (whole[c].to_numpy("int64") for c in ("split", "hadm", "part"))
+    batch = whole.groupby("split").cumcount().to_numpy("int64") // batch_size
+    first = np.flatnonzero(np.r_[True, (split[1:] != split[:-1]) | (batch[1:] != batch[:-1])])
+    last = np.r_[first[1:], len(whole)] - 1
+    batches = pd.DataFrame({"piece": part[first], "split": split[first], "lo": hadm[first], "hi": hadm[last],
+                            "batch": batch[first], "reach": part[last]})
+    # Per piece and split: the HADM_ID range and the first batch of the batches that begin in the piece's part.
+    per = batches.groupby(["piece", "split"], sort=True).agg(
+        lo=("lo", "min"), hi=("hi", "max"), batch=("batch", "min"), reach=("reach", "max")).reset_index()
+    piece = per["piece"].to_numpy("int64")
+    bounds = np.flatnonzero(np.r_[True, piece[1:] != piece[:-1]])
+    pieces = []
+    for begin, end in zip(bounds, [*bounds[1:], len(per)]):  # one per part in which a batch begins
+        rows = per.iloc[begin:end]
+        pieces.append(BatchPiece(
+            paths=tuple(paths[int(piece[begin]):int(rows["reach"].max()) + 1]),
+            ranges=tuple(zip(*(rows[c].astype("int64").tolist() for c in ("split", "lo", "hi")))),
+            start={SPLITS[s]: b * batch_size for s, b in zip(rows["split"].tolist(), rows["batch"].tolist())}))
+    return pieces
+
+
+@dataclass(frozen=True)
+class _PieceDone:
+    """What ``make`` made of a piece, as data (a StageError is carried, never raised across processes)."""
+
+    made: tuple = ()
+    error: dict | None = None
+
+
+def _batch_piece(piece: BatchPiece, *, make: Callable[..., Iterable[Any]], args: tuple, kwargs: dict,
+                 columns: list[str] | None) -> _PieceDone:
+    """``make`` of the rows of ``piece``'s batches (a StageError carried as data)."""
+    frames = [read_part(path, columns) for path in piece.paths]
+    rows = frames[0] if len(frames) == 1 else pd.concat(frames)
+    split, hadm = split_codes(rows["SPLIT"]), rows["HADM_ID"].to_numpy("int64")
+    chosen = np.zeros(len(rows), dtype=bool)
+    for code, lo, hi in piece.ranges:  # at most one range per split
+        chosen |= (split == code) & (hadm >= lo) & (hadm <= hi)
+    try:
+        return _PieceDone(made=tuple(make([rows[chosen]], *args, start=dict(piece.start), **kwargs)))
+    except StageError as error:
+        return _PieceDone(error=_as_data(error))
+
 
 def _read_only(mapping: dict) -> MappingProxyType:
     return MappingProxyType(mapping)
@@ -922,11 +1069,12 @@ def ahead_of_results(submit: Callable[[Any], Any], items: Iterable[Any], *, ahea
 
 
 def _shared(client: Any, args: tuple) -> tuple:
-    """Frames among the arguments sent to every worker once, not inside every task. Each under a key of its own
-    (``hash=False``): the same frame scattered again by the next stage under its content's key could be released by
-    the stage before (whose futures go when its map is done) while the next stage's tasks wait for it ("lost
-    dependencies")."""
-    return tuple(client.scatter(a, broadcast=True, hash=False) if isinstance(a, pd.DataFrame) else a for a in args)
+    """Frames and arrays among the arguments (ADMISSIONS, the report's mask of quarantined lines) sent to every worker
+    once, not inside every task. Each under a key of its own (``hash=False``): the same frame scattered again by the
+    next stage under its content's key could be released by the stage before (whose futures go when its map is
+    done) while the next stage's tasks wait for it ("lost dependencies")."""
+    return tuple(client.scatter(a, broadcast=True, hash=False) if isinstance(a, (pd.DataFrame, LineMask)) else a
+                 for a in args)
 
 
 def _pick(pick: Callable[..., pd.DataFrame] | None, columns: Sequence[str] | None, args: tuple, kwargs: dict,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -30,7 +30,7 @@ from pipeline.config import Config
 from pipeline.cache import Cache
 from pipeline.cache import key_of as cache_key
 from pipeline.load import TABLES, file_sha256, locate_tables, read_blocks
-from pipeline.engine import PANDAS, Chained, Engine, Link, Linked, frames
+from pipeline.engine import PANDAS, Chained, Engine, Link, Linked
 from pipeline.parse import (LabRelations, RawResult, RawTables, check_blocks, check_relations, check_stream,
                             keyed_admissions)
 from pipeline.progress import NO_PROGRESS, Progress, pass_step
@@ -513,7 +513,7 @@ def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool,
     # errors, or fails, drops them.
     staged = write.StagedBuild(out)
     try:
-        built = _graphs_into(staged, validation, config, progress, guarding=guarding)
+        built = _graphs_into(staged, validation, config, progress, guarding=guarding, engine=engine or PANDAS)
     except BaseException:
         staged.abandon()
         raise
@@ -522,27 +522,66 @@ def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool,
     return built
 
 
-def _graphs_into(staged: Any, validation: Validation, config: Config, progress: Progress, *, guarding: str) -> Build:
-    """The graphs of a validated run built, guarded and (unless anything is an error) written with the rest."""
-    from pipeline import html, write  # torch, PyG and matplotlib load only when graphs are built
+@dataclass(frozen=True)
+class MadeGraph:
+    """A graph built, guarded, serialised and staged (where the edge rows are: this process, or a Dask worker):
+    what the build keeps of it."""
+
+    file: Any  # pipeline.write.GraphFile, without its bytes
+    staged: bool | OSError  # whether its file was staged (pipeline.write.stage_file), or why it could not be
+    labitems: int
+    memory: dict[str, int]
+    findings: tuple[Finding, ...]
+    node: np.ndarray
+    hadm: np.ndarray
+
+
+def made_graphs(parts: Iterable[pd.DataFrame], admissions: pd.DataFrame, labitems: pd.DataFrame, *, out_dir: Path,
+                limits: Any, batch_size: int, labels: bool, hidden: int, layers: int,
+                start: Mapping[str, int] | None = None) -> Iterator[MadeGraph]:
+    """The graphs of edge rows in parts (:func:`pipeline.stages.graph.stream_graphs`) each built, guarded, sized,
+    serialised and staged in ``out_dir`` at once, so only what :class:`MadeGraph` keeps stays."""
+    from pipeline import write
     from pipeline.stages import graph
-    from schemas.graph import EDGE
+
+    for g in graph.stream_graphs(parts, admissions, labitems, batch_size=batch_size, labels=labels, start=start):
+        file = write.graph_file(g)
+        try:
+            staged: bool | OSError = write.stage_file(out_dir, file.path, file.data)
+        except OSError as problem:
+            staged = problem
+        yield MadeGraph(file=replace(file, data=None), staged=staged, labitems=int(g.data["labitem"].num_nodes),
+                        memory=graph.memory_estimate(g.data, hidden=hidden, layers=layers),
+                        findings=tuple(finding_from_error(problem) for problem in graph.check_graphs([g], limits)),
+                        node=g.data["admission"].node_id.numpy(), hadm=g.data["admission"].hadm_id.numpy())
+        if not isinstance(staged, bool):
+            return
+
+
+def _graphs_into(staged: Any, validation: Validation, config: Config, progress: Progress, *, guarding: str,
+                 engine: Engine = PANDAS) -> Build:
+    """The graphs of a validated run built, guarded and (unless anything is an error) written with the rest."""
+    from pipeline import html, write  # matplotlib loads only when graphs are built
+    from pipeline.stages import graph
 
     out, report, prepared = staged.out_dir, validation.report, validation.prepared
     limits = graph.graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=config.bucket.max_timestep)
-    # Built, guarded and serialised a few batches at a time, from the edge rows' parts (only the columns graphs
-    # read): what stays is each graph's hash and summary, never all the graphs' tensors or bytes.
-    parts = frames(prepared.edges, graph.graph_columns(prepared.edges))
+    # Built, guarded, serialised and staged a few batches at a time, from the edge rows' parts (only the columns
+    # graphs read), here or (Dask) on the workers: what stays is each graph's hash and summary, never all the graphs'
+    # tensors or bytes.
+    made = engine.in_batches(made_graphs, prepared.edges, prepared.admissions, prepared.labitems,
+                             batch_size=config.graph.batch_size, columns=graph.graph_columns(prepared.edges), sees=out,
+                             out_dir=out, limits=limits, labels=config.graph.labels, hidden=config.graph.hidden,
+                             layers=config.graph.layers)
     findings, memory, files, summaries, nodes_of = [], {}, [], [], []
-    for g in graph.stream_graphs(parts, prepared.admissions, prepared.labitems, batch_size=config.graph.batch_size,
-                                 labels=config.graph.labels):
-        findings += [finding_from_error(problem) for problem in graph.check_graphs([g], limits)]
-        memory[g.where] = graph.memory_estimate(g.data, hidden=config.graph.hidden, layers=config.graph.layers)
-        summaries.append({"split": g.split, "batch": g.batch, "admissions": int(g.data["admission"].num_nodes),
-                          "labitems": int(g.data["labitem"].num_nodes),
-                          "edges": int(g.data[EDGE].edge_index.shape[1]), "memory": memory[g.where]})
-        nodes_of.append((g.split, g.batch, g.data["admission"].node_id.numpy(), g.data["admission"].hadm_id.numpy()))
-        files.append(write.graph_file(g, staged))
+    for g in made:
+        staged.took(g.file.path, g.staged)  # a file that could not be staged: the staged files go, OutputError
+        findings += g.findings
+        memory[g.file.where] = g.memory
+        summaries.append({"split": g.file.split, "batch": g.file.batch, "admissions": g.file.admissions,
+                          "labitems": g.labitems, "edges": g.file.edges, "memory": g.memory})
+        nodes_of.append((g.file.split, g.file.batch, g.node, g.hadm))
+        files.append(g.file)
     summaries = tuple(summaries)
     progress.step(guarding, rows=len(summaries), unit="graphs")
     budget = config.graph.memory_budget_mb * 2**20
@@ -582,13 +621,16 @@ def _graphs_into(staged: Any, validation: Validation, config: Config, progress: 
               for name in ("train", "val", "test")}
     built = Build(validation=validation, report=report, out_dir=out, graphs=summaries)
     progress.step("report")
-    page = html.render(built, config)  # OUT_DIR/report.html, in the manifest; no raw values even with show_values
+    # OUT_DIR/report.html, in the manifest; no raw values even with show_values
+    page = html.render(built, config, engine=engine)
     outputs = write.build_outputs(
         graphs=files, limits=limits, config=config.as_json(),
         inputs=[{"table": i.table, "sha256": i.sha256, "rows": i.rows, "file": Path(i.path).name}
                 for i in report.inputs],
         fitted=prepared.saved_state(),
-        quarantine=prepared.quarantine, index=index, report=report.as_json(),
+        quarantine=write.stage_quarantine(prepared.quarantine, staged,
+                                          where=lambda function, *args: engine.call(function, *args, sees=out)),
+        index=index, report=report.as_json(),
         accounting={"LABEVENTS": ledger, "ADMISSIONS": admissions}, splits=splits, memory=memory,
         report_html=page.encode("utf-8"), features=graph.feature_columns(prepared.edges, prepared.admissions))
     progress.step("write", rows=len(outputs.manifest["outputs"]), unit="files")

@@ -26,6 +26,7 @@ import pandas as pd
 
 from pipeline.config import Config
 from pipeline.engine import frames
+from pipeline.quarantine import LineMask
 from pipeline.report import Report, format_items, item_names, write_atomic
 from pipeline.stages import COLOURS, STAGE_ORDER
 from pipeline.stages.scale import zscores
@@ -76,8 +77,11 @@ def html_report(result: Any, config: Config | None = None, *, show_values: bool 
     return HtmlReport(render(result, config, show_values=show_values))
 
 
-def render(result: Any, config: Config, *, show_values: bool = False) -> str:
-    """The whole page for a Validation or a Build (a Build has ``validation`` and its graphs)."""
+def render(result: Any, config: Config, *, show_values: bool = False, engine: Any = None) -> str:
+    """The whole page for a Validation or a Build (a Build has ``validation`` and its graphs). With the ``engine``
+    that holds LABEVENTS in parts (``pipeline.engine``), what is read of every part is read where its parts are
+    (the Dask engine's workers) and only per-part sums come back; without one, the parts are read here, one at a
+    time."""
     validation = getattr(result, "validation", result)
     report: Report = result.report
     tables, prepared = validation.tables, validation.prepared
@@ -85,19 +89,18 @@ def render(result: Any, config: Config, *, show_values: bool = False) -> str:
     kind = "build" if validation is not result else "validate"
     # Two passes over LABEVENTS (part by part when it is held in parts): per-item summaries, then the z of the
     # items drawn.
-    summary = z_summary(z_scores(tables.labevents, prepared, config), config.scale.warn_bound)
+    summary = z_summary(tables.labevents, prepared, config, engine=engine)
     top = extreme_items(summary)
-    drawn = list(z_scores(tables.labevents, prepared, config, items=top.index))
-    z = pd.concat(drawn).sort_index(kind="stable") if drawn else None
+    drawn = drawn_z(tables.labevents, prepared, config, items=top.index, engine=engine) if len(top) else {}
     names = item_names(getattr(prepared, "labitems", None))  # '50963 NTproBNP (Blood)'
     sections = [
         _header(report, kind, getattr(validation, "cached", False)),
         _findings(report, show_values=show_values),
         _attrition(report),
-        _zscores(z, top, config, names),
+        _zscores(drawn, top, config, names),
         _items(prepared, summary, names, config),
-        _missingness(tables, report, prepared, config),
-        _splits(prepared, graphs),
+        _missingness(tables, report, prepared, config, engine=engine),
+        _splits(prepared, graphs, engine=engine),
     ]
     if kind == "build":
         sections.append(_graphs(graphs, config, written=getattr(result, "out_dir", None) is not None))
@@ -107,50 +110,79 @@ def render(result: Any, config: Config, *, show_values: bool = False) -> str:
 
 
 # -- data ---------------------------------------------------------------------------------------
-def z_scores(labevents: Any, prepared: Any, config: Config, *, items: Iterable[int] | None = None
-             ) -> Iterator[pd.DataFrame]:
-    """Each scaled lab row's z (index = source line), computed from the fitted stats: one frame per part of
-    LABEVENTS (the frame itself, or its parts held by the parts engine, read one at a time), of ``items`` only
-    when given.
+def _each(engine: Any, call: Any, events: Any, *args: Any, columns: list[str] | None = None, **kwargs: Any
+          ) -> Iterator[Any]:
+    """``call(part, *args, **kwargs)`` of each part of ``events`` (a frame: of itself), in part order: where the
+    ``engine``'s parts are, or here, the parts read one at a time (no engine)."""
+    if engine is None or isinstance(events, pd.DataFrame):
+        return (call(part, *args, **kwargs) for part in frames(events, columns))
+    return engine.per_part(call, events, *args, columns=columns, **kwargs)
 
-    The rows are those the scale stage saw (LABEVENTS less what clean quarantined), so the chart
-    exists even when the scale stage stopped the run on an error bound. ``seen`` is False for items
-    unseen in train (z = 0).
-    """
+
+@dataclass(frozen=True)
+class DrawnZ:
+    """What the chart draws of an item: its finite z sorted (the box, its whiskers and outliers depend only on
+    the values), and those above the warn bound in source line order (the flagged points, the most extreme first,
+    ties in line order), with their lines. 8 bytes a row, where a frame of the rows took 25 and more."""
+
+    values: np.ndarray
+    beyond: np.ndarray
+    lines: np.ndarray
+
+    @staticmethod
+    def combine(parts: list["DrawnZ"]) -> "DrawnZ":
+        """One item's z from its parts' (any order of parts: the values are sorted, the flagged points put in line
+        order)."""
+        lines = np.concatenate([p.lines for p in parts])
+        order = np.argsort(lines, kind="stable")
+        return DrawnZ(values=np.sort(np.concatenate([p.values for p in parts])),
+                      beyond=np.concatenate([p.beyond for p in parts])[order], lines=lines[order])
+
+
+def z_scores(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, policy: Any, warn_bound: float,
+             items: Iterable[int] | None = None) -> pd.DataFrame:
+    """The z of each scaled lab row of a part of LABEVENTS (index = source line), computed from the fitted stats: the
+    rows the scale stage saw (LABEVENTS less what clean quarantined: ``cleaned``), so the chart exists even when the
+    scale stage stopped the run on an error bound; of ``items`` only, when given. ``seen`` is False for items unseen
+    in train (z = 0)."""
+    chosen = ~cleaned.of(part.index.to_numpy("int64")) & part["VALUENUM"].notna().to_numpy() \
+        & part["ITEMID"].notna().to_numpy()
+    if items is not None:
+        chosen &= part["ITEMID"].isin(list(items)).to_numpy()
+    rows = part.loc[chosen, ["ITEMID", "VALUENUM"]].astype({"ITEMID": "int64", "VALUENUM": "float64"})
+    z = zscores(rows, stats, policy=policy, warn_bound=warn_bound, strict=False)
+    return pd.DataFrame({"ITEMID": rows["ITEMID"], "Z": z.astype("float64"), "seen": rows["ITEMID"].isin(stats.items_)})
+
+
+def _z_sources(labevents: Any, prepared: Any) -> tuple | None:
+    """What the z passes need: the fitted stats and the lines clean quarantined (None: no z to draw)."""
     stats = getattr(prepared, "stats", None)
     if labevents is None or stats is None or "VALUENUM" not in labevents.columns:
-        return
-    # The lines clean quarantined, as a mask over source lines: looked up per part without a hash of them all.
-    cleaned = prepared.quarantine.lines("LABEVENTS", "clean")
-    taken = np.zeros(int(cleaned[-1]) + 1 if len(cleaned) else 0, dtype=bool)
-    taken[cleaned] = True
-    for part in frames(labevents, ["ITEMID", "VALUENUM"]):
-        lines = part.index.to_numpy("int64")
-        was_cleaned = np.zeros(len(lines), dtype=bool)
-        inside = lines < len(taken)
-        was_cleaned[inside] = taken[lines[inside]]
-        chosen = ~was_cleaned & part["VALUENUM"].notna().to_numpy() & part["ITEMID"].notna().to_numpy()
-        if items is not None:
-            chosen &= part["ITEMID"].isin(list(items))
-        rows = part.loc[chosen, ["ITEMID", "VALUENUM"]].astype({"ITEMID": "int64", "VALUENUM": "float64"})
-        z = zscores(rows, stats, policy=config.scale.policy, warn_bound=config.scale.warn_bound, strict=False)
-        yield pd.DataFrame({"ITEMID": rows["ITEMID"], "Z": z.astype("float64"),
-                            "seen": rows["ITEMID"].isin(stats.items_)})
+        return None
+    return stats, prepared.quarantine.taken("LABEVENTS", "clean")
 
 
-def z_summary(parts: Iterable[pd.DataFrame], warn_bound: float) -> pd.DataFrame:
+def _part_summary(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, policy: Any, warn_bound: float
+                  ) -> pd.DataFrame:
+    """Per ITEMID of one part: rows, non-finite z, max finite |z|, rows above the bound or not finite, seen."""
+    z = z_scores(part, stats, cleaned, policy=policy, warn_bound=warn_bound)
+    absolute = z["Z"].abs()
+    finite = np.isfinite(z["Z"])
+    frame = pd.DataFrame({"ITEMID": z["ITEMID"], "abs": absolute.where(finite),
+                          "nonfinite": (~finite).astype("int64"),
+                          "flagged": ((absolute > warn_bound) | ~finite).astype("int64"), "seen": z["seen"]})
+    return frame.groupby("ITEMID", sort=True).agg(
+        rows=("abs", "size"), nonfinite=("nonfinite", "sum"), max_abs=("abs", "max"), flagged=("flagged", "sum"),
+        seen=("seen", "any"))
+
+
+def z_summary(labevents: Any, prepared: Any, config: Config, *, engine: Any = None) -> pd.DataFrame:
     """Per ITEMID (sorted): rows, non-finite z, max finite |z| (0 without one), rows above the bound or not finite,
-    and whether the item was seen in train; from :func:`z_scores`' frames, each summed up as it comes."""
-    summaries = []
-    for z in parts:
-        absolute = z["Z"].abs()
-        finite = np.isfinite(z["Z"])
-        frame = pd.DataFrame({"ITEMID": z["ITEMID"], "abs": absolute.where(finite),
-                              "nonfinite": (~finite).astype("int64"),
-                              "flagged": ((absolute > warn_bound) | ~finite).astype("int64"), "seen": z["seen"]})
-        summaries.append(frame.groupby("ITEMID", sort=True).agg(
-            rows=("abs", "size"), nonfinite=("nonfinite", "sum"), max_abs=("abs", "max"), flagged=("flagged", "sum"),
-            seen=("seen", "any")))
+    and whether the item was seen in train; summed up part by part (:func:`z_scores`), where the parts are."""
+    sources = _z_sources(labevents, prepared)
+    summaries = [] if sources is None else list(_each(
+        engine, _part_summary, labevents, *sources, columns=["ITEMID", "VALUENUM"], policy=config.scale.policy,
+        warn_bound=config.scale.warn_bound))
     if not summaries:
         return pd.DataFrame({"rows": [], "nonfinite": [], "max_abs": [], "flagged": [], "seen": []},
                             index=pd.Index([], name="ITEMID", dtype="int64")).astype(
@@ -158,6 +190,35 @@ def z_summary(parts: Iterable[pd.DataFrame], warn_bound: float) -> pd.DataFrame:
     summary = pd.concat(summaries).groupby(level="ITEMID", sort=True).agg(
         {"rows": "sum", "nonfinite": "sum", "max_abs": "max", "flagged": "sum", "seen": "any"})
     return summary.assign(max_abs=summary["max_abs"].fillna(0.0))
+
+
+def _part_drawn(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, policy: Any, warn_bound: float,
+                items: list[int]) -> dict[int, DrawnZ]:
+    """The drawn items' z of one part (:class:`DrawnZ`), by ITEMID."""
+    z = z_scores(part, stats, cleaned, policy=policy, warn_bound=warn_bound, items=items)
+    z = z[z["seen"] & np.isfinite(z["Z"])]
+    order = np.argsort(z["ITEMID"].to_numpy("int64"), kind="stable")  # by item, each in the part's row order
+    item, values, lines = (z["ITEMID"].to_numpy("int64")[order], z["Z"].to_numpy("float64")[order],
+                           z.index.to_numpy("int64")[order])
+    starts = np.flatnonzero(np.r_[True, item[1:] != item[:-1]]) if len(item) else np.array([], dtype="int64")
+    beyond = np.abs(values) > warn_bound
+    return {int(item[start]): DrawnZ(values=np.sort(values[start:stop]), beyond=values[start:stop][beyond[start:stop]],
+                                     lines=lines[start:stop][beyond[start:stop]])
+            for start, stop in zip(starts, [*starts[1:], len(item)])}
+
+
+def drawn_z(labevents: Any, prepared: Any, config: Config, *, items: Iterable[int], engine: Any = None
+            ) -> dict[int, DrawnZ]:
+    """The z of ``items`` (:class:`DrawnZ`), by ITEMID, gathered part by part from where the parts are."""
+    sources = _z_sources(labevents, prepared)
+    found: dict[int, list[DrawnZ]] = {}
+    if sources is not None:
+        for drawn in _each(engine, _part_drawn, labevents, *sources, columns=["ITEMID", "VALUENUM"],
+                           policy=config.scale.policy, warn_bound=config.scale.warn_bound,
+                           items=[int(item) for item in items]):
+            for item, part in drawn.items():
+                found.setdefault(item, []).append(part)
+    return {item: DrawnZ.combine(parts) for item, parts in sorted(found.items())}
 
 
 def extreme_items(summary: pd.DataFrame, top: int = TOP_ITEMS) -> pd.DataFrame:
@@ -266,13 +327,13 @@ def _admissions(ledger: dict | None) -> str:
     return equation + _table(head, rows, numeric=set(range(1, len(head)))) + note
 
 
-def _zscores(z: pd.DataFrame | None, top: pd.DataFrame, config: Config, names: dict[int, str]) -> str:
+def _zscores(drawn: dict[int, DrawnZ], top: pd.DataFrame, config: Config, names: dict[int, str]) -> str:
     warn, error = config.scale.warn_bound, config.scale.error_bound
-    if top.empty or z is None:
+    if top.empty:
         return ""
     chart = _figure("zscores", f"z-scores of the {len(top)} items with the largest |z|; dashed: |z| = {warn:g} "
                                f"(warn bound); red points: rows above it",
-                    lambda: _z_chart(z, top, warn, error))
+                    lambda: _z_chart(drawn, top, warn, error))
     table = _table(["ITEMID", "rows", "max |z|", "rows above the warn bound", "non-finite z"],
                    [[format_items([r.Index], names=names), _n(r.rows), f"{r.max_abs:.3g}", _n(r.flagged),
                      _n(r.nonfinite)]
@@ -309,7 +370,11 @@ def _items(prepared: Any, summary: pd.DataFrame, names: dict[int, str], config: 
     return f'<section id="items"><h2>Constant, single-observation, fallback and unseen items</h2>{table}</section>'
 
 
-def _missingness(tables: Any, report: Report, prepared: Any, config: Config) -> str:
+def _null_counts(part: pd.DataFrame) -> pd.Series:
+    return part.isna().sum()
+
+
+def _missingness(tables: Any, report: Report, prepared: Any, config: Config, *, engine: Any = None) -> str:
     parts = []
     rows = []
     for name in ("admissions", "labitems", "labevents"):
@@ -317,7 +382,7 @@ def _missingness(tables: Any, report: Report, prepared: Any, config: Config) -> 
         if frame is None:
             continue
         total = len(frame)
-        counts = sum(part.isna().sum() for part in frames(frame))
+        counts = sum(_each(engine, _null_counts, frame))
         for column in frame.columns:
             if column == "REJECT":
                 continue
@@ -342,15 +407,19 @@ def _missingness(tables: Any, report: Report, prepared: Any, config: Config) -> 
     return f'<section id="missingness"><h2>Missingness and fills</h2>{"".join(parts)}</section>'
 
 
-def _splits(prepared: Any, graphs: list[dict]) -> str:
+def _split_sizes(part: pd.DataFrame) -> pd.DataFrame:
+    """Per split: the part's admissions with edges, and its edges."""
+    return part.groupby("SPLIT")["HADM_ID"].agg(["nunique", "size"]).reindex(_SPLITS, fill_value=0)
+
+
+def _splits(prepared: Any, graphs: list[dict], *, engine: Any = None) -> str:
     splits = getattr(prepared, "splits", None)
     if splits is None:
         return ""
     edges = getattr(prepared, "edges", None)
     per_split = None  # per split: admissions with edges, edges (added up over parts: they share no admission)
     if edges is not None:
-        per_split = sum(part.groupby("SPLIT")["HADM_ID"].agg(["nunique", "size"]).reindex(_SPLITS, fill_value=0)
-                        for part in frames(edges, ["SPLIT", "HADM_ID"]))
+        per_split = sum(_each(engine, _split_sizes, edges, columns=["SPLIT", "HADM_ID"]))
     rows = []
     for name in _SPLITS:
         part = splits[splits["SPLIT"] == name]
@@ -445,7 +514,7 @@ def _fewer(values: np.ndarray, most: int) -> np.ndarray:
     return ordered[np.unique(np.linspace(0, len(ordered) - 1, most).round().astype("int64"))]
 
 
-def _z_chart(z: pd.DataFrame, top: pd.DataFrame, warn: float, error: float):
+def _z_chart(drawn: dict[int, DrawnZ], top: pd.DataFrame, warn: float, error: float):
     import matplotlib
     from matplotlib import cbook
     from matplotlib.ticker import FuncFormatter
@@ -457,12 +526,11 @@ def _z_chart(z: pd.DataFrame, top: pd.DataFrame, warn: float, error: float):
         positions = np.arange(len(items))[::-1]
         boxes, flagged_x, flagged_y = [], [], []
         for item, position in zip(items, positions):
-            values = z.loc[z["seen"] & (z["ITEMID"] == item), "Z"].to_numpy("float64")
-            values = values[np.isfinite(values)]
+            values = drawn[item].values if item in drawn else np.array([], dtype="float64")
             (box,) = cbook.boxplot_stats(values if len(values) else np.array([0.0]))
             box["fliers"] = _fewer(box["fliers"], FLIERS)  # the box from every row, a few of its outliers drawn
             boxes.append(box)
-            beyond = values[np.abs(values) > warn]
+            beyond = drawn[item].beyond if item in drawn else values
             beyond = beyond[np.argsort(-np.abs(beyond), kind="stable")][:FLAGGED_POINTS]
             flagged_x.extend(beyond)
             flagged_y.extend([position] * len(beyond))

@@ -16,6 +16,7 @@ loaded only with ``torch.load(..., weights_only=True)``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -26,21 +27,22 @@ import shutil
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
-from torch_geometric.data import HeteroData
 
 from pipeline.quarantine import Quarantine, empty_quarantine
 from pipeline.stages.graph import GraphBatch
 from pipeline.paths import MARKER, OutputError, check_output_dir, os_reason  # noqa: F401  (re-exported)
-from pipeline.report import write_atomic
+from pipeline.report import atomic_path, write_atomic
 from schemas.checks import check_info
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
+
+if TYPE_CHECKING:  # torch and PyG load where graphs are serialised or read, not where a build is only written
+    from torch_geometric.data import HeteroData
 
 MANIFEST = "manifest.json"
 STAGING = ".badpoints-staging"  # new files are written here, then renamed into place
@@ -60,6 +62,8 @@ def graph_path(split: str, batch: int) -> str:
 
 def graph_bytes(data: HeteroData) -> bytes:
     """The graph's bytes: deterministic (no file name, no time stamp in the archive)."""
+    import torch
+
     buffer = io.BytesIO()
     torch.save(data.to_dict(), buffer)
     return buffer.getvalue()
@@ -73,13 +77,15 @@ ROW_GROUP = 1024 * 1024  # rows per Parquet row group (pyarrow's default)
 
 
 def _parquet_bytes(frame: pd.DataFrame) -> bytes:
-    return _parquet_of([frame])
-
-
-def _parquet_of(frames: Iterable[pd.DataFrame], empty: pd.DataFrame | None = None) -> bytes:
-    """One Parquet file of ``frames`` in turn (index dropped), the bytes one frame of them all would give: rows are
-    written in whole row groups as they come, so only a row group's worth waits (``empty``: the file of none)."""
     sink = pa.BufferOutputStream()
+    _parquet_of([frame], sink)
+    return sink.getvalue().to_pybytes()
+
+
+def _parquet_of(frames: Iterable[pd.DataFrame], sink: pa.NativeFile, empty: pd.DataFrame | None = None) -> None:
+    """One Parquet file of ``frames`` in turn (index dropped) into ``sink``, the bytes one frame of them all would
+    give: rows are written in whole row groups as they come, so only a row group's worth waits (``empty``: the file
+    of none)."""
     writer, waiting, written = None, None, False
     for frame in frames:
         table = pa.Table.from_pandas(frame, preserve_index=False)
@@ -96,7 +102,14 @@ def _parquet_of(frames: Iterable[pd.DataFrame], empty: pd.DataFrame | None = Non
     if len(waiting) or not written:  # no rows at all: one empty row group, as a whole empty frame gives
         writer.write_table(waiting.combine_chunks(), row_group_size=ROW_GROUP)
     writer.close()
-    return sink.getvalue().to_pybytes()
+
+
+QUARANTINE = "quarantine.parquet"
+
+
+def quarantine_parquet(quarantine: Quarantine, sink: pa.NativeFile) -> None:
+    """``quarantine.parquet``: every record, by table, source line and stage, written a line range at a time."""
+    _parquet_of((part.reset_index() for part in quarantine.in_order()), sink, empty=empty_quarantine().reset_index())
 
 
 def _sha256(data: bytes) -> str:
@@ -148,6 +161,31 @@ def graph_file(graph: GraphBatch, staged: "StagedBuild | None" = None) -> GraphF
     return replace(kept, data=None)
 
 
+def stage_quarantine(quarantine: Quarantine, staged: "StagedBuild", *,
+                     where: Callable[..., Any] | None = None) -> "StagedFile":
+    """``quarantine.parquet`` written straight into the staging folder, a line range at a time (at MIMIC-IV scale
+    its 49M records are 124 MB of Parquet, never in memory whole): its hash and size. ``where(function, *args)``
+    runs the writing: an engine's ``call``, which may run it on a Dask worker that sees OUT_DIR (here by default)."""
+    run = where or (lambda function, *args: function(*args))
+    records = Quarantine(quarantine.sources)  # what it was read for (summaries, masks) stays here
+    return staged.add_written(QUARANTINE, lambda path: run(write_quarantine, records, path))
+
+
+def write_quarantine(quarantine: Quarantine, path: Path) -> None:
+    """``quarantine.parquet`` at ``path`` (:func:`quarantine_parquet`)."""
+    with pa.OSFile(str(path), "wb") as sink:
+        quarantine_parquet(quarantine, sink)
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """An output written into the staging folder as it was made: its name, hash and size (for the manifest)."""
+
+    name: str
+    sha256: str
+    bytes: int
+
+
 @dataclass(frozen=True)
 class BuildOutputs:
     """Everything a build writes, as bytes, before any of it touches the disk (graph files staged before: by
@@ -158,26 +196,31 @@ class BuildOutputs:
 
 
 def build_outputs(*, graphs: list[GraphBatch | GraphFile], limits: GraphLimits, config: dict, inputs: list[dict],
-                  fitted: dict, quarantine: Quarantine, index: pd.DataFrame, report: dict,
+                  fitted: dict, quarantine: Quarantine | StagedFile, index: pd.DataFrame, report: dict,
                   accounting: dict, splits: dict, memory: dict, features: dict[str, list[str]],
                   report_html: bytes | None = None) -> BuildOutputs:
     """Serialise every output and the manifest that names their hashes (pure: no I/O).
 
     ``accounting`` holds the ledgers by table (LABEVENTS rows, ADMISSIONS); ``features`` names the columns of admission x, labitem x and edge_attr, in order
     (:func:`pipeline.stages.graph.feature_columns`, which the tensors were built from). A graph already staged
-    (:func:`graph_file` with a :class:`StagedBuild`) is listed by its hash; its bytes are not among ``files``.
+    (:func:`graph_file` with a :class:`StagedBuild`) is listed by its hash; its bytes are not among ``files``, and
+    so is a quarantine staged already (:func:`stage_quarantine`).
     """
     graphs = [g if isinstance(g, GraphFile) else graph_file(g) for g in graphs]
     files = {g.path: g.data for g in graphs if g.data is not None}
     files["stats.json"] = _json_bytes(fitted)
-    files["quarantine.parquet"] = _parquet_of((part.reset_index() for part in quarantine.in_order()),
-                                              empty=empty_quarantine().reset_index())
+    if isinstance(quarantine, Quarantine):
+        sink = pa.BufferOutputStream()
+        quarantine_parquet(quarantine, sink)
+        files[QUARANTINE] = sink.getvalue().to_pybytes()
     files["index.parquet"] = _parquet_bytes(index)
     files["report.json"] = _json_bytes(report)
     if report_html is not None:
         files["report.html"] = report_html
     listed = {name: {"sha256": _sha256(data), "bytes": len(data)} for name, data in files.items()}
     listed.update({g.path: {"sha256": g.sha256, "bytes": g.bytes} for g in graphs if g.data is None})
+    if isinstance(quarantine, StagedFile):
+        listed[quarantine.name] = {"sha256": quarantine.sha256, "bytes": quarantine.bytes}
     manifest = {
         "format": FORMAT,
         "config": config,
@@ -225,17 +268,37 @@ class StagedBuild:
         self._attempt(lambda: _clear(self.stage))  # what a killed build staged: whole files or temp files
 
     def add(self, name: str, data: bytes) -> None:
+        self._attempt(lambda: self.took(name, stage_file(self.out_dir, name, data)))
+
+    def took(self, name: str, staged: bool | OSError) -> None:
+        """``name`` is one of this build's files, ``staged`` (:func:`stage_file`, where it was made) or already in
+        place; an OSError: it could not be staged (the staged files go: :class:`OutputError`)."""
+        if isinstance(staged, OSError):
+            self._attempt(functools.partial(_raise, staged))
         self.names.add(name)
-        if _holds(self.out_dir / name, data):
-            return
+        if staged:
+            self.changed.append(name)
+
+    def add_written(self, name: str, write: Callable[[Path], None]) -> StagedFile:
+        """A file ``write(path)`` writes, staged as ``name`` (unless OUT_DIR holds the same bytes already): its hash and
+        size, read back from the staged file in blocks, never whole in memory."""
+        found: list[StagedFile] = []
 
         def stage() -> None:
+            target = self.stage / name
+            target.parent.mkdir(parents=True, exist_ok=True)
             (self.out_dir / name).parent.mkdir(parents=True, exist_ok=True)  # before the switch: it only renames
-            (self.stage / name).parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.stage / name, data)
+            with atomic_path(target) as tmp:
+                write(tmp)
+            sha256, size = _file_sha256(target)
+            same = _same_file(self.out_dir / name, sha256, size)
+            if same:
+                target.unlink()
+            self.took(name, not same)
+            found.append(StagedFile(name=name, sha256=sha256, bytes=size))
 
         self._attempt(stage)
-        self.changed.append(name)
+        return found[0]
 
     def abandon(self) -> None:
         """Drop what was staged, unless the switch began: then the staging folder holds the previous build's list
@@ -281,6 +344,41 @@ class StagedBuild:
         except OSError as exc:
             self.abandon()
             raise _write_failed(self.out_dir, exc, "the previous build there is unchanged") from None
+
+
+def stage_file(out_dir: Path, name: str, data: bytes) -> bool:
+    """``data`` staged as ``name`` in OUT_DIR's staging folder, unless ``out_dir / name`` holds exactly these bytes
+    already (a rebuild leaves such a file as it is): whether it was staged. Runs wherever OUT_DIR can be seen (a Dask
+    worker stages the graphs it builds); the build that stages records the name (:meth:`StagedBuild.took`)."""
+    if _holds(Path(out_dir) / name, data):
+        return False
+    (Path(out_dir) / name).parent.mkdir(parents=True, exist_ok=True)  # before the switch: it only renames
+    target = Path(out_dir) / STAGING / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, data)
+    return True
+
+
+def _raise(problem: OSError) -> None:
+    raise problem
+
+
+def _file_sha256(path: Path) -> tuple[str, int]:
+    """A file's sha256 and size, read in blocks."""
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(2**20), b""):
+            digest.update(block)
+            size += len(block)
+    return digest.hexdigest(), size
+
+
+def _same_file(path: Path, sha256: str, size: int) -> bool:
+    """Whether ``path`` is a file of this size and hash (then a rebuild leaves it as it is)."""
+    try:
+        return path.is_file() and path.stat().st_size == size and _file_sha256(path)[0] == sha256
+    except OSError:
+        return False
 
 
 def _holds(path: Path, data: bytes) -> bool:
@@ -380,6 +478,8 @@ _PLAIN = (str, int, float, bool, type(None))
 
 def _plain(value: Any) -> bool:
     """Only plain containers, scalars and exact torch.Tensor: no PyG class, no tensor subclass."""
+    import torch
+
     if type(value) is torch.Tensor or isinstance(value, _PLAIN):
         return True
     if type(value) in (dict, tuple, list):
@@ -389,6 +489,8 @@ def _plain(value: Any) -> bool:
 
 
 def _graph_shaped(record: dict) -> bool:
+    import torch
+
     stores = [record.get(key) for key in ("admission", "labitem", EDGE, REVERSE)]
     return all(isinstance(store, dict) for store in stores) and all(
         type(record[edge].get("edge_index")) is torch.Tensor for edge in (EDGE, REVERSE))
@@ -396,6 +498,9 @@ def _graph_shaped(record: dict) -> bool:
 
 def load_graph_bytes(data: bytes, name: str) -> HeteroData:
     """A graph from its bytes, loaded with weights_only=True and then required to be plain graph data."""
+    import torch
+    from torch_geometric.data import HeteroData
+
     try:
         record = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError, AttributeError, TypeError) as exc:

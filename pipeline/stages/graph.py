@@ -110,11 +110,16 @@ def graph_limits(vocabularies, admissions: pd.DataFrame, *, max_timestep: int) -
 
 
 def stream_graphs(parts: Iterable[pd.DataFrame], admissions: pd.DataFrame, labitems: pd.DataFrame, *,
-                  batch_size: int = 128, labels: bool = True) -> Iterator[GraphBatch]:
+                  batch_size: int = 128, labels: bool = True, start: Mapping[str, int] | None = None
+                  ) -> Iterator[GraphBatch]:
     """:func:`build_graphs` of edge rows that come in parts in (split, HADM_ID) order, every admission's rows in one
     part (the parts engine's): a batch is built once all its admissions were read, so a part and the rows of one
-    unfinished batch are held, never all the rows. The graphs are those of :func:`build_graphs` on all the rows."""
-    done = dict.fromkeys(SPLITS, 0)  # admissions of each split already in graphs (whole batches, but a split's last)
+    unfinished batch are held, never all the rows. The graphs are those of :func:`build_graphs` on all the rows.
+
+    ``start``: per split, the admissions in the batches before these rows (whole batches: a Dask worker builds a piece
+    of them), so batches are numbered on from there."""
+    # admissions of each split already in graphs (whole batches, but a split's last)
+    done = {name: int((start or {}).get(name, 0)) for name in SPLITS}
     carry: pd.DataFrame | None = None
     for part in itertools.chain(parts, [None]):
         rows = carry if part is None else part if carry is None else pd.concat([carry, part])

@@ -12,9 +12,11 @@ import pandas as pd
 import pytest
 
 from pipeline.config import load_config
-from pipeline.engine import PANDAS, DaskEngine, Stored, add_steps, admission_parts, dask_engine, in_row_order
+from pipeline.engine import (PANDAS, DaskEngine, Stored, add_steps, admission_parts, admitted_in, batch_pieces,
+                             dask_engine, in_row_order)
 from pipeline.flow import Prepared, build, prepare, validate
 from pipeline.quarantine import Step
+from schemas.errors import StageError
 from pipeline.synth import write_synthetic
 from pipeline.write import load_graphs
 from schemas.split import SPLITS
@@ -221,6 +223,132 @@ def test_admission_parts_keep_admissions_whole_and_ordered():
     sizes = [len(p) for p in admission_parts(frame, 4)]
     assert max(sizes) < 2 * min(sizes)  # about equal rows
     assert len(admission_parts(frame.iloc[:0], 4)) == 1
+
+
+def _edge_parts(seed: int, cuts: int) -> list[pd.DataFrame]:
+    """Edge-like rows (SPLIT, HADM_ID) in (split, HADM_ID) order, cut into ``cuts`` parts at admission boundaries."""
+    rng = np.random.default_rng(seed)
+    hadm = np.unique(rng.integers(1_000, 9_000, 300))
+    split = np.sort(rng.integers(0, 3, len(hadm)))
+    per = rng.integers(1, 6, len(hadm))
+    rows = pd.DataFrame({"SPLIT": np.repeat(np.array(SPLITS)[split], per), "HADM_ID": np.repeat(hadm, per)})
+    bounds = np.unique(np.r_[0, np.sort(rng.choice(np.arange(1, len(hadm)), cuts - 1, replace=False)), len(hadm)])
+    first_row = np.r_[0, np.cumsum(per)]
+    return [rows.iloc[first_row[a]:first_row[b]] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+@pytest.mark.parametrize("seed, cuts, batch_size", [(0, 1, 8), (1, 7, 8), (2, 40, 8), (3, 5, 1), (4, 3, 500)])
+def test_batch_pieces_hold_every_admission_once_in_whole_batches(seed, cuts, batch_size):
+    """Pieces begin where batches begin: their ranges take every admission once, a batch never in two pieces;
+    each reads from the part its first batch begins in to the part its last admission is in, and starts at its
+    split's admissions before it."""
+    parts = _edge_parts(seed, cuts)
+    paths = [f"part-{n}" for n in range(len(parts))]
+    pieces = batch_pieces([admitted_in(part) for part in parts], paths, batch_size)
+    rows = pd.concat(parts, ignore_index=True).drop_duplicates()
+    code = rows["SPLIT"].map({name: n for n, name in enumerate(SPLITS)}).to_numpy()
+    position = rows.groupby("SPLIT").cumcount().to_numpy()
+    owner = np.full(len(rows), -1)
+    for n, piece in enumerate(pieces):
+        for split, lo, hi in piece.ranges:
+            taken = (code == split) & (rows["HADM_ID"].to_numpy() >= lo) & (rows["HADM_ID"].to_numpy() <= hi)
+            assert (owner[taken] == -1).all()
+            owner[taken] = n
+            assert position[taken].min() == piece.start[SPLITS[split]] and piece.start[SPLITS[split]] % batch_size == 0
+        part_of = {hadm: k for k, part in enumerate(parts) for hadm in part["HADM_ID"]}
+        held = rows["HADM_ID"][owner == n].map(part_of)
+        assert list(piece.paths) == paths[held.min():held.max() + 1]
+    assert (owner >= 0).all() and (np.diff(owner) >= 0).all()
+    batch = pd.Series(owner).groupby([code, position // batch_size]).nunique()
+    assert (batch == 1).all()  # whole batches
+    assert batch_pieces([admitted_in(part.iloc[:0]) for part in parts], paths, batch_size) == []
+
+
+def _where_made(parts, *, batch_size, start=None):
+    """A stand-in for made_graphs: which process saw which rows, numbered from ``start``."""
+    import os
+
+    rows = pd.concat(list(parts))
+    yield os.getpid(), dict(start or {}), rows["HADM_ID"].tolist()
+
+
+def test_pieces_of_batches_are_made_on_the_workers_that_see_the_folder(cluster, tmp_path):
+    """The Dask engine makes each piece of whole batches on a worker, from the edge rows' parts; when the workers
+    cannot see the folder the maker writes into, here from the same parts, as the parts engine does."""
+    import os
+
+    engine = on(cluster, None)
+    parts = _edge_parts(5, 6)
+    edges = Stored(paths=tuple(engine._write(part) for part in parts), lengths=tuple(map(len, parts)), order=None,
+                   columns=("SPLIT", "HADM_ID"))
+    on_workers = list(engine.in_batches(_where_made, edges, batch_size=16, sees=tmp_path))
+    here = list(engine.in_batches(_where_made, edges, batch_size=16, sees=tmp_path / "not there"))
+    expected = pd.concat(parts)["HADM_ID"].tolist()
+    assert [hadm for _, _, rows in on_workers for hadm in rows] == expected == here[0][2]
+    assert len(on_workers) > 1 and os.getpid() not in {pid for pid, _, _ in on_workers}
+    assert [pid for pid, _, _ in here] == [os.getpid()]
+    assert on_workers[0][1] == {"train": 0} and all(
+        n % 16 == 0 for _, start, _ in on_workers for n in start.values())
+
+
+def _pid_and(value):
+    import os
+
+    return os.getpid(), value
+
+
+def test_a_call_runs_on_a_worker_that_sees_the_folder(cluster, tmp_path):
+    """What the client would rather not hold (quarantine.parquet's row groups) is made on a worker that sees the
+    folder it writes into, else here; the pandas and parts engines make it here."""
+    import os
+
+    engine = on(cluster, None)
+    worker, value = engine.call(_pid_and, "x", sees=tmp_path)
+    assert value == "x" and worker != os.getpid()
+    assert engine.call(_pid_and, "y", sees=tmp_path / "not there") == (os.getpid(), "y")
+    assert PANDAS.call(_pid_and, "z", sees=tmp_path) == (os.getpid(), "z")
+
+
+def _refusing(parts, *, batch_size, start=None):
+    """A stand-in for made_graphs that finds an unknown item in the piece after the first."""
+    rows = pd.concat(list(parts))
+    if start and max(start.values()):
+        raise StageError(stage="graph", side="input", check="graph_index_bounds", column="ITEMID", count=len(rows),
+                         failure_cases=pd.DataFrame({"line": rows.index}), table="LABEVENTS", detail="not an item")
+    yield len(rows)
+
+
+def test_a_stage_error_in_a_piece_made_on_a_worker_is_raised_here(cluster, tmp_path):
+    engine = on(cluster, None)
+    parts = _edge_parts(6, 5)
+    edges = Stored(paths=tuple(engine._write(part) for part in parts), lengths=tuple(map(len, parts)), order=None,
+                   columns=("SPLIT", "HADM_ID"))
+    with pytest.raises(StageError, match="not an item") as raised:
+        list(engine.in_batches(_refusing, edges, batch_size=16, sees=tmp_path))
+    assert raised.value.check == "graph_index_bounds" and raised.value.count > 0
+
+
+def test_the_dask_client_builds_without_torch(synthetic, tmp_path):
+    """With the Dask engine the graphs are built on the workers: the client never imports torch (0.3 GB)."""
+    import subprocess
+    import sys
+
+    script = ("import sys\n"
+              "from pathlib import Path\n"
+              "from pipeline.config import load_config\n"
+              "from pipeline.engine import dask_engine\n"
+              "from pipeline.flow import build\n"
+              "if __name__ == '__main__':\n"
+              "    with dask_engine(workers=1, memory_limit='1GB', partitions=3) as engine:\n"
+              "        built = build(Path(sys.argv[1]), Path(sys.argv[2]), load_config(), engine=engine)\n"
+              "    print(built.exit_code, len(built.graphs), 'torch' in sys.modules, 'torch_geometric' in sys.modules)\n")
+    (tmp_path / "client.py").write_text(script)
+    done = subprocess.run([sys.executable, str(tmp_path / "client.py"), str(synthetic), str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    code, graphs, torch_loaded, pyg_loaded = done.stdout.split()
+    assert code == "0" and int(graphs) > 0 and (torch_loaded, pyg_loaded) == ("False", "False")
+    assert len(list((tmp_path / "out" / "graphs").rglob("*.pt"))) == int(graphs)
 
 
 def test_steps_of_parts_add_up_and_must_agree():

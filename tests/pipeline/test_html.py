@@ -206,10 +206,11 @@ def test_z_chart_draws_a_bounded_sample_of_outliers_and_the_box_of_every_row():
 
     rng = np.random.default_rng(7)
     values = np.concatenate([rng.normal(size=20_000), rng.normal(scale=40.0, size=4_000)])
-    z = pd.DataFrame({"ITEMID": 50878, "Z": values, "seen": True})
+    beyond = np.abs(values) > 100
+    drawn = {50878: html.DrawnZ(values=np.sort(values), beyond=values[beyond], lines=np.flatnonzero(beyond))}
     top = pd.DataFrame({"rows": [len(values)], "nonfinite": [0], "max_abs": [float(np.abs(values).max())],
-                        "flagged": [int((np.abs(values) > 100).sum())]}, index=pd.Index([50878], name="ITEMID"))
-    figure = html._z_chart(z, top, 100.0, 1e6)
+                        "flagged": [int(beyond.sum())]}, index=pd.Index([50878], name="ITEMID"))
+    figure = html._z_chart(drawn, top, 100.0, 1e6)
     (box,) = cbook.boxplot_stats(values)
     (ax,) = figure.axes
     drawn = [line for line in ax.lines if line.get_marker() == "."]

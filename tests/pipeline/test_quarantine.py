@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.quarantine import (QUARANTINE_COLUMNS, Quarantine, combine, empty_quarantine, quarantine_frame,
+from pipeline.quarantine import (QUARANTINE_COLUMNS, LineMask, Quarantine, combine, empty_quarantine, quarantine_frame,
                                  set_aside)
 
 LINES = pd.Index([2, 3, 5, 8], name="line")
@@ -132,7 +132,8 @@ def test_records_kept_by_line_range_read_as_the_same_quarantine(monkeypatch):
     pd.testing.assert_frame_equal(pd.concat(chunks), expected)
     assert kept.count("LABEVENTS") == held.count("LABEVENTS") == len(clean) + len(bucket) + len(dedup)
     assert kept.count("ADMISSIONS") == 2
-    np.testing.assert_array_equal(kept.lines("LABEVENTS", "bucket"), np.sort(bucket.index.to_numpy()))
+    np.testing.assert_array_equal(kept.taken("LABEVENTS", "bucket").lines(), np.sort(bucket.index.to_numpy()))
+    np.testing.assert_array_equal(held.taken("LABEVENTS", "bucket").lines(), np.sort(bucket.index.to_numpy()))
 
 
 def test_by_reason_counts_rows_first_lines_items_and_admissions_of_each_reason(monkeypatch):
@@ -156,4 +157,22 @@ def test_by_reason_counts_rows_first_lines_items_and_admissions_of_each_reason(m
 def test_an_empty_quarantine_reads_as_empty():
     empty = Quarantine()
     assert empty.whole().empty and list(empty.in_order()) == [] and empty.count("LABEVENTS") == 0
-    assert empty.by_reason(lines=5) == {} and len(empty.lines("LABEVENTS", "clean")) == 0
+    assert empty.by_reason(lines=5) == {} and len(empty.taken("LABEVENTS", "clean").lines()) == 0
+    assert not empty.taken("LABEVENTS", "clean").of(np.array([0, 1, 7, 8])).any()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_line_mask_holds_exactly_the_lines_added_range_by_range(seed):
+    """Lines added in chunks (a range at a time, in any order, some twice) read back as the set of them all; lines
+    outside it (beyond the largest, negative, at byte edges) are not in it."""
+    rng = np.random.default_rng(seed)
+    lines = np.unique(rng.integers(0, 5_000, 900))
+    mask = LineMask.empty()
+    for chunk in np.array_split(rng.permutation(np.r_[lines, lines[:50]]), 7):
+        before, held = mask, mask.lines()
+        mask = mask.with_lines(chunk)
+        np.testing.assert_array_equal(before.lines(), held)  # a new mask: the one before is unchanged
+    np.testing.assert_array_equal(mask.lines(), lines)
+    probe = np.r_[-1, 0, 7, 8, lines, lines + 1, lines.max() + 1, 10**9]
+    np.testing.assert_array_equal(mask.of(probe), np.isin(probe, lines))
+    assert len(mask.bits) <= lines.max() // 8 + 1

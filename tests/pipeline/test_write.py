@@ -248,6 +248,47 @@ def test_quarantine_parquet_holds_the_quarantined_rows(out, built, manifest):
     assert table[["TABLE", "STAGE", "REASON"]].ne("").all().all()
 
 
+def test_quarantine_parquet_streamed_into_staging_is_the_frames_file(out, built, tmp_path, monkeypatch):
+    """quarantine.parquet written into the staging folder a line range at a time: the bytes the whole frame gives
+    (and the build listed); a rebuild that finds the same bytes in place stages nothing."""
+    from pipeline import write
+
+    quarantine = built.validation.prepared.quarantine
+    whole = write._parquet_bytes(quarantine.whole().reset_index())
+    assert (out / "quarantine.parquet").read_bytes() == whole
+    monkeypatch.setattr("pipeline.write.ROW_GROUP", 7)  # many row groups, cut across the line ranges
+    fresh = write.StagedBuild(tmp_path)
+    staged = write.stage_quarantine(quarantine, fresh)
+    data = (tmp_path / STAGING / "quarantine.parquet").read_bytes()
+    assert data == write._parquet_bytes(quarantine.whole().reset_index()) != whole
+    assert (staged.sha256, staged.bytes) == (hashlib.sha256(data).hexdigest(), len(data))
+    assert fresh.changed == ["quarantine.parquet"]
+    monkeypatch.undo()
+    again = write.StagedBuild(out)
+    kept = write.stage_quarantine(quarantine, again)
+    assert kept.sha256 == hashlib.sha256(whole).hexdigest() and again.changed == [] and again.names == {
+        "quarantine.parquet"}
+    assert not (out / STAGING / "quarantine.parquet").exists()
+    again.abandon()
+
+
+def test_a_quarantine_that_cannot_be_written_leaves_the_previous_build(earlier, monkeypatch):
+    """No space left while quarantine.parquet is streamed into staging: exit 2, the previous build as it was."""
+    from pipeline import write
+
+    def full(quarantine, sink):
+        sink.write(b"PAR1")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "quarantine.parquet")
+
+    before = {name: (earlier / name).read_bytes() for name in _final_files(earlier) if name != MARKER}
+    monkeypatch.setattr(write, "quarantine_parquet", full)
+    result = runner.invoke(app, ["build", str(SAMPLE), "--out", str(earlier), "--no-cache"])
+    assert result.exit_code == 2, result.output
+    assert "No space left on device" in result.output and "previous build there is unchanged" in result.output
+    assert {name: (earlier / name).read_bytes() for name in _final_files(earlier) if name != MARKER} == before
+    assert not (earlier / STAGING).exists()
+
+
 def test_report_json_is_the_builds_report(out, built):
     report = json.loads((out / "report.json").read_text())
     assert report == json.loads(json.dumps(built.report.as_json()))

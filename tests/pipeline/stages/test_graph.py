@@ -369,3 +369,22 @@ def test_graphs_streamed_from_parts_are_the_graphs_of_all_rows(prepared, graphs,
     streamed = list(stream_graphs(iter(parts), prepared.admissions, prepared.labitems, batch_size=BATCH))
     assert [g.where for g in streamed] == [g.where for g in graphs]
     assert [graph_bytes(g.data) for g in streamed] == [graph_bytes(g.data) for g in graphs]
+
+
+def test_graphs_streamed_from_a_later_piece_are_numbered_on_from_its_start(prepared, graphs):
+    """Rows of whole batches from some batch on (a Dask worker's piece), with ``start`` the admissions of each split
+    before them: exactly those graphs of all the rows, numbered as there."""
+    from pipeline.stages.dedup import edge_key
+    from pipeline.stages.graph import stream_graphs
+    from schemas.split import split_codes
+
+    edges = prepared.edges.iloc[np.argsort(edge_key(prepared.edges), kind="stable")]
+    code, hadm = split_codes(edges["SPLIT"]), edges["HADM_ID"].to_numpy("int64")
+    train = np.unique(hadm[code == 0])
+    assert len(train) > 2 * BATCH
+    later = (code > 0) | (hadm >= train[BATCH])  # from train's second batch on
+    streamed = list(stream_graphs(iter([edges[later]]), prepared.admissions, prepared.labitems, batch_size=BATCH,
+                                  start={"train": BATCH}))
+    expected = [g for g in graphs if not (g.split == "train" and g.batch == 0)]
+    assert [g.where for g in streamed] == [g.where for g in expected]
+    assert [graph_bytes(g.data) for g in streamed] == [graph_bytes(g.data) for g in expected]
