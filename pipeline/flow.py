@@ -318,6 +318,7 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: Vocabularies | N
                 if events is not tables.labevents:
                     engine.release(events)  # each pass's rows are read by the next pass only
                 events, start = chained.events, start + len(segment)
+                chained = linked = None  # what the stages picked for their findings (rows coded 0, |z| rows) goes
             state["edges"] = engine.result(events)
         except StageError as error:
             ledger.findings.append(finding_from_error(error))
@@ -328,10 +329,11 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: Vocabularies | N
     prepared = Prepared(admissions=context.admissions, labitems=context.labitems, splits=context.splits,
                         fitted=fitted, quarantine=Quarantine(tuple(ledger.quarantines)), steps=tuple(ledger.steps),
                         **state)
+    # The quarantine's findings first: the fates reuse its summary (one read of the records, not two).
+    quarantined = _quarantine_findings(prepared.quarantine, config, names=ledger.names)
     if prepared.edges is not None:
         prepared = Prepared(**{**prepared.__dict__, "fates": admission_fates(tables, prepared, engine=engine)})
-    findings = (ledger.findings + _quarantine_findings(prepared.quarantine, config, names=ledger.names)
-                + _admission_findings(prepared, config) + [_attrition(prepared)])
+    findings = ledger.findings + quarantined + _admission_findings(prepared, config) + [_attrition(prepared)]
     return Prepared(**{**prepared.__dict__, "findings": tuple(findings)})
 
 
@@ -385,11 +387,12 @@ def admission_fates(tables: RawTables, prepared: Prepared, *, engine: Engine = P
                      ["admission_rejected", IN_GRAPHS, "admission_no_labs", "admission_below_min_timesteps"],
                      default="admission_labs_quarantined")
     # The stage that took an admission's last lab rows: the latest stage that quarantined any of them.
-    latest = [records["STAGE"].map(STAGE_ORDER).groupby(records["HADM_ID"]).max()
-              for records in prepared.quarantine.frames(["TABLE", "STAGE", "HADM_ID"])
-              for records in [records[records["TABLE"] == "LABEVENTS"]]]
-    last = (pd.concat(latest).groupby(level=0).max() if latest else pd.Series(dtype="int64")).map(
-        {n: stage for stage, n in STAGE_ORDER.items()})
+    latest = pd.Series(dtype="int64")  # folded frame by frame: one number per admission, not per frame
+    for records in prepared.quarantine.frames(["TABLE", "STAGE", "HADM_ID"]):
+        records = records[records["TABLE"] == "LABEVENTS"]
+        order = records["STAGE"].map(STAGE_ORDER).groupby(records["HADM_ID"]).max()
+        latest = order if latest.empty else pd.concat([latest, order]).groupby(level=0).max()
+    last = latest.map({n: stage for stage, n in STAGE_ORDER.items()})
     stage = hadm.map(last).where(fate == "admission_labs_quarantined")
     return pd.DataFrame({"HADM_ID": hadm.astype("Int64"), "SPLIT": split.astype("str"), "FATE": fate,
                          "STAGE": stage.astype("object")}, index=admissions.index)

@@ -174,18 +174,15 @@ class Quarantine:
         return {}
 
     def _summarize(self, lines: int) -> dict[tuple[str, str, str], Reasoned]:
-        found: dict[tuple[str, str, str], list[Reasoned]] = {}
+        found: dict[tuple[str, str, str], Reasoned] = {}  # folded frame by frame: held whole, they grew with the rows
         for frame in self.frames():
             for key, rows in frame.groupby(["TABLE", "STAGE", "REASON"], sort=True):
-                found.setdefault(key, []).append(Reasoned(
-                    rows=len(rows), lines=np.sort(rows.index.to_numpy("int64"))[:lines],
-                    items=rows["ITEMID"].dropna().astype("int64").value_counts(),
-                    admissions=rows["HADM_ID"].dropna().astype("int64").unique()))
-        return {key: Reasoned(rows=sum(p.rows for p in parts),
-                              lines=np.sort(np.concatenate([p.lines for p in parts]))[:lines],
-                              items=pd.concat([p.items for p in parts]).groupby(level=0).sum().sort_index(),
-                              admissions=np.unique(np.concatenate([p.admissions for p in parts])))
-                for key, parts in sorted(found.items())}
+                part = Reasoned(rows=len(rows), lines=np.sort(rows.index.to_numpy("int64"))[:lines],
+                                items=rows["ITEMID"].dropna().astype("int64").value_counts(),
+                                admissions=rows["HADM_ID"].dropna().astype("int64").unique())
+                found[key] = part if key not in found else _fold(found[key], part, lines=lines)
+        return {key: replace(found[key], items=found[key].items.groupby(level=0).sum().sort_index(),
+                             admissions=np.unique(found[key].admissions)) for key in sorted(found)}
 
     def taken(self, table: str, stage: str) -> "LineMask":
         """Which source lines of ``table`` ``stage`` quarantined, as a bit per line (read once, a frame or a line range
@@ -198,6 +195,13 @@ class Quarantine:
                     "int64"))
             self._summaries[key] = mask
         return self._summaries[key]
+
+
+def _fold(one: Reasoned, other: Reasoned, *, lines: int) -> Reasoned:
+    """What two frames' records of one (table, stage, reason) hold together."""
+    return Reasoned(rows=one.rows + other.rows, lines=np.sort(np.concatenate([one.lines, other.lines]))[:lines],
+                    items=pd.concat([one.items, other.items]).groupby(level=0).sum(),
+                    admissions=np.union1d(one.admissions, other.admissions))
 
 
 @dataclass(frozen=True)
