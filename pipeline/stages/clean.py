@@ -12,6 +12,8 @@ result and is quarantined. COMMENTS (free text) goes no further than this stage.
 
 from __future__ import annotations
 
+import functools
+import operator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -120,13 +122,18 @@ class KindCounts:
 
 def inpatient_rows(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame) -> Kept:
     """Rows with an admission and an item that passed the raw checks; the others set aside with their reason."""
-    return set_aside(labevents, [
-        (OUTPATIENT, labevents["HADM_ID"].isna() & labevents["REJECT"].isna()),
-        (RAW_ERROR, labevents["REJECT"].notna()),
-        (ADMISSION_REJECTED, ~labevents["HADM_ID"].isin(admissions["HADM_ID"])),
-        (ITEM_REJECTED, ~labevents["ITEMID"].isin(labitems["ITEMID"])),
-    ], stage=STAGE, columns={OUTPATIENT: "HADM_ID", RAW_ERROR: "REJECT", ADMISSION_REJECTED: "HADM_ID",
-                             ITEM_REJECTED: "ITEMID"})
+    return set_aside(labevents, _not_inpatient(labevents, admissions, labitems), stage=STAGE,
+                     columns={OUTPATIENT: "HADM_ID", RAW_ERROR: "REJECT", ADMISSION_REJECTED: "HADM_ID",
+                              ITEM_REJECTED: "ITEMID"})
+
+
+def _not_inpatient(labevents: pd.DataFrame, admissions: pd.DataFrame,
+                   labitems: pd.DataFrame) -> list[tuple[str, pd.Series]]:
+    """The filters of :func:`inpatient_rows`, in order: (reason, rows it takes)."""
+    return [(OUTPATIENT, labevents["HADM_ID"].isna() & labevents["REJECT"].isna()),
+            (RAW_ERROR, labevents["REJECT"].notna()),
+            (ADMISSION_REJECTED, ~labevents["HADM_ID"].isin(admissions["HADM_ID"])),
+            (ITEM_REJECTED, ~labevents["ITEMID"].isin(labitems["ITEMID"]))]
 
 
 def _empty_rows(events: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
@@ -138,8 +145,10 @@ def _empty_rows(events: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
 
 @reads("HADM_ID", "REJECT", "ITEMID", "VALUE", "VALUENUM", "COMMENTS")
 def count_kinds(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame) -> KindCounts:
-    """The counts :class:`ItemKinds` is learned from, of ``labevents`` (all the rows, or those of some admissions)."""
-    return _counts(inpatient_rows(labevents, admissions, labitems).frame)
+    """The counts :class:`ItemKinds` is learned from, of ``labevents`` (all the rows, or those of some admissions):
+    of the rows :func:`inpatient_rows` keeps, without making the records of those it sets aside."""
+    taken = functools.reduce(operator.or_, (mask for _, mask in _not_inpatient(labevents, admissions, labitems)))
+    return _counts(labevents[~taken.to_numpy(bool)])
 
 
 def _counts(events: pd.DataFrame) -> KindCounts:

@@ -366,3 +366,19 @@ def test_kind_counts_of_parts_give_the_whole_kinds_and_steps(sample, parts):
     assert [s.step for s in cleaned[0].steps] == [s.step for s in whole.steps]
     together = pd.concat([c.frame for c in cleaned]).sort_index()
     pd.testing.assert_frame_equal(together, whole.frame.sort_index())
+
+
+def test_kind_counts_are_those_of_the_rows_inpatient_rows_keeps(broken):
+    """``count_kinds`` makes no quarantine records: it counts the rows ``inpatient_rows`` keeps (outpatient, raw
+    errors, rejected admissions and items left out) all the same."""
+    tables = broken["tables"]
+    admissions = clean.clean_admissions(tables.admissions).frame
+    labitems = clean.clean_labitems(tables.labitems).frame
+    kept = clean.inpatient_rows(tables.labevents, admissions, labitems)
+    assert {step.step for step in kept.steps if step.quarantined} >= {clean.OUTPATIENT, clean.RAW_ERROR,
+                                                                     clean.ADMISSION_REJECTED, clean.ITEM_REJECTED}
+    counts = clean.count_kinds(tables.labevents, admissions, labitems)
+    expected = clean._counts(kept.frame)
+    pd.testing.assert_frame_equal(counts.per_item, expected.per_item)
+    assert (counts.no_result_rows, counts.commented_rows) == (expected.no_result_rows, expected.commented_rows)
+    assert counts.per_item["RESULTS"].sum() < len(tables.labevents)
