@@ -11,8 +11,8 @@ they run and how their parts come back together. With the parts and Dask engines
   foreign keys and stays are checked per block against ADMISSIONS and D_LABITEMS (``pipeline.parse.check_stream``),
   which every task reads from one file (:class:`pipeline.shared.Shared`), not from the task.
 - every stage works per row or per admission (clean, split, encode, z-scores, fill, bucket, dedup), and every
-  admission's rows are in one part, so a stage runs on each part alone (``each``) and its quarantine records
-  (kept on disk by source line range: :class:`LineFiles`) and steps are added up.
+  admission's rows are in one part, so the stages of a pass run on each part alone, one after the other (``chain``),
+  and their quarantine records (kept on disk by source line range: :class:`LineFiles`) and steps are added up.
 - a stage's fit (:class:`pipeline.stages.Fit`) is global: a mergeable one (``partial``, ``combine``,
   ``finish``: item kinds, vocabularies, z-score stats) reads each part and gives a small result; those are
   combined into exactly the state one process fits. Any other fit (fill's exact medians) reads the rows and
@@ -23,7 +23,7 @@ they run and how their parts come back together. With the parts and Dask engines
 - the edge rows stay in their parts, in part order, which is the dedup stage's order (split, admission,
   timestep, item): the graphs are built from them one part at a time.
 
-A part's work is one function of its file (``_each_part``, ``_call_part``, ...): :class:`PartsEngine` calls it
+A part's work is one function of its file (``_chain_part``, ``_call_part``, ...): :class:`PartsEngine` calls it
 here, one part at a time, and :class:`DaskEngine` sends it to a worker as a task.
 """
 
@@ -33,10 +33,8 @@ import collections
 import concurrent.futures
 import contextlib
 import copyreg
-import functools
 import itertools
 import multiprocessing
-import operator
 import os
 import shutil
 import tempfile
@@ -53,7 +51,7 @@ import pyarrow as pa
 from pipeline.parse import PartCheck, check_part
 from pipeline.plan import Call
 from pipeline.quarantine import LINE_RANGE, Kept, LineMask, Step, empty_quarantine
-from pipeline.shared import Shared, share, shared_frames, value_of
+from pipeline.shared import PART_OPTIONS, Shared, share, shared_frames, value_of, write_part
 from schemas.errors import StageError
 from schemas.guard import trusted_chain, vouch
 from schemas.split import SPLITS, split_codes
@@ -90,9 +88,6 @@ class Engine(Protocol):
         """The state ``fit`` learns from all the rows: ``fit.whole(events, *args, **kwargs)``, or as much from
         ``fit.parts`` over the parts."""
 
-    def each(self, stage: Callable[..., Any], events: Events, *args: Any, **kwargs: Any) -> Any:
-        """``stage(events, *args, **kwargs)``: its frame, or its :class:`Kept` with the whole quarantine and steps."""
-
     def chain(self, events: Events, links: Sequence[Link], fits: Sequence[tuple[Fit, tuple, dict]] = ()) -> Chained:
         """Each link's counts, calls and picks, link after link, on all the rows (in one go on each part): what
         each stage made of them (a stage whose call raises :class:`StageError` ends the chain, with the whole
@@ -104,9 +99,6 @@ class Engine(Protocol):
 
     def collect(self, events: Events, columns: Sequence[str] | None = None) -> pd.DataFrame:
         """The rows (only ``columns``, when given) as one pandas frame, in part order."""
-
-    def total(self, count: Callable[[pd.DataFrame], Any], events: Events) -> Any:
-        """``count(events)`` for a count that adds up over parts: ``count`` of each part, summed."""
 
     def per_part(self, call: Callable[..., Any], events: Events, *args: Any, columns: Sequence[str] | None = None,
                  **kwargs: Any) -> Iterator[Any]:
@@ -183,9 +175,6 @@ class PandasEngine:
     def fit(self, fit: Fit, events: pd.DataFrame, *args: Any, **kwargs: Any) -> Any:
         return fit.whole(events, *args, **kwargs)
 
-    def each(self, stage: Callable[..., Any], events: pd.DataFrame, *args: Any, **kwargs: Any) -> Any:
-        return stage(events, *args, **kwargs)
-
     def chain(self, events: pd.DataFrame, links: Sequence[Link], fits: Sequence[tuple[Fit, tuple, dict]] = ()
               ) -> Chained:
         done, frame = [], events
@@ -204,12 +193,10 @@ class PandasEngine:
     def collect(self, events: pd.DataFrame, columns: Sequence[str] | None = None) -> pd.DataFrame:
         return events if columns is None else events[list(columns)]
 
-    def total(self, count: Callable[[pd.DataFrame], Any], events: pd.DataFrame) -> Any:
-        return count(events)
-
-    def per_part(self, call: Callable[..., Any], events: pd.DataFrame, *args: Any,
+    def per_part(self, call: Callable[..., Any], events: pd.DataFrame | Stored, *args: Any,
                  columns: Sequence[str] | None = None, **kwargs: Any) -> Iterator[Any]:
-        yield call(_pick(None, columns, (), {}, events), *args, **kwargs)
+        """Here: of the frame, or of a parts engine's parts read one at a time."""
+        return (call(part, *args, **kwargs) for part in frames(events, columns))
 
     def in_batches(self, make: Callable[..., Iterable[Any]], events: pd.DataFrame, *args: Any, batch_size: int,
                    columns: Sequence[str] | None = None, sees: Path | None = None, **kwargs: Any) -> Iterator[Any]:
@@ -325,27 +312,6 @@ class PartsEngine:
             for kept in kept_by_passes:
                 self.release(kept)
 
-    def each(self, stage: Callable[..., Any], events: Stored, *args: Any, **kwargs: Any) -> Any:
-        """``stage`` on every part in turn; a part's StageError makes the stage run on all the rows, as pandas
-        does, so the error counts every part's rows."""
-        targets = [self._path() for _ in events.paths]
-        lengths, steps, columns, kept = [], [], (), False
-        records = LineFiles(self)  # the quarantine records, by source line range: never whole in memory
-        for done in self._map(_each_part, list(zip(events.paths, targets)), stage=stage, args=args, kwargs=kwargs,
-                              schema=events.schema):
-            if done.error is not None:
-                self.release(replace(events, paths=tuple(targets)))
-                stage(self.rows(events), *args, **kwargs)  # raises the whole table's StageError
-                raise StageError(**done.error)  # a stage that fails on a part but not on the whole is not per admission
-            kept, columns = done.kept, done.columns
-            lengths.append(done.rows)
-            if kept:
-                records.add(done.quarantine)
-                steps.append(done.steps)
-        parts = Stored(paths=tuple(targets), lengths=tuple(lengths), order=events.order, columns=columns,
-                       schema=getattr(stage, "gives", None))
-        return Kept(frame=parts, quarantine=records.finish(), steps=add_steps(steps)) if kept else parts
-
     def chain(self, events: Stored, links: Sequence[Link], fits: Sequence[tuple[Fit, tuple, dict]] = ()) -> Chained:
         """The links on every part, each part in one go (one read, one write: in a worker process or on a cluster's
         worker): the calls' quarantine records go to line-range files as the parts give them, their steps, counts
@@ -440,9 +406,6 @@ class PartsEngine:
             return PANDAS.collect(events, columns)
         return pd.concat(list(events.read(columns)))
 
-    def total(self, count: Callable[[pd.DataFrame], Any], events: Stored) -> Any:
-        return functools.reduce(operator.add, self._map(_call_part, events.paths, call=count))
-
     def per_part(self, call: Callable[..., Any], events: Stored | pd.DataFrame, *args: Any,
                  columns: Sequence[str] | None = None, **kwargs: Any) -> Iterator[Any]:
         if isinstance(events, pd.DataFrame):
@@ -508,18 +471,6 @@ class PartsEngine:
 
 
 @dataclass(frozen=True)
-class _PartDone:
-    """What a stage made of one part, as data (a StageError is carried, never raised across processes)."""
-
-    rows: int = 0
-    columns: tuple[str, ...] = ()
-    kept: bool = False
-    quarantine: pd.DataFrame | None = None
-    steps: tuple[Step, ...] = ()
-    error: dict | None = None
-
-
-@dataclass(frozen=True)
 class _LinkDone:
     """What one link made of one part, as data: counts, each call's (quarantine, steps) or None, picks, rows."""
 
@@ -573,24 +524,6 @@ def _chain_part(paths: tuple[Any, Path], *, work: Any, schema: type | None) -> _
         fitted = tuple(partial(frame) for partial in partials)
     write_part(frame, target)
     return _ChainDone(links=tuple(done), rows=len(frame), columns=tuple(frame.columns), partials=fitted)
-
-
-def _each_part(paths: tuple[Any, Path], *, stage: Callable[..., Any], args: tuple, kwargs: dict,
-               schema: type | None) -> _PartDone:
-    """``stage`` on the part at ``paths[0]`` (vouched for with ``schema``), its rows written to ``paths[1]``. A
-    chain of stages here too (in a worker process as in this one): the part passed ``schema`` as the stage before's
-    output, so this stage's input guard need not validate it again."""
-    source, target = paths
-    try:
-        with trusted_chain():
-            done = stage(vouch(read_part(source), schema), *args, **kwargs)
-    except StageError as error:
-        return _PartDone(error=_as_data(error))
-    kept = isinstance(done, Kept)
-    frame = done.frame if kept else done
-    write_part(frame, target)
-    return _PartDone(rows=len(frame), columns=tuple(frame.columns), kept=kept,
-                     quarantine=done.quarantine if kept else None, steps=done.steps if kept else ())
 
 
 def _step_part(paths: tuple[Any, Path], *, step: Callable[[pd.DataFrame], pd.DataFrame]) -> int:
@@ -718,7 +651,7 @@ class BlockRoute:
         rows = frame if np.array_equal(order, np.arange(len(order))) else frame.iloc[order]
         batch = pa.RecordBatch.from_pandas(rows, preserve_index=True)
         path = self.folder / f"block-{uuid.uuid4().hex}.arrow"
-        with pa.ipc.new_file(path, batch.schema, options=_IPC) as writer:
+        with pa.ipc.new_file(path, batch.schema, options=PART_OPTIONS) as writer:
             for start, stop in zip(starts, stops):
                 writer.write_batch(batch.slice(int(start), int(stop - start)))
         return Routed(path=path, buckets=tuple(int(ranked[s]) for s in starts),
@@ -801,15 +734,7 @@ def _by_file(pieces: Sequence[tuple[Path, int, int]], routed: Sequence[Path]) ->
     return tuple(Batches(path, tuple(sorted(files[path]))) for path in sorted(files, key=rank.__getitem__))
 
 
-_IPC = pa.ipc.IpcWriteOptions(compression=None)  # parts are written once and read a few times: fast, not small
 _RECORDS = pa.ipc.IpcWriteOptions(compression="lz4")  # quarantine records: the same few texts on every row
-
-
-def write_part(frame: pd.DataFrame, path: Path) -> None:
-    """A part as an Arrow IPC file (LZ4), its index kept (pandas metadata): read back exactly by :func:`read_part`."""
-    table = pa.Table.from_pandas(frame, preserve_index=True)
-    with pa.ipc.new_file(path, table.schema, options=_IPC) as writer:
-        writer.write_table(table)
 
 
 def give_back_memory() -> None:

@@ -18,8 +18,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.plan import Outcome, Plan
-from pipeline.stages import (BUILT, PREPARE, REASONS, STAGE_ORDER, STAGES, Context, Ledger, fits_ahead,
-                             stage_pass)
+from pipeline.stages import BUILT, PREPARE, REASONS, STAGE_ORDER, STAGES, Context, Ledger, passes
 from pipeline.stages.dedup import SHORT
 from pipeline.stages.split import known_splits
 from pipeline.stages.encode import Vocabularies
@@ -285,15 +284,13 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: Vocabularies | N
     splitting = dict(train=config.split.train, val=config.split.val, test=config.split.test, seed=config.split.seed)
     with trusted_chain():  # each stage's output goes straight to the next: its guard ran already
         try:
-            start = 0
-            while start < len(PREPARE):
-                if PREPARE[start].by_admission and not parts:  # every stage from here on is per row or admission
+            for segment in passes(config, given):
+                if segment.stages[0].by_admission and not parts:  # every stage from here on is per row or admission
                     events, parts = engine.partition(events, known_splits(tables.admissions, **splitting)), True
-                segment = stage_pass(start, lambda stage: _options(stage, config), context.fitted)
-                progress.step(pass_step(segment), rows=len(events))
+                progress.step(pass_step(segment.stages), rows=len(events))
                 plans, stopped = [], None
-                for stage in segment:  # each stage's fit, then its plan, made here before any part is worked on
-                    context = replace(context, options=_options(stage, config))
+                for stage in segment.stages:  # each stage's fit, then its plan, made here before any part is worked on
+                    context = replace(context, options=stage.options_in(config))
                     if stage.fit is not None and stage.name not in context.fitted:
                         rows, args, kwargs = stage.fit.inputs(events, context)
                         context = replace(context, fitted={**context.fitted,
@@ -304,20 +301,21 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: Vocabularies | N
                         stopped = error
                         break
                     context = plans[-1].context
-                ahead = [] if stopped else [
-                    (stage.name, (stage.fit, *stage.fit.inputs(None, replace(context, options=_options(stage, config)))[1:]))
-                    for stage in fits_ahead(start + len(segment), lambda stage: _options(stage, config), context.fitted)]
+                # The fits read from this pass's rows: their arguments are their options (Fit.early) or known now.
+                ahead = () if stopped else segment.ahead
+                fits = [(stage.fit, *stage.fit.inputs(None, replace(context, options=stage.options_in(config)))[1:])
+                        for stage in ahead]
                 chained = engine.chain(events, [Link(calls=p.calls, counts=p.counts, picks=p.picks) for p in plans],
-                                       [fit for _, fit in ahead]) if plans else Chained(links=())
+                                       fits) if plans else Chained(links=())
                 for plan, linked in zip(plans, chained.links):  # reported stage by stage, as they ran
                     _take(plan, linked, ledger)
                 if stopped is not None:
                     raise stopped
                 context = replace(context, fitted={**context.fitted,
-                                                   **{name: fitted for (name, _), fitted in zip(ahead, chained.fitted)}})
+                                                   **{s.name: fitted for s, fitted in zip(ahead, chained.fitted)}})
                 if events is not tables.labevents:
                     engine.release(events)  # each pass's rows are read by the next pass only
-                events, start = chained.events, start + len(segment)
+                events = chained.events
                 chained = linked = None  # what the stages picked for their findings (rows coded 0, |z| rows) goes
             state["edges"] = engine.result(events)
         except StageError as error:
@@ -335,11 +333,6 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: Vocabularies | N
         prepared = Prepared(**{**prepared.__dict__, "fates": admission_fates(tables, prepared, engine=engine)})
     findings = ledger.findings + quarantined + _admission_findings(prepared, config) + [_attrition(prepared)]
     return Prepared(**{**prepared.__dict__, "findings": tuple(findings)})
-
-
-def _options(stage: Any, config: Config) -> Any:
-    """The config section a stage is handed as ``context.options``."""
-    return getattr(config, stage.section) if stage.section else None
 
 
 def _take(plan: Plan, linked: Linked, ledger: Ledger) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.config import Config
-from pipeline.engine import frames
+from pipeline.engine import PANDAS
 from pipeline.quarantine import LineMask
 from pipeline.report import Report, format_items, item_names, write_atomic
 from pipeline.stages import COLOURS, STAGE_ORDER
@@ -82,6 +82,7 @@ def render(result: Any, config: Config, *, show_values: bool = False, engine: An
     that holds LABEVENTS in parts (``pipeline.engine``), what is read of every part is read where its parts are
     (the Dask engine's workers) and only per-part sums come back; without one, the parts are read here, one at a
     time."""
+    engine = engine or PANDAS
     validation = getattr(result, "validation", result)
     report: Report = result.report
     tables, prepared = validation.tables, validation.prepared
@@ -110,15 +111,6 @@ def render(result: Any, config: Config, *, show_values: bool = False, engine: An
 
 
 # -- data ---------------------------------------------------------------------------------------
-def _each(engine: Any, call: Any, events: Any, *args: Any, columns: list[str] | None = None, **kwargs: Any
-          ) -> Iterator[Any]:
-    """``call(part, *args, **kwargs)`` of each part of ``events`` (a frame: of itself), in part order: where the
-    ``engine``'s parts are, or here, the parts read one at a time (no engine)."""
-    if engine is None or isinstance(events, pd.DataFrame):
-        return (call(part, *args, **kwargs) for part in frames(events, columns))
-    return engine.per_part(call, events, *args, columns=columns, **kwargs)
-
-
 @dataclass(frozen=True)
 class DrawnZ:
     """What the chart draws of an item: its finite z sorted (the box, its whiskers and outliers depend only on
@@ -176,12 +168,12 @@ def _part_summary(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, policy: 
         seen=("seen", "any"))
 
 
-def z_summary(labevents: Any, prepared: Any, config: Config, *, engine: Any = None) -> pd.DataFrame:
+def z_summary(labevents: Any, prepared: Any, config: Config, *, engine: Any = PANDAS) -> pd.DataFrame:
     """Per ITEMID (sorted): rows, non-finite z, max finite |z| (0 without one), rows above the bound or not finite,
     and whether the item was seen in train; summed up part by part (:func:`z_scores`), where the parts are."""
     sources = _z_sources(labevents, prepared)
-    summaries = [] if sources is None else list(_each(
-        engine, _part_summary, labevents, *sources, columns=["ITEMID", "VALUENUM"], policy=config.scale.policy,
+    summaries = [] if sources is None else list(engine.per_part(
+        _part_summary, labevents, *sources, columns=["ITEMID", "VALUENUM"], policy=config.scale.policy,
         warn_bound=config.scale.warn_bound))
     if not summaries:
         return pd.DataFrame({"rows": [], "nonfinite": [], "max_abs": [], "flagged": [], "seen": []},
@@ -207,13 +199,13 @@ def _part_drawn(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, policy: An
             for start, stop in zip(starts, [*starts[1:], len(item)])}
 
 
-def drawn_z(labevents: Any, prepared: Any, config: Config, *, items: Iterable[int], engine: Any = None
+def drawn_z(labevents: Any, prepared: Any, config: Config, *, items: Iterable[int], engine: Any = PANDAS
             ) -> dict[int, DrawnZ]:
     """The z of ``items`` (:class:`DrawnZ`), by ITEMID, gathered part by part from where the parts are."""
     sources = _z_sources(labevents, prepared)
     found: dict[int, list[DrawnZ]] = {}
     if sources is not None:
-        for drawn in _each(engine, _part_drawn, labevents, *sources, columns=["ITEMID", "VALUENUM"],
+        for drawn in engine.per_part(_part_drawn, labevents, *sources, columns=["ITEMID", "VALUENUM"],
                            policy=config.scale.policy, warn_bound=config.scale.warn_bound,
                            items=[int(item) for item in items]):
             for item, part in drawn.items():
@@ -374,7 +366,7 @@ def _null_counts(part: pd.DataFrame) -> pd.Series:
     return part.isna().sum()
 
 
-def _missingness(tables: Any, report: Report, prepared: Any, config: Config, *, engine: Any = None) -> str:
+def _missingness(tables: Any, report: Report, prepared: Any, config: Config, *, engine: Any = PANDAS) -> str:
     parts = []
     rows = []
     for name in ("admissions", "labitems", "labevents"):
@@ -382,7 +374,7 @@ def _missingness(tables: Any, report: Report, prepared: Any, config: Config, *, 
         if frame is None:
             continue
         total = len(frame)
-        counts = sum(_each(engine, _null_counts, frame))
+        counts = sum(engine.per_part(_null_counts, frame))
         for column in frame.columns:
             if column == "REJECT":
                 continue
@@ -412,14 +404,14 @@ def _split_sizes(part: pd.DataFrame) -> pd.DataFrame:
     return part.groupby("SPLIT")["HADM_ID"].agg(["nunique", "size"]).reindex(_SPLITS, fill_value=0)
 
 
-def _splits(prepared: Any, graphs: list[dict], *, engine: Any = None) -> str:
+def _splits(prepared: Any, graphs: list[dict], *, engine: Any = PANDAS) -> str:
     splits = getattr(prepared, "splits", None)
     if splits is None:
         return ""
     edges = getattr(prepared, "edges", None)
     per_split = None  # per split: admissions with edges, edges (added up over parts: they share no admission)
     if edges is not None:
-        per_split = sum(_each(engine, _split_sizes, edges, columns=["SPLIT", "HADM_ID"]))
+        per_split = sum(engine.per_part(_split_sizes, edges, columns=["SPLIT", "HADM_ID"]))
     rows = []
     for name in _SPLITS:
         part = splits[splits["SPLIT"] == name]

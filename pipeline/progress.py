@@ -9,10 +9,9 @@ stdout keeps only the report.
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from pipeline.config import load_config
 from pipeline.stages import BUILT, Stage, passes
@@ -197,10 +196,6 @@ def progress_for(console: "Console", *, quiet: bool, steps: int, title: str) -> 
     return PlainProgress(console)
 
 
-def _section(config: Any, stage: Stage) -> Any:
-    return getattr(config, stage.section) if stage.section else None
-
-
 def pass_step(stages: Sequence[Stage]) -> str:
     """The progress step of one pass over the rows: the stages it runs, ``clean+split``."""
     return "+".join(step for stage in stages for step in stage.steps)
@@ -208,7 +203,7 @@ def pass_step(stages: Sequence[Stage]) -> str:
 
 VALIDATE_STEPS = tuple(f"{verb} {table}" for table in ("ADMISSIONS", "D_LABITEMS", "LABEVENTS")
                        for verb in ("read", "check")) + (
-    "relations", *(pass_step(stages) for stages in passes(functools.partial(_section, load_config()))))
+    "relations", *(pass_step(segment.stages) for segment in passes(load_config())))
 """The steps ``flow.validate`` reports with the default config, in order (the overall bar's length): the declared
 stages' passes among them."""
 BUILD_STEPS = VALIDATE_STEPS + tuple(step for stage in BUILT for step in stage.steps) + ("report", "write")

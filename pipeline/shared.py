@@ -31,11 +31,19 @@ class Shared:
 def share(value: pd.DataFrame | pd.Series, path: Path) -> Shared:
     """``value`` written as an Arrow file at ``path`` (its dtypes and index kept), for tasks to carry."""
     series = isinstance(value, pd.Series)
-    frame = value.to_frame(name="values") if series else value
-    table = pa.Table.from_pandas(frame, preserve_index=True)
-    with pa.ipc.new_file(path, table.schema) as writer:
-        writer.write_table(table)
+    write_part(value.to_frame(name="values") if series else value, path)
     return Shared(path, series=(value.name or "") if series else None)
+
+
+PART_OPTIONS = pa.ipc.IpcWriteOptions(compression=None)  # parts are written once and read a few times: fast, not small
+
+
+def write_part(frame: pd.DataFrame, path: Path) -> None:
+    """A frame as an Arrow IPC file, its index kept (pandas metadata): a part of an engine (read back exactly by
+    ``pipeline.engine.read_part``), or a frame shared with every task."""
+    table = pa.Table.from_pandas(frame, preserve_index=True)
+    with pa.ipc.new_file(path, table.schema, options=PART_OPTIONS) as writer:
+        writer.write_table(table)
 
 
 def value_of(value: Any) -> Any:

@@ -24,7 +24,7 @@ import os
 import pickle
 import re
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
@@ -148,17 +148,12 @@ class GraphFile:
         return graph_path(self.split, self.batch)
 
 
-def graph_file(graph: GraphBatch, staged: "StagedBuild | None" = None) -> GraphFile:
-    """A built graph serialised (its tensors can go); with ``staged``, its file is staged at once and only its hash
-    is kept."""
+def graph_file(graph: GraphBatch) -> GraphFile:
+    """A built graph serialised (its tensors can go)."""
     data = graph_bytes(graph.data)
-    kept = GraphFile(split=graph.split, batch=graph.batch, sha256=_sha256(data), bytes=len(data),
+    return GraphFile(split=graph.split, batch=graph.batch, sha256=_sha256(data), bytes=len(data),
                      admissions=int(graph.data["admission"].num_nodes),
                      edges=int(graph.data[EDGE].edge_index.shape[1]), data=data)
-    if staged is None:
-        return kept
-    staged.add(kept.path, data)
-    return replace(kept, data=None)
 
 
 def stage_quarantine(quarantine: Quarantine, staged: "StagedBuild", *,
@@ -203,8 +198,8 @@ def build_outputs(*, graphs: list[GraphBatch | GraphFile], limits: GraphLimits, 
 
     ``accounting`` holds the ledgers by table (LABEVENTS rows, ADMISSIONS); ``features`` names the columns of admission x, labitem x and edge_attr, in order
     (:func:`pipeline.stages.graph.feature_columns`, which the tensors were built from). A graph already staged
-    (:func:`graph_file` with a :class:`StagedBuild`) is listed by its hash; its bytes are not among ``files``, and
-    so is a quarantine staged already (:func:`stage_quarantine`).
+    (a :class:`GraphFile` without its bytes: :func:`stage_file`) is listed by its hash; its bytes are not among
+    ``files``, and so is a quarantine staged already (:func:`stage_quarantine`).
     """
     graphs = [g if isinstance(g, GraphFile) else graph_file(g) for g in graphs]
     files = {g.path: g.data for g in graphs if g.data is not None}
@@ -364,13 +359,9 @@ def _raise(problem: OSError) -> None:
 
 
 def _file_sha256(path: Path) -> tuple[str, int]:
-    """A file's sha256 and size, read in blocks."""
-    digest, size = hashlib.sha256(), 0
+    """A file's sha256 (streamed, never whole in memory) and size."""
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(2**20), b""):
-            digest.update(block)
-            size += len(block)
-    return digest.hexdigest(), size
+        return hashlib.file_digest(handle, "sha256").hexdigest(), os.fstat(handle.fileno()).st_size
 
 
 def _same_file(path: Path, sha256: str, size: int) -> bool:

@@ -116,6 +116,10 @@ class Stage:
         """The config section handed to it as ``context.options``: its own, or the one it reads."""
         return self.reads or getattr(self.options, "NAME", None)
 
+    def options_in(self, config: Any) -> Any:
+        """The config section this stage is handed as ``context.options`` (None: it reads none)."""
+        return getattr(config, self.section) if self.section else None
+
     @property
     def steps(self) -> tuple[str, ...]:
         return self.progress or ((self.name,) if self.plan is not None else ())
@@ -245,22 +249,22 @@ OPTIONS = {stage.options.NAME: stage.options for stage in STAGES if stage.option
 """The config sections the stages declare, by name, in flow order."""
 
 
-def _waits_for_rows(stage: Stage, options: Callable[[Stage], Any], fitted: Collection[str]) -> bool:
+def _waits_for_rows(stage: Stage, config: Any, fitted: Collection[str]) -> bool:
     """Whether a stage's fit must read the rows the stage before it gives: it is not fitted yet, and reads rows with
     its options."""
-    return stage.fit is not None and stage.name not in fitted and stage.fit.reads_rows(options(stage))
+    return stage.fit is not None and stage.name not in fitted and stage.fit.reads_rows(stage.options_in(config))
 
 
-def stage_pass(start: int, options: Callable[[Stage], Any], fitted: Collection[str] = ()) -> tuple[Stage, ...]:
+def stage_pass(start: int, config: Any, fitted: Collection[str] = ()) -> tuple[Stage, ...]:
     """The stages of :data:`PREPARE` from ``start`` that work on the rows in one pass: up to the next one whose fit
-    waits for its rows (``options(stage)``: its config section; ``fitted``: the stages whose state is known)."""
+    waits for its rows (``fitted``: the stages whose state is known)."""
     end = start + 1
-    while end < len(PREPARE) and not _waits_for_rows(PREPARE[end], options, fitted):
+    while end < len(PREPARE) and not _waits_for_rows(PREPARE[end], config, fitted):
         end += 1
     return PREPARE[start:end]
 
 
-def fits_ahead(end: int, options: Callable[[Stage], Any], fitted: Collection[str] = ()) -> list[Stage]:
+def fits_ahead(end: int, config: Any, fitted: Collection[str] = ()) -> tuple[Stage, ...]:
     """The stages whose mergeable fits are read from the rows of the pass that ends before stage ``end``: that
     stage's, and a later stage's :attr:`Fit.early` fit when the stages between keep every row and write none of
     the columns its partial reads."""
@@ -271,19 +275,30 @@ def fits_ahead(end: int, options: Callable[[Stage], Any], fitted: Collection[str
             break
         written = {column for s in between for column in s.writes or ()}
         reads = getattr(stage.fit.partial, "reads", None) if stage.fit is not None else None
-        if (_waits_for_rows(stage, options, fitted) and stage.fit.partial is not None
+        if (_waits_for_rows(stage, config, fitted) and stage.fit.partial is not None
                 and (at == end or (stage.fit.early and reads is not None and not written & set(reads)))):
             ahead.append(stage)
-    return ahead
+    return tuple(ahead)
 
 
-def passes(options: Callable[[Stage], Any], fitted: Collection[str] = ()) -> list[tuple[Stage, ...]]:
-    """The passes ``flow.prepare`` makes over the rows with these options, each the stages it runs."""
+@dataclass(frozen=True)
+class Pass:
+    """One pass of ``flow.prepare`` over the rows: the stages it runs, and those whose fits read its rows."""
+
+    stages: tuple[Stage, ...]
+    ahead: tuple[Stage, ...] = ()
+
+
+def passes(config: Any, fitted: Collection[str] = ()) -> list[Pass]:
+    """The passes ``flow.prepare`` makes over the rows with this config (``fitted``: the stages whose state an
+    earlier run gave)."""
     known, done, start = set(fitted), [], 0
     while start < len(PREPARE):
-        done.append(stage_pass(start, options, known))
-        start += len(done[-1])
-        known |= {s.name for s in done[-1]} | {s.name for s in fits_ahead(start, options, known)}
+        stages = stage_pass(start, config, known)
+        start += len(stages)
+        ahead = fits_ahead(start, config, known)
+        known |= {s.name for s in (*stages, *ahead)}
+        done.append(Pass(stages=stages, ahead=ahead))
     return done
 
 

@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 
 from pipeline.config import load_config
-from pipeline.engine import (PANDAS, DaskEngine, Stored, add_steps, admission_parts, admitted_in, batch_pieces,
+from pipeline.engine import (PANDAS, DaskEngine, Link, Stored, add_steps, admission_parts, admitted_in, batch_pieces,
                              dask_engine, in_row_order)
 from pipeline.flow import Prepared, build, prepare, validate
+from pipeline.plan import Call
 from pipeline.quarantine import Step
 from schemas.errors import StageError
 from pipeline.synth import write_synthetic
@@ -198,7 +199,7 @@ def test_a_broken_dataset_gives_the_same_findings_on_dask(cluster, tmp_path, nam
 def test_the_pandas_engine_runs_stages_on_the_whole_frame():
     frame = pd.DataFrame({"x": [3, 1, 2]}, index=pd.Index([7, 5, 6], name="line"))
     assert PANDAS.partition(frame) is frame and PANDAS.collect(frame) is frame
-    assert PANDAS.each(lambda f, k: f * k, frame, 2)["x"].tolist() == [6, 2, 4]
+    assert PANDAS.chain(frame, [Link(calls=(Call(lambda f, k: f * k, (2,)),))]).events["x"].tolist() == [6, 2, 4]
     assert PANDAS.rows(frame, lambda f: f[f["x"] > 1]).index.tolist() == [7, 6]
 
 

@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 
 from pipeline.config import load_config
-from pipeline.engine import PartsEngine, Stored, parts_engine
+from pipeline.engine import Link, PartsEngine, Stored, parts_engine
 from pipeline.flow import build, validate
+from pipeline.plan import Call
 from pipeline.quarantine import Kept, Step
 from pipeline.synth import write_synthetic
 from tests.corpus import CASES, build as build_case
@@ -232,7 +233,7 @@ def test_the_partitioned_flow_never_holds_labevents_whole(sample_dir):
         assert "REJECT" in labevents.columns
 
 
-def test_each_adds_up_steps_and_quarantine_of_the_parts(tmp_path):
+def test_a_chain_adds_up_steps_and_quarantine_of_the_parts(tmp_path):
     frame = _frame()
     engine = PartsEngine(tmp_path, partitions=3)
     stored = engine.partition(frame)
@@ -242,9 +243,10 @@ def test_each_adds_up_steps_and_quarantine_of_the_parts(tmp_path):
         return Kept(frame=part[kept], steps=(Step(stage="scale", step="positive", rows_in=len(part),
                                                  rows_out=int(kept.sum())),))
 
-    kept = engine.each(keep_positive, stored)
+    chained = engine.chain(stored, [Link(calls=(Call(keep_positive),))])
+    (kept,) = chained.links[0].kept
     assert kept.steps == (Step(stage="scale", step="positive", rows_in=300, rows_out=int((frame["VALUENUM"] > 0).sum())),)
-    pd.testing.assert_frame_equal(engine.rows(kept.frame), frame[frame["VALUENUM"] > 0])
+    pd.testing.assert_frame_equal(engine.rows(chained.events), frame[frame["VALUENUM"] > 0])
 
 
 def test_the_parts_folder_is_deleted_after_the_run_and_on_error(tmp_path):
@@ -296,11 +298,11 @@ def test_a_killed_runs_parts_folder_is_removed_by_the_next_run(tmp_path):
 
 
 def test_a_part_vouched_for_is_not_validated_again_by_the_next_stage_in_a_worker(tmp_path):
-    """``_each_part`` as a worker process runs it (no flow around it): a part that passed the stage before's guard
+    """``_chain_part`` as a worker process runs it (no flow around it): a part that passed the stage before's guard
     (``schema``) is not validated again as the next stage's input; a part not vouched for is."""
     import pandera.pandas as pa
 
-    from pipeline.engine import _each_part, write_part
+    from pipeline.engine import _chain_part, write_part
     from schemas.guard import guarded
 
     validated = []
@@ -317,7 +319,8 @@ def test_a_part_vouched_for_is_not_validated_again_by_the_next_stage_in_a_worker
 
     source = tmp_path / "part.arrow"
     write_part(_frame(), source)
-    done = _each_part((source, tmp_path / "vouched.arrow"), stage=halve, args=(), kwargs={}, schema=Counted)
+    work = ((Link(calls=(Call(halve),)),), ())
+    done = _chain_part((source, tmp_path / "vouched.arrow"), work=work, schema=Counted)
     assert done.rows == len(_frame()) and validated == []
-    _each_part((source, tmp_path / "not.arrow"), stage=halve, args=(), kwargs={}, schema=None)
+    _chain_part((source, tmp_path / "not.arrow"), work=work, schema=None)
     assert validated == [len(_frame())]
