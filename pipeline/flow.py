@@ -114,9 +114,15 @@ class Prepared:
 
         splits = [name for name in (*SPLITS, UNSPLIT) if name != UNSPLIT or (fates["SPLIT"] == UNSPLIT).any()]
         emptied = fates.loc[fates["FATE"] == "admission_labs_quarantined", "STAGE"].value_counts()
+        # Every admission in no graph, named (the findings list the first few): source line, HADM_ID, split, the
+        # reason and, for one whose lab rows were all quarantined, the stage that took the last of them.
+        dropped = fates[fates["FATE"] != IN_GRAPHS].rename_axis("line").reset_index().rename(
+            columns={"SPLIT": "split", "FATE": "reason", "STAGE": "stage"})[["line", "HADM_ID", "split", "reason",
+                                                                            "stage"]]
         return {**count(fates), "splits": {name: count(fates[fates["SPLIT"] == name]) for name in splits},
                 "labs_quarantined_at": {stage: int(n) for stage, n in sorted(emptied.items(),
-                                                                            key=lambda kv: STAGE_ORDER[kv[0]])}}
+                                                                            key=lambda kv: STAGE_ORDER[kv[0]])},
+                "dropped_admissions": dropped.astype(object).where(dropped.notna(), None).to_dict("records")}
 
     def attrition(self) -> dict:
         """The ledgers and every step's rows in and out, as plain JSON."""
@@ -415,7 +421,9 @@ def _admission_findings(prepared: Prepared, config: Config) -> list[Finding]:
             stages = "; last rows taken at " + ", ".join(
                 f"{stage} {int(taken[stage])}" for stage in sorted(taken.index, key=STAGE_ORDER.get))
         ids = rows["HADM_ID"].dropna().astype("int64").sort_values()
-        shown = ", ".join(map(str, ids[:cap])) + (f" (+{len(ids) - cap} more)" if len(ids) > cap else "")
+        shown = ", ".join(map(str, ids[:cap])) + (f" (+{len(ids) - cap} more, every one in the report's admissions "
+                                                  f"ledger: attrition.ADMISSIONS.dropped_admissions)"
+                                                  if len(ids) > cap else "")
         noun = "admission" if len(rows) == 1 else "admissions"
         findings.append(summary_finding(
             stage="flow", check=check, table="ADMISSIONS", column=None, count=len(rows),

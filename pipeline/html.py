@@ -35,6 +35,9 @@ from schemas.checks import CHECKS
 TOP_ITEMS = 8
 """How many items the z-score chart shows (those with the largest |z|)."""
 
+DROPPED_OPEN = 20
+"""The list of admissions in no graph shows open up to this many (longer, it opens on a click; all are listed)."""
+
 FLAGGED_POINTS = 200
 """At most this many flagged points are drawn per item (the most extreme ones); the table counts all."""
 
@@ -316,7 +319,22 @@ def _admissions(ledger: dict | None) -> str:
     stages = ledger.get("labs_quarantined_at") or {}
     note = ("<p class=note>Admissions whose lab rows were all quarantined lost their last rows at: "
             + escape(", ".join(f"{stage} {n}" for stage, n in stages.items())) + ".</p>") if stages else ""
-    return equation + _table(head, rows, numeric=set(range(1, len(head)))) + note
+    return equation + _table(head, rows, numeric=set(range(1, len(head)))) + note + _dropped(ledger)
+
+
+def _dropped(ledger: dict) -> str:
+    """Every admission in no graph, by source line: its HADM_ID, split, reason and the stage that took its last lab
+    rows (open when it is a short list)."""
+    dropped = ledger.get("dropped_admissions") or []
+    if not dropped:
+        return ""
+    rows = [[_n(d["line"]), "-" if d["HADM_ID"] is None else str(d["HADM_ID"]), d["split"],
+             d["reason"].removeprefix("admission_").replace("_", " "), d["stage"] or ""] for d in dropped]
+    table = _table(["ADMISSIONS line", "HADM_ID", "split", "reason", "last lab rows taken at"], rows,
+                   numeric={0, 1}, sortable=True)
+    noun = "admission" if len(dropped) == 1 else "admissions"
+    return (f'<details id="dropped-admissions"{" open" if len(dropped) <= DROPPED_OPEN else ""}><summary>'
+            f"{len(dropped):,} {noun} in no graph, every one named</summary>{table}</details>")
 
 
 def _zscores(drawn: dict[int, DrawnZ], top: pd.DataFrame, config: Config, names: dict[int, str]) -> str:

@@ -453,6 +453,48 @@ def test_each_reason_is_a_finding_with_its_count_splits_lines_and_hadm_ids(dropp
             in attrition.message)
 
 
+def test_every_admission_in_no_graph_is_named_in_the_ledger_and_the_page(dropping):
+    """The ledger lists each dropped admission by source line (HADM_ID, split, reason, the stage that took its last
+    lab rows), as many as it counts; report.html lists them too."""
+    from pipeline.html import render
+
+    validation, _, ids, lines = dropping
+    ledger = validation.report.attrition["ADMISSIONS"]
+    named = ledger["dropped_admissions"]
+    assert len(named) == ledger["dropped"] and [d["line"] for d in named] == sorted(d["line"] for d in named)
+    by_reason = {d["reason"]: d for d in named}
+    fates = validation.prepared.fates
+    for reason, hadm in ids.items():
+        listed = by_reason[reason]
+        assert (listed["HADM_ID"], listed["line"]) == (hadm, lines[reason])
+        assert listed["split"] == fates.loc[lines[reason], "SPLIT"]
+    assert by_reason["admission_labs_quarantined"]["stage"] == "bucket"
+    assert by_reason["admission_no_labs"]["stage"] is None
+    page = render(validation, load_config())
+    listing = page[page.index('<details id="dropped-admissions"'):]
+    listing = listing[:listing.index("</details>")]
+    assert all(f"<td class=\"num\" data-sort=\"{hadm}.0\">{hadm}</td>" in listing for hadm in ids.values())
+
+
+def test_admissions_beyond_a_findings_list_are_all_named_in_the_ledger(sample_dir, config):
+    """More admissions in no graph than a finding lists (those below min_timesteps 3, with 3 lines a finding): the
+    finding names the first ones and says where the rest are; the ledger names them all."""
+    from pipeline.flow import validate
+
+    few = dataclasses.replace(config, graph=dataclasses.replace(config.graph, min_timesteps=3),
+                              report=dataclasses.replace(config.report, max_lines=3))
+    validation = validate(sample_dir, few)
+    ledger = validation.report.attrition["ADMISSIONS"]
+    short = next(f for f in validation.report.findings if f.check == "admission_below_min_timesteps")
+    assert short.count == ledger["dropped"] > 3
+    assert "more, every one in the report's admissions ledger" in short.message
+    named = ledger["dropped_admissions"]
+    fates = validation.prepared.fates
+    expected = fates[fates["FATE"] != "in_graphs"]
+    assert [d["HADM_ID"] for d in named] == expected["HADM_ID"].astype("int64").tolist()
+    assert {d["reason"] for d in named} == {"admission_below_min_timesteps"}
+
+
 def test_min_timesteps_1_keeps_every_admission_with_a_kept_lab(dropping):
     _, everything, ids, _ = dropping
     ledger = everything.report.attrition["ADMISSIONS"]
