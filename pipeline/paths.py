@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -50,9 +51,8 @@ def claim_output_dir(out_dir: Path) -> Iterator[Path]:
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / f"{MARKER}.probe.{os.getpid()}"
-        probe.write_bytes(b"badpoints")
-        probe.unlink()
+        with tempfile.TemporaryFile(dir=out) as probe:  # nameless where the system allows (O_TMPFILE): a build
+            probe.write(b"badpoints")  # killed right here leaves no file behind in the user's folder
     except OSError as exc:
         blocking = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
         reason = f"{str(blocking)!r} is a file, not a folder" if blocking else os_reason(exc)
