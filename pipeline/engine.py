@@ -747,14 +747,14 @@ def _by_file(pieces: Sequence[tuple[Path, int, int]], routed: Sequence[Path]) ->
 _RECORDS = pa.ipc.IpcWriteOptions(compression="lz4")  # quarantine records: the same few texts on every row
 
 
-_KEEPS_FREED: Any = None  # in a PartsEngine's worker: the barrier its workers meet at to give memory back
+_GIVE_BACK_BARRIER: Any = None  # a PartsEngine's worker keeps freed memory: where its workers meet to give it back
 
 
 def give_back_memory() -> None:
     """Return the memory Arrow's pool keeps from the part before (without it, the pool's retained memory, not the
     parts, sets the peak over a run of parts), unless this process keeps it for the next part (a worker:
     :func:`keep_freed_memory`)."""
-    if _KEEPS_FREED is None:
+    if _GIVE_BACK_BARRIER is None:
         pa.default_memory_pool().release_unused()
 
 
@@ -765,8 +765,8 @@ def keep_freed_memory(barrier: Any) -> None:
     touch: at 27.8M rows ``validate``'s system time fell from 21-23 s to 17-19 s once the workers kept it. At the
     end of a pass each worker gives it all back (:func:`_give_back_all`), so idle workers hold little while this
     process builds graphs or writes the report."""
-    global _KEEPS_FREED
-    _KEEPS_FREED = barrier
+    global _GIVE_BACK_BARRIER
+    _GIVE_BACK_BARRIER = barrier
     mallopt = _libc("mallopt")
     if mallopt is not None:
         mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
@@ -783,7 +783,7 @@ def _give_back_all() -> None:
         trim(0)
     pa.default_memory_pool().release_unused()
     with contextlib.suppress(threading.BrokenBarrierError):  # a worker gone: the pool reports that, not this
-        _KEEPS_FREED.wait(timeout=GIVE_BACK_WAIT)
+        _GIVE_BACK_BARRIER.wait(timeout=GIVE_BACK_WAIT)
 
 
 def _libc(name: str) -> Any:

@@ -51,8 +51,9 @@ def claim_output_dir(out_dir: Path) -> Iterator[Path]:
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out) as probe:  # nameless where the system allows (O_TMPFILE): a build
-            probe.write(b"badpoints")  # killed right here leaves no file behind in the user's folder
+        # Nameless where the system allows (O_TMPFILE): a build killed here leaves no file in the user's folder.
+        with tempfile.TemporaryFile(dir=out) as probe:
+            probe.write(b"badpoints")
     except OSError as exc:
         blocking = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
         reason = f"{str(blocking)!r} is a file, not a folder" if blocking else os_reason(exc)

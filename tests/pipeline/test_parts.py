@@ -326,18 +326,18 @@ def test_a_part_vouched_for_is_not_validated_again_by_the_next_stage_in_a_worker
     assert validated == [len(_frame())]
 
 
-def _memory_policy(_: int) -> tuple[int, bool]:
-    """In a worker: its pid, and whether it keeps what a part freed (Arrow's pool is not emptied between parts)."""
+def _keeps_freed_memory(_: int) -> bool:
+    """In a worker: whether it keeps what a part freed (Arrow's pool is not emptied between parts)."""
     from pipeline import engine
 
-    return os.getpid(), engine._KEEPS_FREED is not None
+    return engine._GIVE_BACK_BARRIER is not None
 
 
 def _give_back_barrier(_: int) -> tuple[bool, int]:
     """In a worker: whether the workers' give-back barrier broke (one worker never came), and who waits at it."""
     from pipeline import engine
 
-    return engine._KEEPS_FREED.broken, engine._KEEPS_FREED.n_waiting
+    return engine._GIVE_BACK_BARRIER.broken, engine._GIVE_BACK_BARRIER.n_waiting
 
 
 def test_workers_keep_freed_memory_during_a_pass_and_all_give_it_back_after(tmp_path):
@@ -345,12 +345,11 @@ def test_workers_keep_freed_memory_during_a_pass_and_all_give_it_back_after(tmp_
     two workers gives it back once (they meet at a barrier, so neither takes both tasks and none waits alone)."""
     engine = PartsEngine(tmp_path, workers=2)
     try:
-        seen = list(engine._map(_memory_policy, range(8)))
-        assert all(keeps for _, keeps in seen)
+        assert all(engine._map(_keeps_freed_memory, range(8)))
         for _ in range(2):  # the pass after also ended with both workers at the barrier
             assert set(engine._map(_give_back_barrier, range(4))) == {(False, 0)}
     finally:
         engine.close()
     from pipeline import engine as here
 
-    assert here._KEEPS_FREED is None  # this process empties Arrow's pool before each part, as before
+    assert here._GIVE_BACK_BARRIER is None  # this process empties Arrow's pool before each part, as before
