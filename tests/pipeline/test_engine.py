@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from pipeline.config import load_config
-from pipeline.engine import (PANDAS, DaskEngine, Link, Stored, add_steps, admission_parts, admitted_in, batch_pieces,
-                             dask_engine, in_row_order)
+from pipeline.engine import (PANDAS, DaskEngine, Link, PartsEngine, Stored, add_steps, admission_parts, admitted_in,
+                             batch_pieces, dask_engine, in_row_order)
 from pipeline.flow import Prepared, build, prepare, validate
 from pipeline.plan import Call
 from pipeline.quarantine import Step
@@ -290,6 +290,39 @@ def test_pieces_of_batches_are_made_on_the_workers_that_see_the_folder(cluster, 
     assert [pid for pid, _, _ in here] == [os.getpid()]
     assert on_workers[0][1] == {"train": 0} and all(
         n % 16 == 0 for _, start, _ in on_workers for n in start.values())
+
+
+def _named_where_made(parts, names, *, batch_size, start=None):
+    """:func:`_where_made` with the rows' admissions named by ``names`` (a frame handed to every piece)."""
+    import os
+
+    rows = pd.concat(list(parts))
+    yield os.getpid(), dict(start or {}), names.loc[rows["HADM_ID"], "NAME"].tolist()
+
+
+@pytest.mark.parametrize("workers", [2, None])
+def test_pieces_of_batches_are_made_in_the_parts_engines_worker_processes(tmp_path, workers):
+    """With worker processes, the parts engine makes each piece of whole batches in one of them (a frame among the
+    arguments read there from the parts folder), yielded in the rows' order; without, here, as one stream."""
+    import os
+
+    parts = _edge_parts(7, 6)
+    hadm = pd.concat(parts)["HADM_ID"]
+    names = pd.DataFrame({"NAME": ("adm-" + hadm.astype(str)).to_numpy()}, index=hadm.to_numpy()).drop_duplicates()
+    engine = PartsEngine(tmp_path, workers=workers)
+    try:
+        edges = Stored(paths=tuple(engine._write(part) for part in parts), lengths=tuple(map(len, parts)), order=None,
+                       columns=("SPLIT", "HADM_ID"))
+        made = list(engine.in_batches(_named_where_made, edges, names, batch_size=16, sees=tmp_path))
+    finally:
+        engine.close()
+    assert [name for _, _, rows in made for name in rows] == ("adm-" + hadm.astype(str)).tolist()
+    pids = {pid for pid, _, _ in made}
+    if workers:
+        assert len(made) > 1 and os.getpid() not in pids and len(pids) <= 2
+        assert made[0][1] == {"train": 0} and all(n % 16 == 0 for _, start, _ in made for n in start.values())
+    else:
+        assert pids == {os.getpid()} and len(made) == 1
 
 
 def _pid_and(value):
