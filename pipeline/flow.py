@@ -385,10 +385,12 @@ def admission_fates(tables: RawTables, prepared: Prepared, *, engine: Engine = P
                       hadm.isin(short).to_numpy()],
                      ["admission_rejected", IN_GRAPHS, "admission_no_labs", "admission_below_min_timesteps"],
                      default="admission_labs_quarantined")
-    # The stage that took an admission's last lab rows: the latest stage that quarantined any of them.
+    # The stage that took an admission's last lab rows: the latest stage that quarantined any of them (read only
+    # when some admission's labs were all quarantined: most runs have none, and millions of records).
+    quarantined = hadm[fate == "admission_labs_quarantined"].dropna().to_numpy("int64")
     latest = pd.Series(dtype="int64")  # folded frame by frame: one number per admission, not per frame
-    for records in prepared.quarantine.frames(["TABLE", "STAGE", "HADM_ID"]):
-        records = records[records["TABLE"] == "LABEVENTS"]
+    for records in prepared.quarantine.frames(["TABLE", "STAGE", "HADM_ID"]) if len(quarantined) else ():
+        records = records[(records["TABLE"] == "LABEVENTS") & records["HADM_ID"].isin(quarantined)]
         order = records["STAGE"].map(STAGE_ORDER).groupby(records["HADM_ID"]).max()
         latest = order if latest.empty else pd.concat([latest, order]).groupby(level=0).max()
     last = latest.map({n: stage for stage, n in STAGE_ORDER.items()})
