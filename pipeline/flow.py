@@ -9,6 +9,7 @@ would be corrupt); everything found until then is reported.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -627,16 +628,18 @@ def _graphs_into(staged: Any, validation: Validation, config: Config, progress: 
               for name in ("train", "val", "test")}
     built = Build(validation=validation, report=report, out_dir=out, graphs=summaries)
     progress.step("report")
-    # OUT_DIR/report.html, in the manifest; no raw values even with show_values
-    page = html.render(built, config, engine=engine)
+    # quarantine.parquet is written (Arrow's work, mostly free of the GIL) while the HTML report is drawn.
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="quarantine") as aside:
+        quarantine = aside.submit(write.stage_quarantine, prepared.quarantine, staged,
+                                  where=lambda function, *args: engine.call(function, *args, sees=out))
+        # OUT_DIR/report.html, in the manifest; no raw values even with show_values
+        page = html.render(built, config, engine=engine)
+        quarantine = quarantine.result()
     outputs = write.build_outputs(
         graphs=files, limits=limits, config=config.as_json(),
         inputs=[{"table": i.table, "sha256": i.sha256, "rows": i.rows, "file": Path(i.path).name}
                 for i in report.inputs],
-        fitted=prepared.saved_state(),
-        quarantine=write.stage_quarantine(prepared.quarantine, staged,
-                                          where=lambda function, *args: engine.call(function, *args, sees=out)),
-        index=index, report=report.as_json(),
+        fitted=prepared.saved_state(), quarantine=quarantine, index=index, report=report.as_json(),
         accounting={"LABEVENTS": ledger, "ADMISSIONS": admissions}, splits=splits, memory=memory,
         report_html=page.encode("utf-8"), features=graph.feature_columns(prepared.edges, prepared.admissions))
     progress.step("write", rows=len(outputs.manifest["outputs"]), unit="files")
