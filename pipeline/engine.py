@@ -34,6 +34,7 @@ import concurrent.futures
 import contextlib
 import copyreg
 import ctypes
+import functools
 import itertools
 import multiprocessing
 import os
@@ -49,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, S
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline.parse import PartCheck, check_part
 from pipeline.plan import Call
@@ -829,10 +831,11 @@ GIVE_BACK_WAIT = 60.0  # seconds a worker waits for the others to give back memo
 
 
 def read_part(path: Path | tuple[Path | Batches, ...], columns: Sequence[str] | None = None, *,
-              present: bool = False) -> pd.DataFrame:
+              present: bool = False, where: Callable[[pa.Table], Any] | None = None) -> pd.DataFrame:
     """A part written by :func:`write_part` (or a :class:`Router`'s pieces of one part: files, or some record
     batches of files, put in source line order), with only ``columns`` (``present``: those of them it has) and its
-    index. What the part before it used is given back first."""
+    index; ``where``: only the rows of its mask (of the Arrow table), chosen before any pandas column is made. What
+    the part before it used is given back first."""
     give_back_memory()
     pieces = (path,) if isinstance(path, Path) else tuple(path)
     batches = []
@@ -844,7 +847,7 @@ def read_part(path: Path | tuple[Path | Batches, ...], columns: Sequence[str] | 
         if columns is not None:
             index = [c for c in (table.schema.pandas_metadata or {}).get("index_columns", []) if isinstance(c, str)]
             table = table.select([*(c for c in columns if not present or c in table.column_names), *index])
-        batches.append(table)
+        batches.append(table if where is None else table.filter(where(table)))
     table = batches[0] if len(batches) == 1 else pa.concat_tables(batches)
     frame = table.combine_chunks().to_pandas()
     several = not isinstance(path, Path) and sum(1 if isinstance(one, Path) else len(one.batches) for one in pieces) > 1
@@ -1016,17 +1019,26 @@ class _PieceDone:
 
 def _batch_piece(piece: BatchPiece, *, make: Callable[..., Iterable[Any]], args: tuple, kwargs: dict,
                  columns: list[str] | None) -> _PieceDone:
-    """``make`` of the rows of ``piece``'s batches (a StageError carried as data)."""
-    frames = [read_part(path, columns) for path in piece.paths]
+    """``make`` of the rows of ``piece``'s batches (a StageError carried as data), read from its parts with only
+    those rows (a part its last batches reach holds mostly the next piece's)."""
+    frames = [read_part(path, columns, where=functools.partial(_in_ranges, ranges=piece.ranges))
+              for path in piece.paths]
     rows = frames[0] if len(frames) == 1 else pd.concat(frames)
-    split, hadm = split_codes(rows["SPLIT"]), rows["HADM_ID"].to_numpy("int64")
-    chosen = np.zeros(len(rows), dtype=bool)
-    for code, lo, hi in piece.ranges:  # at most one range per split
-        chosen |= (split == code) & (hadm >= lo) & (hadm <= hi)
     try:
-        return _PieceDone(made=tuple(make([rows[chosen]], *map(value_of, args), start=dict(piece.start), **kwargs)))
+        return _PieceDone(made=tuple(make([rows], *map(value_of, args), start=dict(piece.start), **kwargs)))
     except StageError as error:
         return _PieceDone(error=_as_data(error))
+
+
+def _in_ranges(table: pa.Table, *, ranges: tuple[tuple[int, int, int], ...]) -> pa.Array:
+    """Which rows of an Arrow table of edge rows have their admission in ``ranges`` (split code, first and last
+    HADM_ID; at most one range per split)."""
+    chosen = pa.array(np.zeros(table.num_rows, dtype=bool))
+    for code, lo, hi in ranges:
+        chosen = pc.or_(chosen, pc.and_(pc.equal(table["SPLIT"], SPLITS[code]),
+                                        pc.and_(pc.greater_equal(table["HADM_ID"], lo),
+                                                pc.less_equal(table["HADM_ID"], hi))))
+    return chosen
 
 
 def _read_only(mapping: dict) -> MappingProxyType:

@@ -138,8 +138,8 @@ def stream_graphs(parts: Iterable[pd.DataFrame], admissions: pd.DataFrame, labit
         first = {SPLITS[s]: done[SPLITS[s]] // batch_size for s in ready["split"].unique()}
         taken = pd.MultiIndex.from_arrays([split, hadm]).isin(pd.MultiIndex.from_frame(ready))
         if taken.any():
-            yield from build_graphs(rows[taken], admissions, labitems, batch_size=batch_size, labels=labels,
-                                    first_batch=first)
+            yield from graph_batches(rows[taken], admissions, labitems, batch_size=batch_size, labels=labels,
+                                     first_batch=first)
         for s, n in ready["split"].value_counts().items():
             done[SPLITS[s]] += int(n)
         carry = rows[~taken]
@@ -150,6 +150,15 @@ def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Dat
                  ) -> list[GraphBatch]:
     """One HeteroData per batch of ``batch_size`` admissions, per split, in a deterministic order (a split's
     batches numbered from its ``first_batch``, 0 by default: :func:`stream_graphs` builds them a few at a time)."""
+    return list(graph_batches(edges, admissions, labitems, batch_size=batch_size, labels=labels,
+                              first_batch=first_batch))
+
+
+def graph_batches(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
+                  batch_size: int = 128, labels: bool = True, first_batch: Mapping[str, int] | None = None
+                  ) -> Iterator[GraphBatch]:
+    """:func:`build_graphs`' graphs made one at a time, so a build that serialises each as it comes holds one
+    graph's tensors, not those of every batch of a part."""
     items = labitems.sort_values("ITEMID")
     item_ids = items["ITEMID"].to_numpy("int64").copy()
     columns = feature_columns(edges, admissions)
@@ -182,7 +191,6 @@ def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Dat
         if len(hadm) else timestep
     split_code = split_codes(edges["SPLIT"])[order]
 
-    graphs: list[GraphBatch] = []
     split_bounds = np.searchsorted(split_code, np.arange(len(SPLITS) + 1))
     for s, name in enumerate(SPLITS):
         lo, hi = split_bounds[s], split_bounds[s + 1]
@@ -197,11 +205,10 @@ def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Dat
             e0, e1 = edge_bounds[b], edge_bounds[b + 1]
             nodes = admitted[b * batch_size:(b + 1) * batch_size]
             local = position[e0 - lo:e1 - lo] - b * batch_size
-            graphs.append(GraphBatch(split=name, batch=(first_batch or {}).get(name, 0) + b, data=_graph(
+            yield GraphBatch(split=name, batch=(first_batch or {}).get(name, 0) + b, data=_graph(
                 nodes=nodes, x=by_hadm.loc[nodes, features].to_numpy("float32").reshape(len(nodes), len(features)),
                 item_ids=item_ids, item_x=item_x, source=local, target=item[e0:e1], attr=attr[e0:e1],
-                timestep=timestep[e0:e1], last=last[e0:e1], labels=labels)))
-    return graphs
+                timestep=timestep[e0:e1], last=last[e0:e1], labels=labels))
 
 
 def _graph(*, nodes: np.ndarray, x: np.ndarray, item_ids: np.ndarray, item_x: torch.Tensor, source: np.ndarray,
