@@ -574,8 +574,8 @@ def _graphs_into(staged: Any, validation: Validation, config: Config, progress: 
     out, report, prepared = staged.out_dir, validation.report, validation.prepared
     limits = graph.graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=config.bucket.max_timestep)
     # Built, guarded, serialised and staged a few batches at a time, from the edge rows' parts (only the columns
-    # graphs read), here or (Dask) on the workers: what stays is each graph's hash and summary, never all the graphs'
-    # tensors or bytes.
+    # graphs read), on the engine's workers (here without any): what stays is each graph's hash and summary, never
+    # all the graphs' tensors or bytes.
     made = engine.in_batches(made_graphs, prepared.edges, prepared.admissions, prepared.labitems,
                              batch_size=config.graph.batch_size, columns=graph.graph_columns(prepared.edges), sees=out,
                              out_dir=out, limits=limits, labels=config.graph.labels, hidden=config.graph.hidden,
