@@ -630,11 +630,11 @@ def _graphs_into(staged: Any, validation: Validation, config: Config, progress: 
     progress.step("report")
     # quarantine.parquet is written (Arrow's work, mostly free of the GIL) while the HTML report is drawn.
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="quarantine") as aside:
-        quarantine = aside.submit(write.stage_quarantine, prepared.quarantine, staged,
-                                  where=lambda function, *args: engine.call(function, *args, sees=out))
+        writing = aside.submit(write.stage_quarantine, prepared.quarantine, staged,
+                               where=lambda function, *args: engine.call(function, *args, sees=out))
         # OUT_DIR/report.html, in the manifest; no raw values even with show_values
         page = html.render(built, config, engine=engine)
-        quarantine = quarantine.result()
+        quarantine = writing.result()
     outputs = write.build_outputs(
         graphs=files, limits=limits, config=config.as_json(),
         inputs=[{"table": i.table, "sha256": i.sha256, "rows": i.rows, "file": Path(i.path).name}
