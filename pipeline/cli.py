@@ -19,12 +19,14 @@ from rich.table import Table
 from pipeline.cache import Cache
 from pipeline.cache import default_dir as default_cache_dir
 from pipeline.config import Config, ConfigError, load_config
+from pipeline.flow import ORDER
 from pipeline.flow import build as run_build
+from pipeline.flow import steps as run_steps
 from pipeline.flow import validate as run_validate
 from pipeline.paths import OutputError
-from pipeline.progress import BUILD_STEPS, VALIDATE_STEPS, progress_for
+from pipeline.progress import progress_for
 from pipeline.report import Report, format_items, item_names
-from pipeline.stages import in_flow_order
+from pipeline.stage import in_flow_order
 from schemas.checks import CHECKS, LOCKED
 from schemas.errors import ValidationDisabled
 
@@ -175,7 +177,7 @@ def validate(
     where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, scheduler=scheduler,
                    workers=workers, memory_limit=memory_limit, partitions=partitions)
     with where as (cache, running):  # the engine's parts of LABEVENTS last until the HTML report read them
-        with progress_for(err, quiet=quiet, steps=len(VALIDATE_STEPS), title="validate") as progress:
+        with progress_for(err, quiet=quiet, steps=len(run_steps(settings)), title="validate") as progress:
             result = _guarded_run(err, lambda: run_validate(data_dir, settings, show_values=show_values,
                                                             progress=progress, cache=cache, engine=running,
                                                             reuse_report=html_path is None))
@@ -214,7 +216,7 @@ def build(
     where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, scheduler=scheduler,
                    workers=workers, memory_limit=memory_limit, partitions=partitions)
     with where as (cache, running), \
-            progress_for(err, quiet=quiet, steps=len(BUILD_STEPS), title="build") as progress:
+            progress_for(err, quiet=quiet, steps=len(run_steps(settings, build=True)), title="build") as progress:
         result = _guarded_run(err, lambda: run_build(data_dir, out, settings, show_values=show_values,
                                                      progress=progress, cache=cache, engine=running))
     _cache_warning(err, cache)
@@ -345,7 +347,7 @@ def checks() -> None:
     for name in ("check", "stage", "severity", "fixed"):  # ids are what the config takes: never cut
         table.add_column(name, no_wrap=True)
     table.add_column("finds")
-    for info in in_flow_order(CHECKS.values()):
+    for info in in_flow_order(CHECKS.values(), ORDER.names):
         table.add_row(info.id, info.stage, info.severity, info.locked or "", info.title)
     console = _Console()
     console.print(table)

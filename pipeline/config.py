@@ -16,9 +16,8 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from pipeline.options import POSITIVE, Allowed, ConfigError, Section, require, setting  # noqa: F401 (re-exported)
-from pipeline.stages import OPTIONS
-from pipeline.stages.fill import FLOAT32_MAX, FillPolicy  # noqa: F401 (re-exported)
-from pipeline.stages.fill import VALUES as FILL_VALUES  # noqa: F401 (re-exported)
+from pipeline.stage import sections_of
+from pipeline.stages import STAGES
 from schemas.checks import CHECKS, ERROR, LOCKED, SEVERITIES
 
 DEFAULTS = Path(__file__).with_name("defaults.toml")
@@ -63,6 +62,8 @@ class ReportConfig(Section):
 
 
 RUN_SECTIONS = {section.NAME: section for section in (LoadConfig, RawConfig, FiltersConfig, ReportConfig)}
+OPTIONS = sections_of(STAGES)
+"""The config sections the stages declare, by name, in flow order."""
 SECTIONS = {**RUN_SECTIONS, **OPTIONS}
 """Every config section by name: the run's, then the stages' in flow order."""
 

@@ -13,7 +13,7 @@ they run and how their parts come back together. With the parts and Dask engines
 - every stage works per row or per admission (clean, split, encode, z-scores, fill, bucket, dedup), and every
   admission's rows are in one part, so the stages of a pass run on each part alone, one after the other (``chain``),
   and their quarantine records (kept on disk by source line range: :class:`LineFiles`) and steps are added up.
-- a stage's fit (:class:`pipeline.stages.Fit`) is global: a mergeable one (``partial``, ``combine``,
+- a stage's fit (:class:`pipeline.work.Fit`) is global: a mergeable one (``partial``, ``combine``,
   ``finish``: item kinds, vocabularies, z-score stats) reads each part and gives a small result; those are
   combined into exactly the state one process fits. Any other fit (fill's exact medians) reads the rows and
   columns it needs, gathered.
@@ -45,7 +45,7 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
@@ -53,24 +53,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.parse import PartCheck, check_part
-from pipeline.plan import Call
 from pipeline.quarantine import LINE_RANGE, Kept, LineMask, Step, empty_quarantine
 from pipeline.shared import PART_OPTIONS, Shared, share, shared_frames, value_of, write_part
+from pipeline.work import Call, Chained, Events, Fit, Link, Linked
 from schemas.errors import StageError
 from schemas.guard import trusted_chain, vouch
 from schemas.split import SPLITS, split_codes
 
-if TYPE_CHECKING:
-    from pipeline.stages import Fit
 
 ROWS_PER_PART = 1_000_000  # a PartsEngine's default: a part of LABEVENTS about this many rows
 AUTO_PARTS_BYTES = 256 * 2**20  # LABEVENTS' text from which ``--engine auto`` works on parts
 GZIP_TEXT_RATIO = 7  # about how many bytes of text a byte of gzipped LABEVENTS holds (MIMIC-IV: 17 GB in 2.5 GB)
 BUCKETS = 64  # admission ranges a Router writes checked blocks into (consecutive ones make a part)
 COMBINE_EVERY = 8  # a mergeable fit's partial results held before they are combined (MIMIC-IV: ~120 parts)
-
-# What a stage hands on: a pandas frame, or (Dask) the parts of one on the workers.
-Events = Any
 
 
 class Engine(Protocol):
@@ -126,39 +121,6 @@ class Engine(Protocol):
 
     def release(self, events: Events) -> None:
         """``events`` will not be read again: what holds them may go."""
-
-
-@dataclass(frozen=True)
-class Link:
-    """One stage's work on a part, in a chain (:meth:`Engine.chain`): counts of its input, its calls in order, and
-    picks of its output (``pipeline.plan.Call``s)."""
-
-    calls: tuple[Call, ...]
-    counts: tuple[Call, ...] = ()
-    picks: tuple[Call, ...] = ()
-
-
-@dataclass(frozen=True)
-class Linked:
-    """What one link made of all the rows: its counts (added up over parts), each call's :class:`Kept` (the whole
-    quarantine and steps; None for a call that gives a frame), its picks (in row order), the rows it handed on; or
-    the whole table's error of the call that failed (the calls before it are in ``kept``)."""
-
-    counts: tuple[Any, ...] = ()
-    kept: tuple[Kept | None, ...] = ()
-    picks: tuple[pd.DataFrame, ...] = ()
-    rows: int = 0
-    error: StageError | None = None
-
-
-@dataclass(frozen=True)
-class Chained:
-    """What a chain made: per link its :class:`Linked` (up to the one that failed), the last link's rows (None when
-    one failed) and the fitted states."""
-
-    links: tuple[Linked, ...]
-    events: Any = None
-    fitted: tuple[Any, ...] = ()
 
 
 class PandasEngine:

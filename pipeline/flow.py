@@ -18,8 +18,8 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 import pandas as pd
 
-from pipeline.plan import Outcome, Plan
-from pipeline.stages import BUILT, PREPARE, REASONS, STAGE_ORDER, STAGES, Context, Ledger, passes
+from pipeline.stage import Context, Ledger, Order, Outcome, Plan, Stage
+from pipeline.stages import STAGES
 from pipeline.stages.dedup import SHORT
 from pipeline.stages.split import known_splits
 from pipeline.stages.encode import Vocabularies
@@ -33,14 +33,24 @@ from pipeline.load import TABLES, file_sha256, locate_tables, read_blocks
 from pipeline.engine import PANDAS, Chained, Engine, Link, Linked
 from pipeline.parse import (LabRelations, RawResult, RawTables, check_blocks, check_relations, check_stream,
                             keyed_admissions)
-from pipeline.progress import NO_PROGRESS, Progress, pass_step
+from pipeline.progress import NO_PROGRESS, Progress, build_steps, pass_step, validate_steps
 from pipeline.quarantine import Quarantine, Step
 from pipeline.report import (Finding, InputFile, Report, finding_from_error, finding_from_mask, format_items,
                              summary_finding)
 from schemas.checks import CANNOT_RUN_CHECKS
+from schemas.raw import LabEvents
 from schemas.split import SPLITS
 from schemas.errors import StageError, require_validation
 from schemas.guard import trusted_chain
+
+ORDER = Order(STAGES, before=(Stage("load", colour="#7f7f7f"),  # reading the files
+                              Stage("raw", colour="#8c564b", gives=LabEvents)),  # the raw checks and relations
+              after=(Stage("flow", colour="#7f7f7f"),))  # the run as a whole: attrition, admissions in no graph
+"""Everything that reports findings, in the report's order: the run's steps around the declared stages."""
+STAGE_ORDER = ORDER.index
+REASONS = ORDER.reasons
+PREPARE = ORDER.prepare
+BUILT = ORDER.built
 
 # Checks that mean the run could not happen at all (exit 2), rather than that the data is bad (exit 1).
 CANNOT_RUN = CANNOT_RUN_CHECKS
@@ -59,6 +69,11 @@ DROPPED = {
     "admission_below_min_timesteps": "with fewer timesteps than [graph] min_timesteps",
 }
 UNSPLIT = "unsplit"  # admissions rejected before the split have none
+
+
+def steps(config: Config, *, build: bool = False) -> tuple[str, ...]:
+    """The progress steps a run with ``config`` reports, in order (``build``: a build's, else validate's)."""
+    return (build_steps if build else validate_steps)(ORDER, config)
 
 
 @dataclass(frozen=True)
@@ -170,6 +185,7 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
                                config.as_json(), show_values)
         cached = cache.get_report(report_key, {t: str(p) for t, p in located.items()})
         if cached is not None:
+            cached.stages = ORDER.colours
             return Validation(report=cached, tables=RawTables(), prepared=Prepared(), cached=True)
 
     settings = dict(valuenum_abs_bound=config.raw.valuenum_abs_bound, severity=config.severity,
@@ -221,7 +237,7 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
                     store(table, key, result)
             checked[table] = result
             inputs.append(InputFile(table=table, path=str(path), sha256=sha256, rows=len(result.tables.of(table))))
-        report = Report(inputs=inputs)
+        report = Report(inputs=inputs, stages=ORDER.colours)
         report.add(finding_from_error(problem) for problem in sorted(problems, key=lambda p: TABLES.index(p.table)))
         progress.step("relations", rows=sum(i.rows for i in inputs))
         raw = check_relations(checked, stay_tolerance_hours=config.raw.stay_tolerance_hours, severity=config.severity,
@@ -291,7 +307,7 @@ def prepare(tables: RawTables, config: Config, *, vocabularies: Vocabularies | N
     splitting = dict(train=config.split.train, val=config.split.val, test=config.split.test, seed=config.split.seed)
     with trusted_chain():  # each stage's output goes straight to the next: its guard ran already
         try:
-            for segment in passes(config, given):
+            for segment in ORDER.passes(config, given):
                 if segment.stages[0].by_admission and not parts:  # every stage from here on is per row or admission
                     events, parts = engine.partition(events, known_splits(tables.admissions, **splitting)), True
                 progress.step(pass_step(segment.stages), rows=len(events))
@@ -611,7 +627,7 @@ def _graphs_into(staged: Any, validation: Validation, config: Config, progress: 
     # A report of its own: the validation's findings (severities applied) and the graphs', in a new list.
     graph_findings = Report(findings=findings).with_severities(dict(config.severity)).findings
     report = Report(inputs=list(report.inputs), findings=[*report.findings, *graph_findings],
-                    overrides=dict(report.overrides), attrition=report.attrition)
+                    overrides=dict(report.overrides), attrition=report.attrition, stages=report.stages)
     if report.exit_code:
         progress.end()
         return Build(validation=validation, report=report, out_dir=None, graphs=summaries)

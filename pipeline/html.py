@@ -28,7 +28,6 @@ from pipeline.config import Config
 from pipeline.engine import PANDAS
 from pipeline.quarantine import LineMask
 from pipeline.report import Report, format_items, item_names, write_atomic
-from pipeline.stages import COLOURS, STAGE_ORDER
 from pipeline.stages.scale import zscores
 from schemas.checks import CHECKS
 
@@ -246,16 +245,17 @@ def _header(report: Report, kind: str, cached: bool) -> str:
 
 def _findings(report: Report, *, show_values: bool) -> str:
     findings = report.as_json()["findings"]
+    place = {stage: n for n, stage in enumerate(report.stages)}  # the flow's order
     by_stage: dict[str, dict[str, int]] = {}
     for f in findings:
         by_stage.setdefault(f["stage"], {}).setdefault(f["severity"], 0)
         by_stage[f["stage"]][f["severity"]] += 1
     chips = " ".join(
-        f'<span class="chip" style="border-color:{COLOURS.get(stage, "#999")}">{escape(stage)}: '
+        f'<span class="chip" style="border-color:{report.stages.get(stage, "#999")}">{escape(stage)}: '
         + ", ".join(f"{n} {escape(_NOUNS.get(sev, sev))}{'s' if n != 1 else ''}"
                     for sev, n in sorted(counts.items(), key=lambda kv: _SEVERITY_RANK.get(kv[0], 3)))
         + "</span>"
-        for stage, counts in sorted(by_stage.items(), key=lambda kv: STAGE_ORDER.get(kv[0], 99)))
+        for stage, counts in sorted(by_stage.items(), key=lambda kv: place.get(kv[0], 99)))
     head = ["severity", "stage", "check", "where", "count", "lines", "message"]
     rows = []
     for f in findings:
@@ -273,7 +273,7 @@ def _findings(report: Report, *, show_values: bool) -> str:
             f'<tr class="{escape(f["severity"])}">'
             f'<td data-sort="{_SEVERITY_RANK.get(f["severity"], 3)}"><span class="sev {escape(f["severity"])}">'
             f'{escape(f["severity"])}</span></td>'
-            f'<td data-sort="{STAGE_ORDER.get(f["stage"], 99)}">{escape(f["stage"])}</td>'
+            f'<td data-sort="{place.get(f["stage"], 99)}">{escape(f["stage"])}</td>'
             f'<td{title}><code>{escape(f["check"])}</code></td><td>{escape(where)}</td>'
             f'<td class="num" data-sort="{f["count"]}">{f["count"]:,}</td>'
             f'<td class="lines" data-sort="{f["lines"][0] if f["lines"] else 0}">{lines}</td>'
@@ -297,7 +297,7 @@ def _attrition(report: Report) -> str:
                "later stages did not run.</p>") if attrition.get("stopped_at") else ""
     funnel = [s for s in steps if s["table"] == "LABEVENTS" and s["rows_in"] != s["rows_out"]]
     chart = _figure("funnel", "LABEVENTS rows after each step that removed or merged rows",
-                    lambda: _funnel_chart(ledger["read"], funnel)) if funnel else ""
+                    lambda: _funnel_chart(ledger["read"], funnel, report.stages)) if funnel else ""
     table = _table(["table", "stage", "step", "rows in", "rows out", "quarantined", "merged", "clipped"],
                    [[s["table"], s["stage"], s["step"], _n(s["rows_in"]), _n(s["rows_out"]), _n(s["quarantined"]),
                      _n(s["merged"]), _n(s["clipped"])] for s in steps], numeric={3, 4, 5, 6, 7}, sortable=True)
@@ -494,13 +494,13 @@ def _svg(figure, ident: str) -> str:
     return svg.replace("<svg ", f'<svg role="img" aria-label="{escape(ident)}" ', 1)
 
 
-def _funnel_chart(read: int, steps: list[dict]):
+def _funnel_chart(read: int, steps: list[dict], colour: dict[str, str]):
     import matplotlib
 
     with matplotlib.rc_context(_RC):
         labels = ["read"] + [f'{s["stage"]}: {s["step"]}' for s in steps]
         values = [read] + [s["rows_out"] for s in steps]
-        colours = ["#7f7f7f"] + [COLOURS.get(s["stage"], "#999999") for s in steps]
+        colours = ["#7f7f7f"] + [colour.get(s["stage"], "#999999") for s in steps]
         figure = _new_figure(8, 0.45 * len(labels) + 0.9)
         ax = figure.add_subplot()
         y = np.arange(len(labels))[::-1]

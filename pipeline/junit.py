@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from pipeline.report import Finding, Report, write_atomic
-from pipeline.stages import in_flow_order
+from pipeline.stage import in_flow_order
 from schemas.checks import CHECKS, ERROR, OFF
 
 # Characters XML 1.0 cannot carry (NUL and most control characters), written as \\xNN instead.
@@ -43,7 +43,7 @@ def junit_tree(report: Report, *, name: str = "badpoints") -> ET.ElementTree:
     for finding in sorted(report.findings, key=lambda f: (f.stage, f.table or "", f.column or "", f.message)):
         by_check.setdefault(finding.check, []).append(finding)
     stages: dict[str, list[str]] = {}
-    for info in in_flow_order(CHECKS.values()):
+    for info in in_flow_order(CHECKS.values(), list(report.stages)):
         stages.setdefault(info.stage, []).append(info.id)
     for check in sorted(set(by_check) - set(CHECKS)):  # a check the catalogue does not know still shows
         stages.setdefault(by_check[check][0].stage, []).append(check)

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 
-from pipeline.report import CLASS_SAMPLE, Finding, finding_from_mask
+from pipeline.findings import CLASS_SAMPLE, Finding, finding_from_mask
 from pipeline.shared import value_of
 from schemas.checks import CHECKS, ERROR, ParsedNumbers, ParsedText, parse_columns, sharing_parses
 from schemas.errors import require_validation, value_classes
@@ -94,7 +94,7 @@ def check_table(
     severity: Mapping[str, str] | None = None,
     show_values: bool = False,
     max_lines: int = 20,
-    engine: Engine | None = None,
+    engine: PartChecker | None = None,
 ) -> RawResult:
     """One table's own checks and parse: the part that depends on this file alone (and so can be cached).
 
@@ -113,7 +113,7 @@ def check_blocks(
     severity: Mapping[str, str] | None = None,
     show_values: bool = False,
     max_lines: int = 20,
-    engine: Engine | None = None,
+    engine: PartChecker | None = None,
 ) -> RawResult:
     """:func:`check_table` on a table that comes in row blocks (``pipeline.load.read_blocks``): each block is
     checked as it comes and the checks combined, so the whole text table never exists at once."""
@@ -131,7 +131,7 @@ def check_stream(
     severity: Mapping[str, str] | None = None,
     show_values: bool = False,
     max_lines: int = 20,
-    engine: Engine | None = None,
+    engine: PartChecker | None = None,
 ) -> RawResult:
     """:func:`check_blocks` of LABEVENTS that holds none of its rows: each block is checked, related to ADMISSIONS
     and D_LABITEMS (``relations``), guarded and routed (:func:`check_and_route`, where the ``engine`` works on
@@ -172,7 +172,7 @@ def check_and_route(block: pd.DataFrame, *, relations: Any, route: Callable[[pd.
 
 
 def _check_each(table: str, blocks: Iterable[pd.DataFrame], *, valuenum_abs_bound: float,
-                severity: Mapping[str, str] | None, engine: Engine | None) -> PartCheck:
+                severity: Mapping[str, str] | None, engine: PartChecker | None) -> PartCheck:
     """Every block checked (on the ``engine``) and combined."""
     run = check_part if engine is None else engine.check_part
     return _combined((run(table, block, valuenum_abs_bound=valuenum_abs_bound, severity=severity)
@@ -192,7 +192,7 @@ def _combined(parts: Iterable[PartCheck], table: str, *, keep: int | None = None
     return held[0] if len(held) == 1 else combine_parts(held)
 
 
-class Engine(Protocol):
+class PartChecker(Protocol):
     """Runs :func:`check_part` on a table, in any number of row slices, and combines the results."""
 
     def check_part(self, table: str, frame: pd.DataFrame, **settings: Any) -> "PartCheck": ...

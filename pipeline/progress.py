@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
-from pipeline.config import load_config
-from pipeline.stages import BUILT, Stage, passes
+from pipeline.stage import Order, Stage
 
 if TYPE_CHECKING:  # rich loads only when a terminal shows the bars
     from rich.console import Console
@@ -201,10 +200,15 @@ def pass_step(stages: Sequence[Stage]) -> str:
     return "+".join(step for stage in stages for step in stage.steps)
 
 
-VALIDATE_STEPS = tuple(f"{verb} {table}" for table in ("ADMISSIONS", "D_LABITEMS", "LABEVENTS")
-                       for verb in ("read", "check")) + (
-    "relations", *(pass_step(segment.stages) for segment in passes(load_config())))
-"""The steps ``flow.validate`` reports with the default config, in order (the overall bar's length): the declared
-stages' passes among them."""
-BUILD_STEPS = VALIDATE_STEPS + tuple(step for stage in BUILT for step in stage.steps) + ("report", "write")
-"""The steps ``flow.build`` reports."""
+def validate_steps(order: Order, config: Any) -> tuple[str, ...]:
+    """The steps ``flow.validate`` reports with ``config``, in order (the overall bar's length): reading and checking
+    each table, their relations, then the passes of the stages of ``order``."""
+    return tuple(f"{verb} {table}" for table in ("ADMISSIONS", "D_LABITEMS", "LABEVENTS")
+                 for verb in ("read", "check")) + (
+        "relations", *(pass_step(segment.stages) for segment in order.passes(config)))
+
+
+def build_steps(order: Order, config: Any) -> tuple[str, ...]:
+    """The steps ``flow.build`` reports: validate's, the graphs' and their guard, the report and the writing."""
+    return validate_steps(order, config) + tuple(step for stage in order.built for step in stage.steps) + (
+        "report", "write")

@@ -1,7 +1,7 @@
 """The report: every finding of a run, as JSON for CI and as text for people.
 
-Findings (:mod:`pipeline.findings`) are ordered by the stage that made them, in the order
-:mod:`pipeline.stages` declares.
+Findings (:mod:`pipeline.findings`) are ordered by the stage that made them, in the order the run hands the report
+(:attr:`Report.stages`: the stage names and their colours, in flow order).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import pandas as pd
 
 from pipeline.findings import (CLASS_SAMPLE, Finding, finding_from_error, finding_from_mask,  # noqa: F401 (re-exported)
                                format_items, item_names, summary_finding)
-from pipeline.stages import STAGE_ORDER
 from schemas.checks import CANNOT_RUN_CHECKS, ERROR, OFF, WARNING
 
 
@@ -38,6 +37,12 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     overrides: dict[str, str] = field(default_factory=dict)
     attrition: dict[str, Any] = field(default_factory=dict)
+    # The stages that report, in flow order, with their colours (the run's ``pipeline.stage.Order``): how findings
+    # are ordered and drawn. Not part of the JSON.
+    stages: dict[str, str] = field(default_factory=dict)
+
+    def _place(self, stage: str) -> int:
+        return list(self.stages).index(stage) if stage in self.stages else 99
 
     @property
     def status(self) -> str:
@@ -72,7 +77,8 @@ class Report:
                 note = f" (severity changed from {finding.severity} to {level} by config)"
                 kept.append(replace(finding, severity=level, default_severity=finding.severity,
                                     message=finding.message + note))
-        return Report(inputs=list(self.inputs), findings=kept, overrides=dict(severity), attrition=self.attrition)
+        return Report(inputs=list(self.inputs), findings=kept, overrides=dict(severity), attrition=self.attrition,
+                      stages=self.stages)
 
     def findings_frame(self) -> pd.DataFrame:
         """The findings as a DataFrame (for notebooks)."""
@@ -97,14 +103,14 @@ class Report:
     def stage_counts(self) -> dict[str, dict[str, int]]:
         """Findings per stage (in flow order) and severity: ``{"raw": {"error": 2, "warning": 1}, ...}``."""
         counts: dict[str, dict[str, int]] = {}
-        for finding in sorted(self.findings, key=lambda f: STAGE_ORDER.get(f.stage, 99)):
+        for finding in sorted(self.findings, key=lambda f: self._place(f.stage)):
             by_severity = counts.setdefault(finding.stage, {})
             by_severity[finding.severity] = by_severity.get(finding.severity, 0) + 1
         return counts
 
     def as_json(self) -> dict[str, Any]:
         order = {ERROR: 0, WARNING: 1}
-        findings = sorted(self.findings, key=lambda f: (order.get(f.severity, 2), STAGE_ORDER.get(f.stage, 99),
+        findings = sorted(self.findings, key=lambda f: (order.get(f.severity, 2), self._place(f.stage),
                                                         f.table or "", f.check, f.column or ""))
         return {
             "status": self.status,

@@ -13,22 +13,19 @@ policy; rows past ``max_stay_days`` are always quarantined.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from pipeline.options import Section, setting
-from pipeline.plan import Call, Plan
+from pipeline.stage import Context, Plan, Reason, Stage
+from pipeline.work import Call
 from pipeline.quarantine import Kept, Step, set_aside
 from schemas.bucket import BucketedEvents
 from schemas.fill import FilledEvents
 from schemas.guard import guarded
 
-if TYPE_CHECKING:
-    from pipeline.stages import Context
-
-STAGE = "bucket"
+NAME = "bucket"
 NO_ADMISSION = "admission not among the clean admissions"
 BEFORE = "charted before the admission day"
 AFTER_DISCHARGE = "charted more than after_discharge_hours after discharge"
@@ -81,7 +78,7 @@ max_stay_days = 1000.0
                                                                    max_stay_days=self.max_stay_days))
 
 
-@guarded(stage=STAGE, takes=FilledEvents, gives=BucketedEvents)
+@guarded(stage=NAME, takes=FilledEvents, gives=BucketedEvents)
 def bucket(events: pd.DataFrame, admissions: pd.DataFrame, *, interval_hours: float = 24.0,
            max_timestep: int | None = None, max_stay_days: float = 1000.0, after_discharge_hours: float = 24.0,
            late_policy: str = "quarantine") -> Kept:
@@ -108,16 +105,16 @@ def bucket(events: pd.DataFrame, admissions: pd.DataFrame, *, interval_hours: fl
         gone = before | unknown | beyond_stay
         timed = events.assign(TIMESTEP=np.minimum(step, last).where(~gone, 0).astype("int64"))
         kept = set_aside(timed, [(NO_ADMISSION, unknown), (BEFORE, before), (BEYOND_STAY, beyond_stay)],
-                         stage=STAGE, columns=COLUMNS)
+                         stage=NAME, columns=COLUMNS)
         rows = len(kept.frame)
-        notes = tuple(Step(stage=STAGE, step=f"{reason} (clipped)", rows_in=rows, rows_out=rows,
+        notes = tuple(Step(stage=NAME, step=f"{reason} (clipped)", rows_in=rows, rows_out=rows,
                            clipped=int(mask.sum()), column=COLUMNS[reason])
                       for reason, mask in ((AFTER_DISCHARGE, after & ~gone), (BEYOND_MAX, beyond_max & ~after & ~gone)))
         return Kept(frame=kept.frame, quarantine=kept.quarantine, steps=kept.steps + notes)
     gone = before | unknown | after | beyond_stay | beyond_max
     timed = events.assign(TIMESTEP=step.where(~gone, 0).astype("int64"))
     return set_aside(timed, [(NO_ADMISSION, unknown), (BEFORE, before), (AFTER_DISCHARGE, after),
-                             (BEYOND_STAY, beyond_stay), (BEYOND_MAX, beyond_max)], stage=STAGE, columns=COLUMNS)
+                             (BEYOND_STAY, beyond_stay), (BEYOND_MAX, beyond_max)], stage=NAME, columns=COLUMNS)
 
 
 def _seconds(times: pd.Series) -> pd.Series:
@@ -136,3 +133,12 @@ def plan(context: Context) -> Plan:
     return Plan(context=context, calls=(Call(bucket, (context.admissions,), dict(
         interval_hours=options.interval_hours, max_timestep=options.max_timestep, max_stay_days=options.max_stay_days,
         after_discharge_hours=options.after_discharge_hours, late_policy=options.late_policy)),))
+
+
+STAGE = Stage(NAME, colour="#2ca02c", plan=plan, options=Options, takes=FilledEvents, gives=BucketedEvents,
+              reasons=(Reason(NO_ADMISSION, "quarantine_admission"),
+                       Reason(BEFORE, "before_admission"),
+                       Reason(AFTER_DISCHARGE, "after_discharge", per_admission=True),
+                       Reason(BEYOND_STAY, "beyond_max_stay", per_admission=True),
+                       Reason(BEYOND_MAX, "beyond_max_timestep", per_admission=True)),
+              by_admission=True)

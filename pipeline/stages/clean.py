@@ -15,24 +15,22 @@ from __future__ import annotations
 import functools
 import operator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from pipeline.findings import item_names
 from pipeline.options import Section, setting
-from pipeline.plan import Call, Plan
+from pipeline.stage import Context, Plan, Reason, Stage
+from pipeline.work import Call, Fit
 from pipeline.quarantine import Kept, set_aside
 from pipeline.shared import reads
 from schemas.clean import CleanAdmissions, CleanEvents, CleanLabItems
 from schemas.guard import guarded
 from schemas.raw import Admissions, LabEvents, LabItems
 
-if TYPE_CHECKING:
-    from pipeline.stages import Context
-
-STAGE = "clean"
+NAME = "clean"
 OUTPATIENT = "outpatient lab (no HADM_ID)"
 RAW_ERROR = "failed raw check"
 ADMISSION_REJECTED = "admission failed a raw check"
@@ -64,13 +62,13 @@ empty_value = "quarantine"
     empty_value: str = setting(str, words=EMPTY_VALUE_POLICIES)
 
 
-@guarded(stage=STAGE, takes=Admissions, gives=CleanAdmissions)
+@guarded(stage=NAME, takes=Admissions, gives=CleanAdmissions)
 def clean_admissions(admissions: pd.DataFrame) -> Kept:
     """Admissions whose key and times passed the raw checks; the others are quarantined."""
     return _without_rejected(admissions, table="ADMISSIONS", key="HADM_ID")
 
 
-@guarded(stage=STAGE, takes=LabItems, gives=CleanLabItems)
+@guarded(stage=NAME, takes=LabItems, gives=CleanLabItems)
 def clean_labitems(labitems: pd.DataFrame) -> Kept:
     """Lab items whose ITEMID passed the raw checks; the others are quarantined."""
     return _without_rejected(labitems, table="D_LABITEMS", key="ITEMID")
@@ -78,7 +76,7 @@ def clean_labitems(labitems: pd.DataFrame) -> Kept:
 
 def _without_rejected(rows: pd.DataFrame, *, table: str, key: str) -> Kept:
     """The rows of a small table that passed their raw checks, keyed by an int64 ``key``; the others quarantined."""
-    kept = set_aside(rows, [(RAW_ERROR, rows["REJECT"].notna())], stage=STAGE, table=table,
+    kept = set_aside(rows, [(RAW_ERROR, rows["REJECT"].notna())], stage=NAME, table=table,
                      columns={RAW_ERROR: "REJECT"})
     frame = kept.frame.drop(columns="REJECT").astype({key: "int64"})
     return Kept(frame=frame, quarantine=kept.quarantine, steps=kept.steps)
@@ -122,7 +120,7 @@ class KindCounts:
 
 def inpatient_rows(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame) -> Kept:
     """Rows with an admission and an item that passed the raw checks; the others set aside with their reason."""
-    return set_aside(labevents, _not_inpatient(labevents, admissions, labitems), stage=STAGE,
+    return set_aside(labevents, _not_inpatient(labevents, admissions, labitems), stage=NAME,
                      columns={OUTPATIENT: "HADM_ID", RAW_ERROR: "REJECT", ADMISSION_REJECTED: "HADM_ID",
                               ITEM_REJECTED: "ITEMID"})
 
@@ -183,7 +181,7 @@ def fit_kinds(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Da
     return kinds_from_counts(add_kind_counts([count_kinds(labevents, admissions, labitems)]))
 
 
-@guarded(stage=STAGE, takes=LabEvents, gives=CleanEvents)
+@guarded(stage=NAME, takes=LabEvents, gives=CleanEvents)
 def clean_events(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame,
                  kinds: ItemKinds | None = None, *, empty_value: str = "quarantine") -> Kept:
     """Inpatient lab rows with valid keys and a result, each with the KIND of its item.
@@ -212,7 +210,7 @@ def clean_events(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd
     # attrition as it was.
     filters = [(reason, mask) for reason, mask, rows in filters if rows]
     filters.append((MIXED_TEXT, (events["KIND"] == "mixed") & events["VALUENUM"].isna()))
-    results = set_aside(events.drop(columns="COMMENTS", errors="ignore"), filters, stage=STAGE,
+    results = set_aside(events.drop(columns="COMMENTS", errors="ignore"), filters, stage=NAME,
                         columns={NO_RESULT: "VALUE", IN_COMMENTS: "VALUE", MIXED_TEXT: "VALUENUM"})
     return Kept(frame=results.frame, quarantine=pd.concat([kept.quarantine, results.quarantine]),
                 steps=kept.steps + results.steps)
@@ -239,5 +237,18 @@ def plan(context: Context) -> Plan:
     context.ledger.names = item_names(labitems.frame)
     return Plan(context=replace(context, admissions=admissions.frame, labitems=labitems.frame),
                 taken=(admissions, labitems),
-                calls=(Call(clean_events, (admissions.frame, labitems.frame, context.fitted[STAGE]),
+                calls=(Call(clean_events, (admissions.frame, labitems.frame, context.fitted[NAME]),
                             {"empty_value": context.options.empty_value}),))
+
+
+STAGE = Stage(NAME, colour="#1f77b4", plan=plan, options=Options, takes=LabEvents, gives=CleanEvents,
+              fit=Fit(whole=fit_kinds, partial=count_kinds, combine=add_kind_counts, finish=kinds_from_counts,
+                      inputs=fit_inputs, state=ItemKinds, saved_as="item_kinds"),
+              reasons=(Reason(OUTPATIENT, "quarantine_outpatient"),
+                       Reason(RAW_ERROR, "quarantine_raw_error"),
+                       Reason(ADMISSION_REJECTED, "quarantine_admission"),
+                       Reason(ITEM_REJECTED, "quarantine_raw_error"),
+                       Reason(MIXED_TEXT, "mixed_item_text", per_item=True),
+                       Reason(IN_COMMENTS, "result_in_comments", per_item=True),
+                       Reason(NO_RESULT, "no_result", per_item=True)),
+              by_admission=True)

@@ -10,29 +10,26 @@ stable sort) and only the rows that share a key are sorted by their content.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from pipeline.findings import Finding, summary_finding
-from pipeline.plan import Call, Outcome, Plan
+from pipeline.stage import Context, Outcome, Plan, Reason, Stage
+from pipeline.work import Call
 from pipeline.quarantine import Kept, Step, set_aside
 from schemas.bucket import BucketedEvents
 from schemas.dedup import EdgeRows
 from schemas.guard import guarded
 from schemas.split import split_codes  # noqa: F401 (dedup.split_codes, as before)
 
-if TYPE_CHECKING:
-    from pipeline.stages import Context
-
-STAGE = "dedup"
+NAME = "dedup"
 SHORT = "admission below min_timesteps"
 KEY = ["HADM_ID", "TIMESTEP", "ITEMID"]
 TIE_BREAK = ["CHARTTIME", "VALUENUM", "VALUE", "FLAG"]
 
 
-@guarded(stage=STAGE, takes=BucketedEvents, gives=EdgeRows)
+@guarded(stage=NAME, takes=BucketedEvents, gives=EdgeRows)
 def dedup(events: pd.DataFrame) -> Kept:
     """The latest row of each (HADM_ID, TIMESTEP, ITEMID); merged rows are counted, not quarantined."""
     key = edge_key(events)
@@ -49,16 +46,16 @@ def dedup(events: pd.DataFrame) -> Kept:
     keep = np.ones(len(key), dtype=bool)
     keep[ties["_AT"].to_numpy()[ties["_KEY"].duplicated(keep="last").to_numpy()]] = False
     latest = events.iloc[order[keep]]  # one gather of the rows, in key order
-    step = Step(stage=STAGE, step="one row per (HADM_ID, TIMESTEP, ITEMID)", rows_in=len(events),
+    step = Step(stage=NAME, step="one row per (HADM_ID, TIMESTEP, ITEMID)", rows_in=len(events),
                 rows_out=len(latest), merged=len(events) - len(latest))
     return Kept(frame=latest, steps=(step,))
 
 
-@guarded(stage=STAGE, takes=EdgeRows, gives=EdgeRows)
+@guarded(stage=NAME, takes=EdgeRows, gives=EdgeRows)
 def drop_short_admissions(edges: pd.DataFrame, *, min_timesteps: int = 1) -> Kept:
     """Edge rows of admissions with at least ``min_timesteps`` distinct timesteps; the others are quarantined."""
     timesteps = edges.groupby("HADM_ID", sort=False)["TIMESTEP"].transform("nunique")
-    return set_aside(edges, [(SHORT, timesteps < min_timesteps)], stage=STAGE)
+    return set_aside(edges, [(SHORT, timesteps < min_timesteps)], stage=NAME)
 
 
 def edge_key(events: pd.DataFrame) -> np.ndarray:
@@ -79,8 +76,12 @@ def plan(context: Context) -> Plan:
     def report(outcome: Outcome) -> list[Finding]:
         merged = sum(step.merged for step in outcome.steps)
         return [summary_finding(
-            stage=STAGE, check="merged", table="LABEVENTS", column=None, count=merged,
+            stage=NAME, check="merged", table="LABEVENTS", column=None, count=merged,
             message=f"{merged} rows merged into {outcome.rows} edge rows, one per (HADM_ID, timestep, ITEMID)")]
 
     return Plan(context=context, report=report,
                 calls=(Call(dedup), Call(drop_short_admissions, kwargs={"min_timesteps": context.options.min_timesteps})))
+
+
+STAGE = Stage(NAME, colour="#d62728", plan=plan, reads="graph", takes=BucketedEvents, gives=EdgeRows,
+              reasons=(Reason(SHORT, "below_min_timesteps", per_admission=True),), by_admission=True)

@@ -9,23 +9,21 @@ object that ``build`` saves and a later run can reuse.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import pandas as pd
 
 from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
 from pipeline.options import Section, setting
-from pipeline.plan import Call, Outcome, Plan
+from pipeline.stage import Context, Outcome, Plan, Stage
+from pipeline.work import Call, Fit
 from pipeline.shared import reads
 from schemas.encode import EncodedAdmissions, EncodedEvents, EncodedLabItems
 from schemas.guard import guarded
 from schemas.raw import ADMISSION_CATEGORICALS
 from schemas.split import SplitEvents
 
-if TYPE_CHECKING:
-    from pipeline.stages import Context
-
-STAGE = "encode"
+NAME = "encode"
 MISSING = 0
 
 
@@ -198,7 +196,7 @@ def case_findings(labitems: pd.DataFrame, *, fold_case: bool, max_lines: int = 2
         done = ("folded into one code each (the most used spelling; [encode] fold_case = true)" if fold_case else
                 "coded apart ([encode] fold_case = false)")
         findings.append(summary_finding(
-            stage=STAGE, check="category_case_variants", table="D_LABITEMS", column=column,
+            stage=NAME, check="category_case_variants", table="D_LABITEMS", column=column,
             count=int(variants["N"].sum()),
             message=f"{len(groups)} value(s) spelled in more than one letter case, {done}: {listed}"))
     return findings
@@ -215,7 +213,7 @@ def codes(values: pd.Series, vocabulary: tuple[str, ...], *, fold_case: bool = F
     return text.map(lookup).fillna(MISSING).astype("int64")
 
 
-@guarded(stage=STAGE, takes=SplitEvents, gives=EncodedEvents)
+@guarded(stage=NAME, takes=SplitEvents, gives=EncodedEvents)
 def encode_events(events: pd.DataFrame, vocabularies: Vocabularies) -> pd.DataFrame:
     """CODE for categorical rows (0 = missing/unseen); null for rows that carry a number."""
     table = vocabularies.lab_table()
@@ -233,7 +231,7 @@ def unseen_lab_values(encoded: pd.DataFrame) -> pd.Series:
     return (encoded["KIND"] == "categorical") & encoded["VALUE"].notna() & (encoded["CODE"] == MISSING)
 
 
-@guarded(stage=STAGE, gives=EncodedAdmissions)
+@guarded(stage=NAME, gives=EncodedAdmissions)
 def encode_admissions(admissions: pd.DataFrame, vocabularies: Vocabularies) -> pd.DataFrame:
     """Admissions (with SPLIT) plus ``<COLUMN>_CODE`` for each categorical column."""
     encoded = admissions.copy()
@@ -242,7 +240,7 @@ def encode_admissions(admissions: pd.DataFrame, vocabularies: Vocabularies) -> p
     return encoded
 
 
-@guarded(stage=STAGE, gives=EncodedLabItems)
+@guarded(stage=NAME, gives=EncodedLabItems)
 def encode_labitems(labitems: pd.DataFrame, vocabularies: Vocabularies) -> pd.DataFrame:
     """Every lab item with FLUID_CODE and CATEGORY_CODE, sorted by ITEMID (the labitem node order)."""
     return labitems.assign(
@@ -261,7 +259,7 @@ def fit_inputs(events: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, tu
 def plan(context: Context) -> Plan:
     """The stage in flow: lab rows, admissions and lab items coded with the fitted vocabularies; letter-case
     variants and values coded 0 are findings."""
-    vocabularies, ledger, options = context.fitted[STAGE], context.ledger, context.options
+    vocabularies, ledger, options = context.fitted[NAME], context.ledger, context.options
     admissions = encode_admissions(context.admissions, vocabularies)
     labitems = encode_labitems(context.labitems, vocabularies)
 
@@ -308,10 +306,10 @@ def unseen_findings(zero: pd.DataFrame, seen: pd.DataFrame, admissions: pd.DataF
 
     unseen, rare = ~in_train, in_train
     findings = [
-        finding_from_mask(stage=STAGE, table="LABEVENTS", check="unseen_category", column="VALUE",
+        finding_from_mask(stage=NAME, table="LABEVENTS", check="unseen_category", column="VALUE",
                           failed=unseen, what=f"categorical VALUE unseen in train (code 0), in {items(unseen)}",
                           max_lines=lines),
-        finding_from_mask(stage=STAGE, table="LABEVENTS", check="rare_category", column="VALUE",
+        finding_from_mask(stage=NAME, table="LABEVENTS", check="rare_category", column="VALUE",
                           failed=rare, max_lines=lines,
                           what=f"categorical VALUE seen in fewer than {k} train admissions (code 0), in {items(rare)}"),
     ]
@@ -322,7 +320,13 @@ def unseen_findings(zero: pd.DataFrame, seen: pd.DataFrame, admissions: pd.DataF
         for check, failed, what in (("unseen_category", zero & ~rare, "a value unseen in train"),
                                     ("rare_category", rare, f"a value seen in fewer than {k} train admissions")):
             if failed.any():
-                findings.append(summary_finding(stage=STAGE, check=check, table="ADMISSIONS", column=column,
+                findings.append(summary_finding(stage=NAME, check=check, table="ADMISSIONS", column=column,
                                                 count=int(failed.sum()),
                                                 message=f"{int(failed.sum())} admissions with {what} (code 0)"))
     return [f for f in findings if f is not None]
+
+
+STAGE = Stage(NAME, colour="#9467bd", plan=plan, options=Options, takes=SplitEvents, gives=EncodedEvents,
+              fit=Fit(whole=fit_vocabularies, partial=count_values, combine=add_value_counts,
+                      finish=vocabularies_from_counts, inputs=fit_inputs, state=Vocabularies, saved_as="vocabularies"),
+              by_admission=True, filters=False, writes=("CODE",))

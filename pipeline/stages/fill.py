@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from pipeline.findings import Finding, summary_finding
 from pipeline.options import Allowed, Section, require, setting, typed
-from pipeline.plan import Call, Plan
+from pipeline.stage import Context, Plan, Stage
+from pipeline.work import Call, Fit
 from pipeline.quarantine import Kept, set_aside
 from pipeline.shared import reads
 from schemas.errors import StageError
@@ -25,10 +26,7 @@ from schemas.fill import TENSOR_COLUMNS, FilledEvents
 from schemas.guard import guarded
 from schemas.scale import ScaledEvents
 
-if TYPE_CHECKING:
-    from pipeline.stages import Context
-
-STAGE = "fill"
+NAME = "fill"
 CODE_COLUMNS = ("CODE",)
 POLICIES = ("constant", "mean", "median", "drop", "ffill")
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # graph tensors are float32: a fill beyond it becomes inf
@@ -115,7 +113,7 @@ def fit_fill(events: pd.DataFrame, policies: Mapping[str, FillPolicy]) -> FillVa
     return FillValues(values_=tuple(values))
 
 
-@guarded(stage=STAGE, takes=ScaledEvents, gives=FilledEvents)
+@guarded(stage=NAME, takes=ScaledEvents, gives=FilledEvents)
 def apply_fill(events: pd.DataFrame, values: FillValues, policies: Mapping[str, FillPolicy]) -> Kept:
     """Fill every tensor column by its policy; rows whose policy is 'drop' are quarantined."""
     missing = {column: events[column].isna() for column in TENSOR_COLUMNS}
@@ -123,7 +121,7 @@ def apply_fill(events: pd.DataFrame, values: FillValues, policies: Mapping[str, 
     if undeclared:
         column = undeclared[0]
         raise StageError(
-            stage=STAGE, side="output", check="fill_left_nulls", column=column, count=int(missing[column].sum()),
+            stage=NAME, side="output", check="fill_left_nulls", column=column, count=int(missing[column].sum()),
             failure_cases=pd.DataFrame({"line": events.index[missing[column]]}), table="LABEVENTS",
             advice=f"Declare a policy for {column} in [fill.{column}]",
         )
@@ -144,13 +142,13 @@ def apply_fill(events: pd.DataFrame, values: FillValues, policies: Mapping[str, 
             filled[f"{column}_MISSING"] = missing[column].astype("int8")
     dropped = {f"fill: {column} missing (policy 'drop')": column
                for column in sorted(policies) if policies[column].policy == "drop"}
-    kept = set_aside(filled, [(reason, filled[column].isna()) for reason, column in dropped.items()], stage=STAGE,
+    kept = set_aside(filled, [(reason, filled[column].isna()) for reason, column in dropped.items()], stage=NAME,
                      columns=dropped)
     for column in TENSOR_COLUMNS:
         left = kept.frame[column].isna()
         if left.any():
             raise StageError(
-                stage=STAGE, side="output", check="fill_left_nulls", column=column, count=int(left.sum()),
+                stage=NAME, side="output", check="fill_left_nulls", column=column, count=int(left.sum()),
                 failure_cases=pd.DataFrame({"line": kept.frame.index[left]}), table="LABEVENTS",
                 detail=f"policy '{policies[column].policy}' left them (ffill has no earlier value in the admission)",
                 advice="Use a constant, mean or median policy, or 'drop'",
@@ -168,7 +166,7 @@ def _refuse_collision(events: pd.DataFrame, column: str, value: float | None) ->
         return
     clash = events.index[(events[column] == value).fillna(False).to_numpy(bool)]
     raise StageError(
-        stage=STAGE, side="input", check="fill_collides", column=column, count=max(len(clash), 1),
+        stage=NAME, side="input", check="fill_collides", column=column, count=max(len(clash), 1),
         failure_cases=pd.DataFrame({"line": clash}), table="LABEVENTS",
         detail=(f"fill value {value:g} is not a valid code (codes are whole numbers >= 0)"
                 if value < 0 or value != int(value)
@@ -195,7 +193,7 @@ def fill_findings(events: pd.DataFrame | pd.Series, policies: Mapping[str, FillP
         if count and column in policies:
             policy = policies[column]
             findings.append(summary_finding(
-                stage=STAGE, check="filled", table="LABEVENTS", column=column, count=count,
+                stage=NAME, check="filled", table="LABEVENTS", column=column, count=count,
                 message=f"{count} values filled by policy '{policy.policy}'"
                         + (f" with {policy.value:g}" if policy.policy == "constant" else "")
                         + (", with an indicator column" if policy.indicator else "")))
@@ -228,4 +226,9 @@ def plan(context: Context) -> Plan:
     policies = context.options
     return Plan(context=context, counts=(Call(missing_counts),),
                 counted=lambda outcome: fill_findings(outcome.counts[0], policies),
-                calls=(Call(apply_fill, (context.fitted[STAGE], policies)),))
+                calls=(Call(apply_fill, (context.fitted[NAME], policies)),))
+
+
+STAGE = Stage(NAME, colour="#bcbd22", plan=plan, options=Options, takes=ScaledEvents, gives=FilledEvents,
+              fit=Fit(whole=fit_fill, inputs=fit_inputs, state=FillValues, saved_as="fill", rows=fits_rows),
+              by_admission=True, writes=TENSOR_COLUMNS)

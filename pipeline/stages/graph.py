@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 import numpy as np
 import pandas as pd
 from pipeline.options import POSITIVE, Section, setting
+from pipeline.stage import Stage
 from pipeline.stages.dedup import KEY, edge_key, split_codes
+from schemas.dedup import EdgeRows
 from schemas.errors import StageError
 from schemas.fill import TENSOR_COLUMNS
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
@@ -33,7 +35,7 @@ if TYPE_CHECKING:  # torch and PyG load when graphs are built, not when the stag
     import torch
     from torch_geometric.data import HeteroData
 
-STAGE = "graph"
+NAME = "graph"
 LABITEM_FEATURES = ("FLUID_CODE", "CATEGORY_CODE")
 
 
@@ -177,7 +179,7 @@ def graph_batches(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Da
     if (item < 0).any():
         unknown = np.unique(item_of_row[item < 0])
         raise StageError(
-            stage=STAGE, side="input", check="graph_index_bounds", column="ITEMID", count=int((item < 0).sum()),
+            stage=NAME, side="input", check="graph_index_bounds", column="ITEMID", count=int((item < 0).sum()),
             failure_cases=pd.DataFrame({"line": edges.index[order[item < 0]]}), table="LABEVENTS",
             detail=f"ITEMID {', '.join(map(str, unknown[:10]))} not among the lab-item nodes",
             advice="Every edge's ITEMID must be in the encoded D_LABITEMS; check the clean stage's item filter",
@@ -263,3 +265,7 @@ def memory_estimate(data: HeteroData, *, hidden: int, layers: int) -> dict[str, 
 def check_graphs(graphs: list[GraphBatch], limits: GraphLimits) -> list:
     """Every problem of every graph, as StageErrors naming split, batch and edge type."""
     return [problem for g in graphs for problem in graph_problems(g.data, limits, where=g.where)]
+
+
+# Built by ``pipeline.build`` from the edge rows (torch and PyG load only then).
+STAGE = Stage(NAME, colour="#e377c2", options=Options, takes=EdgeRows, progress=("graphs", "guard"))

@@ -34,7 +34,8 @@ import pandas as pd
 
 from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
 from pipeline.options import POSITIVE, Section, require, setting, typed
-from pipeline.plan import Call, Outcome, Plan
+from pipeline.stage import Context, Outcome, Plan, Stage
+from pipeline.work import Call, Fit
 from pipeline.shared import reads
 from schemas.encode import EncodedEvents
 from schemas.errors import StageError
@@ -43,9 +44,8 @@ from schemas.scale import ScaledEvents
 
 if TYPE_CHECKING:
     from pipeline.engine import Engine
-    from pipeline.stages import Context
 
-STAGE = "scale"
+NAME = "scale"
 # The fallback chain, in order; an item is scaled by the first rule that fits it.
 RULES = ("normal", "all", "all_unclipped", "constant")
 # The two row sets each pass of the fit sums over: an item's normal training rows, and all of them.
@@ -252,7 +252,7 @@ def _transformed(events: pd.DataFrame, log_items: list[int], *, strict: bool = T
     domain = logged & (values <= -1)
     if strict and domain.any():
         raise StageError(
-            stage=STAGE, side="input", check="log_domain", column="VALUENUM", count=int(domain.sum()),
+            stage=NAME, side="input", check="log_domain", column="VALUENUM", count=int(domain.sum()),
             failure_cases=pd.DataFrame({"line": events.index[domain]}), table="LABEVENTS",
             detail="ITEMID " + ", ".join(map(str, sorted(events.loc[domain, "ITEMID"].unique())[:10])),
             advice="log1p needs values above -1; set this item's [scale.policy] to 'clip' or 'none'",
@@ -428,7 +428,7 @@ def zscores(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[int, st
     return z.where(~clipped, z.clip(-warn_bound, warn_bound)).where(values.notna())
 
 
-@guarded(stage=STAGE, takes=EncodedEvents, gives=ScaledEvents)
+@guarded(stage=NAME, takes=EncodedEvents, gives=ScaledEvents)
 def apply_zscore(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[int, str] | None = None,
                  warn_bound: float = 100.0, error_bound: float = 1e6) -> pd.DataFrame:
     """Z for every row with a number: train stats; items unseen in train get 0; constant items' z is bounded;
@@ -450,7 +450,7 @@ def _raise_if(failed: pd.Series, events: pd.DataFrame, check: str, what: str, ad
     items = events.loc[failed, "ITEMID"].value_counts().sort_index()
     listed = ", ".join(f"{item} ({n})" for item, n in items.head(10).items())
     raise StageError(
-        stage=STAGE, side="output", check=check, column="Z", count=int(failed.sum()),
+        stage=NAME, side="output", check=check, column="Z", count=int(failed.sum()),
         failure_cases=pd.DataFrame({"line": events.index[failed]}), table="LABEVENTS",
         detail=f"{what} for ITEMID {listed}", advice=advice,
     )
@@ -511,7 +511,7 @@ def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: floa
         counts = table.loc[sorted(constant), "count"].sort_values(ascending=False, kind="stable")
         listed = format_items(counts, names=names, limit=max_lines, unit="train row")
         findings.append(summary_finding(
-            stage=STAGE, check="constant_item", table="LABEVENTS", column="VALUENUM", count=len(constant),
+            stage=NAME, check="constant_item", table="LABEVENTS", column="VALUENUM", count=len(constant),
             message=f"{len(constant)} item(s) whose training values are all equal: ITEMID {listed}"))
     fallback = stats.fallback_items_
     if fallback:
@@ -520,14 +520,14 @@ def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: floa
                                                             unit="fitted row")
                            for why, group in reasons.groupby("WHY", sort=True))
         findings.append(summary_finding(
-            stage=STAGE, check="fallback_item", table="LABEVENTS", column="VALUENUM", count=len(fallback),
+            stage=NAME, check="fallback_item", table="LABEVENTS", column="VALUENUM", count=len(fallback),
             message=f"{len(fallback)} item(s) scaled on all their training rows ([scale] min_rows "
                     f"{stats.min_rows}): {groups}"))
-    findings.append(finding_from_mask(stage=STAGE, table="LABEVENTS", check="unseen_item", column="ITEMID",
+    findings.append(finding_from_mask(stage=NAME, table="LABEVENTS", check="unseen_item", column="ITEMID",
                                       failed=unseen, what=f"numeric items unseen in train: ITEMID {items_of(unseen)}",
                                       max_lines=max_lines))
     findings.append(finding_from_mask(
-        stage=STAGE, table="LABEVENTS", check="constant_item_value", column="VALUENUM", failed=off_constant,
+        stage=NAME, table="LABEVENTS", check="constant_item_value", column="VALUENUM", failed=off_constant,
         what=f"a value other than their item's one training value (|z| at most {stats.constant_bound:g}): "
              f"ITEMID {items_of(off_constant)}", max_lines=max_lines))
     against = ""
@@ -540,7 +540,7 @@ def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: floa
                    f"suspect scale(s) (within {range_widths:g} widths: the item's scale is likely too small"
                    + (f", ITEMID {format_items(suspect, names=names, limit=max_lines)}" if len(suspect) else "") + f"), {counts.get('no range', 0)} without a range")
     findings.append(finding_from_mask(
-        stage=STAGE, table="LABEVENTS", check="z_warn_bound", column="Z", failed=beyond, max_lines=max_lines,
+        stage=NAME, table="LABEVENTS", check="z_warn_bound", column="Z", failed=beyond, max_lines=max_lines,
         what=f"|z| > {warn_bound:g}: ITEMID {items_of(beyond, lambda item: _cause(table, item, stats.min_rows))}"
              f"{against}"))
     return [f for f in findings if f is not None]
@@ -600,7 +600,7 @@ def fit_inputs(events: Any, context: Context) -> tuple[Any, tuple, dict]:
 def plan(context: Context) -> Plan:
     """The stage in flow, per admission on the engine: z with the fitted stats; constant, fallback and unseen
     items and large |z| are findings, read from the rows they name."""
-    options, stats = context.options, context.fitted[STAGE]
+    options, stats = context.options, context.fitted[NAME]
 
     def report(outcome: Outcome) -> list[Finding]:
         reported, = outcome.picks
@@ -612,3 +612,9 @@ def plan(context: Context) -> Plan:
                 calls=(Call(apply_zscore, (stats,), dict(policy=options.policy, warn_bound=options.warn_bound,
                                                          error_bound=options.error_bound)),),
                 picks=(Call(reported_rows, (stats,), dict(warn_bound=options.warn_bound)),))
+
+
+STAGE = Stage(NAME, colour="#ff7f0e", plan=plan, options=Options, takes=EncodedEvents, gives=ScaledEvents,
+              fit=Fit(whole=fit_zscore, partial=fit_rows, combine=add_fit_rows, finish=fit_from_rows,
+                      inputs=fit_inputs, state=ZScoreStats, saved_as="scale", early=True),
+              by_admission=True, filters=False, writes=("Z",))

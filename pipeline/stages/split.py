@@ -8,7 +8,6 @@ ratios, so the assignment depends on the data and the seed, never on row order.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -16,16 +15,14 @@ import pandas as pd
 from pipeline.findings import summary_finding
 
 from pipeline.options import Section, require, setting
-from pipeline.plan import Call, Plan
+from pipeline.stage import Context, Plan, Stage
+from pipeline.work import Call
 from schemas.clean import CleanAdmissions, CleanEvents
 from schemas.errors import StageError
 from schemas.guard import guarded
 from schemas.split import SPLITS, SplitAssignment, SplitEvents
 
-if TYPE_CHECKING:
-    from pipeline.stages import Context
-
-STAGE = "split"
+NAME = "split"
 
 
 @dataclass(frozen=True)
@@ -48,7 +45,7 @@ seed = 2101
         require(abs(sum(ratios) - 1) < 1e-9, f"[split] train, val and test must be > 0 and sum to 1, got {ratios}")
 
 
-@guarded(stage=STAGE, takes=CleanAdmissions, gives=SplitAssignment)
+@guarded(stage=NAME, takes=CleanAdmissions, gives=SplitAssignment)
 def assign_splits(admissions: pd.DataFrame, *, train: float, val: float, test: float, seed: int) -> pd.DataFrame:
     """One row per admission: HADM_ID, GROUP (SUBJECT_ID or HADM_ID) and SPLIT."""
     by_subject = "SUBJECT_ID" in admissions and admissions["SUBJECT_ID"].notna().all()
@@ -56,7 +53,7 @@ def assign_splits(admissions: pd.DataFrame, *, train: float, val: float, test: f
     groups = np.sort(group.unique())
     if len(groups) < len(SPLITS):
         raise StageError(
-            stage=STAGE, side="output", check="split_empty", column="SPLIT", count=len(SPLITS) - len(groups),
+            stage=NAME, side="output", check="split_empty", column="SPLIT", count=len(SPLITS) - len(groups),
             failure_cases=pd.DataFrame({"line": []}), table="ADMISSIONS",
             detail=f"{len(groups)} patient group(s) cannot fill train, val and test",
             advice="Add admissions, or validate a larger extract",
@@ -90,7 +87,7 @@ def split_by_subject(admissions: pd.DataFrame) -> bool:
     return "SUBJECT_ID" in admissions and bool(admissions["SUBJECT_ID"].notna().all())
 
 
-@guarded(stage=STAGE, takes=CleanEvents, gives=SplitEvents)
+@guarded(stage=NAME, takes=CleanEvents, gives=SplitEvents)
 def attach_split(events: pd.DataFrame, splits: pd.DataFrame) -> pd.DataFrame:
     """Each lab row with the split of its admission."""
     split = events["HADM_ID"].map(splits.set_index("HADM_ID")["SPLIT"])
@@ -103,8 +100,12 @@ def plan(context: Context) -> Plan:
     options, admissions = context.options, context.admissions
     splits = assign_splits(admissions, train=options.train, val=options.val, test=options.test, seed=options.seed)
     before = () if split_by_subject(admissions) else (summary_finding(
-        stage=STAGE, check="split_by_admission", table="ADMISSIONS", column="SUBJECT_ID", count=len(admissions),
+        stage=NAME, check="split_by_admission", table="ADMISSIONS", column="SUBJECT_ID", count=len(admissions),
         message="SUBJECT_ID is absent or incomplete"),)
     admissions = admissions.merge(splits[["HADM_ID", "SPLIT"]], on="HADM_ID", validate="one_to_one")
     return Plan(context=replace(context, admissions=admissions, splits=splits), before=before,
                 calls=(Call(attach_split, (splits,)),))
+
+
+STAGE = Stage(NAME, colour="#17becf", plan=plan, options=Options, takes=CleanEvents, gives=SplitEvents,
+              by_admission=True, filters=False, writes=("SPLIT",))

@@ -15,8 +15,10 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from pipeline.config import (DEFAULTS, FILL_VALUES, FLOAT32_MAX, SECTIONS, Allowed, Config, ConfigError, FillPolicy,
-                             RawConfig, ReportConfig, documented_defaults, load_config)
+from pipeline.config import (DEFAULTS, SECTIONS, Allowed, Config, ConfigError, RawConfig, ReportConfig,
+                             documented_defaults, load_config)
+from pipeline.stages.fill import FLOAT32_MAX, FillPolicy
+from pipeline.stages.fill import VALUES as FILL_VALUES
 from pipeline.flow import CANNOT_RUN
 from schemas.checks import CHECKS, LOCKED
 

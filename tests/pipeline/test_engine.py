@@ -15,7 +15,7 @@ from pipeline.config import load_config
 from pipeline.engine import (PANDAS, DaskEngine, Link, PartsEngine, Stored, add_steps, admission_parts, admitted_in,
                              batch_pieces, dask_engine, in_row_order)
 from pipeline.flow import Prepared, build, prepare, validate
-from pipeline.plan import Call
+from pipeline.work import Call
 from pipeline.quarantine import Step
 from schemas.errors import StageError
 from pipeline.synth import write_synthetic
@@ -396,7 +396,7 @@ def test_steps_of_parts_add_up_and_must_agree():
 
 def _config(changes: dict):
     """The default config with some sections' fields replaced (``fill`` maps a column to its new policy)."""
-    from pipeline.config import FillPolicy
+    from pipeline.stages.fill import FillPolicy
 
     config = load_config()
     replaced = {}

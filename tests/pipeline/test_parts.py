@@ -15,7 +15,7 @@ import pytest
 from pipeline.config import load_config
 from pipeline.engine import Link, PartsEngine, Stored, parts_engine
 from pipeline.flow import build, validate
-from pipeline.plan import Call
+from pipeline.work import Call
 from pipeline.quarantine import Kept, Step
 from pipeline.synth import write_synthetic
 from tests.corpus import CASES, build as build_case

@@ -8,7 +8,8 @@ from pathlib import Path
 from rich.console import Console
 
 from pipeline import load_config, validate
-from pipeline.progress import NO_PROGRESS, VALIDATE_STEPS, PlainProgress, RichProgress, progress_for
+from pipeline.flow import steps as steps_of
+from pipeline.progress import NO_PROGRESS, PlainProgress, RichProgress, progress_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +34,7 @@ def test_validate_reports_every_step_in_flow_order_with_rows():
     recorder = Recorder()
     validation = validate(ROOT / "data" / "sample", load_config(), progress=recorder)
     steps = [call[1] for call in recorder.calls if call[0] == "step"]
-    assert tuple(steps) == VALIDATE_STEPS
+    assert tuple(steps) == steps_of(load_config())
     rows = {call[1]: call[2] for call in recorder.calls if call[0] == "step"}
     assert rows["clean+split"] == 13_041 and rows["check LABEVENTS"] == 13_041
     assert ("rows", 13_041) in recorder.calls  # the table's rows, known once it was read

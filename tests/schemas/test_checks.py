@@ -18,7 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.stages import STAGE_ORDER
+from pipeline.flow import ORDER
+
+STAGE_ORDER = ORDER.index
 from schemas.checks import (
     CANNOT_RUN,
     CANNOT_RUN_CHECKS,
@@ -97,11 +99,12 @@ def test_the_catalogue_refuses_a_stage_check_that_reuses_a_listed_id(monkeypatch
 def test_checks_are_listed_in_the_flow_order_each_stage_as_declared():
     """`badpoints checks` and the JUnit file list reading's checks, the raw tables', those of every stage, then
     each stage's in flow order, and the run's last; a stage's checks keep the order of its ``CHECKS``."""
-    from pipeline.stages import ORDER, STAGES, in_flow_order
+    from pipeline.stage import in_flow_order
+    from pipeline.stages import STAGES
 
-    listed = in_flow_order(CHECKS.values())
+    listed = in_flow_order(CHECKS.values(), ORDER.names)
     runs = [stage for stage, _ in itertools.groupby(info.stage for info in listed)]
-    assert runs == ["load", "raw", "all", *(s.name for s in ORDER if s.name not in ("load", "raw"))]
+    assert runs == ["load", "raw", "all", *(s.name for s in ORDER.all if s.name not in ("load", "raw"))]
     assert runs[-1] == "flow"
     for stage in STAGES:
         assert [info for info in listed if info.stage == stage.name] == list(

@@ -1,18 +1,25 @@
-"""pipeline/stages/__init__.py: the one declaration of the stages, and everything that derives from it."""
+"""pipeline/stages/__init__.py: the one list of the stages (each declared in its module, on the kernel's
+:class:`pipeline.stage.Stage`), and everything that derives from it."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from pipeline import flow, html, progress, report
+from pipeline import flow, progress
 from pipeline.config import load_config
 from pipeline.engine import PandasEngine
-from pipeline.stages import (AFTER, BEFORE, BUILT, COLOURS, ORDER, PREPARE, REASONS, STAGE_ORDER, STAGES, Stage)
+from pipeline.flow import ORDER
+from pipeline.stage import Stage
+from pipeline.stages import STAGES
+
+BEFORE, AFTER, PREPARE, BUILT, REASONS = ORDER.before, ORDER.after, ORDER.prepare, ORDER.built, ORDER.reasons
+STAGE_ORDER, COLOURS = ORDER.index, ORDER.colours
 from schemas.checks import CHECKS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -21,16 +28,20 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_the_report_order_is_the_declared_order():
     assert list(STAGE_ORDER) == ["load", "raw", "clean", "split", "encode", "scale", "fill", "bucket", "dedup",
                                  "graph", "flow"]
-    assert [stage.name for stage in ORDER] == [*(s.name for s in BEFORE), *(s.name for s in STAGES),
-                                               *(s.name for s in AFTER)]
-    assert report.STAGE_ORDER is STAGE_ORDER and html.STAGE_ORDER is STAGE_ORDER
-    assert html.COLOURS is COLOURS and set(COLOURS) == set(STAGE_ORDER)
+    assert [stage.name for stage in ORDER.all] == [*(s.name for s in BEFORE), *(s.name for s in STAGES),
+                                                   *(s.name for s in AFTER)]
+    assert set(COLOURS) == set(STAGE_ORDER)
+
+
+def test_the_report_is_handed_the_order_and_the_colours(sample_dir):
+    validation = flow.validate(sample_dir, load_config())
+    assert validation.report.stages == COLOURS and list(validation.report.stages) == list(STAGE_ORDER)
 
 
 def test_names_are_unique_and_every_stage_has_a_colour():
-    names = [stage.name for stage in ORDER]
+    names = [stage.name for stage in ORDER.all]
     assert len(names) == len(set(names))
-    assert all(stage.colour.startswith("#") and len(stage.colour) == 7 for stage in ORDER)
+    assert all(stage.colour.startswith("#") and len(stage.colour) == 7 for stage in ORDER.all)
 
 
 def test_each_stage_takes_what_the_one_before_gives():
@@ -41,9 +52,10 @@ def test_each_stage_takes_what_the_one_before_gives():
 
 def test_progress_shows_the_declared_stages_in_order():
     names = {s.name for s in PREPARE}
-    shown = [name for step in progress.VALIDATE_STEPS for name in step.split("+") if name in names]
+    validate_steps, build_steps = flow.steps(load_config()), flow.steps(load_config(), build=True)
+    shown = [name for step in validate_steps for name in step.split("+") if name in names]
     assert shown == [stage.name for stage in PREPARE]  # in passes of several stages: clean+split, encode+...
-    assert progress.BUILD_STEPS[len(progress.VALIDATE_STEPS):] == (
+    assert build_steps[len(validate_steps):] == (
         *(step for stage in BUILT for step in stage.steps), "report", "write")
 
 
@@ -52,6 +64,7 @@ def test_a_stage_is_its_module_its_section_and_its_tests(stage: Stage):
     module = ROOT / "pipeline" / "stages" / f"{stage.name}.py"
     assert module.is_file()
     assert stage.plan.__module__ == f"pipeline.stages.{stage.name}"
+    assert importlib.import_module(stage.plan.__module__).STAGE is stage  # declared beside its code
     assert stage.section in {field.name for field in dataclasses.fields(load_config(None))}
     tests = ROOT / "tests" / "pipeline" / "stages" / f"test_{stage.name}.py"
     assert tests.is_file(), f"{stage.name} has no test module"

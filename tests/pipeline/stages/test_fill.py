@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from pipeline.stages import fill
-from pipeline.config import FillPolicy, load_config
+from pipeline.config import load_config
+from pipeline.stages.fill import FillPolicy
 from schemas.errors import SAMPLE_CAP, StageError
 from tests.pipeline.stages.sample import sample_stages, shuffled
 
