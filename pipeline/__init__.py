@@ -7,7 +7,8 @@ Notebook use::
 """
 
 from pipeline.config import Config, load_config
-from pipeline.flow import Build, Validation, build, validate
+from pipeline.builds import Build, build
+from pipeline.flow import Validation, validate
 from pipeline.load import load_text_tables, locate_table, read_table
 from pipeline.parse import RawResult, RawTables, check_raw
 from pipeline.preflight import Preflight, preflight

@@ -19,8 +19,8 @@ from rich.table import Table
 from pipeline.cache import Cache
 from pipeline.cache import default_dir as default_cache_dir
 from pipeline.config import Config, ConfigError, load_config
+from pipeline.builds import build as run_build
 from pipeline.flow import ORDER
-from pipeline.flow import build as run_build
 from pipeline.flow import steps as run_steps
 from pipeline.flow import validate as run_validate
 from pipeline.paths import OutputError
@@ -415,7 +415,7 @@ def _print_summary(console: Console, report: Report, prepared) -> None:
                            for name, split in admissions["splits"].items())
         console.print(f"  ADMISSIONS read {admissions['read']:,} = in graphs {admissions['in_graphs']:,} + dropped "
                       f"{admissions['dropped']:,}{f' ({reasons})' if reasons else ''}; in graphs/read: {splits}")
-    stats = getattr(prepared, "stats", None)
+    stats = prepared.fitted.get("scale")
     if stats is not None:
         names = item_names(getattr(prepared, "labitems", None))
         for name, items in (("constant", stats.constant_items_), ("fallback", stats.fallback_items_)):

@@ -71,7 +71,7 @@ class HtmlReport:
 
 
 def html_report(result: Any, config: Config | None = None, *, show_values: bool = False) -> HtmlReport:
-    """The report of a :class:`pipeline.flow.Validation` or :class:`pipeline.flow.Build`, for a notebook."""
+    """The report of a :class:`pipeline.flow.Validation` or :class:`pipeline.builds.Build`, for a notebook."""
     if config is None:
         from pipeline.config import load_config
 
@@ -150,7 +150,7 @@ def z_scores(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, policy: Any, 
 
 def _z_sources(labevents: Any, prepared: Any) -> tuple | None:
     """What the z passes need: the fitted stats and the lines clean quarantined (None: no z to draw)."""
-    stats = getattr(prepared, "stats", None)
+    stats = prepared.fitted.get("scale")
     if labevents is None or stats is None or "VALUENUM" not in labevents.columns:
         return None
     return stats, prepared.quarantine.taken("LABEVENTS", "clean")
@@ -354,7 +354,7 @@ def _zscores(drawn: dict[int, DrawnZ], top: pd.DataFrame, config: Config, names:
 
 
 def _items(prepared: Any, summary: pd.DataFrame, names: dict[int, str], config: Config) -> str:
-    stats = getattr(prepared, "stats", None)
+    stats = prepared.fitted.get("scale")
     if stats is None:
         return ""
     counts = dict(zip(stats.items_, stats.count_))
@@ -405,11 +405,11 @@ def _missingness(tables: Any, report: Report, prepared: Any, config: Config, *, 
         parts.append(_table(["table", "column", "rows", "missing", "missing %"], rows, numeric={2, 3, 4},
                             sortable=True))
     filled = {f.column: f.count for f in report.findings if f.check == "filled"}
-    fitted = dict(getattr(getattr(prepared, "fill_values", None), "values_", ()) or ())
+    fitted = dict(getattr(prepared.fitted.get("fill"), "values_", ()) or ())
     fills = [[column, policy.policy, f"{fitted[column]:.4g}" if column in fitted else "-",
               "yes" if policy.indicator else "no", _n(filled.get(column, 0))]
              for column, policy in sorted(config.fill.items())]
-    if fills and getattr(prepared, "fill_values", None) is not None:
+    if fills and prepared.fitted.get("fill") is not None:
         parts.append("<h3>Fills per tensor column</h3>")
         parts.append(_table(["column", "policy", "value", "indicator", "values filled"], fills, numeric={4}))
     if not parts:

@@ -24,6 +24,15 @@ from schemas.errors import StageError
 
 
 @dataclass(frozen=True)
+class Drop:
+    """Admissions a stage leaves out of every graph for a reason of its own (those of an admission in no graph
+    whose rows it quarantined for that reason): the check that reports them, and what it says of them."""
+
+    check: str
+    what: str  # 'with fewer timesteps than [graph] min_timesteps'
+
+
+@dataclass(frozen=True)
 class Reason:
     """A quarantine reason a stage gives, and the check of ``schemas/checks.py`` whose finding reports it."""
 
@@ -31,6 +40,7 @@ class Reason:
     check: str
     per_admission: bool = False  # the finding also counts the admissions its rows belong to
     per_item: bool = False  # the finding names the lab items its rows belong to
+    drops: Drop | None = None  # the admissions it leaves without a lab row are dropped for it, not "quarantined"
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,9 @@ class Stage:
     filters: bool = True
     writes: tuple[str, ...] | None = None
     progress: tuple[str, ...] = ()  # the progress steps it shows (default: its name, when it runs)
+    # The split each admission will get, known from the raw ADMISSIONS and the stage's options alone (HADM_ID,
+    # SPLIT; None when the stage will fail): how an engine cuts lab rows into parts before any stage runs.
+    splits_ahead: Callable[[pd.DataFrame, Any], pd.DataFrame | None] | None = None
 
     @property
     def section(self) -> str | None:
@@ -272,6 +285,21 @@ class Order:
 
     def passes(self, config: Any, fitted: Collection[str] = ()) -> list[Pass]:
         return passes(self.prepare, config, fitted)
+
+    def splits_ahead(self, admissions: pd.DataFrame, config: Any) -> pd.DataFrame | None:
+        """The split of every admission, as the stage that assigns them will (None: no stage can tell ahead)."""
+        for stage in self.stages:
+            if stage.splits_ahead is not None:
+                return stage.splits_ahead(admissions, stage.options_in(config))
+        return None
+
+    def fitted_by(self, states: Any) -> dict[str, Any]:
+        """States saved by an earlier run (``from_json``), by the stage whose :class:`Fit` learns their kind:
+        ``states`` is a mapping by stage name, or states of any order."""
+        if isinstance(states, Mapping):
+            return {name: state for name, state in states.items() if state is not None}
+        return {stage.name: state for state in states if state is not None
+                for stage in self.prepare if stage.fit is not None and isinstance(state, stage.fit.state)}
 
 
 def sections_of(stages: Iterable[Stage]) -> dict[str, Any]:

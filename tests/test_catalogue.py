@@ -152,7 +152,7 @@ def sample_graph() -> tuple:
     stages = sample_stages()
     prepared = sample_prepared()
     graphs = graph.build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=16)
-    limits = graph.graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=load_config().bucket.max_timestep)
+    limits = graph.graph_limits(prepared.fitted.get("encode"), prepared.admissions, max_timestep=load_config().bucket.max_timestep)
     del stages
     return graphs[0].data, limits
 

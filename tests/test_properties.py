@@ -40,7 +40,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from pipeline.config import load_config
-from pipeline.flow import build
+from pipeline.builds import build
 from pipeline.stages.graph import build_graphs
 from pipeline.write import MANIFEST, graph_bytes, load_graphs
 from schemas.graph import EDGE

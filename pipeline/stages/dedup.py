@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.findings import Finding, summary_finding
-from pipeline.stage import Context, Outcome, Plan, Reason, Stage
+from pipeline.stage import Context, Drop, Outcome, Plan, Reason, Stage
 from pipeline.work import Call
 from pipeline.quarantine import Kept, Step, set_aside
 from schemas.bucket import BucketedEvents
@@ -84,4 +84,7 @@ def plan(context: Context) -> Plan:
 
 
 STAGE = Stage(NAME, colour="#d62728", plan=plan, reads="graph", takes=BucketedEvents, gives=EdgeRows,
-              reasons=(Reason(SHORT, "below_min_timesteps", per_admission=True),), by_admission=True)
+              reasons=(Reason(SHORT, "below_min_timesteps", per_admission=True,
+                              drops=Drop("admission_below_min_timesteps",
+                                         "with fewer timesteps than [graph] min_timesteps")),),
+              by_admission=True)

@@ -82,6 +82,11 @@ def known_splits(admissions: pd.DataFrame, *, train: float, val: float, test: fl
         return None
 
 
+def splits_ahead(admissions: pd.DataFrame, options: Options) -> pd.DataFrame | None:
+    """:func:`known_splits` with the stage's options: the stage's declared ``splits_ahead``."""
+    return known_splits(admissions, train=options.train, val=options.val, test=options.test, seed=options.seed)
+
+
 def split_by_subject(admissions: pd.DataFrame) -> bool:
     """Whether :func:`assign_splits` can group by patient (else it falls back to HADM_ID)."""
     return "SUBJECT_ID" in admissions and bool(admissions["SUBJECT_ID"].notna().all())
@@ -108,4 +113,4 @@ def plan(context: Context) -> Plan:
 
 
 STAGE = Stage(NAME, colour="#17becf", plan=plan, options=Options, takes=CleanEvents, gives=SplitEvents,
-              by_admission=True, filters=False, writes=("SPLIT",))
+              by_admission=True, filters=False, writes=("SPLIT",), splits_ahead=splits_ahead)

@@ -20,7 +20,7 @@ from torch_geometric.loader import DataLoader
 
 from pipeline import GraphDataset
 from pipeline.config import load_config
-from pipeline.flow import build
+from pipeline.builds import build
 from pipeline.write import MANIFEST, load_graphs
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE

@@ -14,7 +14,9 @@ import pytest
 from pipeline.config import load_config
 from pipeline.engine import (PANDAS, DaskEngine, Link, PartsEngine, Stored, add_steps, admission_parts, admitted_in,
                              batch_pieces, dask_engine, in_row_order)
-from pipeline.flow import Prepared, build, prepare, validate
+from pipeline.builds import build
+from pipeline.flow import prepare, validate
+from pipeline.ledgers import Prepared
 from pipeline.work import Call
 from pipeline.quarantine import Step
 from schemas.errors import StageError
@@ -72,11 +74,11 @@ def assert_same_prepared(got: Prepared, expected: Prepared) -> None:
     assert [f.as_json() for f in got.findings] == [f.as_json() for f in expected.findings]
     assert got.steps == expected.steps and got.stopped_at == expected.stopped_at and got.read == expected.read
     pd.testing.assert_frame_equal(got.quarantine.whole(), expected.quarantine.whole())
-    assert got.vocabularies == expected.vocabularies
-    if expected.fill_values is None:
-        assert got.fill_values is None
+    assert got.fitted.get("encode") == expected.fitted.get("encode")
+    if expected.fitted.get("fill") is None:
+        assert got.fitted.get("fill") is None
     else:  # a train mean or median of z differs from pandas as z does, by rounding
-        (columns, values), (wanted_columns, wanted) = (zip(*f.values_) for f in (got.fill_values, expected.fill_values))
+        (columns, values), (wanted_columns, wanted) = (zip(*f.values_) for f in (got.fitted.get("fill"), expected.fitted.get("fill")))
         assert columns == wanted_columns
         np.testing.assert_allclose(values, wanted, rtol=1e-9, atol=1e-12)
     for name in ("admissions", "labitems", "splits"):
@@ -84,10 +86,10 @@ def assert_same_prepared(got: Prepared, expected: Prepared) -> None:
             assert getattr(got, name) is None
         else:
             pd.testing.assert_frame_equal(getattr(got, name), getattr(expected, name))
-    if expected.stats is None:
-        assert got.stats is None
+    if expected.fitted.get("scale") is None:
+        assert got.fitted.get("scale") is None
     else:
-        fitted, wanted = got.stats.as_json(), expected.stats.as_json()
+        fitted, wanted = got.fitted.get("scale").as_json(), expected.fitted.get("scale").as_json()
         for key in ("mean", "scale"):
             np.testing.assert_allclose(fitted.pop(key), wanted.pop(key), rtol=1e-9, atol=0)
         assert fitted == wanted  # items, counts, constant, fallback and log items exactly
@@ -115,17 +117,17 @@ def _same_run(data_dir, engine, partitions):
 def test_the_sample_on_dask_matches_pandas(cluster, sample_dir, partitions):
     got = _same_run(sample_dir, cluster, partitions)
     assert got.report.attrition["LABEVENTS"]["read"] == 13041
-    assert {50963, 51100} <= set(got.prepared.stats.fallback_items_)
+    assert {50963, 51100} <= set(got.prepared.fitted.get("scale").fallback_items_)
 
 
 @pytest.mark.parametrize("partitions", [1, 5])
 def test_generated_data_on_dask_matches_pandas(cluster, synthetic, partitions):
     got = _same_run(synthetic, cluster, partitions)
     special = json.loads((synthetic / "synth.json").read_text())["special_items"]
-    stats = got.prepared.stats.table()
+    stats = got.prepared.fitted.get("scale").table()
     (ill,) = special["ill_conditioned"]
-    assert ill not in got.prepared.stats.constant_items_ and 1e-4 < stats.loc[ill, "scale"] < 1e-2
-    assert set(special["constant"]) <= set(got.prepared.stats.constant_items_)
+    assert ill not in got.prepared.fitted.get("scale").constant_items_ and 1e-4 < stats.loc[ill, "scale"] < 1e-2
+    assert set(special["constant"]) <= set(got.prepared.fitted.get("scale").constant_items_)
     reasons = set(got.prepared.quarantine.whole()["REASON"])
     assert "charted before the admission day" in reasons
     assert got.prepared.ledger()["deduplicated"] > 0  # CHARTTIME ties were merged
@@ -371,7 +373,7 @@ def test_the_dask_client_builds_without_torch(synthetic, tmp_path):
               "from pathlib import Path\n"
               "from pipeline.config import load_config\n"
               "from pipeline.engine import dask_engine\n"
-              "from pipeline.flow import build\n"
+              "from pipeline.builds import build\n"
               "if __name__ == '__main__':\n"
               "    with dask_engine(workers=1, memory_limit='1GB', partitions=3) as engine:\n"
               "        built = build(Path(sys.argv[1]), Path(sys.argv[2]), load_config(), engine=engine)\n"

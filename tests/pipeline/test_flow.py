@@ -91,8 +91,8 @@ def test_sample_edges_are_finite_and_complete(prepared):
 
 
 def test_sample_fitted_state_is_kept(prepared):
-    assert prepared.stats is not None and set(SEED_BUG_ITEMS) <= set(prepared.stats.fallback_items_)
-    assert prepared.vocabularies is not None and prepared.fill_values is not None
+    assert prepared.fitted.get("scale") is not None and set(SEED_BUG_ITEMS) <= set(prepared.fitted.get("scale").fallback_items_)
+    assert prepared.fitted.get("encode") is not None and prepared.fitted.get("fill") is not None
     assert prepared.splits is not None and len(prepared.splits) == len(prepared.admissions)
     assert prepared.labitems is not None
 
@@ -162,15 +162,15 @@ def test_clip_policy_keeps_late_rows_and_the_ledger_still_closes(tables, config,
 
 
 def test_saved_stats_and_vocabularies_are_reused_not_refitted(tables, config, prepared):
-    again = prepare(tables, config, stats=scale.ZScoreStats.from_json(prepared.stats.as_json()),
-                    vocabularies=encode.Vocabularies.from_json(prepared.vocabularies.as_json()))
-    assert again.stats == prepared.stats and again.vocabularies == prepared.vocabularies
+    again = prepare(tables, config, fitted={"scale": scale.ZScoreStats.from_json(prepared.fitted["scale"].as_json()),
+                                            "encode": encode.Vocabularies.from_json(prepared.fitted["encode"].as_json())})
+    assert again.fitted.get("scale") == prepared.fitted.get("scale") and again.fitted.get("encode") == prepared.fitted.get("encode")
     pd.testing.assert_frame_equal(again.edges, prepared.edges)
     # Stats fitted elsewhere are used as they are: an item they do not know gets z = 0.
-    without_ast = dataclasses.replace(prepared.stats, **{
-        name: tuple(v for i, v in zip(prepared.stats.items_, getattr(prepared.stats, name)) if i != 50878)
+    without_ast = dataclasses.replace(prepared.fitted.get("scale"), **{
+        name: tuple(v for i, v in zip(prepared.fitted.get("scale").items_, getattr(prepared.fitted.get("scale"), name)) if i != 50878)
         for name in ("items_", "mean_", "scale_", "count_", "rule_", "normal_count_")})
-    reused = prepare(tables, config, stats=without_ast)
+    reused = prepare(tables, config, fitted=(without_ast,))  # states in any order: by their kind
     assert (reused.edges.loc[reused.edges["ITEMID"] == 50878, "Z"] == 0.0).all()
     assert "50878" in next(f for f in reused.findings if f.check == "unseen_item").message
 
@@ -180,8 +180,8 @@ def test_a_stage_error_stops_the_flow_and_is_reported(tables, config):
     strict = dataclasses.replace(config, scale=dataclasses.replace(config.scale, warn_bound=10.0, error_bound=50.0))
     stopped = prepare(tables, strict)
     assert stopped.stopped_at == "scale"
-    assert stopped.edges is None and stopped.fill_values is None
-    assert stopped.stats is not None  # fitted before apply failed: what was found until then is kept
+    assert stopped.edges is None and stopped.fitted.get("fill") is None
+    assert stopped.fitted.get("scale") is not None  # fitted before apply failed: what was found until then is kept
     found = checks_of(stopped)
     (error,) = found["z_error_bound"]
     assert (error.severity, error.stage, error.column) == ("error", "scale", "Z")
@@ -193,7 +193,7 @@ def test_a_stage_error_stops_the_flow_and_is_reported(tables, config):
 def test_a_build_reports_its_graph_findings_in_a_list_of_its_own(sample_dir, tmp_path, config):
     """The build's report holds the validation's findings and the graphs'; the validation's report keeps its
     own list, so a graph finding never reaches ``validation.exit_code``, and each exit code follows its status."""
-    from pipeline.flow import build
+    from pipeline.builds import build
 
     strict = dataclasses.replace(config, graph=dataclasses.replace(config.graph, memory_budget_mb=1e-6),
                                  severity={"graph_memory": "error"})
@@ -258,8 +258,8 @@ def test_shuffled_raw_rows_give_identical_outputs(text, config, prepared):
         shuffled[name] = frame
     again = prepare(check_raw(shuffled).tables, config)
     pd.testing.assert_frame_equal(again.edges.reset_index(drop=True), prepared.edges.reset_index(drop=True))
-    assert again.stats == prepared.stats
-    assert again.vocabularies == prepared.vocabularies
+    assert again.fitted.get("scale") == prepared.fitted.get("scale")
+    assert again.fitted.get("encode") == prepared.fitted.get("encode")
     pd.testing.assert_frame_equal(again.splits, prepared.splits)
     assert again.ledger() == prepared.ledger()
     assert sorted((f.check, f.count) for f in again.findings) == sorted((f.check, f.count) for f in prepared.findings)
@@ -506,7 +506,7 @@ def test_min_timesteps_1_keeps_every_admission_with_a_kept_lab(dropping):
 def test_the_built_graphs_hold_exactly_the_admissions_the_ledger_counts(tmp_path, config):
     import json
 
-    from pipeline.flow import build
+    from pipeline.builds import build
     from pipeline.config import load_config
 
     d, ids, _ = _dropping_dataset(rejected=False)
@@ -529,7 +529,7 @@ def test_the_built_graphs_hold_exactly_the_admissions_the_ledger_counts(tmp_path
 
 
 def test_mimic3demo_every_admission_accounted_for_and_the_124_day_stay_whole(mimic3demo, tmp_path, config):
-    from pipeline.flow import build
+    from pipeline.builds import build
 
     built = build(mimic3demo, tmp_path / "out", config)
     assert built.out_dir is not None
@@ -596,9 +596,10 @@ def test_stages_run_in_one_pass_up_to_the_next_fit_that_reads_their_rows(tables,
     steps = _Steps()
     by_mean = prepare(tables, mean, progress=steps)
     assert steps.names == ["clean+split", "encode+scale", "fill+bucket+dedup"]
-    assert by_mean.fill_values != prepared.fill_values and by_mean.stats == prepared.stats
+    assert by_mean.fitted.get("fill") != prepared.fitted.get("fill") and by_mean.fitted.get("scale") == prepared.fitted.get("scale")
 
     steps = _Steps()
-    again = prepare(tables, config, stats=prepared.stats, vocabularies=prepared.vocabularies, progress=steps)
+    again = prepare(tables, config, fitted={"scale": prepared.fitted["scale"], "encode": prepared.fitted["encode"]},
+                    progress=steps)
     assert steps.names == ["clean+split+encode+scale+fill+bucket+dedup"]
     pd.testing.assert_frame_equal(again.edges, prepared.edges)

@@ -178,7 +178,7 @@ class _Result:
     """A validation with nothing but a report (a run that stopped before reading anything)."""
 
     def __init__(self, report: Report) -> None:
-        from pipeline.flow import Prepared
+        from pipeline.ledgers import Prepared
         from pipeline.parse import RawTables
 
         self.report, self.tables, self.prepared = report, RawTables(), Prepared()

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import load_config
-from pipeline.flow import build
+from pipeline.builds import build
 from pipeline.inspect import inspect_build
 from pipeline.write import MANIFEST, load_graphs
 from schemas.graph import EDGE

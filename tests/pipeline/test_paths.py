@@ -22,7 +22,7 @@ from tests.mounts import mounted
 from pipeline import flow
 from pipeline.cli import app
 from pipeline.config import load_config
-from pipeline.flow import build
+from pipeline.builds import build
 from pipeline.paths import MARKER, OutputError, claim_output_dir
 
 ROOT = Path(__file__).resolve().parents[2]

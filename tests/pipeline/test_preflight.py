@@ -16,7 +16,7 @@ from torch import nn
 from torch_geometric.nn import HeteroConv, SAGEConv
 
 from pipeline.config import load_config
-from pipeline.flow import build
+from pipeline.builds import build
 from pipeline.preflight import default_loss, preflight
 from pipeline.write import load_graphs
 from schemas.graph import EDGE, REVERSE

@@ -32,7 +32,8 @@ from pipeline.cli import app
 from pipeline.config import load_config
 from pipeline.stages.clean import ItemKinds
 from pipeline.stages.encode import Vocabularies
-from pipeline.flow import build, prepare
+from pipeline.builds import build
+from pipeline.flow import prepare
 from pipeline.stages.scale import ZScoreStats
 from pipeline.write import MANIFEST, MARKER, PACKAGES, STAGING, OutputError, load_graph_file, load_graphs
 from schemas.errors import StageError
@@ -210,25 +211,25 @@ def test_stats_json_rebuilds_the_fitted_state(out, built):
     prepared = built.validation.prepared
     assert set(stats) == {"item_kinds", "scale", "vocabularies", "fill"}
     assert ItemKinds.from_json(stats["item_kinds"]) == prepared.fitted["clean"]
-    assert ZScoreStats.from_json(stats["scale"]) == prepared.stats
+    assert ZScoreStats.from_json(stats["scale"]) == prepared.fitted.get("scale")
     vocabularies = Vocabularies.from_json(stats["vocabularies"])
-    assert vocabularies.lab_values_ == prepared.vocabularies.lab_values_
-    assert dict(vocabularies.admission_) == dict(prepared.vocabularies.admission_)
-    assert (vocabularies.fluid_, vocabularies.category_) == (prepared.vocabularies.fluid_,
-                                                             prepared.vocabularies.category_)
-    assert stats["fill"] == json.loads(json.dumps(prepared.fill_values.as_json()))
+    assert vocabularies.lab_values_ == prepared.fitted.get("encode").lab_values_
+    assert dict(vocabularies.admission_) == dict(prepared.fitted.get("encode").admission_)
+    assert (vocabularies.fluid_, vocabularies.category_) == (prepared.fitted.get("encode").fluid_,
+                                                             prepared.fitted.get("encode").category_)
+    assert stats["fill"] == json.loads(json.dumps(prepared.fitted.get("fill").as_json()))
 
 
 def test_vocabularies_from_stats_json_equal_the_fitted_ones(out, built):
     stats = json.loads((out / "stats.json").read_text())
-    assert Vocabularies.from_json(stats["vocabularies"]) == built.validation.prepared.vocabularies
+    assert Vocabularies.from_json(stats["vocabularies"]) == built.validation.prepared.fitted.get("encode")
 
 
 def test_stats_json_reused_transforms_exactly_as_the_build(out, built):
     stats = json.loads((out / "stats.json").read_text())
     validation = built.validation
-    again = prepare(validation.tables, load_config(), vocabularies=Vocabularies.from_json(stats["vocabularies"]),
-                    stats=ZScoreStats.from_json(stats["scale"]))
+    again = prepare(validation.tables, load_config(), fitted={"encode": Vocabularies.from_json(stats["vocabularies"]),
+                                                              "scale": ZScoreStats.from_json(stats["scale"])})
     pd.testing.assert_frame_equal(again.edges, validation.prepared.edges)
     codes = sorted(c for c in validation.prepared.admissions.columns if c.endswith("_CODE"))
     pd.testing.assert_frame_equal(again.admissions[codes], validation.prepared.admissions[codes])

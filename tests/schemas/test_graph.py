@@ -40,7 +40,7 @@ def built() -> tuple[HeteroData, GraphLimits]:
     prepared = prepare(check_raw({name: table.frame for name, table in text.items()}).tables, config)
     assert prepared.stopped_at is None
     graphs = build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=16)
-    limits = graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=config.bucket.max_timestep)
+    limits = graph_limits(prepared.fitted.get("encode"), prepared.admissions, max_timestep=config.bucket.max_timestep)
     assert graphs[0].where == WHERE
     return graphs[0].data, limits
 

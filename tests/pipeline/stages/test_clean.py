@@ -296,7 +296,7 @@ def test_category_policy_codes_comments_seen_in_enough_training_admissions(mimic
     commented = mimic4.lines_where(data, itemid=str(mimic4.COMMENT_ITEM), value="", valuenum="")
     rows = prepared.edges.loc[commented]  # edge rows keep their source line
     assert (rows["KIND"] == "categorical").all()
-    table = prepared.vocabularies.lab_table()
+    table = prepared.fitted.get("encode").lab_table()
     assert table[table["ITEMID"] == mimic4.COMMENT_ITEM]["VALUE"].tolist() == [mimic4.COMMON_COMMENT]
     rare = rows["HADM_ID"].eq(rare_hadm) & rows["VALUE"].eq(mimic4.RARE_COMMENT)
     assert rare.sum() == 1
@@ -304,10 +304,10 @@ def test_category_policy_codes_comments_seen_in_enough_training_admissions(mimic
     assert (rows.loc[~rare, "CODE"] >= 1).all()
     rare_finding = next(f for f in prepared.findings if f.check == "rare_category")
     assert rare_finding.lines == rows.index[rare.to_numpy()].tolist()
-    assert mimic4.RARE_COMMENT not in str(prepared.vocabularies.as_json())
+    assert mimic4.RARE_COMMENT not in str(prepared.fitted.get("encode").as_json())
     # The same comment, with min_admissions 1, is coded: the privacy rule is what kept it out.
     loose = prepare(tables, _with(load_config(), empty_value="category", min_admissions=1))
-    assert mimic4.RARE_COMMENT in loose.vocabularies.lab_table()["VALUE"].tolist()
+    assert mimic4.RARE_COMMENT in loose.fitted.get("encode").lab_table()["VALUE"].tolist()
 
 
 def test_item_kinds_ignore_rows_without_a_result():

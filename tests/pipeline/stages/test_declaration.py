@@ -15,6 +15,7 @@ from pipeline import flow, progress
 from pipeline.config import load_config
 from pipeline.engine import PandasEngine
 from pipeline.flow import ORDER
+from pipeline.ledgers import dropped
 from pipeline.stage import Stage
 from pipeline.stages import STAGES
 
@@ -87,8 +88,9 @@ def test_every_declared_reason_is_reported_by_a_catalogued_check():
     declared = [reason for stage in STAGES for reason in stage.reasons]
     assert len({reason.text for reason in declared}) == len(declared)
     assert all(reason.check in CHECKS for reason in declared), [r.check for r in declared if r.check not in CHECKS]
-    assert flow.REASON_CHECKS == {text: reason.check for text, reason in REASONS.items()}
-    assert set(flow.PER_ADMISSION) == {text for text, reason in REASONS.items() if reason.per_admission}
+    drops = [reason.drops for reason in declared if reason.drops is not None]
+    assert drops and all(drop.check in CHECKS for drop in drops)
+    assert list(dropped(ORDER))[-len(drops):] == [drop.check for drop in drops]  # after the run's own, in flow order
 
 
 def test_the_engine_names_no_stage():
@@ -151,6 +153,6 @@ def test_a_fit_read_ahead_is_the_fit_of_its_own_stages_rows(sample_dir):
     scale = [n for n, stage in enumerate(PREPARE) if stage.name == "scale"][0]
     assert PREPARE[scale].fit.early
     options = config.scale
-    assert validation.prepared.stats == fit_zscore(
+    assert validation.prepared.fitted.get("scale") == fit_zscore(
         engine.seen[scale][0], eps=options.eps, clip_sigma=options.clip_sigma, min_rows=options.min_rows,
         constant_bound=options.constant_bound, policy=options.policy)

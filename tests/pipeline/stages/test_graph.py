@@ -175,7 +175,7 @@ def test_fills_indicators_become_edge_attr_columns_named_after_them(tables, conf
     assert attr.shape == (len(prepared.edges), 4)
     np.testing.assert_array_equal(attr, edges[names].to_numpy("float32"))
     assert attr[:, 3].sum() == prepared.edges["Z_MISSING"].sum() > 0
-    limits = graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=config.bucket.max_timestep)
+    limits = graph_limits(prepared.fitted.get("encode"), prepared.admissions, max_timestep=config.bucket.max_timestep)
     assert all(graph_problems(g.data, limits, where=g.where) == [] for g in graphs)
 
 
@@ -217,7 +217,7 @@ def test_the_reverse_edge_type_is_the_flipped_edge_index_with_the_same_attrs(gra
 
 
 def test_every_graph_is_sound(graphs, prepared, config):
-    limits = graph_limits(prepared.vocabularies, prepared.admissions, max_timestep=config.bucket.max_timestep)
+    limits = graph_limits(prepared.fitted.get("encode"), prepared.admissions, max_timestep=config.bucket.max_timestep)
     for g in graphs:
         assert g.data.validate(raise_on_error=True)
         assert graph_problems(g.data, limits, where=g.where) == []
@@ -340,7 +340,7 @@ def test_building_does_not_change_its_inputs(prepared):
 # -- the limits the graph guard measures codes against ------------------------------------------------------
 def test_graph_limits_are_the_sizes_of_the_fitted_vocabularies(prepared):
     """A limit above its vocabulary's size lets an out-of-range code past the guard (which trusts the limits)."""
-    vocabularies = prepared.vocabularies
+    vocabularies = prepared.fitted.get("encode")
     limits = graph_limits(vocabularies, prepared.admissions, max_timestep=7)
     codes_per_item = pd.Series([item for item, _, _ in vocabularies.lab_values_]).value_counts()
     assert limits.max_code == codes_per_item.max() == 4  # item 51492's four coded values; codes 1..4, 0 unseen

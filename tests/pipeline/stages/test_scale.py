@@ -640,7 +640,7 @@ def demo(mimic3demo):
 
 def test_on_the_mimic3_demo_no_varying_item_is_constant_and_fallback_z_stays_small(demo):
     prepared, encoded = demo
-    stats, edges = prepared.stats, prepared.edges
+    stats, edges = prepared.fitted.get("scale"), prepared.edges
     spread = scale.fit_rows(encoded).groupby("ITEMID")["X"].agg(["min", "max"])
     constant = list(stats.constant_items_)
     assert constant and (spread.loc[constant, "min"] == spread.loc[constant, "max"]).all()

@@ -1,0 +1,212 @@
+"""The run's ledgers: what the stages made (:class:`Prepared`), LABEVENTS rows read = kept + quarantined +
+deduplicated, every ADMISSIONS row's fate (in the graphs, or the check that says why not), and the findings they
+make. Stages say which admissions they leave out through their declared reasons (:attr:`pipeline.stage.Reason.drops`);
+nothing here names a stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from pipeline.engine import PANDAS, Engine
+from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
+from pipeline.parse import RawTables
+from pipeline.quarantine import Quarantine, Step
+from pipeline.stage import Order
+from schemas.split import SPLITS
+
+IN_GRAPHS = "in_graphs"
+UNSPLIT = "unsplit"  # admissions rejected before the split have none
+LABS_QUARANTINED = "admission_labs_quarantined"
+# Why an admission read from ADMISSIONS is in no graph, whatever the stages: the check that reports it and what it
+# says of them (the stages' own drops follow, in flow order).
+RUN_DROPS = {
+    "admission_rejected": "failed a raw check",
+    "admission_no_labs": "without any lab row",
+    LABS_QUARANTINED: "whose every lab row was quarantined",
+}
+
+
+def dropped(order: Order) -> dict[str, str]:
+    """Every reason an admission is in no graph, by the check that reports it: the run's, then the stages'."""
+    return {**RUN_DROPS, **{reason.drops.check: reason.drops.what for reason in order.reasons.values()
+                            if reason.drops is not None}}
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the stages made: edge rows, encoded node tables, fitted state, quarantine and ledger."""
+
+    edges: pd.DataFrame | None = None
+    admissions: pd.DataFrame | None = None
+    labitems: pd.DataFrame | None = None
+    splits: pd.DataFrame | None = None
+    fitted: Mapping[str, Any] = field(default_factory=dict)  # by stage name: what each stage's Fit learned
+    quarantine: Quarantine = field(default_factory=Quarantine)
+    steps: tuple[Step, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    stopped_at: str | None = None
+    read: int = 0
+    fates: pd.DataFrame | None = None  # per ADMISSIONS line: HADM_ID, SPLIT, FATE (in_graphs or a dropped() check)
+    order: Order = field(default_factory=lambda: Order(()))  # the run's stages, in the report's order
+
+    def saved_state(self) -> dict[str, Any]:
+        """The fitted state as JSON, by the name each stage's Fit saves it under (``stats.json``)."""
+        return {stage.fit.saved_as: self.fitted[stage.name].as_json() for stage in self.order.stages
+                if stage.fit is not None and stage.name in self.fitted}
+
+    def ledger(self) -> dict[str, int]:
+        """LABEVENTS rows read = kept + quarantined + deduplicated."""
+        quarantined = self.quarantine.count("LABEVENTS")
+        merged = sum(step.merged for step in self.steps if step.table == "LABEVENTS")
+        kept = 0 if self.edges is None else len(self.edges)
+        return {"read": self.read, "kept": kept, "quarantined": quarantined, "deduplicated": merged}
+
+    def admission_ledger(self) -> dict | None:
+        """ADMISSIONS read = in graphs + dropped, per split and per reason (None when the stages did not finish)."""
+        if self.fates is None:
+            return None
+        fates, reasons = self.fates, dropped(self.order)
+
+        def count(rows: pd.DataFrame) -> dict:
+            fate = rows["FATE"].value_counts()
+            return {"read": len(rows), IN_GRAPHS: int(fate.get(IN_GRAPHS, 0)),
+                    "dropped": int(len(rows) - fate.get(IN_GRAPHS, 0)),
+                    "dropped_by": {check: int(fate.get(check, 0)) for check in reasons}}
+
+        splits = [name for name in (*SPLITS, UNSPLIT) if name != UNSPLIT or (fates["SPLIT"] == UNSPLIT).any()]
+        emptied = fates.loc[fates["FATE"] == LABS_QUARANTINED, "STAGE"].value_counts()
+        # Every admission in no graph, named (the findings list the first few): source line, HADM_ID, split, the
+        # reason and, for one whose lab rows were all quarantined, the stage that took the last of them.
+        left_out = fates[fates["FATE"] != IN_GRAPHS].rename_axis("line").reset_index().rename(
+            columns={"SPLIT": "split", "FATE": "reason", "STAGE": "stage"})[["line", "HADM_ID", "split", "reason",
+                                                                            "stage"]]
+        return {**count(fates), "splits": {name: count(fates[fates["SPLIT"] == name]) for name in splits},
+                "labs_quarantined_at": {stage: int(n) for stage, n in sorted(emptied.items(),
+                                                                            key=lambda kv: self.order.index[kv[0]])},
+                "dropped_admissions": left_out.astype(object).where(left_out.notna(), None).to_dict("records")}
+
+    def attrition(self) -> dict:
+        """The ledgers and every step's rows in and out, as plain JSON."""
+        admissions = self.admission_ledger()
+        return {
+            "LABEVENTS": self.ledger(),
+            **({"ADMISSIONS": admissions} if admissions is not None else {}),
+            "stopped_at": self.stopped_at,
+            "steps": [dict(table=s.table, stage=s.stage, step=s.step, rows_in=s.rows_in, rows_out=s.rows_out,
+                           quarantined=s.quarantined, merged=s.merged, clipped=s.clipped) for s in self.steps],
+        }
+
+
+def admission_fates(tables: RawTables, prepared: Prepared, *, engine: Engine = PANDAS) -> pd.DataFrame:
+    """Per ADMISSIONS row (index = source line): HADM_ID, SPLIT and FATE, ``in_graphs`` or the check that says
+    why it is in no graph; for admissions whose labs were all quarantined, STAGE: the stage that took the last.
+
+    In graphs means having an edge row: the graph stage makes one admission node per HADM_ID among the edges.
+    """
+    admissions = tables.admissions
+    hadm = admissions["HADM_ID"]
+    split = hadm.map(prepared.splits.set_index("HADM_ID")["SPLIT"]).astype("object")
+    rejected = admissions["REJECT"].notna() if "REJECT" in admissions else pd.Series(False, index=admissions.index)
+    split = split.where(~rejected & split.notna(), UNSPLIT)
+    lab_rows = engine.rows(tables.labevents, _admissions_of, columns=["HADM_ID"])["HADM_ID"].dropna().unique()
+    edges = engine.rows(prepared.edges, _admissions_of, columns=["HADM_ID"])["HADM_ID"].unique()
+    reasons = prepared.quarantine.by_reason()
+    drops = [(text, reason.drops.check) for text, reason in prepared.order.reasons.items() if reason.drops]
+    dropped_by = [hadm.isin(np.concatenate([np.array([], dtype="int64"), *(
+        s.admissions for (table, _, why), s in reasons.items() if table == "LABEVENTS" and why == text)])).to_numpy()
+        for text, _ in drops]  # admissions a stage leaves out for a reason of its own (dedup: too few timesteps)
+    fate = np.select([rejected.to_numpy(), hadm.isin(edges).to_numpy(), ~hadm.isin(lab_rows).to_numpy(), *dropped_by],
+                     ["admission_rejected", IN_GRAPHS, "admission_no_labs", *(check for _, check in drops)],
+                     default=LABS_QUARANTINED)
+    # The stage that took an admission's last lab rows: the latest stage that quarantined any of them (read only
+    # when some admission's labs were all quarantined: most runs have none, and millions of records).
+    quarantined = hadm[fate == LABS_QUARANTINED].dropna().to_numpy("int64")
+    latest = pd.Series(dtype="int64")  # folded frame by frame: one number per admission, not per frame
+    for records in prepared.quarantine.frames(["TABLE", "STAGE", "HADM_ID"]) if len(quarantined) else ():
+        records = records[(records["TABLE"] == "LABEVENTS") & records["HADM_ID"].isin(quarantined)]
+        order = records["STAGE"].map(prepared.order.index).groupby(records["HADM_ID"]).max()
+        latest = order if latest.empty else pd.concat([latest, order]).groupby(level=0).max()
+    last = latest.map(dict(enumerate(prepared.order.names)))
+    stage = hadm.map(last).where(fate == LABS_QUARANTINED)
+    return pd.DataFrame({"HADM_ID": hadm.astype("Int64"), "SPLIT": split.astype("str"), "FATE": fate,
+                         "STAGE": stage.astype("object")}, index=admissions.index)
+
+
+def _admissions_of(labevents: pd.DataFrame) -> pd.DataFrame:
+    """The first row of each admission (HADM_ID) among ``labevents``."""
+    return labevents[~labevents["HADM_ID"].duplicated()]
+
+
+def admission_findings(prepared: Prepared, *, max_lines: int) -> list[Finding]:
+    """One finding per reason an admission is in no graph: its count per split and its first HADM_IDs."""
+    if prepared.fates is None:
+        return []
+    findings = []
+    cap = max_lines
+    for check, what in dropped(prepared.order).items():
+        rows = prepared.fates[prepared.fates["FATE"] == check]
+        if rows.empty:
+            continue
+        per_split = rows["SPLIT"].value_counts()
+        splits = ", ".join(f"{name} {int(per_split.get(name, 0))}" for name in (*SPLITS, UNSPLIT)
+                           if name != UNSPLIT or name in per_split)
+        stages = ""
+        if check == LABS_QUARANTINED:
+            taken = rows["STAGE"].value_counts()
+            stages = "; last rows taken at " + ", ".join(
+                f"{stage} {int(taken[stage])}" for stage in sorted(taken.index, key=prepared.order.index.get))
+        ids = rows["HADM_ID"].dropna().astype("int64").sort_values()
+        shown = ", ".join(map(str, ids[:cap])) + (f" (+{len(ids) - cap} more, every one in the report's admissions "
+                                                  f"ledger: attrition.ADMISSIONS.dropped_admissions)"
+                                                  if len(ids) > cap else "")
+        noun = "admission" if len(rows) == 1 else "admissions"
+        findings.append(summary_finding(
+            stage="flow", check=check, table="ADMISSIONS", column=None, count=len(rows),
+            lines=[int(line) for line in rows.index[:cap]],
+            message=f"{len(rows)} {noun} {what}, in no graph ({splits}){stages}; HADM_ID {shown or '-'}"))
+    return findings
+
+
+def quarantine_findings(quarantine: Quarantine, order: Order, *, max_lines: int, names: dict[int, str] | None = None
+                        ) -> list[Finding]:
+    """One finding per quarantine reason, with the first source lines (LABEVENTS rows); items named."""
+    findings = []
+    for (table, stage, reason), rows in quarantine.by_reason(lines=max_lines).items():
+        items = ""
+        declared = order.reasons.get(reason)
+        check = declared.check if declared is not None else "quarantine_raw_error"
+        if declared is not None and declared.per_item:
+            items = ": items " + format_items(rows.items, names=names, limit=max_lines)
+        if declared is not None and declared.per_admission:
+            n = len(rows.admissions)
+            items = f", in {n} admission{'s' if n != 1 else ''}"
+        failed = pd.Series(True, index=rows.lines)
+        findings.append(finding_from_mask(stage=stage, table=table, check=check, column=None, failed=failed,
+                                          verb="quarantined:", what=f"{reason}{items}",
+                                          max_lines=max_lines, count=rows.rows))
+    return [f for f in findings if f is not None]
+
+
+def attrition_finding(prepared: Prepared) -> Finding:
+    ledger = prepared.ledger()
+    funnel = " -> ".join(f"{s.stage}/{s.step}: {s.rows_out}" for s in prepared.steps
+                         if s.table == "LABEVENTS" and (s.quarantined or s.merged))
+    sizes = ""
+    admissions = prepared.admission_ledger()
+    if admissions is not None:
+        splits = admissions["splits"]
+        sizes = ("; admissions in graphs per split: "
+                 + ", ".join(f"{name} {splits[name][IN_GRAPHS]}" for name in SPLITS)
+                 + f"; ADMISSIONS read {admissions['read']} = in graphs {admissions[IN_GRAPHS]} + dropped "
+                 + f"{admissions['dropped']}"
+                 + "".join(f" ({n} {check})" for check, n in admissions["dropped_by"].items() if n))
+    stopped = f"; stopped at stage {prepared.stopped_at}" if prepared.stopped_at else ""
+    return summary_finding(
+        stage="flow", check="attrition", table="LABEVENTS", column=None, count=ledger["read"],
+        message=f"read {ledger['read']} = kept {ledger['kept']} + quarantined {ledger['quarantined']} + "
+                f"deduplicated {ledger['deduplicated']}{stopped}{sizes}; funnel: {funnel or 'no rows removed'}")
