@@ -20,12 +20,13 @@ from pipeline.cache import Cache
 from pipeline.cache import default_dir as default_cache_dir
 from pipeline.config import Config, ConfigError, load_config
 from pipeline.builds import build as run_build
+from pipeline.engine import PANDAS
 from pipeline.flow import ORDER
 from pipeline.flow import steps as run_steps
 from pipeline.flow import validate as run_validate
 from pipeline.paths import OutputError
 from pipeline.progress import progress_for
-from pipeline.report import Report, format_items, item_names
+from pipeline.report import Report, item_names
 from pipeline.stage import in_flow_order
 from schemas.checks import CHECKS, LOCKED
 from schemas.errors import ValidationDisabled
@@ -185,7 +186,7 @@ def validate(
         if result.cached:
             err.print("report reused from the cache: inputs, config and badpoints unchanged (--no-cache to rerun)")
         _print_report(console, result.report, quiet=quiet)
-        _print_summary(console, result.report, result.prepared)
+        _print_summary(console, result.report, result, settings)
         _write_json(err, result.report, json_path)
         _write_html(err, result, settings, html_path, show_values=show_values)
         _write_junit(err, result.report, junit_path, name="badpoints validate")
@@ -221,7 +222,7 @@ def build(
                                                      progress=progress, cache=cache, engine=running))
     _cache_warning(err, cache)
     _print_report(console, result.report, quiet=quiet)
-    _print_summary(console, result.report, result.validation.prepared)
+    _print_summary(console, result.report, result.validation, settings)
     if result.out_dir is not None:
         console.print(f"wrote {len(result.graphs)} graphs and the report "
                       f"{escape(str(result.out_dir / REPORT_HTML))}")
@@ -382,8 +383,9 @@ def _print_report(console: Console, report: Report, *, quiet: bool = False) -> N
             console.print(f"        values: {escape(', '.join(repr(v) for v in finding['samples']))}")
 
 
-def _print_summary(console: Console, report: Report, prepared) -> None:
-    """The compact end: findings by stage, the LABEVENTS ledger and funnel, constant and fallback items, status."""
+def _print_summary(console: Console, report: Report, validation, config: Config) -> None:
+    """The compact end: findings by stage, the LABEVENTS ledger and funnel, each stage's own lines (scale: its
+    constant and fallback items), status."""
     console.print("[bold]summary[/]")
     counts = report.stage_counts()
     if counts:
@@ -415,11 +417,13 @@ def _print_summary(console: Console, report: Report, prepared) -> None:
                            for name, split in admissions["splits"].items())
         console.print(f"  ADMISSIONS read {admissions['read']:,} = in graphs {admissions['in_graphs']:,} + dropped "
                       f"{admissions['dropped']:,}{f' ({reasons})' if reasons else ''}; in graphs/read: {splits}")
-    stats = prepared.fitted.get("scale")
-    if stats is not None:
-        names = item_names(getattr(prepared, "labitems", None))
-        for name, items in (("constant", stats.constant_items_), ("fallback", stats.fallback_items_)):
-            console.print(f"  {name:<9} {escape(format_items(items, names=names)) if items else 'none'}")
+    prepared = validation.prepared
+    names = item_names(prepared.labitems)
+    for stage in prepared.order.stages:
+        shown = stage.shown(config, tables=validation.tables, prepared=prepared, report=report, engine=PANDAS,
+                            names=names) if stage.summary is not None else None
+        for label, text in stage.summary(shown) if shown is not None else ():
+            console.print(f"  {label:<9} {escape(text)}")
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
     style = {"errors": "bold red", "warnings": "yellow", "ok": "green"}[report.status]

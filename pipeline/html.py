@@ -13,8 +13,6 @@ missingness and fills, split sizes, and for builds the graphs and their memory.
 
 from __future__ import annotations
 
-import io
-import re
 from dataclasses import dataclass
 from html import escape
 from importlib import metadata
@@ -27,6 +25,7 @@ import pandas as pd
 from pipeline.config import Config
 from pipeline.engine import PANDAS
 from pipeline.quarantine import LineMask
+from pipeline import page
 from pipeline.report import Report, format_items, item_names, write_atomic
 from pipeline.stages.scale import zscores
 from schemas.checks import CHECKS
@@ -102,7 +101,7 @@ def render(result: Any, config: Config, *, show_values: bool = False, engine: An
         _attrition(report),
         _zscores(drawn, top, config, names),
         _items(prepared, summary, names, config),
-        _missingness(tables, report, prepared, config, engine=engine),
+        *_stage_sections(validation, report, config, engine=engine),
         _splits(prepared, graphs, engine=engine),
     ]
     if kind == "build":
@@ -228,8 +227,8 @@ def extreme_items(summary: pd.DataFrame, top: int = TOP_ITEMS) -> pd.DataFrame:
 # -- sections -----------------------------------------------------------------------------------
 def _header(report: Report, kind: str, cached: bool) -> str:
     counts = {s: sum(f.severity == s for f in report.findings) for s in ("error", "warning", "info")}
-    inputs = _table(["table", "file", "rows", "sha256"],
-                    [[i.table, i.path, _n(i.rows), i.sha256[:16]] for i in report.inputs],
+    inputs = page.table(["table", "file", "rows", "sha256"],
+                    [[i.table, i.path, page.n(i.rows), i.sha256[:16]] for i in report.inputs],
                     numeric={2})
     overrides = ""
     if report.overrides:
@@ -296,11 +295,11 @@ def _attrition(report: Report) -> str:
     stopped = (f'<p class="note">The run stopped at stage <b>{escape(str(attrition["stopped_at"]))}</b>; '
                "later stages did not run.</p>") if attrition.get("stopped_at") else ""
     funnel = [s for s in steps if s["table"] == "LABEVENTS" and s["rows_in"] != s["rows_out"]]
-    chart = _figure("funnel", "LABEVENTS rows after each step that removed or merged rows",
+    chart = page.figure("funnel", "LABEVENTS rows after each step that removed or merged rows",
                     lambda: _funnel_chart(ledger["read"], funnel, report.stages)) if funnel else ""
-    table = _table(["table", "stage", "step", "rows in", "rows out", "quarantined", "merged", "clipped"],
-                   [[s["table"], s["stage"], s["step"], _n(s["rows_in"]), _n(s["rows_out"]), _n(s["quarantined"]),
-                     _n(s["merged"]), _n(s["clipped"])] for s in steps], numeric={3, 4, 5, 6, 7}, sortable=True)
+    table = page.table(["table", "stage", "step", "rows in", "rows out", "quarantined", "merged", "clipped"],
+                   [[s["table"], s["stage"], s["step"], page.n(s["rows_in"]), page.n(s["rows_out"]), page.n(s["quarantined"]),
+                     page.n(s["merged"]), page.n(s["clipped"])] for s in steps], numeric={3, 4, 5, 6, 7}, sortable=True)
     return (f'<section id="attrition"><h2>Attrition</h2>{equation}{_admissions(attrition.get("ADMISSIONS"))}'
             f'{stopped}{chart}{table}</section>')
 
@@ -312,14 +311,14 @@ def _admissions(ledger: dict | None) -> str:
     reasons = list(ledger["dropped_by"])
     equation = (f'<p class="ledger">ADMISSIONS: read {ledger["read"]:,} = in graphs {ledger["in_graphs"]:,} + '
                 f'dropped {ledger["dropped"]:,}</p>')
-    rows = [[name, _n(split["read"]), _n(split["in_graphs"]), _n(split["dropped"]),
-             *[_n(split["dropped_by"][reason]) for reason in reasons]]
+    rows = [[name, page.n(split["read"]), page.n(split["in_graphs"]), page.n(split["dropped"]),
+             *[page.n(split["dropped_by"][reason]) for reason in reasons]]
             for name, split in [*ledger["splits"].items(), ("all", ledger)]]
     head = ["split", "read", "in graphs", "dropped", *[r.removeprefix("admission_").replace("_", " ") for r in reasons]]
     stages = ledger.get("labs_quarantined_at") or {}
     note = ("<p class=note>Admissions whose lab rows were all quarantined lost their last rows at: "
             + escape(", ".join(f"{stage} {n}" for stage, n in stages.items())) + ".</p>") if stages else ""
-    return equation + _table(head, rows, numeric=set(range(1, len(head)))) + note + _dropped(ledger)
+    return equation + page.table(head, rows, numeric=set(range(1, len(head)))) + note + _dropped(ledger)
 
 
 def _dropped(ledger: dict) -> str:
@@ -328,9 +327,9 @@ def _dropped(ledger: dict) -> str:
     dropped = ledger.get("dropped_admissions") or []
     if not dropped:
         return ""
-    rows = [[_n(d["line"]), "-" if d["HADM_ID"] is None else str(d["HADM_ID"]), d["split"],
+    rows = [[page.n(d["line"]), "-" if d["HADM_ID"] is None else str(d["HADM_ID"]), d["split"],
              d["reason"].removeprefix("admission_").replace("_", " "), d["stage"] or ""] for d in dropped]
-    table = _table(["ADMISSIONS line", "HADM_ID", "split", "reason", "last lab rows taken at"], rows,
+    table = page.table(["ADMISSIONS line", "HADM_ID", "split", "reason", "last lab rows taken at"], rows,
                    numeric={0, 1}, sortable=True)
     noun = "admission" if len(dropped) == 1 else "admissions"
     return (f'<details id="dropped-admissions"{" open" if len(dropped) <= DROPPED_OPEN else ""}><summary>'
@@ -341,12 +340,12 @@ def _zscores(drawn: dict[int, DrawnZ], top: pd.DataFrame, config: Config, names:
     warn, error = config.scale.warn_bound, config.scale.error_bound
     if top.empty:
         return ""
-    chart = _figure("zscores", f"z-scores of the {len(top)} items with the largest |z|; dashed: |z| = {warn:g} "
+    chart = page.figure("zscores", f"z-scores of the {len(top)} items with the largest |z|; dashed: |z| = {warn:g} "
                                f"(warn bound); red points: rows above it",
                     lambda: _z_chart(drawn, top, warn, error))
-    table = _table(["ITEMID", "rows", "max |z|", "rows above the warn bound", "non-finite z"],
-                   [[format_items([r.Index], names=names), _n(r.rows), f"{r.max_abs:.3g}", _n(r.flagged),
-                     _n(r.nonfinite)]
+    table = page.table(["ITEMID", "rows", "max |z|", "rows above the warn bound", "non-finite z"],
+                   [[format_items([r.Index], names=names), page.n(r.rows), f"{r.max_abs:.3g}", page.n(r.flagged),
+                     page.n(r.nonfinite)]
                     for r in top.itertuples()], numeric={1, 2, 3, 4})
     return (f'<section id="zscores"><h2>z-score distributions</h2><p>Per ITEMID, z from the training stats, on '
             f"the rows the scale stage saw. Bounds: warning above {warn:g}, error above {error:g}.</p>"
@@ -376,45 +375,17 @@ def _items(prepared: Any, summary: pd.DataFrame, names: dict[int, str], config: 
             listed = format_items({item: counts.get(item, 0) for item in items}, names=names,
                                   limit=config.report.max_lines, unit="train row")
         rows.append([name, str(len(items)), listed or "none", what])
-    table = _table(["items", "count", "ITEMID", "meaning"], rows, numeric={1})
+    table = page.table(["items", "count", "ITEMID", "meaning"], rows, numeric={1})
     return f'<section id="items"><h2>Constant, single-observation, fallback and unseen items</h2>{table}</section>'
 
 
-def _null_counts(part: pd.DataFrame) -> pd.Series:
-    return part.isna().sum()
-
-
-def _missingness(tables: Any, report: Report, prepared: Any, config: Config, *, engine: Any = PANDAS) -> str:
-    parts = []
-    rows = []
-    for name in ("admissions", "labitems", "labevents"):
-        frame = getattr(tables, name, None)
-        if frame is None:
-            continue
-        total = len(frame)
-        counts = sum(engine.per_part(_null_counts, frame))
-        for column in frame.columns:
-            if column == "REJECT":
-                continue
-            missing = int(counts[column])
-            rows.append([name.upper().replace("LABITEMS", "D_LABITEMS"), column, _n(total), _n(missing),
-                         f"{missing / total:.1%}" if total else "-"])
-    if rows:
-        parts.append("<h3>Missing values per column</h3><p class=note>After the raw checks: a value that failed "
-                     "an error check is counted as missing.</p>")
-        parts.append(_table(["table", "column", "rows", "missing", "missing %"], rows, numeric={2, 3, 4},
-                            sortable=True))
-    filled = {f.column: f.count for f in report.findings if f.check == "filled"}
-    fitted = dict(getattr(prepared.fitted.get("fill"), "values_", ()) or ())
-    fills = [[column, policy.policy, f"{fitted[column]:.4g}" if column in fitted else "-",
-              "yes" if policy.indicator else "no", _n(filled.get(column, 0))]
-             for column, policy in sorted(config.fill.items())]
-    if fills and prepared.fitted.get("fill") is not None:
-        parts.append("<h3>Fills per tensor column</h3>")
-        parts.append(_table(["column", "policy", "value", "indicator", "values filled"], fills, numeric={4}))
-    if not parts:
-        return ""
-    return f'<section id="missingness"><h2>Missingness and fills</h2>{"".join(parts)}</section>'
+def _stage_sections(validation: Any, report: Report, config: Config, *, engine: Any) -> list[str]:
+    """The sections the stages draw of themselves (their ``sections`` hook), in flow order."""
+    prepared = validation.prepared
+    names = item_names(prepared.labitems)
+    return [section for stage in prepared.order.stages if stage.sections is not None
+            for section in stage.sections(stage.shown(config, tables=validation.tables, prepared=prepared,
+                                                      report=report, engine=engine, names=names))]
 
 
 def _split_sizes(part: pd.DataFrame) -> pd.DataFrame:
@@ -433,15 +404,15 @@ def _splits(prepared: Any, graphs: list[dict], *, engine: Any = PANDAS) -> str:
     rows = []
     for name in _SPLITS:
         part = splits[splits["SPLIT"] == name]
-        row = [name, _n(len(part)), _n(int(per_split.loc[name, "nunique"])) if per_split is not None else "-",
-               _n(part["GROUP"].nunique() if "GROUP" in part else len(part)),
-               _n(int(per_split.loc[name, "size"])) if per_split is not None else "-"]
+        row = [name, page.n(len(part)), page.n(int(per_split.loc[name, "nunique"])) if per_split is not None else "-",
+               page.n(part["GROUP"].nunique() if "GROUP" in part else len(part)),
+               page.n(int(per_split.loc[name, "size"])) if per_split is not None else "-"]
         if graphs:
-            row.append(_n(sum(g["split"] == name for g in graphs)))
+            row.append(page.n(sum(g["split"] == name for g in graphs)))
         rows.append(row)
     head = ["split", "admissions", "in graphs", "patients", "lab edges"] + (["graphs"] if graphs else [])
     return (f'<section id="splits"><h2>Split sizes</h2>'
-            f'{_table(head, rows, numeric=set(range(1, len(head))))}</section>')
+            f'{page.table(head, rows, numeric=set(range(1, len(head))))}</section>')
 
 
 def _graphs(graphs: list[dict], config: Config, *, written: bool) -> str:
@@ -449,59 +420,29 @@ def _graphs(graphs: list[dict], config: Config, *, written: bool) -> str:
         return ('<section id="graphs"><h2>Graphs</h2><p>No graphs were built: the data has errors, fix them '
                 "first.</p></section>")
     mb = 2 ** 20
-    rows = [[g["split"], str(g["batch"]), _n(g["admissions"]), _n(g["labitems"]), _n(g["edges"]),
+    rows = [[g["split"], str(g["batch"]), page.n(g["admissions"]), page.n(g["labitems"]), page.n(g["edges"]),
              f'{g["memory"]["tensors"] / mb:.2f}', f'{g["memory"]["activations"] / mb:.2f}',
              f'{g["memory"]["total"] / mb:.2f}'] for g in graphs]
-    table = _table(["split", "batch", "admission nodes", "labitem nodes", "did edges", "tensors MB",
+    table = page.table(["split", "batch", "admission nodes", "labitem nodes", "did edges", "tensors MB",
                     f"activations MB (hidden {config.graph.hidden}, {config.graph.layers} layers)", "total MB"],
                    rows, numeric={1, 2, 3, 4, 5, 6, 7}, sortable=True)
     largest = max(graphs, key=lambda g: g["memory"]["total"])
     note = (f'<p>Largest batch: {escape(largest["split"])}/batch {largest["batch"]} at '
             f'{largest["memory"]["total"] / mb:.2f} MB; budget {config.graph.memory_budget_mb:g} MB.'
             + ("" if written else " Not written: the build has errors.") + "</p>")
-    chart = _figure("graph-sizes", "did edges per graph, by split", lambda: _graph_chart(graphs))
+    chart = page.figure("graph-sizes", "did edges per graph, by split", lambda: _graph_chart(graphs))
     return f'<section id="graphs"><h2>Graphs</h2>{note}{chart}{table}</section>'
 
 
-# -- charts (matplotlib, no pyplot: no global state, no GUI backend) -----------------------------
-def _figure(ident: str, caption: str, draw) -> str:
-    svg = _svg(draw(), ident)
-    return f'<figure id="fig-{escape(ident)}">{svg}<figcaption>{escape(caption)}</figcaption></figure>'
-
-
-_RC = {"svg.hashsalt": "badpoints", "svg.fonttype": "none", "text.parse_math": False, "font.size": 9,
-       "axes.spines.top": False, "axes.spines.right": False}
-
-
-def _new_figure(width: float, height: float):
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width, height), layout="constrained")
-
-
-def _svg(figure, ident: str) -> str:
-    """The figure as inline SVG: no XML prolog, no metadata, ids prefixed so figures do not clash."""
-    import matplotlib
-
-    buffer = io.StringIO()
-    with matplotlib.rc_context(_RC):
-        figure.savefig(buffer, format="svg", metadata={"Date": None})
-    svg = buffer.getvalue()
-    svg = svg[svg.index("<svg"):]
-    svg = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.S)
-    svg = re.sub(r'\bid="([^"]+)"', rf'id="{ident}-\1"', svg)
-    svg = re.sub(r'(url\(#|href="#)([^")]+)', rf"\1{ident}-\2", svg)
-    return svg.replace("<svg ", f'<svg role="img" aria-label="{escape(ident)}" ', 1)
-
-
+# -- charts (matplotlib, no pyplot: no global state, no GUI backend; pipeline.page draws them) ------
 def _funnel_chart(read: int, steps: list[dict], colour: dict[str, str]):
     import matplotlib
 
-    with matplotlib.rc_context(_RC):
+    with matplotlib.rc_context(page.RC):
         labels = ["read"] + [f'{s["stage"]}: {s["step"]}' for s in steps]
         values = [read] + [s["rows_out"] for s in steps]
         colours = ["#7f7f7f"] + [colour.get(s["stage"], "#999999") for s in steps]
-        figure = _new_figure(8, 0.45 * len(labels) + 0.9)
+        figure = page.new_figure(8, 0.45 * len(labels) + 0.9)
         ax = figure.add_subplot()
         y = np.arange(len(labels))[::-1]
         ax.barh(y, values, color=colours)
@@ -516,29 +457,21 @@ def _funnel_chart(read: int, steps: list[dict], colour: dict[str, str]):
         return figure
 
 
-def _fewer(values: np.ndarray, most: int) -> np.ndarray:
-    """At most ``most`` of ``values``, spread evenly over their sorted order (the smallest and largest kept)."""
-    ordered = np.sort(values)
-    if len(ordered) <= most:
-        return ordered
-    return ordered[np.unique(np.linspace(0, len(ordered) - 1, most).round().astype("int64"))]
-
-
 def _z_chart(drawn: dict[int, DrawnZ], top: pd.DataFrame, warn: float, error: float):
     import matplotlib
     from matplotlib import cbook
     from matplotlib.ticker import FuncFormatter
 
-    with matplotlib.rc_context(_RC):
+    with matplotlib.rc_context(page.RC):
         items = list(top.index)
-        figure = _new_figure(8, 0.55 * len(items) + 1.1)
+        figure = page.new_figure(8, 0.55 * len(items) + 1.1)
         ax = figure.add_subplot()
         positions = np.arange(len(items))[::-1]
         boxes, flagged_x, flagged_y = [], [], []
         for item, position in zip(items, positions):
             values = drawn[item].values if item in drawn else np.array([], dtype="float64")
             (box,) = cbook.boxplot_stats(values if len(values) else np.array([0.0]))
-            box["fliers"] = _fewer(box["fliers"], FLIERS)  # the box from every row, a few of its outliers drawn
+            box["fliers"] = page.fewer(box["fliers"], FLIERS)  # the box from every row, a few of its outliers drawn
             boxes.append(box)
             beyond = drawn[item].beyond if item in drawn else values
             beyond = beyond[np.argsort(-np.abs(beyond), kind="stable")][:FLAGGED_POINTS]
@@ -569,8 +502,8 @@ def _z_chart(drawn: dict[int, DrawnZ], top: pd.DataFrame, warn: float, error: fl
 def _graph_chart(graphs: list[dict]):
     import matplotlib
 
-    with matplotlib.rc_context(_RC):
-        figure = _new_figure(8, 2.6)
+    with matplotlib.rc_context(page.RC):
+        figure = page.new_figure(8, 2.6)
         ax = figure.add_subplot()
         colours = {"train": "#1f77b4", "val": "#ff7f0e", "test": "#2ca02c"}
         x = np.arange(len(graphs))
@@ -579,42 +512,6 @@ def _graph_chart(graphs: list[dict]):
                       ha="right" if len(graphs) > 8 else "center")
         ax.set_ylabel("did edges")
         return figure
-
-
-# -- helpers ------------------------------------------------------------------------------------
-def _rows(count: int, word: str = "row") -> str:
-    return f"{count:,} {word}" + ("" if count == 1 else "s")
-
-
-def _n(value: Any) -> str:
-    return f"{int(value):,}"
-
-
-def _table(head: list[str], rows: Iterable[list[str]], *, numeric: set[int] = frozenset(),
-           sortable: bool = False) -> str:
-    """A table of escaped cells; ``numeric`` columns are right-aligned and sort by number."""
-    header = "".join(f'<th scope="col">{escape(h)}</th>' for h in head)
-    body = []
-    for row in rows:
-        cells = []
-        for n, cell in enumerate(row):
-            if n in numeric:
-                key = _sort_key(cell)
-                cells.append(f'<td class="num" data-sort="{escape(key)}">{escape(cell)}</td>')
-            else:
-                cells.append(f"<td>{escape(cell)}</td>")
-        body.append(f"<tr>{''.join(cells)}</tr>")
-    cls = ' class="sortable"' if sortable else ""
-    return f"<table{cls}><thead><tr>{header}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-def _sort_key(cell: str) -> str:
-    """The number in a cell ('1,234', '12.5%', '3.2e+04') for sorting; '0' when there is none."""
-    text = re.sub(r"[,%\s]", "", cell)
-    try:
-        return repr(float(text))
-    except ValueError:
-        return "0"
 
 
 def _version() -> str:

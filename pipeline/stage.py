@@ -70,6 +70,10 @@ class Stage:
     # The split each admission will get, known from the raw ADMISSIONS and the stage's options alone (HADM_ID,
     # SPLIT; None when the stage will fail): how an engine cuts lab rows into parts before any stage runs.
     splits_ahead: Callable[[pd.DataFrame, Any], pd.DataFrame | None] | None = None
+    # How it shows in the reports, from what the run made (:class:`Shown`): its lines of the terminal summary
+    # (label, text), and its sections of the HTML report (drawn with ``pipeline.page``), in flow order.
+    summary: Callable[[Shown], list[tuple[str, str]]] | None = None
+    sections: Callable[[Shown], list[str]] | None = None
 
     @property
     def section(self) -> str | None:
@@ -80,9 +84,33 @@ class Stage:
         """The config section this stage is handed as ``context.options`` (None: it reads none)."""
         return getattr(config, self.section) if self.section else None
 
+    def shown(self, config: Any, *, tables: RawTables, prepared: Any, report: Any, engine: Engine,
+              names: Mapping[int, str]) -> Shown:
+        """What its report hooks read of a run with ``config``: its own state and section among the rest."""
+        return Shown(tables=tables, prepared=prepared, report=report, state=prepared.fitted.get(self.name),
+                     options=self.options_in(config), engine=engine, names=names,
+                     max_lines=config.report.max_lines)
+
     @property
     def steps(self) -> tuple[str, ...]:
         return self.progress or ((self.name,) if self.plan is not None else ())
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a stage's report hooks (:attr:`Stage.summary`, :attr:`Stage.sections`) read of a finished run: the typed
+    raw tables (LABEVENTS maybe in the engine's parts), what the stages made (``pipeline.ledgers.Prepared``), the
+    report, the stage's own fitted state (None: not fitted) and config section, the engine that holds the rows, and
+    how findings name lab items. A run served from the cache has no tables and no state: a hook then shows nothing."""
+
+    tables: RawTables
+    prepared: Any
+    report: Any
+    state: Any
+    options: Any
+    engine: Engine
+    names: Mapping[int, str]
+    max_lines: int
 
 
 @dataclass(frozen=True)

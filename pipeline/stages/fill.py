@@ -17,7 +17,8 @@ import pandas as pd
 
 from pipeline.findings import Finding, summary_finding
 from pipeline.options import Allowed, Section, require, setting, typed
-from pipeline.stage import Context, Plan, Stage
+from pipeline import page
+from pipeline.stage import Context, Plan, Shown, Stage
 from pipeline.work import Call, Fit
 from pipeline.quarantine import Kept, set_aside
 from pipeline.shared import reads
@@ -221,6 +222,51 @@ def fits_rows(policies: Mapping[str, FillPolicy]) -> bool:
     return any(policies[column].policy in ("mean", "median") for column in TENSOR_COLUMNS if column in policies)
 
 
+def _null_counts(part: pd.DataFrame) -> pd.Series:
+    return part.isna().sum()
+
+
+def _missing_values(shown: Shown) -> list[list[str]]:
+    """Per column of each raw table (LABEVENTS part by part, where its parts are): rows, missing and its share."""
+    rows = []
+    for name in ("admissions", "labitems", "labevents"):
+        frame = getattr(shown.tables, name, None)
+        if frame is None:
+            continue
+        total = len(frame)
+        counts = sum(shown.engine.per_part(_null_counts, frame))
+        for column in frame.columns:
+            if column == "REJECT":
+                continue
+            missing = int(counts[column])
+            rows.append([name.upper().replace("LABITEMS", "D_LABITEMS"), column, page.n(total), page.n(missing),
+                         f"{missing / total:.1%}" if total else "-"])
+    return rows
+
+
+def sections(shown: Shown) -> list[str]:
+    """The stage's section of the HTML report: missing values per column of the raw tables, and the fill of each
+    tensor column (its policy, fitted value, indicator and how many values it filled)."""
+    parts = []
+    rows = _missing_values(shown)
+    if rows:
+        parts.append("<h3>Missing values per column</h3><p class=note>After the raw checks: a value that failed "
+                     "an error check is counted as missing.</p>")
+        parts.append(page.table(["table", "column", "rows", "missing", "missing %"], rows, numeric={2, 3, 4},
+                                sortable=True))
+    filled = {f.column: f.count for f in shown.report.findings if f.check == "filled"}
+    fitted = dict(getattr(shown.state, "values_", ()) or ())
+    fills = [[column, policy.policy, f"{fitted[column]:.4g}" if column in fitted else "-",
+              "yes" if policy.indicator else "no", page.n(filled.get(column, 0))]
+             for column, policy in sorted(shown.options.items())]
+    if fills and shown.state is not None:
+        parts.append("<h3>Fills per tensor column</h3>")
+        parts.append(page.table(["column", "policy", "value", "indicator", "values filled"], fills, numeric={4}))
+    if not parts:
+        return []
+    return [f'<section id="missingness"><h2>Missingness and fills</h2>{"".join(parts)}</section>']
+
+
 def plan(context: Context) -> Plan:
     """The stage in flow, per admission on the engine: what each policy fills is a finding, then the fill."""
     policies = context.options
@@ -231,4 +277,4 @@ def plan(context: Context) -> Plan:
 
 STAGE = Stage(NAME, colour="#bcbd22", plan=plan, options=Options, takes=ScaledEvents, gives=FilledEvents,
               fit=Fit(whole=fit_fill, inputs=fit_inputs, state=FillValues, saved_as="fill", rows=fits_rows),
-              by_admission=True, writes=TENSOR_COLUMNS)
+              by_admission=True, writes=TENSOR_COLUMNS, sections=sections)

@@ -34,7 +34,7 @@ import pandas as pd
 
 from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
 from pipeline.options import POSITIVE, Section, require, setting, typed
-from pipeline.stage import Context, Outcome, Plan, Stage
+from pipeline.stage import Context, Outcome, Plan, Shown, Stage
 from pipeline.work import Call, Fit
 from pipeline.shared import reads
 from schemas.encode import EncodedEvents
@@ -597,6 +597,15 @@ def fit_inputs(events: Any, context: Context) -> tuple[Any, tuple, dict]:
                             constant_bound=options.constant_bound, policy=options.policy)
 
 
+def summary(shown: Shown) -> list[tuple[str, str]]:
+    """The stage's lines of the terminal summary: its constant and fallback items (none before it was fitted)."""
+    stats = shown.state
+    if stats is None:
+        return []
+    return [(name, format_items(items, names=shown.names) if items else "none")
+            for name, items in (("constant", stats.constant_items_), ("fallback", stats.fallback_items_))]
+
+
 def plan(context: Context) -> Plan:
     """The stage in flow, per admission on the engine: z with the fitted stats; constant, fallback and unseen
     items and large |z| are findings, read from the rows they name."""
@@ -617,4 +626,4 @@ def plan(context: Context) -> Plan:
 STAGE = Stage(NAME, colour="#ff7f0e", plan=plan, options=Options, takes=EncodedEvents, gives=ScaledEvents,
               fit=Fit(whole=fit_zscore, partial=fit_rows, combine=add_fit_rows, finish=fit_from_rows,
                       inputs=fit_inputs, state=ZScoreStats, saved_as="scale", early=True),
-              by_admission=True, filters=False, writes=("Z",))
+              by_admission=True, filters=False, writes=("Z",), summary=summary)

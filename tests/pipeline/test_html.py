@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from pipeline import load_config, validate
+from pipeline import load_config, page, validate
 from pipeline.cli import app
 from pipeline.html import HtmlReport, html_report, render
 from pipeline.report import Finding, Report
@@ -221,4 +221,4 @@ def test_z_chart_draws_a_bounded_sample_of_outliers_and_the_box_of_every_row():
     assert set(shown) <= set(box["fliers"])
     medians = [line for line in ax.lines if line.get_color() == "#1f77b4"]
     assert medians and np.allclose(medians[0].get_xdata(), box["med"])
-    assert html._svg(figure, "z").count("<use") <= html.FLIERS + html.FLAGGED_POINTS + 10  # a few KB, not MB
+    assert page.svg(figure, "z").count("<use") <= html.FLIERS + html.FLAGGED_POINTS + 10  # a few KB, not MB
