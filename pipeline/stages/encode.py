@@ -30,19 +30,15 @@ MISSING = 0
 @dataclass(frozen=True)
 class Options(Section):
     NAME = "encode"
-    TOML = """
-# A categorical value (an admission's ETHNICITY, a lab item's text VALUE) gets a code of its own only when
-# at least this many training admissions have it; rarer values get code 0, like unseen ones. Vocabularies
-# are saved in stats.json: this keeps values that could single out a patient out of it.
-min_admissions = 5
-# D_LABITEMS' FLUID and CATEGORY values that differ only in letter case ('BLOOD' and 'Blood', both in the
-# MIMIC-III demo) are reported (category_case_variants). true: they share one code, the spelling most items
-# use (ties: the first in sort order), so one fluid is one feature. false: each spelling keeps a code of its own.
-# The dictionary's case carries no meaning in MIMIC, so folding is the default.
-fold_case = true
-"""
-    min_admissions: int = setting(int, low=1)
-    fold_case: bool = setting(bool, True)
+    min_admissions: int = setting(int, 5, low=1, doc="""
+        A categorical value (an admission's ETHNICITY, a lab item's text VALUE) gets a code of its own only when
+        at least this many training admissions have it; rarer values get code 0, like unseen ones. Vocabularies
+        are saved in stats.json: this keeps values that could single out a patient out of it.""")
+    fold_case: bool = setting(bool, True, doc="""
+        D_LABITEMS' FLUID and CATEGORY values that differ only in letter case ('BLOOD' and 'Blood', both in the
+        MIMIC-III demo) are reported (category_case_variants). true: they share one code, the spelling most items
+        use (ties: the first in sort order), so one fluid is one feature. false: each spelling keeps a code of its own.
+        The dictionary's case carries no meaning in MIMIC, so folding is the default.""")
 
 
 @dataclass(frozen=True)

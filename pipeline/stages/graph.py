@@ -42,28 +42,20 @@ LABITEM_FEATURES = ("FLUID_CODE", "CATEGORY_CODE")
 @dataclass(frozen=True)
 class Options(Section):
     NAME = "graph"
-    TOML = """
-# Admissions per graph, per split, in HADM_ID order.
-batch_size = 128
-# Add the next-timestep target: admission.y, multi-hot over lab items at each admission's last timestep.
-labels = true
-# Each batch's memory is estimated (tensors, and a float32 GNN's activations at this width and depth);
-# above the budget it is a warning (graph_memory).
-hidden = 64  # at most 65536
-layers = 2  # at most 1024
-memory_budget_mb = 1024.0
-# Admissions with fewer distinct timesteps than this are left out of the graphs: their lab rows are
-# quarantined (check below_min_timesteps) and the admission counted (check admission_below_min_timesteps).
-# 1 keeps every admission that has a kept lab. A next-timestep target needs history before its last
-# timestep: set 2 for that (as the seed research code did), knowing it drops one-day admissions.
-min_timesteps = 1
-"""
-    batch_size: int = setting(int, low=1)
-    labels: bool = setting(bool)
-    hidden: int = setting(int, low=1, high=1 << 16)
-    layers: int = setting(int, low=1, high=1 << 10)
-    memory_budget_mb: float = setting(float, **POSITIVE)
-    min_timesteps: int = setting(int, 1, low=1)
+    batch_size: int = setting(int, 128, low=1, doc="""
+        Admissions per graph, per split, in HADM_ID order.""")
+    labels: bool = setting(bool, True, doc="""
+        Add the next-timestep target: admission.y, multi-hot over lab items at each admission's last timestep.""")
+    hidden: int = setting(int, 64, low=1, high=1 << 16, note="at most 65536", doc="""
+        Each batch's memory is estimated (tensors, and a float32 GNN's activations at this width and depth);
+        above the budget it is a warning (graph_memory).""")
+    layers: int = setting(int, 2, low=1, high=1 << 10, note="at most 1024")
+    memory_budget_mb: float = setting(float, 1024.0, **POSITIVE)
+    min_timesteps: int = setting(int, 1, low=1, doc="""
+        Admissions with fewer distinct timesteps than this are left out of the graphs: their lab rows are
+        quarantined (check below_min_timesteps) and the admission counted (check admission_below_min_timesteps).
+        1 keeps every admission that has a kept lab. A next-timestep target needs history before its last
+        timestep: set 2 for that (as the seed research code did), knowing it drops one-day admissions.""")
 
 
 @dataclass(frozen=True)
