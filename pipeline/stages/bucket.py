@@ -72,9 +72,10 @@ class Options(Section):
 
 
 @guarded(stage=NAME, takes=FilledEvents, gives=BucketedEvents)
-def bucket(events: pd.DataFrame, admissions: pd.DataFrame, *, interval_hours: float = 24.0,
-           max_timestep: int | None = None, max_stay_days: float = 1000.0, after_discharge_hours: float = 24.0,
-           late_policy: str = "quarantine") -> Kept:
+def bucket(events: pd.DataFrame, admissions: pd.DataFrame, *, interval_hours: float = Options.interval_hours,
+           max_timestep: int | None = None, max_stay_days: float = Options.max_stay_days,
+           after_discharge_hours: float = Options.after_discharge_hours,
+           late_policy: str = Options.late_policy) -> Kept:
     """TIMESTEP for every row; rows before the admission day or past max_stay_days are quarantined, rows
     after discharge or past ``max_timestep`` per ``late_policy``."""
     stays = admissions.set_index("HADM_ID")

@@ -180,7 +180,7 @@ def fit_kinds(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Da
 
 @guarded(stage=NAME, takes=LabEvents, gives=CleanEvents)
 def clean_events(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame,
-                 kinds: ItemKinds | None = None, *, empty_value: str = "quarantine") -> Kept:
+                 kinds: ItemKinds | None = None, *, empty_value: str = Options.empty_value) -> Kept:
     """Inpatient lab rows with valid keys and a result, each with the KIND of its item.
 
     ``admissions`` and ``labitems`` are the clean tables: rows referring to a

@@ -19,6 +19,7 @@ from pipeline.stage import Context, Outcome, Plan, Stage
 from pipeline.work import Call, Fit
 from pipeline.shared import reads
 from schemas.encode import EncodedAdmissions, EncodedEvents, EncodedLabItems
+from schemas.errors import SAMPLE_CAP
 from schemas.guard import guarded
 from schemas.raw import ADMISSION_CATEGORICALS
 from schemas.split import SplitEvents
@@ -176,7 +177,7 @@ def _folded(values: pd.Series) -> pd.Series:
     return values.map(case_spellings(values))
 
 
-def case_findings(labitems: pd.DataFrame, *, fold_case: bool, max_lines: int = 20) -> list[Finding]:
+def case_findings(labitems: pd.DataFrame, *, fold_case: bool, max_lines: int = SAMPLE_CAP) -> list[Finding]:
     """D_LABITEMS' FLUID and CATEGORY values that differ only in letter case, per column, naming the variants
     (dictionary metadata, not patient data) and what encoding did with them."""
     findings = []

@@ -104,7 +104,8 @@ def graph_limits(vocabularies, admissions: pd.DataFrame, *, max_timestep: int) -
 
 
 def stream_graphs(parts: Iterable[pd.DataFrame], admissions: pd.DataFrame, labitems: pd.DataFrame, *,
-                  batch_size: int = 128, labels: bool = True, start: Mapping[str, int] | None = None
+                  batch_size: int = Options.batch_size, labels: bool = Options.labels,
+                  start: Mapping[str, int] | None = None
                   ) -> Iterator[GraphBatch]:
     """:func:`build_graphs` of edge rows that come in parts in (split, HADM_ID) order, every admission's rows in one
     part (the parts engine's): a batch is built once all its admissions were read, so a part and the rows of one
@@ -140,7 +141,8 @@ def stream_graphs(parts: Iterable[pd.DataFrame], admissions: pd.DataFrame, labit
 
 
 def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
-                 batch_size: int = 128, labels: bool = True, first_batch: Mapping[str, int] | None = None
+                 batch_size: int = Options.batch_size, labels: bool = Options.labels,
+                 first_batch: Mapping[str, int] | None = None
                  ) -> list[GraphBatch]:
     """One HeteroData per batch of ``batch_size`` admissions, per split, in a deterministic order (a split's
     batches numbered from its ``first_batch``, 0 by default: :func:`stream_graphs` builds them a few at a time)."""
@@ -149,7 +151,8 @@ def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Dat
 
 
 def graph_batches(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
-                  batch_size: int = 128, labels: bool = True, first_batch: Mapping[str, int] | None = None
+                  batch_size: int = Options.batch_size, labels: bool = Options.labels,
+                  first_batch: Mapping[str, int] | None = None
                   ) -> Iterator[GraphBatch]:
     """:func:`build_graphs`' graphs made one at a time, so a build that serialises each as it comes holds one
     graph's tensors, not those of every batch of a part."""

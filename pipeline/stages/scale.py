@@ -38,7 +38,7 @@ from pipeline.stage import Context, Outcome, Plan, Stage
 from pipeline.work import Call, Fit
 from pipeline.shared import reads
 from schemas.encode import EncodedEvents
-from schemas.errors import StageError
+from schemas.errors import SAMPLE_CAP, StageError
 from schemas.guard import guarded
 from schemas.scale import ScaledEvents
 
@@ -132,8 +132,8 @@ class ZScoreStats:
     normal_count_: tuple[int, ...]
     log_items_: tuple[int, ...]
     eps: float
-    min_rows: int = 10
-    constant_bound: float = 10.0
+    min_rows: int = Options.min_rows
+    constant_bound: float = Options.constant_bound
 
     @property
     def constant_items_(self) -> tuple[int, ...]:
@@ -251,8 +251,9 @@ def _transformed(events: pd.DataFrame, log_items: list[int], *, strict: bool = T
         return values.where(~logged, np.log1p(values.where(logged, 0.0)))
 
 
-def fit_zscore(events: pd.DataFrame, *, eps: float = 1e-12, clip_sigma: float = 3.0, min_rows: int = 10,
-               constant_bound: float = 10.0, policy: Mapping[int, str] | None = None) -> ZScoreStats:
+def fit_zscore(events: pd.DataFrame, *, eps: float = Options.eps, clip_sigma: float = Options.clip_sigma,
+               min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
+               policy: Mapping[int, str] | None = None) -> ZScoreStats:
     """Fit per-item stats on the training rows that carry a number (``events`` has SPLIT and FLAG)."""
     return fit_from_rows(add_fit_rows([fit_rows(events, policy=policy)]), eps=eps, clip_sigma=clip_sigma,
                          min_rows=min_rows, constant_bound=constant_bound, policy=policy)
@@ -260,8 +261,9 @@ def fit_zscore(events: pd.DataFrame, *, eps: float = 1e-12, clip_sigma: float = 
 
 def fit_by_passes(keep: Callable[[Callable[[pd.DataFrame], pd.DataFrame]], Any],
                   each: Callable[[Any, Callable[[pd.DataFrame], pd.DataFrame]], Sequence[pd.DataFrame]], *,
-                  eps: float = 1e-12, clip_sigma: float = 3.0, min_rows: int = 10, constant_bound: float = 10.0,
-                  policy: Mapping[int, str] | None = None) -> ZScoreStats:
+                  eps: float = Options.eps, clip_sigma: float = Options.clip_sigma, min_rows: int = Options.min_rows,
+                  constant_bound: float = Options.constant_bound, policy: Mapping[int, str] | None = None
+                  ) -> ZScoreStats:
     """The fit of rows that may lie in parts: ``keep(step)`` applies ``step`` to every part and keeps what it
     gives where the part is; ``each(kept, step)`` gives ``step`` of every kept part. Each part's
     :func:`fit_rows` (its distinct values, counted) come back and add up (:func:`add_fit_rows`) to the very
@@ -276,8 +278,9 @@ def _as_is(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def fit_from_rows(rows: pd.DataFrame, *, eps: float = 1e-12, clip_sigma: float = 3.0, min_rows: int = 10,
-                  constant_bound: float = 10.0, policy: Mapping[int, str] | None = None) -> ZScoreStats:
+def fit_from_rows(rows: pd.DataFrame, *, eps: float = Options.eps, clip_sigma: float = Options.clip_sigma,
+                  min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
+                  policy: Mapping[int, str] | None = None) -> ZScoreStats:
     """The stats from the counted training values of all the rows (:func:`add_fit_rows`)."""
     return fit_from_sums(functools.partial(fit_sums, rows, clip_sigma=clip_sigma), eps=eps, min_rows=min_rows,
                          constant_bound=constant_bound, policy=policy)
@@ -310,7 +313,8 @@ def _counted(rows: pd.DataFrame) -> pd.DataFrame:
     return counted.astype("int64").reset_index()
 
 
-def fit_sums(rows: pd.DataFrame, known: pd.DataFrame | None = None, *, clip_sigma: float = 3.0) -> pd.DataFrame:
+def fit_sums(rows: pd.DataFrame, known: pd.DataFrame | None = None, *,
+             clip_sigma: float = Options.clip_sigma) -> pd.DataFrame:
     """One pass of the fit over ``rows`` (from :func:`fit_rows`): per-item sums that :func:`add_sums` combines
     over parts of the rows.
 
@@ -354,8 +358,9 @@ def _centred_bases(sums: Callable[[pd.DataFrame | None], pd.DataFrame], known: p
                              "count": count[b]}) for b in BASES}
 
 
-def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: float = 1e-12, min_rows: int = 10,
-                  constant_bound: float = 10.0, policy: Mapping[int, str] | None = None) -> ZScoreStats:
+def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: float = Options.eps,
+                  min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
+                  policy: Mapping[int, str] | None = None) -> ZScoreStats:
     """The stats from ``sums(known)``: :func:`fit_sums` of every training row, in one part or added over many.
 
     Five passes: counts and ranges; per basis, the mean and centred std (two passes), which set the
@@ -402,7 +407,7 @@ def _spread(stats: pd.DataFrame, eps: float) -> pd.Series:
 
 
 def zscores(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[int, str] | None = None,
-            warn_bound: float = 100.0, strict: bool = True) -> pd.Series:
+            warn_bound: float = Options.warn_bound, strict: bool = True) -> pd.Series:
     """The z of each row with a number (NaN elsewhere), from ``events``' ITEMID and VALUENUM: train stats;
     items unseen in train get 0; constant items are clipped at the stats' ``constant_bound`` and 'clip' items
     at ``warn_bound``. Nothing is checked but, when ``strict``, the log policy's domain: :func:`apply_zscore`
@@ -420,7 +425,7 @@ def zscores(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[int, st
 
 @guarded(stage=NAME, takes=EncodedEvents, gives=ScaledEvents)
 def apply_zscore(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[int, str] | None = None,
-                 warn_bound: float = 100.0, error_bound: float = 1e6) -> pd.DataFrame:
+                 warn_bound: float = Options.warn_bound, error_bound: float = Options.error_bound) -> pd.DataFrame:
     """Z for every row with a number: train stats; items unseen in train get 0; constant items' z is bounded;
     'clip' items are clipped."""
     z = zscores(events, stats, policy=policy, warn_bound=warn_bound)
@@ -480,8 +485,8 @@ def range_classes(values: pd.Series, ranges: pd.DataFrame, *, range_widths: floa
     return pd.Series(np.where(usable, classes, "no range"), index=values.index)
 
 
-def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float, max_lines: int = 20,
-                   ranges: pd.DataFrame | None = None, range_widths: float = 10.0,
+def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float, max_lines: int = SAMPLE_CAP,
+                   ranges: pd.DataFrame | None = None, range_widths: float = Options.range_widths,
                    names: Mapping[int, str] | None = None) -> list[Finding]:
     """Constant, fallback and unseen items, values of constant items other than their one value, and |z| above
     the warning bound, named by ITEMID (with ``names`` from :func:`pipeline.report.item_names`, at most
