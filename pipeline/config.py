@@ -1,10 +1,11 @@
 """The one configuration of badpoints: frozen sections loaded from TOML.
 
-The run's own sections (load, raw, filters, report, severity) are declared here, their documented defaults in
-``defaults.toml``; each stage declares its section in its module (``Options``, named in its
-:class:`pipeline.stages.Stage`), keys, defaults and documentation together. :class:`Config` holds one field per
-section, the stages' in flow order, so a new stage's section needs no line here. Only the CLI and ``flow.py``
-read the whole config; stages get their section (``context.options``) or keyword arguments.
+The run's own sections (load, raw, filters, report) are declared here, each stage's in its module (``Options``,
+named in its :class:`pipeline.stages.Stage`): every key once, with its type, range, default and documentation
+(:func:`pipeline.options.setting`). The documented defaults (:func:`documented_defaults`, what ``badpoints config``
+prints and the loader reads the defaults from) are generated from these declarations. :class:`Config` holds one
+field per section, the stages' in flow order, so a new stage's section needs no line here. Only the CLI and
+``flow.py`` read the whole config; stages get their section (``context.options``) or keyword arguments.
 """
 
 from __future__ import annotations
@@ -15,13 +16,19 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from pipeline.options import POSITIVE, Allowed, ConfigError, Section, require, setting  # noqa: F401 (re-exported)
+from pipeline.load import MAX_EXPANDED_BYTES, MAX_EXPANSION_RATIO, MAX_FIELD_CHARS
+from pipeline.options import (POSITIVE, Allowed, ConfigError, Section, comments, require,  # noqa: F401 (re-exported)
+                              setting)
 from pipeline.stage import sections_of
 from pipeline.stages import STAGES
 from schemas.checks import CHECKS, ERROR, LOCKED, SEVERITIES
+from schemas.errors import SAMPLE_CAP
+from schemas.raw import DEFAULT_VALUENUM_ABS_BOUND
 
-DEFAULTS = Path(__file__).with_name("defaults.toml")
-"""The documented defaults of the run's own sections; a user's file needs only the keys it changes."""
+HEADER = """
+    badpoints configuration: the documented defaults. A file given with --config needs only the keys it changes.
+    Each key is declared once, with its default and these comments: the run's own sections in pipeline/config.py,
+    each stage's in its module (pipeline/stages/). `badpoints config` prints them all."""
 
 # Raw times lie in the years 1678-2261 (schemas.checks.YEARS); datetime64[ns] reaches ~100 days past either
 # end, so a stay widened by up to 100 days cannot overflow.
@@ -31,23 +38,37 @@ MAX_STAY_TOLERANCE_HOURS = 2400.0
 @dataclass(frozen=True)
 class RawConfig(Section):
     NAME = "raw"
-    valuenum_abs_bound: float = setting(float, **POSITIVE)
-    stay_tolerance_hours: float = setting(float, low=0, high=MAX_STAY_TOLERANCE_HOURS)
+    valuenum_abs_bound: float = setting(float, DEFAULT_VALUENUM_ABS_BOUND, **POSITIVE, doc="""
+        |VALUENUM| above this is an error (check valuenum_bound). No lab measurement comes near it;
+        values beyond it are the mark of a broken export or unit conversion.""")
+    stay_tolerance_hours: float = setting(float, 0.0, low=0, high=MAX_STAY_TOLERANCE_HOURS, doc="""
+        A lab charted more than this many hours before ADMITTIME or after DISCHTIME is reported
+        (check charttime_outside_stay). 0 reports every lab outside the stay. At most 2400 (100 days): raw times
+        lie in the years 1678-2261, and datetime64[ns] reaches about 100 days past either end.""")
 
 
 @dataclass(frozen=True)
 class LoadConfig(Section):
     NAME = "load"
-    max_expanded_bytes: int = setting(int, low=1)
-    max_expansion_ratio: float = setting(float, low=1)
-    max_field_chars: int = setting(int, low=1)
+    max_expanded_bytes: int = setting(int, MAX_EXPANDED_BYTES, low=1, note="64 GiB", doc="""
+        A .gz table is decompressed as a stream and refused (check decompression_bound, exit 2) once its text
+        passes max_expanded_bytes, or max_expansion_ratio times the .gz file's size (the ratio counts only past
+        the first 64 MiB of text). MIMIC-IV's labevents.csv.gz (~2.5 GB) holds ~17 GB of text, a ratio of ~7;
+        a gzip bomb of NUL bytes reaches ~1000.""")
+    max_expansion_ratio: float = setting(float, MAX_EXPANSION_RATIO, low=1)
+    max_field_chars: int = setting(int, MAX_FIELD_CHARS, low=1, doc="""
+        A field of a read column longer than this many characters rejects its row (check field_too_long); the
+        rest of the table is read. No lab value, time or ID comes near it.""")
 
 
 @dataclass(frozen=True)
 class FiltersConfig(Section):
     NAME = "filters"
-    warn_removed_fraction: float = setting(float, low=0, high=1)
-    error_removed_fraction: float = setting(float, low=0, high=1)
+    warn_removed_fraction: float = setting(float, 0.5, low=0, high=1, doc="""
+        Every filter, join and dedup records rows in and out. Removing more than this fraction of
+        its input is a warning (step_removed_most) ...""")
+    error_removed_fraction: float = setting(float, 0.99, low=0, high=1, doc="""
+        ... and more than this an error (step_removed_nearly_all). An empty output is always an error.""")
 
     def relations(self) -> None:
         require(self.warn_removed_fraction <= self.error_removed_fraction,
@@ -58,8 +79,20 @@ class FiltersConfig(Section):
 @dataclass(frozen=True)
 class ReportConfig(Section):
     NAME = "report"
-    max_lines: int = setting(int, low=1, high=10_000)
+    max_lines: int = setting(int, SAMPLE_CAP, low=1, high=10_000, doc="""
+        How many line numbers (and, with --show-values, raw values) a finding carries, and how many lab items a
+        finding or the HTML report lists by name ('51003 Troponin T (Blood) (24 rows), ... and 36 more').""")
 
+
+SEVERITY = """
+    Change a check's severity, as linters allow: "error", "warning", "info" or "off".
+    Checks marked fixed in `badpoints checks` (a table that could not be read, a stage that stops, the graph
+    files' guards) stay errors: a config that sets one to anything but "error" is refused, with the reason.
+    The report says which checks were changed. `badpoints checks` lists the check ids.
+    Example, for an export known to write integer IDs as '123.0':
+    id_float_format = "off"
+    """
+"""The documentation of the [severity] table (check id = level), which is empty by default."""
 
 RUN_SECTIONS = {section.NAME: section for section in (LoadConfig, RawConfig, FiltersConfig, ReportConfig)}
 OPTIONS = sections_of(STAGES)
@@ -107,9 +140,11 @@ Config.__doc__ = ("The whole configuration: one field per section of :data:`SECT
 
 
 def documented_defaults() -> str:
-    """Every section's documented defaults as one TOML text: the run's (``defaults.toml``), then the stages'."""
-    return "\n".join([DEFAULTS.read_text(encoding="utf-8").rstrip("\n") + "\n",
-                      *(options.toml() for options in OPTIONS.values())])
+    """Every section's documented defaults as one TOML text, generated from the declarations: the run's sections,
+    the [severity] table, then the stages' sections in flow order."""
+    severity = "\n".join(["[severity]", *comments(SEVERITY)]) + "\n"
+    return "\n".join(["\n".join(comments(HEADER)) + "\n", *(section.toml() for section in RUN_SECTIONS.values()),
+                      severity, *(options.toml() for options in OPTIONS.values())])
 
 
 def _defaults() -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""What a config section is: its keys, each declared once with its type, range and default (:func:`setting`),
-checked whenever the section is made, and its documented defaults as TOML.
+"""What a config section is: its keys, each declared once with its type, range, default and documentation
+(:func:`setting`), checked whenever the section is made; its documented defaults as TOML are generated from them.
 
 A stage declares its own section (``Options`` in its module, named in its :class:`pipeline.stages.Stage`);
 :mod:`pipeline.config` puts the declared sections together with the run's own (load, raw, filters, report).
@@ -7,9 +7,12 @@ A stage declares its own section (``Options`` in its module, named in its :class
 
 from __future__ import annotations
 
+import json
 import math
+import textwrap
 import tomllib
 from dataclasses import MISSING, dataclass, field, fields
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 
@@ -69,9 +72,48 @@ def _number(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() and abs(bound) < 1e10 else f"{bound:.7g}"
 
 
-def setting(kind: type, default: Any = MISSING, **allowed: Any) -> Any:
-    """A config key: a dataclass field whose metadata declares what it takes (see :class:`Allowed`)."""
-    return field(default=default, metadata={"allowed": Allowed(kind, **allowed)})
+def setting(kind: type, default: Any = MISSING, *, doc: str = "", note: str = "", **allowed: Any) -> Any:
+    """A config key, declared once: a dataclass field whose default is the key's and whose metadata holds what it
+    takes (see :class:`Allowed`) and its documentation: ``doc``, the comment lines the documented TOML puts above
+    the key, and ``note``, a comment after its value.
+
+    The default is checked against what the key takes when it is declared, and held as the key's type (``24`` for
+    a float key is 24.0); the documented TOML writes it as declared. Functions take it from the section by the
+    key's name (``min_rows: int = Options.min_rows``)."""
+    rule = Allowed(kind, **allowed)
+    value = default if default is MISSING or default is None else rule.parse("a declared default", default)
+    return field(default=value, metadata={"allowed": rule, "doc": doc, "note": note, "written": default})
+
+
+def table(*, doc: str = "") -> Any:
+    """A config sub-table whose keys the user names (``[scale.policy]``: ITEMID = policy), empty by default:
+    ``doc`` documents it, with an example, in the comment lines under its header."""
+    return field(default_factory=lambda: MappingProxyType({}), metadata={"table": True, "doc": doc})
+
+
+def comments(doc: str) -> list[str]:
+    """A declaration's documentation as TOML comment lines (its indentation in the source dropped)."""
+    text = textwrap.dedent(doc).strip("\n")
+    return [f"# {line}".rstrip() for line in text.splitlines()] if text.strip() else []
+
+
+def toml_value(value: Any) -> str:
+    """``value`` as TOML writes it: ``true``, ``"quarantine"``, ``1_048_576``, ``3.0``, ``1e6``, ``1e-12``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{value:_}" if abs(value) >= 100_000 else str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"a config default must be finite, got {value!r}")
+        if value.is_integer() and abs(value) >= 1e6:  # 1e6, not 1000000.0
+            digits = next(p for p in range(17) if float(f"{value:.{p}e}") == value)
+            mantissa, exponent = f"{value:.{digits}e}".split("e")
+            return f"{mantissa}e{int(exponent)}"
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    raise TypeError(f"no TOML form for a config default of type {type(value).__name__}")
 
 
 POSITIVE = dict(low=0, above=True)  # a finite number > 0
@@ -82,7 +124,6 @@ class Section:
     (from TOML or in code); :meth:`relations` checks what ties keys together."""
 
     NAME: ClassVar[str]
-    TOML: ClassVar[str] = ""  # the section's keys with their defaults, documented: the lines under [NAME]
 
     def __post_init__(self) -> None:
         for key in fields(self):
@@ -102,12 +143,24 @@ class Section:
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:
-        """The documented defaults (:attr:`TOML`) as a table, by section name."""
+        """The documented defaults (:meth:`toml`) as a table, by section name."""
         return tomllib.loads(cls.toml())
 
     @classmethod
     def toml(cls) -> str:
-        return f"[{cls.NAME}]\n{cls.TOML.strip()}\n"
+        """The section's documented defaults, generated from its declarations in their order: each key's ``doc``
+        as comments, then ``key = default`` (and its ``note``); its sub-tables after, each with its ``doc``."""
+        keys, tables = [f"[{cls.NAME}]"], []
+        for key in fields(cls):
+            about = key.metadata
+            if "allowed" in about:
+                if about["written"] is MISSING:
+                    raise TypeError(f"[{cls.NAME}] {key.name} declares no default: the documented TOML needs one")
+                note = f"  # {about['note']}" if about["note"] else ""
+                keys += [*comments(about["doc"]), f"{key.name} = {toml_value(about['written'])}{note}"]
+            elif about.get("table"):
+                tables += ["", f"[{cls.NAME}.{key.name}]", *comments(about["doc"])]
+        return "\n".join(keys + tables) + "\n"
 
 
 def typed(cls: type, values: Any, name: str, *, skip: tuple[str, ...] = ()) -> dict[str, Any]:

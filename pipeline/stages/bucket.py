@@ -46,31 +46,24 @@ def last_timestep(*, interval_hours: float, max_stay_days: float, max_timestep: 
 @dataclass(frozen=True)
 class Options(Section):
     NAME = "bucket"
-    TOML = """
-# timestep = whole intervals since the start (midnight) of the admission day; from 0.001 (3.6 s) to 8784 (a leap year).
-interval_hours = 24
-# Rows charted more than after_discharge_hours after DISCHTIME (check after_discharge) are quarantined
-# (late_policy = "quarantine") or clipped to the last timestep of the stay ("clip"). This bounds every
-# row by its own stay, so no maximum is needed to keep timesteps sane.
-after_discharge_hours = 24.0
-late_policy = "quarantine"
-# A deliberate horizon, in intervals: rows past it are reported (check beyond_max_timestep) and quarantined
-# or clipped per late_policy. "none" keeps every day of a stay: MIMIC has stays of 200+ days (the MIMIC-III
-# demo one of 124), and a cap of 99 cut 1,060 real rows from it. Example: max_timestep = 30 (at most 2^31 - 1).
-max_timestep = "none"
-# Rows more than this many days after the admission day are always quarantined (check beyond_max_stay).
-# No hospital stay in MIMIC comes near 1000 days (~2.7 years; the longest are under a year); a DISCHTIME
-# or CHARTTIME years or decades off (a mistyped year, a 1900 placeholder) does. With max_timestep = "none",
-# the graphs' timesteps are bounded by floor(max_stay_days * 24 / interval_hours) (1000 by default).
-# At most 36600 (100 years); after_discharge_hours at most 878400 (the same in hours).
-max_stay_days = 1000.0
-"""
-    interval_hours: float = setting(float, low=0.001, high=24 * 366)
-    # "none" in TOML: the timestep max_stay_days reaches (see last_timestep), set on construction
-    max_timestep: int = setting(int, low=0, high=2**31 - 1, words=("none",))
-    after_discharge_hours: float = setting(float, low=0, high=24 * 36_600)
-    late_policy: str = setting(str, words=LATE_POLICIES)
-    max_stay_days: float = setting(float, 1000.0, low=0, high=36_600, above=True)
+    interval_hours: float = setting(float, 24, low=0.001, high=24 * 366, doc="""
+        timestep = whole intervals since the start (midnight) of the admission day; from 0.001 (3.6 s) to 8784 (a leap year).""")
+    after_discharge_hours: float = setting(float, 24.0, low=0, high=24 * 36_600, doc="""
+        Rows charted more than after_discharge_hours after DISCHTIME (check after_discharge) are quarantined
+        (late_policy = "quarantine") or clipped to the last timestep of the stay ("clip"). This bounds every
+        row by its own stay, so no maximum is needed to keep timesteps sane.""")
+    late_policy: str = setting(str, "quarantine", words=LATE_POLICIES)
+    # "none": the timestep max_stay_days reaches (see last_timestep), set on construction
+    max_timestep: int = setting(int, "none", low=0, high=2**31 - 1, words=("none",), doc="""
+        A deliberate horizon, in intervals: rows past it are reported (check beyond_max_timestep) and quarantined
+        or clipped per late_policy. "none" keeps every day of a stay: MIMIC has stays of 200+ days (the MIMIC-III
+        demo one of 124), and a cap of 99 cut 1,060 real rows from it. Example: max_timestep = 30 (at most 2^31 - 1).""")
+    max_stay_days: float = setting(float, 1000.0, low=0, high=36_600, above=True, doc="""
+        Rows more than this many days after the admission day are always quarantined (check beyond_max_stay).
+        No hospital stay in MIMIC comes near 1000 days (~2.7 years; the longest are under a year); a DISCHTIME
+        or CHARTTIME years or decades off (a mistyped year, a 1900 placeholder) does. With max_timestep = "none",
+        the graphs' timesteps are bounded by floor(max_stay_days * 24 / interval_hours) (1000 by default).
+        At most 36600 (100 years); after_discharge_hours at most 878400 (the same in hours).""")
 
     def relations(self) -> None:
         if self.max_timestep == "none":
@@ -79,9 +72,10 @@ max_stay_days = 1000.0
 
 
 @guarded(stage=NAME, takes=FilledEvents, gives=BucketedEvents)
-def bucket(events: pd.DataFrame, admissions: pd.DataFrame, *, interval_hours: float = 24.0,
-           max_timestep: int | None = None, max_stay_days: float = 1000.0, after_discharge_hours: float = 24.0,
-           late_policy: str = "quarantine") -> Kept:
+def bucket(events: pd.DataFrame, admissions: pd.DataFrame, *, interval_hours: float = Options.interval_hours,
+           max_timestep: int | None = None, max_stay_days: float = Options.max_stay_days,
+           after_discharge_hours: float = Options.after_discharge_hours,
+           late_policy: str = Options.late_policy) -> Kept:
     """TIMESTEP for every row; rows before the admission day or past max_stay_days are quarantined, rows
     after discharge or past ``max_timestep`` per ``late_policy``."""
     stays = admissions.set_index("HADM_ID")

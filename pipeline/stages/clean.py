@@ -44,22 +44,19 @@ EMPTY_VALUE_POLICIES = ("quarantine", "category")
 @dataclass(frozen=True)
 class Options(Section):
     NAME = "comments"
-    TOML = """
-# MIMIC-IV writes some lab results only in labevents.comments ('NEG.', 'UNABLE TO REPORT.', '___'), with value
-# and valuenum empty. Such a row is never taken for text in a numeric item (it does not make its item mixed).
-# empty_value says what it becomes:
-#   "quarantine": set aside with the reason "result only in comments" (check result_in_comments), counted per ITEMID;
-#   "category":   the comment becomes the row's categorical VALUE, coded with the lab VALUE vocabulary under
-#                 [encode] min_admissions (a comment seen in fewer training admissions gets code 0 and stays out
-#                 of stats.json).
-# The default is the conservative one: comments are free text, written by people, and may name a patient or mix
-# several findings; keeping them as categories is a choice to make knowing the data. Rows with neither a value
-# nor a comment carry no result and are always quarantined ("no result", check no_result).
-# A comment's text appears in no report, quarantine.parquet or graph, even with --show-values; under "category"
-# it reaches stats.json only as a vocabulary value of at least min_admissions training admissions.
-empty_value = "quarantine"
-"""
-    empty_value: str = setting(str, words=EMPTY_VALUE_POLICIES)
+    empty_value: str = setting(str, "quarantine", words=EMPTY_VALUE_POLICIES, doc="""
+        MIMIC-IV writes some lab results only in labevents.comments ('NEG.', 'UNABLE TO REPORT.', '___'), with value
+        and valuenum empty. Such a row is never taken for text in a numeric item (it does not make its item mixed).
+        empty_value says what it becomes:
+          "quarantine": set aside with the reason "result only in comments" (check result_in_comments), counted per ITEMID;
+          "category":   the comment becomes the row's categorical VALUE, coded with the lab VALUE vocabulary under
+                        [encode] min_admissions (a comment seen in fewer training admissions gets code 0 and stays out
+                        of stats.json).
+        The default is the conservative one: comments are free text, written by people, and may name a patient or mix
+        several findings; keeping them as categories is a choice to make knowing the data. Rows with neither a value
+        nor a comment carry no result and are always quarantined ("no result", check no_result).
+        A comment's text appears in no report, quarantine.parquet or graph, even with --show-values; under "category"
+        it reaches stats.json only as a vocabulary value of at least min_admissions training admissions.""")
 
 
 @guarded(stage=NAME, takes=Admissions, gives=CleanAdmissions)
@@ -183,7 +180,7 @@ def fit_kinds(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Da
 
 @guarded(stage=NAME, takes=LabEvents, gives=CleanEvents)
 def clean_events(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame,
-                 kinds: ItemKinds | None = None, *, empty_value: str = "quarantine") -> Kept:
+                 kinds: ItemKinds | None = None, *, empty_value: str = Options.empty_value) -> Kept:
     """Inpatient lab rows with valid keys and a result, each with the KIND of its item.
 
     ``admissions`` and ``labitems`` are the clean tables: rows referring to a

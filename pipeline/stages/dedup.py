@@ -52,8 +52,9 @@ def dedup(events: pd.DataFrame) -> Kept:
 
 
 @guarded(stage=NAME, takes=EdgeRows, gives=EdgeRows)
-def drop_short_admissions(edges: pd.DataFrame, *, min_timesteps: int = 1) -> Kept:
-    """Edge rows of admissions with at least ``min_timesteps`` distinct timesteps; the others are quarantined."""
+def drop_short_admissions(edges: pd.DataFrame, *, min_timesteps: int) -> Kept:
+    """Edge rows of admissions with at least ``min_timesteps`` distinct timesteps ([graph] min_timesteps); the
+    others are quarantined."""
     timesteps = edges.groupby("HADM_ID", sort=False)["TIMESTEP"].transform("nunique")
     return set_aside(edges, [(SHORT, timesteps < min_timesteps)], stage=NAME)
 

@@ -19,6 +19,7 @@ from pipeline.stage import Context, Outcome, Plan, Stage
 from pipeline.work import Call, Fit
 from pipeline.shared import reads
 from schemas.encode import EncodedAdmissions, EncodedEvents, EncodedLabItems
+from schemas.errors import SAMPLE_CAP
 from schemas.guard import guarded
 from schemas.raw import ADMISSION_CATEGORICALS
 from schemas.split import SplitEvents
@@ -30,19 +31,15 @@ MISSING = 0
 @dataclass(frozen=True)
 class Options(Section):
     NAME = "encode"
-    TOML = """
-# A categorical value (an admission's ETHNICITY, a lab item's text VALUE) gets a code of its own only when
-# at least this many training admissions have it; rarer values get code 0, like unseen ones. Vocabularies
-# are saved in stats.json: this keeps values that could single out a patient out of it.
-min_admissions = 5
-# D_LABITEMS' FLUID and CATEGORY values that differ only in letter case ('BLOOD' and 'Blood', both in the
-# MIMIC-III demo) are reported (category_case_variants). true: they share one code, the spelling most items
-# use (ties: the first in sort order), so one fluid is one feature. false: each spelling keeps a code of its own.
-# The dictionary's case carries no meaning in MIMIC, so folding is the default.
-fold_case = true
-"""
-    min_admissions: int = setting(int, low=1)
-    fold_case: bool = setting(bool, True)
+    min_admissions: int = setting(int, 5, low=1, doc="""
+        A categorical value (an admission's ETHNICITY, a lab item's text VALUE) gets a code of its own only when
+        at least this many training admissions have it; rarer values get code 0, like unseen ones. Vocabularies
+        are saved in stats.json: this keeps values that could single out a patient out of it.""")
+    fold_case: bool = setting(bool, True, doc="""
+        D_LABITEMS' FLUID and CATEGORY values that differ only in letter case ('BLOOD' and 'Blood', both in the
+        MIMIC-III demo) are reported (category_case_variants). true: they share one code, the spelling most items
+        use (ties: the first in sort order), so one fluid is one feature. false: each spelling keeps a code of its own.
+        The dictionary's case carries no meaning in MIMIC, so folding is the default.""")
 
 
 @dataclass(frozen=True)
@@ -180,7 +177,7 @@ def _folded(values: pd.Series) -> pd.Series:
     return values.map(case_spellings(values))
 
 
-def case_findings(labitems: pd.DataFrame, *, fold_case: bool, max_lines: int = 20) -> list[Finding]:
+def case_findings(labitems: pd.DataFrame, *, fold_case: bool, max_lines: int = SAMPLE_CAP) -> list[Finding]:
     """D_LABITEMS' FLUID and CATEGORY values that differ only in letter case, per column, naming the variants
     (dictionary metadata, not patient data) and what encoding did with them."""
     findings = []

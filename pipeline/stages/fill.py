@@ -8,16 +8,16 @@ output guard allows no null in any tensor column.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import MappingProxyType
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
 
 from pipeline.findings import Finding, summary_finding
-from pipeline.options import Allowed, Section, require, setting, typed
 from pipeline import page
+from pipeline.options import Allowed, Section, comments, require, setting, toml_value, typed
 from pipeline.stage import Context, Plan, Shown, Stage
 from pipeline.work import Call, Fit
 from pipeline.quarantine import Kept, set_aside
@@ -48,26 +48,27 @@ class FillPolicy(Section):
         require(self.policy != "constant" or self.value is not None, "[fill] policy 'constant' needs a finite value")
 
 
+class Column(NamedTuple):
+    """A tensor column's default fill, and its documentation: the comment lines under ``[fill.COLUMN]``."""
+
+    policy: FillPolicy
+    doc: str
+
+
 class Options:
-    """The fill stage's config: a :class:`FillPolicy` per tensor column (``[fill.Z]``, ``[fill.CODE]``)."""
+    """The fill stage's config: a :class:`FillPolicy` per tensor column (``[fill.Z]``, ``[fill.CODE]``), each
+    column's default declared once in :attr:`COLUMNS`, which its documented TOML is generated from."""
 
     NAME = "fill"
-    TOML = """
-[fill.Z]
-# Categorical rows have no number: their z-score is declared 0. The graphs' tensors are float32, so a constant
-# value must be finite in float32 (|value| <= 3.4028235e38); CODE's value must be a code in [0, 2^31 - 1].
-# policy: "constant" (with value), "mean" or "median" (of the training split), "drop" (the row),
-# "ffill" (the previous value of the item within the admission). indicator adds Z_MISSING (0/1).
-policy = "constant"
-value = 0.0
-indicator = false
-
-[fill.CODE]
-# Numeric rows have no category: code 0, reserved for missing and unseen values.
-policy = "constant"
-value = 0
-indicator = false
-"""
+    COLUMNS = MappingProxyType({
+        "Z": Column(FillPolicy(policy="constant", value=0.0), doc="""
+            Categorical rows have no number: their z-score is declared 0. The graphs' tensors are float32, so a constant
+            value must be finite in float32 (|value| <= 3.4028235e38); CODE's value must be a code in [0, 2^31 - 1].
+            policy: "constant" (with value), "mean" or "median" (of the training split), "drop" (the row),
+            "ffill" (the previous value of the item within the admission). indicator adds Z_MISSING (0/1)."""),
+        "CODE": Column(FillPolicy(policy="constant", value=0), doc="""
+            Numeric rows have no category: code 0, reserved for missing and unseen values."""),
+    })
 
     @classmethod
     def load(cls, values: Any, name: str | None = None) -> Mapping[str, FillPolicy]:
@@ -84,7 +85,17 @@ indicator = false
 
     @classmethod
     def toml(cls) -> str:
-        return cls.TOML.strip() + "\n"
+        """``[fill.COLUMN]`` for each column of :attr:`COLUMNS`: its documentation, then its policy's keys (a value
+        written as its column takes it: 0.0 for Z, 0 for CODE)."""
+        tables = []
+        for column, (policy, doc) in cls.COLUMNS.items():
+            keys = {key.name: getattr(policy, key.name) for key in fields(FillPolicy)}
+            if keys["value"] is not None:
+                keys["value"] = VALUES[column].kind(keys["value"])
+            tables.append("\n".join([f"[fill.{column}]", *comments(doc),
+                                     *(f"{key} = {toml_value(value)}" for key, value in keys.items()
+                                       if value is not None)]))
+        return "\n\n".join(tables) + "\n"
 
 
 @dataclass(frozen=True)

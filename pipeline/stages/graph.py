@@ -42,28 +42,20 @@ LABITEM_FEATURES = ("FLUID_CODE", "CATEGORY_CODE")
 @dataclass(frozen=True)
 class Options(Section):
     NAME = "graph"
-    TOML = """
-# Admissions per graph, per split, in HADM_ID order.
-batch_size = 128
-# Add the next-timestep target: admission.y, multi-hot over lab items at each admission's last timestep.
-labels = true
-# Each batch's memory is estimated (tensors, and a float32 GNN's activations at this width and depth);
-# above the budget it is a warning (graph_memory).
-hidden = 64  # at most 65536
-layers = 2  # at most 1024
-memory_budget_mb = 1024.0
-# Admissions with fewer distinct timesteps than this are left out of the graphs: their lab rows are
-# quarantined (check below_min_timesteps) and the admission counted (check admission_below_min_timesteps).
-# 1 keeps every admission that has a kept lab. A next-timestep target needs history before its last
-# timestep: set 2 for that (as the seed research code did), knowing it drops one-day admissions.
-min_timesteps = 1
-"""
-    batch_size: int = setting(int, low=1)
-    labels: bool = setting(bool)
-    hidden: int = setting(int, low=1, high=1 << 16)
-    layers: int = setting(int, low=1, high=1 << 10)
-    memory_budget_mb: float = setting(float, **POSITIVE)
-    min_timesteps: int = setting(int, 1, low=1)
+    batch_size: int = setting(int, 128, low=1, doc="""
+        Admissions per graph, per split, in HADM_ID order.""")
+    labels: bool = setting(bool, True, doc="""
+        Add the next-timestep target: admission.y, multi-hot over lab items at each admission's last timestep.""")
+    hidden: int = setting(int, 64, low=1, high=1 << 16, note="at most 65536", doc="""
+        Each batch's memory is estimated (tensors, and a float32 GNN's activations at this width and depth);
+        above the budget it is a warning (graph_memory).""")
+    layers: int = setting(int, 2, low=1, high=1 << 10, note="at most 1024")
+    memory_budget_mb: float = setting(float, 1024.0, **POSITIVE)
+    min_timesteps: int = setting(int, 1, low=1, doc="""
+        Admissions with fewer distinct timesteps than this are left out of the graphs: their lab rows are
+        quarantined (check below_min_timesteps) and the admission counted (check admission_below_min_timesteps).
+        1 keeps every admission that has a kept lab. A next-timestep target needs history before its last
+        timestep: set 2 for that (as the seed research code did), knowing it drops one-day admissions.""")
 
 
 @dataclass(frozen=True)
@@ -112,7 +104,8 @@ def graph_limits(vocabularies, admissions: pd.DataFrame, *, max_timestep: int) -
 
 
 def stream_graphs(parts: Iterable[pd.DataFrame], admissions: pd.DataFrame, labitems: pd.DataFrame, *,
-                  batch_size: int = 128, labels: bool = True, start: Mapping[str, int] | None = None
+                  batch_size: int = Options.batch_size, labels: bool = Options.labels,
+                  start: Mapping[str, int] | None = None
                   ) -> Iterator[GraphBatch]:
     """:func:`build_graphs` of edge rows that come in parts in (split, HADM_ID) order, every admission's rows in one
     part (the parts engine's): a batch is built once all its admissions were read, so a part and the rows of one
@@ -148,7 +141,8 @@ def stream_graphs(parts: Iterable[pd.DataFrame], admissions: pd.DataFrame, labit
 
 
 def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
-                 batch_size: int = 128, labels: bool = True, first_batch: Mapping[str, int] | None = None
+                 batch_size: int = Options.batch_size, labels: bool = Options.labels,
+                 first_batch: Mapping[str, int] | None = None
                  ) -> list[GraphBatch]:
     """One HeteroData per batch of ``batch_size`` admissions, per split, in a deterministic order (a split's
     batches numbered from its ``first_batch``, 0 by default: :func:`stream_graphs` builds them a few at a time)."""
@@ -157,7 +151,8 @@ def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Dat
 
 
 def graph_batches(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
-                  batch_size: int = 128, labels: bool = True, first_batch: Mapping[str, int] | None = None
+                  batch_size: int = Options.batch_size, labels: bool = Options.labels,
+                  first_batch: Mapping[str, int] | None = None
                   ) -> Iterator[GraphBatch]:
     """:func:`build_graphs`' graphs made one at a time, so a build that serialises each as it comes holds one
     graph's tensors, not those of every batch of a part."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -33,12 +33,12 @@ import numpy as np
 import pandas as pd
 
 from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
-from pipeline.options import POSITIVE, Section, require, setting, typed
+from pipeline.options import POSITIVE, Section, require, setting, table, typed
 from pipeline.stage import Context, Outcome, Plan, Shown, Stage
 from pipeline.work import Call, Fit
 from pipeline.shared import reads
 from schemas.encode import EncodedEvents
-from schemas.errors import StageError
+from schemas.errors import SAMPLE_CAP, StageError
 from schemas.guard import guarded
 from schemas.scale import ScaledEvents
 
@@ -61,50 +61,40 @@ MAX_Z_BOUND = 1e15  # far past any z-score a real value has; the HTML report's l
 @dataclass(frozen=True)
 class Options(Section):
     NAME = "scale"
-    TOML = """
-# Each item is scaled by the first rule of a chain, fitted on its training rows only (stats.json records
-# the rule and the rows per item): its normal (unflagged) rows, clip_sigma-clipped, when it has at least
-# min_rows of them and their std is above eps * |mean|; else all its rows, clipped the same way
-# (fallback_item); else all its rows unclipped; else it is constant (constant_item).
-# An item is constant only when its training values are all equal: max - min <= eps * max(|min|, |max|).
-# eps sits well above float64 rounding noise (~1e-16) and well below any real measurement's spread: an
-# item of 1e6 +- 1e-3 (relative spread 1e-9) is still scaled, by its centred two-pass std. At most 0.5.
-eps = 1e-12
-# Values further than this many std from the mean of the item's fitted rows are left out of its stats.
-clip_sigma = 3.0
-# The fewest normal training rows an item is scaled on. A std from n rows is off by about
-# 1 / sqrt(2 (n - 1)): 24% at 10 rows, 71% at 2; and below 11 rows no value can lie beyond 3 sigma, so
-# clipping does nothing. With fewer normal rows, the item is scaled on all its training rows: one normal
-# NTproBNP row among 28 spread over 12,860 pg/mL must not set its scale.
-min_rows = 10
-# A constant item's value c gets z = 0; any other value x (in val or test) gets the relative difference
-# (x - c) / |c| ((x - c) in raw units when c = 0) clipped to +-constant_bound, so it never turns raw-unit
-# differences into huge z-scores (check constant_item_value names these rows). Keep it well below
-# warn_bound, so such a value never passes for a heavy tail.
-constant_bound = 10.0
-# |z| above warn_bound is a warning naming the items and the rule that scaled each (a heavy tail on an
-# item fitted on its normal rows is real: AST reaches z ~ 1,100); above error_bound it is an error:
-# beyond any real measurement, the mark of a failed std guard. Both at most 1e15.
-warn_bound = 100.0
-error_bound = 1e6
-# Where LABEVENTS has reference ranges (MIMIC-IV's ref_range_lower / ref_range_upper), each row above
-# warn_bound is a real extreme when its value lies more than range_widths range widths beyond the nearer
-# bound, else a suspect scale. A normal range spans about 4 std, so a value within 10 widths of it that
-# still has |z| > 100 means a scale at least 2.5 times too small.
-range_widths = 10.0
-
-[scale.policy]
-# Per ITEMID: "none" (default), "clip" (|z| clipped to warn_bound) or "log" (log1p before scaling).
-# "50878" = "log"
-"""
-    eps: float = setting(float, low=0, high=0.5, above=True)
-    clip_sigma: float = setting(float, **POSITIVE)
-    warn_bound: float = setting(float, low=0, high=MAX_Z_BOUND, above=True)
-    error_bound: float = setting(float, low=0, high=MAX_Z_BOUND, above=True)
-    min_rows: int = setting(int, 10, low=2)  # one row has no spread
-    constant_bound: float = setting(float, 10.0, **POSITIVE)
-    range_widths: float = setting(float, 10.0, **POSITIVE)
-    policy: Mapping[int, str] = field(default_factory=lambda: MappingProxyType({}))
+    eps: float = setting(float, 1e-12, low=0, high=0.5, above=True, doc="""
+        Each item is scaled by the first rule of a chain, fitted on its training rows only (stats.json records
+        the rule and the rows per item): its normal (unflagged) rows, clip_sigma-clipped, when it has at least
+        min_rows of them and their std is above eps * |mean|; else all its rows, clipped the same way
+        (fallback_item); else all its rows unclipped; else it is constant (constant_item).
+        An item is constant only when its training values are all equal: max - min <= eps * max(|min|, |max|).
+        eps sits well above float64 rounding noise (~1e-16) and well below any real measurement's spread: an
+        item of 1e6 +- 1e-3 (relative spread 1e-9) is still scaled, by its centred two-pass std. At most 0.5.""")
+    clip_sigma: float = setting(float, 3.0, **POSITIVE, doc="""
+        Values further than this many std from the mean of the item's fitted rows are left out of its stats.""")
+    min_rows: int = setting(int, 10, low=2, doc="""
+        The fewest normal training rows an item is scaled on. A std from n rows is off by about
+        1 / sqrt(2 (n - 1)): 24% at 10 rows, 71% at 2; and below 11 rows no value can lie beyond 3 sigma, so
+        clipping does nothing. With fewer normal rows, the item is scaled on all its training rows: one normal
+        NTproBNP row among 28 spread over 12,860 pg/mL must not set its scale.""")  # one row has no spread
+    constant_bound: float = setting(float, 10.0, **POSITIVE, doc="""
+        A constant item's value c gets z = 0; any other value x (in val or test) gets the relative difference
+        (x - c) / |c| ((x - c) in raw units when c = 0) clipped to +-constant_bound, so it never turns raw-unit
+        differences into huge z-scores (check constant_item_value names these rows). Keep it well below
+        warn_bound, so such a value never passes for a heavy tail.""")
+    warn_bound: float = setting(float, 100.0, low=0, high=MAX_Z_BOUND, above=True, doc="""
+        |z| above warn_bound is a warning naming the items and the rule that scaled each (a heavy tail on an
+        item fitted on its normal rows is real: AST reaches z ~ 1,100); above error_bound it is an error:
+        beyond any real measurement, the mark of a failed std guard. Both at most 1e15.""")
+    error_bound: float = setting(float, 1e6, low=0, high=MAX_Z_BOUND, above=True)
+    range_widths: float = setting(float, 10.0, **POSITIVE, doc="""
+        Where LABEVENTS has reference ranges (MIMIC-IV's ref_range_lower / ref_range_upper), each row above
+        warn_bound is a real extreme when its value lies more than range_widths range widths beyond the nearer
+        bound, else a suspect scale. A normal range spans about 4 std, so a value within 10 widths of it that
+        still has |z| > 100 means a scale at least 2.5 times too small.""")
+    policy: Mapping[int, str] = table(doc="""
+        Per ITEMID: "none" (default), "clip" (|z| clipped to warn_bound) or "log" (log1p before scaling).
+        "50878" = "log"
+        """)
 
     @classmethod
     def load(cls, values: Any, name: str | None = None) -> "Options":
@@ -142,8 +132,8 @@ class ZScoreStats:
     normal_count_: tuple[int, ...]
     log_items_: tuple[int, ...]
     eps: float
-    min_rows: int = 10
-    constant_bound: float = 10.0
+    min_rows: int = Options.min_rows
+    constant_bound: float = Options.constant_bound
 
     @property
     def constant_items_(self) -> tuple[int, ...]:
@@ -261,8 +251,9 @@ def _transformed(events: pd.DataFrame, log_items: list[int], *, strict: bool = T
         return values.where(~logged, np.log1p(values.where(logged, 0.0)))
 
 
-def fit_zscore(events: pd.DataFrame, *, eps: float = 1e-12, clip_sigma: float = 3.0, min_rows: int = 10,
-               constant_bound: float = 10.0, policy: Mapping[int, str] | None = None) -> ZScoreStats:
+def fit_zscore(events: pd.DataFrame, *, eps: float = Options.eps, clip_sigma: float = Options.clip_sigma,
+               min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
+               policy: Mapping[int, str] | None = None) -> ZScoreStats:
     """Fit per-item stats on the training rows that carry a number (``events`` has SPLIT and FLAG)."""
     return fit_from_rows(add_fit_rows([fit_rows(events, policy=policy)]), eps=eps, clip_sigma=clip_sigma,
                          min_rows=min_rows, constant_bound=constant_bound, policy=policy)
@@ -270,8 +261,9 @@ def fit_zscore(events: pd.DataFrame, *, eps: float = 1e-12, clip_sigma: float = 
 
 def fit_by_passes(keep: Callable[[Callable[[pd.DataFrame], pd.DataFrame]], Any],
                   each: Callable[[Any, Callable[[pd.DataFrame], pd.DataFrame]], Sequence[pd.DataFrame]], *,
-                  eps: float = 1e-12, clip_sigma: float = 3.0, min_rows: int = 10, constant_bound: float = 10.0,
-                  policy: Mapping[int, str] | None = None) -> ZScoreStats:
+                  eps: float = Options.eps, clip_sigma: float = Options.clip_sigma, min_rows: int = Options.min_rows,
+                  constant_bound: float = Options.constant_bound, policy: Mapping[int, str] | None = None
+                  ) -> ZScoreStats:
     """The fit of rows that may lie in parts: ``keep(step)`` applies ``step`` to every part and keeps what it
     gives where the part is; ``each(kept, step)`` gives ``step`` of every kept part. Each part's
     :func:`fit_rows` (its distinct values, counted) come back and add up (:func:`add_fit_rows`) to the very
@@ -286,8 +278,9 @@ def _as_is(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def fit_from_rows(rows: pd.DataFrame, *, eps: float = 1e-12, clip_sigma: float = 3.0, min_rows: int = 10,
-                  constant_bound: float = 10.0, policy: Mapping[int, str] | None = None) -> ZScoreStats:
+def fit_from_rows(rows: pd.DataFrame, *, eps: float = Options.eps, clip_sigma: float = Options.clip_sigma,
+                  min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
+                  policy: Mapping[int, str] | None = None) -> ZScoreStats:
     """The stats from the counted training values of all the rows (:func:`add_fit_rows`)."""
     return fit_from_sums(functools.partial(fit_sums, rows, clip_sigma=clip_sigma), eps=eps, min_rows=min_rows,
                          constant_bound=constant_bound, policy=policy)
@@ -320,7 +313,8 @@ def _counted(rows: pd.DataFrame) -> pd.DataFrame:
     return counted.astype("int64").reset_index()
 
 
-def fit_sums(rows: pd.DataFrame, known: pd.DataFrame | None = None, *, clip_sigma: float = 3.0) -> pd.DataFrame:
+def fit_sums(rows: pd.DataFrame, known: pd.DataFrame | None = None, *,
+             clip_sigma: float = Options.clip_sigma) -> pd.DataFrame:
     """One pass of the fit over ``rows`` (from :func:`fit_rows`): per-item sums that :func:`add_sums` combines
     over parts of the rows.
 
@@ -364,8 +358,9 @@ def _centred_bases(sums: Callable[[pd.DataFrame | None], pd.DataFrame], known: p
                              "count": count[b]}) for b in BASES}
 
 
-def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: float = 1e-12, min_rows: int = 10,
-                  constant_bound: float = 10.0, policy: Mapping[int, str] | None = None) -> ZScoreStats:
+def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: float = Options.eps,
+                  min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
+                  policy: Mapping[int, str] | None = None) -> ZScoreStats:
     """The stats from ``sums(known)``: :func:`fit_sums` of every training row, in one part or added over many.
 
     Five passes: counts and ranges; per basis, the mean and centred std (two passes), which set the
@@ -412,7 +407,7 @@ def _spread(stats: pd.DataFrame, eps: float) -> pd.Series:
 
 
 def zscores(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[int, str] | None = None,
-            warn_bound: float = 100.0, strict: bool = True) -> pd.Series:
+            warn_bound: float = Options.warn_bound, strict: bool = True) -> pd.Series:
     """The z of each row with a number (NaN elsewhere), from ``events``' ITEMID and VALUENUM: train stats;
     items unseen in train get 0; constant items are clipped at the stats' ``constant_bound`` and 'clip' items
     at ``warn_bound``. Nothing is checked but, when ``strict``, the log policy's domain: :func:`apply_zscore`
@@ -430,7 +425,7 @@ def zscores(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[int, st
 
 @guarded(stage=NAME, takes=EncodedEvents, gives=ScaledEvents)
 def apply_zscore(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[int, str] | None = None,
-                 warn_bound: float = 100.0, error_bound: float = 1e6) -> pd.DataFrame:
+                 warn_bound: float = Options.warn_bound, error_bound: float = Options.error_bound) -> pd.DataFrame:
     """Z for every row with a number: train stats; items unseen in train get 0; constant items' z is bounded;
     'clip' items are clipped."""
     z = zscores(events, stats, policy=policy, warn_bound=warn_bound)
@@ -490,8 +485,8 @@ def range_classes(values: pd.Series, ranges: pd.DataFrame, *, range_widths: floa
     return pd.Series(np.where(usable, classes, "no range"), index=values.index)
 
 
-def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float, max_lines: int = 20,
-                   ranges: pd.DataFrame | None = None, range_widths: float = 10.0,
+def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float, max_lines: int = SAMPLE_CAP,
+                   ranges: pd.DataFrame | None = None, range_widths: float = Options.range_widths,
                    names: Mapping[int, str] | None = None) -> list[Finding]:
     """Constant, fallback and unseen items, values of constant items other than their one value, and |z| above
     the warning bound, named by ITEMID (with ``names`` from :func:`pipeline.report.item_names`, at most

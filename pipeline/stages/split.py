@@ -28,17 +28,11 @@ NAME = "split"
 @dataclass(frozen=True)
 class Options(Section):
     NAME = "split"
-    TOML = """
-# Admissions are assigned to splits by patient (SUBJECT_ID), seeded, before anything is fitted.
-train = 0.8
-val = 0.1
-test = 0.1
-seed = 2101
-"""
-    train: float = setting(float, low=0, high=1, above=True)
-    val: float = setting(float, low=0, high=1, above=True)
-    test: float = setting(float, low=0, high=1, above=True)
-    seed: int = setting(int, low=0)
+    train: float = setting(float, 0.8, low=0, high=1, above=True, doc="""
+        Admissions are assigned to splits by patient (SUBJECT_ID), seeded, before anything is fitted.""")
+    val: float = setting(float, 0.1, low=0, high=1, above=True)
+    test: float = setting(float, 0.1, low=0, high=1, above=True)
+    seed: int = setting(int, 2101, low=0)
 
     def relations(self) -> None:
         ratios = (self.train, self.val, self.test)
