@@ -17,31 +17,21 @@ from dataclasses import dataclass
 from html import escape
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from pipeline.config import Config
 from pipeline.engine import PANDAS
-from pipeline.quarantine import LineMask
 from pipeline import page
-from pipeline.report import Report, format_items, item_names, write_atomic
-from pipeline.stages.scale import zscores
+from pipeline.report import Report, item_names, write_atomic
 from schemas.checks import CHECKS
 
-TOP_ITEMS = 8
-"""How many items the z-score chart shows (those with the largest |z|)."""
 
 DROPPED_OPEN = 20
 """The list of admissions in no graph shows open up to this many (longer, it opens on a click; all are listed)."""
 
-FLAGGED_POINTS = 200
-"""At most this many flagged points are drawn per item (the most extreme ones); the table counts all."""
-
-FLIERS = 400
-"""At most this many outliers are drawn per item, evenly spread over their order (MIMIC-IV's items have hundreds of
-thousands: drawn all, they made a 44 MB report); the box and whiskers are computed from every row."""
 
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 _NOUNS = {"error": "error", "warning": "warning", "info": "note"}
@@ -86,21 +76,13 @@ def render(result: Any, config: Config, *, show_values: bool = False, engine: An
     engine = engine or PANDAS
     validation = getattr(result, "validation", result)
     report: Report = result.report
-    tables, prepared = validation.tables, validation.prepared
+    prepared = validation.prepared
     graphs = list(getattr(result, "graphs", ()) or ())
     kind = "build" if validation is not result else "validate"
-    # Two passes over LABEVENTS (part by part when it is held in parts): per-item summaries, then the z of the
-    # items drawn.
-    summary = z_summary(tables.labevents, prepared, config, engine=engine)
-    top = extreme_items(summary)
-    drawn = drawn_z(tables.labevents, prepared, config, items=top.index, engine=engine) if len(top) else {}
-    names = item_names(getattr(prepared, "labitems", None))  # '50963 NTproBNP (Blood)'
     sections = [
         _header(report, kind, getattr(validation, "cached", False)),
         _findings(report, show_values=show_values),
         _attrition(report),
-        _zscores(drawn, top, config, names),
-        _items(prepared, summary, names, config),
         *_stage_sections(validation, report, config, engine=engine),
         _splits(prepared, graphs, engine=engine),
     ]
@@ -112,116 +94,6 @@ def render(result: Any, config: Config, *, show_values: bool = False, engine: An
 
 
 # -- data ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class DrawnZ:
-    """What the chart draws of an item: its finite z sorted (the box, its whiskers and outliers depend only on
-    the values), and those above the warn bound in source line order (the flagged points, the most extreme first,
-    ties in line order), with their lines. 8 bytes a row, where a frame of the rows took 25 and more."""
-
-    values: np.ndarray
-    beyond: np.ndarray
-    lines: np.ndarray
-
-    @staticmethod
-    def combine(parts: list["DrawnZ"]) -> "DrawnZ":
-        """One item's z from its parts' (any order of parts: the values are sorted, the flagged points put in line
-        order)."""
-        lines = np.concatenate([p.lines for p in parts])
-        order = np.argsort(lines, kind="stable")
-        return DrawnZ(values=np.sort(np.concatenate([p.values for p in parts])),
-                      beyond=np.concatenate([p.beyond for p in parts])[order], lines=lines[order])
-
-
-def z_scores(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, policy: Any, warn_bound: float,
-             items: Iterable[int] | None = None) -> pd.DataFrame:
-    """The z of each scaled lab row of a part of LABEVENTS (index = source line), computed from the fitted stats: the
-    rows the scale stage saw (LABEVENTS less what clean quarantined: ``cleaned``), so the chart exists even when the
-    scale stage stopped the run on an error bound; of ``items`` only, when given. ``seen`` is False for items unseen
-    in train (z = 0)."""
-    chosen = ~cleaned.of(part.index.to_numpy("int64")) & part["VALUENUM"].notna().to_numpy() \
-        & part["ITEMID"].notna().to_numpy()
-    if items is not None:
-        chosen &= part["ITEMID"].isin(list(items)).to_numpy()
-    rows = part.loc[chosen, ["ITEMID", "VALUENUM"]].astype({"ITEMID": "int64", "VALUENUM": "float64"})
-    z = zscores(rows, stats, policy=policy, warn_bound=warn_bound, strict=False)
-    return pd.DataFrame({"ITEMID": rows["ITEMID"], "Z": z.astype("float64"), "seen": rows["ITEMID"].isin(stats.items_)})
-
-
-def _z_sources(labevents: Any, prepared: Any) -> tuple | None:
-    """What the z passes need: the fitted stats and the lines clean quarantined (None: no z to draw)."""
-    stats = prepared.fitted.get("scale")
-    if labevents is None or stats is None or "VALUENUM" not in labevents.columns:
-        return None
-    return stats, prepared.quarantine.taken("LABEVENTS", "clean")
-
-
-def _part_summary(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, policy: Any, warn_bound: float
-                  ) -> pd.DataFrame:
-    """Per ITEMID of one part: rows, non-finite z, max finite |z|, rows above the bound or not finite, seen."""
-    z = z_scores(part, stats, cleaned, policy=policy, warn_bound=warn_bound)
-    absolute = z["Z"].abs()
-    finite = np.isfinite(z["Z"])
-    frame = pd.DataFrame({"ITEMID": z["ITEMID"], "abs": absolute.where(finite),
-                          "nonfinite": (~finite).astype("int64"),
-                          "flagged": ((absolute > warn_bound) | ~finite).astype("int64"), "seen": z["seen"]})
-    return frame.groupby("ITEMID", sort=True).agg(
-        rows=("abs", "size"), nonfinite=("nonfinite", "sum"), max_abs=("abs", "max"), flagged=("flagged", "sum"),
-        seen=("seen", "any"))
-
-
-def z_summary(labevents: Any, prepared: Any, config: Config, *, engine: Any = PANDAS) -> pd.DataFrame:
-    """Per ITEMID (sorted): rows, non-finite z, max finite |z| (0 without one), rows above the bound or not finite,
-    and whether the item was seen in train; summed up part by part (:func:`z_scores`), where the parts are."""
-    sources = _z_sources(labevents, prepared)
-    summaries = [] if sources is None else list(engine.per_part(
-        _part_summary, labevents, *sources, columns=["ITEMID", "VALUENUM"], policy=config.scale.policy,
-        warn_bound=config.scale.warn_bound))
-    if not summaries:
-        return pd.DataFrame({"rows": [], "nonfinite": [], "max_abs": [], "flagged": [], "seen": []},
-                            index=pd.Index([], name="ITEMID", dtype="int64")).astype(
-            {"rows": "int64", "nonfinite": "int64", "max_abs": "float64", "flagged": "int64", "seen": "bool"})
-    summary = pd.concat(summaries).groupby(level="ITEMID", sort=True).agg(
-        {"rows": "sum", "nonfinite": "sum", "max_abs": "max", "flagged": "sum", "seen": "any"})
-    return summary.assign(max_abs=summary["max_abs"].fillna(0.0))
-
-
-def _part_drawn(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, policy: Any, warn_bound: float,
-                items: list[int]) -> dict[int, DrawnZ]:
-    """The drawn items' z of one part (:class:`DrawnZ`), by ITEMID."""
-    z = z_scores(part, stats, cleaned, policy=policy, warn_bound=warn_bound, items=items)
-    z = z[z["seen"] & np.isfinite(z["Z"])]
-    order = np.argsort(z["ITEMID"].to_numpy("int64"), kind="stable")  # by item, each in the part's row order
-    item, values, lines = (z["ITEMID"].to_numpy("int64")[order], z["Z"].to_numpy("float64")[order],
-                           z.index.to_numpy("int64")[order])
-    starts = np.flatnonzero(np.r_[True, item[1:] != item[:-1]]) if len(item) else np.array([], dtype="int64")
-    beyond = np.abs(values) > warn_bound
-    return {int(item[start]): DrawnZ(values=np.sort(values[start:stop]), beyond=values[start:stop][beyond[start:stop]],
-                                     lines=lines[start:stop][beyond[start:stop]])
-            for start, stop in zip(starts, [*starts[1:], len(item)])}
-
-
-def drawn_z(labevents: Any, prepared: Any, config: Config, *, items: Iterable[int], engine: Any = PANDAS
-            ) -> dict[int, DrawnZ]:
-    """The z of ``items`` (:class:`DrawnZ`), by ITEMID, gathered part by part from where the parts are."""
-    sources = _z_sources(labevents, prepared)
-    found: dict[int, list[DrawnZ]] = {}
-    if sources is not None:
-        for drawn in engine.per_part(_part_drawn, labevents, *sources, columns=["ITEMID", "VALUENUM"],
-                           policy=config.scale.policy, warn_bound=config.scale.warn_bound,
-                           items=[int(item) for item in items]):
-            for item, part in drawn.items():
-                found.setdefault(item, []).append(part)
-    return {item: DrawnZ.combine(parts) for item, parts in sorted(found.items())}
-
-
-def extreme_items(summary: pd.DataFrame, top: int = TOP_ITEMS) -> pd.DataFrame:
-    """Per item seen in train (from :func:`z_summary`): rows, non-finite z, max |z| and rows above the bound; the
-    ``top`` largest."""
-    seen = summary.loc[summary["seen"], ["rows", "nonfinite", "max_abs", "flagged"]]
-    # Non-finite first, then by max |z|; ITEMID breaks ties so the order never depends on the input's.
-    seen = seen.assign(_nonfinite=seen["nonfinite"] > 0, _item=seen.index)
-    seen = seen.sort_values(["_nonfinite", "max_abs", "_item"], ascending=[False, False, True], kind="stable")
-    return seen.drop(columns=["_nonfinite", "_item"]).head(top)
 
 
 # -- sections -----------------------------------------------------------------------------------
@@ -336,49 +208,6 @@ def _dropped(ledger: dict) -> str:
             f"{len(dropped):,} {noun} in no graph, every one named</summary>{table}</details>")
 
 
-def _zscores(drawn: dict[int, DrawnZ], top: pd.DataFrame, config: Config, names: dict[int, str]) -> str:
-    warn, error = config.scale.warn_bound, config.scale.error_bound
-    if top.empty:
-        return ""
-    chart = page.figure("zscores", f"z-scores of the {len(top)} items with the largest |z|; dashed: |z| = {warn:g} "
-                               f"(warn bound); red points: rows above it",
-                    lambda: _z_chart(drawn, top, warn, error))
-    table = page.table(["ITEMID", "rows", "max |z|", "rows above the warn bound", "non-finite z"],
-                   [[format_items([r.Index], names=names), page.n(r.rows), f"{r.max_abs:.3g}", page.n(r.flagged),
-                     page.n(r.nonfinite)]
-                    for r in top.itertuples()], numeric={1, 2, 3, 4})
-    return (f'<section id="zscores"><h2>z-score distributions</h2><p>Per ITEMID, z from the training stats, on '
-            f"the rows the scale stage saw. Bounds: warning above {warn:g}, error above {error:g}.</p>"
-            f"{chart}{table}</section>")
-
-
-def _items(prepared: Any, summary: pd.DataFrame, names: dict[int, str], config: Config) -> str:
-    stats = prepared.fitted.get("scale")
-    if stats is None:
-        return ""
-    counts = dict(zip(stats.items_, stats.count_))
-    single = [item for item, count in counts.items() if count == 1]
-    unseen = summary.loc[~summary["seen"], "rows"]
-    groups = [
-        ("constant", "every training value equal: z = 0 on it, other values' z bounded by [scale] constant_bound",
-         stats.constant_items_),
-        ("single-observation", "one training observation", single),
-        ("fallback", "fewer than [scale] min_rows normal training rows (or none with spread): fitted on all "
-                     "their training rows", stats.fallback_items_),
-        ("unseen", "numeric items not in the training split: z = 0", list(unseen.index)),
-    ]
-    rows = []
-    for name, what, items in groups:
-        if name == "unseen":
-            listed = format_items(unseen, names=names, limit=config.report.max_lines)
-        else:
-            listed = format_items({item: counts.get(item, 0) for item in items}, names=names,
-                                  limit=config.report.max_lines, unit="train row")
-        rows.append([name, str(len(items)), listed or "none", what])
-    table = page.table(["items", "count", "ITEMID", "meaning"], rows, numeric={1})
-    return f'<section id="items"><h2>Constant, single-observation, fallback and unseen items</h2>{table}</section>'
-
-
 def _stage_sections(validation: Any, report: Report, config: Config, *, engine: Any) -> list[str]:
     """The sections the stages draw of themselves (their ``sections`` hook), in flow order."""
     prepared = validation.prepared
@@ -454,48 +283,6 @@ def _funnel_chart(read: int, steps: list[dict], colour: dict[str, str]):
             if step is not None:
                 note += f'  (-{step["rows_in"] - step["rows_out"]:,} {"merged" if step["merged"] else "quarantined"})'
             ax.text(value, position, "  " + note, va="center", fontsize=8)
-        return figure
-
-
-def _z_chart(drawn: dict[int, DrawnZ], top: pd.DataFrame, warn: float, error: float):
-    import matplotlib
-    from matplotlib import cbook
-    from matplotlib.ticker import FuncFormatter
-
-    with matplotlib.rc_context(page.RC):
-        items = list(top.index)
-        figure = page.new_figure(8, 0.55 * len(items) + 1.1)
-        ax = figure.add_subplot()
-        positions = np.arange(len(items))[::-1]
-        boxes, flagged_x, flagged_y = [], [], []
-        for item, position in zip(items, positions):
-            values = drawn[item].values if item in drawn else np.array([], dtype="float64")
-            (box,) = cbook.boxplot_stats(values if len(values) else np.array([0.0]))
-            box["fliers"] = page.fewer(box["fliers"], FLIERS)  # the box from every row, a few of its outliers drawn
-            boxes.append(box)
-            beyond = drawn[item].beyond if item in drawn else values
-            beyond = beyond[np.argsort(-np.abs(beyond), kind="stable")][:FLAGGED_POINTS]
-            flagged_x.extend(beyond)
-            flagged_y.extend([position] * len(beyond))
-        ax.bxp(boxes, positions=positions, orientation="horizontal", widths=0.6, showfliers=True,
-               flierprops={"marker": ".", "markersize": 3, "markeredgecolor": "#888888"},
-               medianprops={"color": "#1f77b4"})
-        if flagged_x:
-            ax.scatter(flagged_x, flagged_y, marker="x", color="#d62728", s=22, zorder=3, label=f"|z| > {warn:g}")
-        ax.set_xscale("symlog", linthresh=1.0)
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-        for bound in (-warn, warn):
-            ax.axvline(bound, color="#ff7f0e", linestyle="--", linewidth=1)
-        largest = float(top["max_abs"].max())
-        if largest >= error / 10:
-            for bound in (-error, error):
-                ax.axvline(bound, color="#d62728", linestyle="-", linewidth=1)
-        limit = max(largest, warn) * 2
-        ax.set_xlim(-limit, limit)
-        ax.set_yticks(positions, [f"ITEMID {item}" for item in items])
-        ax.set_xlabel("z (symmetric log scale)")
-        if flagged_x:
-            ax.legend(loc="lower right", fontsize=8, frameon=False)
         return figure
 
 

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from pipeline import load_config, page, validate
 from pipeline.cli import app
 from pipeline.html import HtmlReport, html_report, render
+from pipeline.stages.scale import view as scale_view
 from pipeline.report import Finding, Report
 from tests.corpus import CANARY, Dataset
 from tests.corpus import build as build_case
@@ -207,18 +208,18 @@ def test_z_chart_draws_a_bounded_sample_of_outliers_and_the_box_of_every_row():
     rng = np.random.default_rng(7)
     values = np.concatenate([rng.normal(size=20_000), rng.normal(scale=40.0, size=4_000)])
     beyond = np.abs(values) > 100
-    drawn = {50878: html.DrawnZ(values=np.sort(values), beyond=values[beyond], lines=np.flatnonzero(beyond))}
+    drawn = {50878: scale_view.DrawnZ(values=np.sort(values), beyond=values[beyond], lines=np.flatnonzero(beyond))}
     top = pd.DataFrame({"rows": [len(values)], "nonfinite": [0], "max_abs": [float(np.abs(values).max())],
                         "flagged": [int(beyond.sum())]}, index=pd.Index([50878], name="ITEMID"))
-    figure = html._z_chart(drawn, top, 100.0, 1e6)
+    figure = scale_view._z_chart(drawn, top, 100.0, 1e6)
     (box,) = cbook.boxplot_stats(values)
     (ax,) = figure.axes
     drawn = [line for line in ax.lines if line.get_marker() == "."]
     (fliers,) = drawn
     shown = np.sort(fliers.get_xdata())
-    assert len(box["fliers"]) > 5 * html.FLIERS and len(shown) <= html.FLIERS
+    assert len(box["fliers"]) > 5 * scale_view.FLIERS and len(shown) <= scale_view.FLIERS
     assert shown[0] == box["fliers"].min() and shown[-1] == box["fliers"].max()
     assert set(shown) <= set(box["fliers"])
     medians = [line for line in ax.lines if line.get_color() == "#1f77b4"]
     assert medians and np.allclose(medians[0].get_xdata(), box["med"])
-    assert page.svg(figure, "z").count("<use") <= html.FLIERS + html.FLAGGED_POINTS + 10  # a few KB, not MB
+    assert page.svg(figure, "z").count("<use") <= scale_view.FLIERS + scale_view.FLAGGED_POINTS + 10  # a few KB, not MB

@@ -1,0 +1,79 @@
+"""Scale stage: per-ITEMID z-scores of VALUENUM with stats fitted on the training split.
+
+Each item is scaled by the first rule of a declared chain that fits it, on its
+training rows only (``RULES``):
+
+- ``normal``: its normal (unflagged) training rows after ``clip_sigma`` clipping,
+  when it has at least ``min_rows`` of them and their std is above ``eps`` x |mean|;
+- ``all``: all its training rows, clipped the same way, when their std is above
+  ``eps`` x |mean| (too few normal rows, none, or normal rows without spread);
+- ``all_unclipped``: all its training rows unclipped, when clipping left no spread;
+- ``constant``: every training value is equal (within ``eps`` relative, after the
+  log transform of 'log' items). Its value c gets z = 0; another value x gets the
+  relative difference (x - c) / |c| (x - c when c = 0), clipped to
+  ``constant_bound``: never a raw-unit difference, never beyond the bound.
+
+The std is computed in two centred passes (never from sums of squares, which go
+negative for an item with mean 1e6 and std 1e-3), not ``std + 1e-7``, which turns
+noise into z-scores of 1e7. The fit reads the training values counted
+(:func:`fit_rows`): the counts of parts add up (:func:`add_fit_rows`) to those of
+all the rows, so rows held in parts give the same stats, bit for bit; its passes
+(:func:`fit_sums`) then run on the counted values.
+
+The stage is this package: its options (``options``), its fitted state and fit (``fit``), the z and the findings
+(``apply``) and how it shows in the HTML report (``view``); here, its plan and its declaration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.findings import Finding, format_items
+from pipeline.stage import Context, Outcome, Plan, Shown, Stage
+from pipeline.work import Call, Fit
+from pipeline.stages.scale.apply import (RANGE_COLUMNS, apply_zscore, range_classes, reference_ranges,  # noqa: F401
+                                        reported_rows, scale_findings, zscores)
+from pipeline.stages.scale.fit import (BASES, ZScoreStats, add_fit_rows, add_sums, centred_stats,  # noqa: F401
+                                      fit_by_passes, fit_from_rows, fit_from_sums, fit_rows, fit_sums, fit_zscore,
+                                      item_sums)
+from pipeline.stages.scale.options import MAX_Z_BOUND, NAME, POLICIES, RULES, Options  # noqa: F401
+from pipeline.stages.scale.view import sections
+from schemas.encode import EncodedEvents
+from schemas.scale import ScaledEvents
+
+
+def fit_inputs(events: Any, context: Context) -> tuple[Any, tuple, dict]:
+    """What the fit reads in flow: every lab row (on the engine's parts: each part's :func:`fit_rows`), [scale] options."""
+    options = context.options
+    return events, (), dict(eps=options.eps, clip_sigma=options.clip_sigma, min_rows=options.min_rows,
+                            constant_bound=options.constant_bound, policy=options.policy)
+
+
+def summary(shown: Shown) -> list[tuple[str, str]]:
+    """The stage's lines of the terminal summary: its constant and fallback items (none before it was fitted)."""
+    stats = shown.state
+    if stats is None:
+        return []
+    return [(name, format_items(items, names=shown.names) if items else "none")
+            for name, items in (("constant", stats.constant_items_), ("fallback", stats.fallback_items_))]
+
+
+def plan(context: Context) -> Plan:
+    """The stage in flow, per admission on the engine: z with the fitted stats; constant, fallback and unseen
+    items and large |z| are findings, read from the rows they name."""
+    options, stats = context.options, context.fitted[NAME]
+
+    def report(outcome: Outcome) -> list[Finding]:
+        reported, = outcome.picks
+        return scale_findings(reported, stats, warn_bound=options.warn_bound, max_lines=context.max_lines,
+                              ranges=reference_ranges(context.tables.labevents, reported.index, context.engine),
+                              range_widths=options.range_widths, names=context.ledger.names)
+
+    return Plan(context=context, report=report,
+                calls=(Call(apply_zscore, (stats,), dict(policy=options.policy, warn_bound=options.warn_bound,
+                                                         error_bound=options.error_bound)),),
+                picks=(Call(reported_rows, (stats,), dict(warn_bound=options.warn_bound)),))
+STAGE = Stage(NAME, colour="#ff7f0e", plan=plan, options=Options, takes=EncodedEvents, gives=ScaledEvents,
+              fit=Fit(whole=fit_zscore, partial=fit_rows, combine=add_fit_rows, finish=fit_from_rows,
+                      inputs=fit_inputs, state=ZScoreStats, saved_as="scale", early=True),
+              by_admission=True, filters=False, writes=("Z",), summary=summary, sections=sections)

@@ -1,0 +1,208 @@
+"""The scale stage applied: z of every row from the fitted stats (guarded: finite, under the error bound), and the
+findings it makes of the rows it names (constant, fallback and unseen items, |z| above the warn bound, checked
+against each row's reference range where LABEVENTS has one)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
+from pipeline.shared import reads
+from pipeline.stages.scale.fit import ZScoreStats, _policy_items, _transformed
+from pipeline.stages.scale.options import NAME, Options
+from schemas.encode import EncodedEvents
+from schemas.errors import SAMPLE_CAP, StageError
+from schemas.guard import guarded
+from schemas.scale import ScaledEvents
+
+if TYPE_CHECKING:
+    from pipeline.engine import Engine
+
+# Optional per-row reference ranges of LABEVENTS (MIMIC-IV's ref_range_lower / ref_range_upper).
+RANGE_COLUMNS = ("REF_RANGE_LOWER", "REF_RANGE_UPPER")
+
+
+def zscores(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[int, str] | None = None,
+            warn_bound: float = Options.warn_bound, strict: bool = True) -> pd.Series:
+    """The z of each row with a number (NaN elsewhere), from ``events``' ITEMID and VALUENUM: train stats;
+    items unseen in train get 0; constant items are clipped at the stats' ``constant_bound`` and 'clip' items
+    at ``warn_bound``. Nothing is checked but, when ``strict``, the log policy's domain: :func:`apply_zscore`
+    guards the result."""
+    values = _transformed(events, list(stats.log_items_), strict=strict)
+    table = stats.table()
+    mean, scale = events["ITEMID"].map(table["mean"]), events["ITEMID"].map(table["scale"])
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        z = ((values - mean) / scale).where(mean.notna(), 0.0)
+    constant = events["ITEMID"].isin(stats.constant_items_)
+    z = z.where(~constant, z.clip(-stats.constant_bound, stats.constant_bound))
+    clipped = events["ITEMID"].isin(_policy_items(dict(policy or {}), "clip"))
+    return z.where(~clipped, z.clip(-warn_bound, warn_bound)).where(values.notna())
+
+
+@guarded(stage=NAME, takes=EncodedEvents, gives=ScaledEvents)
+
+
+def apply_zscore(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[int, str] | None = None,
+                 warn_bound: float = Options.warn_bound, error_bound: float = Options.error_bound) -> pd.DataFrame:
+    """Z for every row with a number: train stats; items unseen in train get 0; constant items' z is bounded;
+    'clip' items are clipped."""
+    z = zscores(events, stats, policy=policy, warn_bound=warn_bound)
+    number = events["VALUENUM"].notna()
+    nonfinite = number & pd.Series(~np.isfinite(z.to_numpy("float64", na_value=np.nan)), index=z.index)
+    _raise_if(nonfinite, events, "z_finite",
+              "z-score that is inf or NaN", "Check the item's mean and scale in stats.json")
+    _raise_if(z.abs() > error_bound, events, "z_error_bound", f"|z| above the error bound {error_bound:g}",
+              "Beyond any real measurement: the mark of a failed std guard or a unit error")
+    return events.assign(Z=z.astype("float64"))
+
+
+def _raise_if(failed: pd.Series, events: pd.DataFrame, check: str, what: str, advice: str) -> None:
+    failed = failed.fillna(False).astype(bool)
+    if not failed.any():
+        return
+    items = events.loc[failed, "ITEMID"].value_counts().sort_index()
+    listed = ", ".join(f"{item} ({n})" for item, n in items.head(10).items())
+    raise StageError(
+        stage=NAME, side="output", check=check, column="Z", count=int(failed.sum()),
+        failure_cases=pd.DataFrame({"line": events.index[failed]}), table="LABEVENTS",
+        detail=f"{what} for ITEMID {listed}", advice=advice,
+    )
+
+
+def reference_ranges(labevents: Any, lines: pd.Index | None = None, engine: Engine | None = None
+                     ) -> pd.DataFrame | None:
+    """The typed raw LABEVENTS' REF_RANGE_LOWER and REF_RANGE_UPPER (index = line), or None without them; with
+    ``lines``, only those rows (read on the ``engine`` when LABEVENTS is held in its parts)."""
+    if labevents is None or not set(RANGE_COLUMNS) <= set(labevents.columns):
+        return None
+    if lines is None:
+        return labevents[list(RANGE_COLUMNS)]
+    if engine is None:
+        return _at_lines(labevents, lines)[list(RANGE_COLUMNS)]
+    return engine.rows(labevents, _at_lines, lines, columns=list(RANGE_COLUMNS))
+
+
+def _at_lines(frame: pd.DataFrame, lines: pd.Index) -> pd.DataFrame:
+    return frame[frame.index.isin(lines)]
+
+
+def range_classes(values: pd.Series, ranges: pd.DataFrame, *, range_widths: float) -> pd.Series:
+    """Each row's value against its own reference range (``ranges`` indexed like ``values``): 'real extreme'
+    when it lies more than ``range_widths`` range widths beyond the nearer bound, 'suspect scale' when it lies
+    within that (or inside the range), 'no range' without a usable range.
+
+    The width is upper - lower; with one bound (or lower = upper), the bound's magnitude.
+    """
+    lower = ranges["REF_RANGE_LOWER"].reindex(values.index).astype("float64")
+    upper = ranges["REF_RANGE_UPPER"].reindex(values.index).astype("float64")
+    width = (upper - lower).where(upper > lower)
+    width = width.fillna(np.fmax(lower.abs(), upper.abs()).where(lambda w: w > 0))
+    beyond = pd.Series(np.fmax(lower - values, values - upper), index=values.index)
+    usable = width.notna() & beyond.notna() & values.notna()
+    classes = np.where(beyond > range_widths * width, "real extreme", "suspect scale")
+    return pd.Series(np.where(usable, classes, "no range"), index=values.index)
+
+
+def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float, max_lines: int = SAMPLE_CAP,
+                   ranges: pd.DataFrame | None = None, range_widths: float = Options.range_widths,
+                   names: Mapping[int, str] | None = None) -> list[Finding]:
+    """Constant, fallback and unseen items, values of constant items other than their one value, and |z| above
+    the warning bound, named by ITEMID (with ``names`` from :func:`pipeline.report.item_names`, at most
+    ``max_lines`` of them) and the rule that scaled each item; with ``ranges`` (REF_RANGE_LOWER and
+    REF_RANGE_UPPER by line), the rows above the bound are counted as real extremes or suspect scales."""
+    findings = []
+    unseen, beyond, off_constant = _named(scaled, stats, warn_bound=warn_bound)
+    table = stats.table()
+
+    def items_of(mask: pd.Series, why: Callable[[int], str] | None = None) -> str:
+        counts = scaled.loc[mask, "ITEMID"].value_counts().sort_index()
+        return format_items(counts, names=names, limit=max_lines, why=why)
+
+    constant = stats.constant_items_
+    if constant:
+        # The most training rows first (ties by ITEMID): an item constant over many rows matters more than one row.
+        counts = table.loc[sorted(constant), "count"].sort_values(ascending=False, kind="stable")
+        listed = format_items(counts, names=names, limit=max_lines, unit="train row")
+        findings.append(summary_finding(
+            stage=NAME, check="constant_item", table="LABEVENTS", column="VALUENUM", count=len(constant),
+            message=f"{len(constant)} item(s) whose training values are all equal: ITEMID {listed}"))
+    fallback = stats.fallback_items_
+    if fallback:
+        reasons = table.loc[list(fallback)].assign(WHY=[_fallback_reason(table, i, stats.min_rows) for i in fallback])
+        groups = "; ".join(f"{why}: ITEMID " + format_items(group["count"], names=names, limit=max_lines,
+                                                            unit="fitted row")
+                           for why, group in reasons.groupby("WHY", sort=True))
+        findings.append(summary_finding(
+            stage=NAME, check="fallback_item", table="LABEVENTS", column="VALUENUM", count=len(fallback),
+            message=f"{len(fallback)} item(s) scaled on all their training rows ([scale] min_rows "
+                    f"{stats.min_rows}): {groups}"))
+    findings.append(finding_from_mask(stage=NAME, table="LABEVENTS", check="unseen_item", column="ITEMID",
+                                      failed=unseen, what=f"numeric items unseen in train: ITEMID {items_of(unseen)}",
+                                      max_lines=max_lines))
+    findings.append(finding_from_mask(
+        stage=NAME, table="LABEVENTS", check="constant_item_value", column="VALUENUM", failed=off_constant,
+        what=f"a value other than their item's one training value (|z| at most {stats.constant_bound:g}): "
+             f"ITEMID {items_of(off_constant)}", max_lines=max_lines))
+    against = ""
+    if ranges is not None and beyond.any():
+        classes = range_classes(scaled.loc[beyond, "VALUENUM"], ranges, range_widths=range_widths)
+        counts = classes.value_counts()
+        suspect = scaled.loc[classes.index[classes == "suspect scale"], "ITEMID"].value_counts().sort_index()
+        against = (f"; against each row's own reference range: {counts.get('real extreme', 0)} real extreme(s) (more "
+                   f"than {range_widths:g} range widths beyond the nearer bound), {counts.get('suspect scale', 0)} "
+                   f"suspect scale(s) (within {range_widths:g} widths: the item's scale is likely too small"
+                   + (f", ITEMID {format_items(suspect, names=names, limit=max_lines)}" if len(suspect) else "") + f"), {counts.get('no range', 0)} without a range")
+    findings.append(finding_from_mask(
+        stage=NAME, table="LABEVENTS", check="z_warn_bound", column="Z", failed=beyond, max_lines=max_lines,
+        what=f"|z| > {warn_bound:g}: ITEMID {items_of(beyond, lambda item: _cause(table, item, stats.min_rows))}"
+             f"{against}"))
+    return [f for f in findings if f is not None]
+
+
+def _rows(n: int, what: str = "row") -> str:
+    return f"{int(n)} {what}{'s' if int(n) != 1 else ''}"
+
+
+def _fallback_reason(table: pd.DataFrame, item: int, min_rows: int) -> str:
+    """Why an item was scaled on all its training rows."""
+    normal = int(table.loc[item, "normal_count"])
+    if normal == 0:
+        why = "no normal rows"
+    elif normal < min_rows:
+        why = f"only {_rows(normal, 'normal row')}"
+    else:
+        why = "normal rows without spread"
+    return why + (" and clipping left no spread (unclipped)" if table.loc[item, "rule"] == "all_unclipped" else "")
+
+
+def _cause(table: pd.DataFrame, item: int, min_rows: int) -> str:
+    """What a |z| above the warning bound means for an item, from the rule that scaled it."""
+    rule, count = table.loc[item, "rule"], int(table.loc[item, "count"])
+    if rule == "normal":
+        return f"heavy tail on an item fitted on {_rows(count, 'normal row')}: real; 'clip' or 'log' bounds it"
+    if rule == "constant":
+        return "constant item"
+    return (f"scaled on all its training rows ({count} fitted) because {_fallback_reason(table, item, min_rows)}: "
+            "relative to the spread of the abnormal values, which is real")
+
+
+@reads("VALUENUM", "ITEMID", "Z")
+
+
+def reported_rows(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float) -> pd.DataFrame:
+    """The rows :func:`scale_findings` names (numeric items unseen in train, values of constant items other than
+    their own, |z| above ``warn_bound``) and the columns it reads: its findings from these rows, in their order,
+    are its findings from all the rows."""
+    unseen, beyond, off_constant = _named(scaled, stats, warn_bound=warn_bound)
+    return scaled.loc[unseen | beyond | off_constant, ["ITEMID", "VALUENUM", "Z"]]
+
+
+def _named(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """Rows of numeric items unseen in train, rows with |z| above ``warn_bound``, and rows of constant items whose
+    value is not the item's one training value (z is 0 exactly on it)."""
+    unseen = scaled["VALUENUM"].notna() & ~scaled["ITEMID"].isin(stats.items_)
+    off_constant = scaled["ITEMID"].isin(stats.constant_items_) & scaled["Z"].notna() & (scaled["Z"] != 0)
+    return unseen, scaled["Z"].abs() > warn_bound, off_constant

@@ -1,0 +1,316 @@
+"""The scale stage's fitted state (:class:`ZScoreStats`) and its fit: per-item mean and scale by the first rule of
+the chain that fits each item, from two centred passes over the training values counted (rows in parts give the same
+stats, bit for bit)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from pipeline.shared import reads
+from pipeline.stages.scale.options import NAME, Options, RULES
+from schemas.errors import StageError
+
+# The two row sets each pass of the fit sums over: an item's normal training rows, and all of them.
+BASES = ("NORMAL", "ALL")
+# How per-part columns combine in add_sums (every other column is a sum).
+_COMBINE = {"MIN": "min", "MAX": "max"}
+
+
+@dataclass(frozen=True)
+
+
+class ZScoreStats:
+    """Fitted per-item mean and scale (z = (x - mean_) / scale_), aligned on ``items_``.
+
+    ``rule_`` names the rule of :data:`RULES` that scaled each item, ``count_`` the rows it was fitted on and
+    ``normal_count_`` the item's normal training rows. For a constant item, ``mean_`` is its value and
+    ``scale_`` |value| (1 when 0), and its z is clipped to ``constant_bound``.
+    """
+
+    items_: tuple[int, ...]
+    mean_: tuple[float, ...]
+    scale_: tuple[float, ...]
+    count_: tuple[int, ...]
+    rule_: tuple[str, ...]
+    normal_count_: tuple[int, ...]
+    log_items_: tuple[int, ...]
+    eps: float
+    min_rows: int = Options.min_rows
+    constant_bound: float = Options.constant_bound
+
+    @property
+    def constant_items_(self) -> tuple[int, ...]:
+        """Items whose training values are all equal."""
+        return tuple(i for i, r in zip(self.items_, self.rule_) if r == "constant")
+
+    @property
+    def fallback_items_(self) -> tuple[int, ...]:
+        """Items scaled on all their training rows (rule ``all`` or ``all_unclipped``)."""
+        return tuple(i for i, r in zip(self.items_, self.rule_) if r in ("all", "all_unclipped"))
+
+    def table(self) -> pd.DataFrame:
+        """mean, scale, count, rule and normal count per ITEMID."""
+        return pd.DataFrame({"mean": self.mean_, "scale": self.scale_, "count": self.count_, "rule": self.rule_,
+                             "normal_count": self.normal_count_},
+                            index=pd.Index(self.items_, name="ITEMID", dtype="int64"))
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "items": list(self.items_), "mean": list(self.mean_), "scale": list(self.scale_),
+            "count": list(self.count_), "rule": list(self.rule_), "normal_count": list(self.normal_count_),
+            "constant_items": list(self.constant_items_), "fallback_items": list(self.fallback_items_),
+            "log_items": list(self.log_items_), "eps": self.eps, "min_rows": self.min_rows,
+            "constant_bound": self.constant_bound,
+        }
+
+    def __post_init__(self) -> None:
+        sizes = {len(self.items_), len(self.mean_), len(self.scale_), len(self.count_), len(self.rule_),
+                 len(self.normal_count_)}
+        if len(sizes) != 1:
+            raise ValueError(f"ZScoreStats: items, mean, scale, count, rule and normal_count differ in length "
+                             f"({sorted(sizes)})")
+        unknown = sorted(set(self.rule_) - set(RULES))
+        if unknown:
+            raise ValueError(f"ZScoreStats: unknown rule(s) {unknown}; the rules are {', '.join(RULES)}")
+        bad = [item for item, m, s in zip(self.items_, self.mean_, self.scale_)
+               if not (np.isfinite(m) and np.isfinite(s) and s > 0)]
+        if bad:
+            raise ValueError(f"ZScoreStats: non-finite mean or non-positive scale for ITEMID {bad[:10]}; "
+                             "refit the stats instead of editing them")
+        if not (np.isfinite(self.constant_bound) and self.constant_bound > 0):
+            raise ValueError(f"ZScoreStats: constant_bound must be finite and > 0, got {self.constant_bound!r}")
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "ZScoreStats":
+        return cls(
+            items_=tuple(int(i) for i in data["items"]), mean_=tuple(float(m) for m in data["mean"]),
+            scale_=tuple(float(s) for s in data["scale"]), count_=tuple(int(c) for c in data["count"]),
+            rule_=tuple(str(r) for r in data["rule"]), normal_count_=tuple(int(c) for c in data["normal_count"]),
+            log_items_=tuple(int(i) for i in data["log_items"]), eps=float(data["eps"]),
+            min_rows=int(data["min_rows"]), constant_bound=float(data["constant_bound"]),
+        )
+
+
+def item_sums(values: pd.Series, items: pd.Series, centre: pd.Series | None = None,
+              shift: pd.Series | None = None, weights: pd.Series | None = None) -> pd.DataFrame:
+    """Per item, N (values that are not NaN) and SUM of the values, of their differences from a per-item
+    ``shift``, or of their squared deviations from a per-item ``centre``: sums of parts of the rows add up to the
+    sums of all of them. With ``weights``, each value stands for that many rows."""
+    if centre is not None:
+        deviation = values - items.map(centre)
+        values = deviation * deviation
+    elif shift is not None:
+        values = values - items.map(shift)
+    if weights is not None:
+        counted = weights.where(values.notna(), 0)
+        return pd.DataFrame({"N": counted.groupby(items).sum(), "SUM": (values * weights).groupby(items).sum()})
+    grouped = values.groupby(items)
+    return pd.DataFrame({"N": grouped.count(), "SUM": grouped.sum()})
+
+
+def add_sums(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """The per-item sums of all the rows from the sums of each part (in the given order, for repeatable rounding):
+    MIN and MAX columns combine by min and max, every other column by sum."""
+    parts = list(parts)
+    how = {column: _COMBINE.get(column, "sum") for column in parts[0].columns}
+    return pd.concat(parts).groupby(level=0).agg(how)
+
+
+def centred_stats(values: pd.Series, items: pd.Series) -> pd.DataFrame:
+    """Per item: mean, two-pass centred sample std (NaN for one observation) and count."""
+    return _centred(lambda centre: item_sums(values, items, centre))
+
+
+def _centred(sums: Callable[[pd.Series | None], pd.DataFrame]) -> pd.DataFrame:
+    """Mean, centred sample std and count from two passes of ``sums``: plain, then about the mean."""
+    totals = sums(None)
+    count = totals["N"]
+    mean = totals["SUM"] / count
+    squares = sums(mean)["SUM"].reindex(mean.index)
+    std = np.sqrt(squares / (count - 1)).where(count > 1)
+    return pd.DataFrame({"mean": mean, "std": std, "count": count})
+
+
+def _policy_items(policy: Mapping[int, str], name: str) -> list[int]:
+    return sorted(item for item, p in policy.items() if p == name)
+
+
+def _transformed(events: pd.DataFrame, log_items: list[int], *, strict: bool = True) -> pd.Series:
+    """VALUENUM, with log1p applied to the items whose policy is 'log'.
+
+    ``strict``: a value at or below -1 of such an item is a StageError; otherwise it gives NaN or -inf.
+    """
+    values = events["VALUENUM"].astype("float64")
+    logged = events["ITEMID"].isin(log_items) & values.notna()
+    domain = logged & (values <= -1)
+    if strict and domain.any():
+        raise StageError(
+            stage=NAME, side="input", check="log_domain", column="VALUENUM", count=int(domain.sum()),
+            failure_cases=pd.DataFrame({"line": events.index[domain]}), table="LABEVENTS",
+            detail="ITEMID " + ", ".join(map(str, sorted(events.loc[domain, "ITEMID"].unique())[:10])),
+            advice="log1p needs values above -1; set this item's [scale.policy] to 'clip' or 'none'",
+        )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return values.where(~logged, np.log1p(values.where(logged, 0.0)))
+
+
+def fit_zscore(events: pd.DataFrame, *, eps: float = Options.eps, clip_sigma: float = Options.clip_sigma,
+               min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
+               policy: Mapping[int, str] | None = None) -> ZScoreStats:
+    """Fit per-item stats on the training rows that carry a number (``events`` has SPLIT and FLAG)."""
+    return fit_from_rows(add_fit_rows([fit_rows(events, policy=policy)]), eps=eps, clip_sigma=clip_sigma,
+                         min_rows=min_rows, constant_bound=constant_bound, policy=policy)
+
+
+def fit_by_passes(keep: Callable[[Callable[[pd.DataFrame], pd.DataFrame]], Any],
+                  each: Callable[[Any, Callable[[pd.DataFrame], pd.DataFrame]], Sequence[pd.DataFrame]], *,
+                  eps: float = Options.eps, clip_sigma: float = Options.clip_sigma, min_rows: int = Options.min_rows,
+                  constant_bound: float = Options.constant_bound, policy: Mapping[int, str] | None = None
+                  ) -> ZScoreStats:
+    """The fit of rows that may lie in parts: ``keep(step)`` applies ``step`` to every part and keeps what it
+    gives where the part is; ``each(kept, step)`` gives ``step`` of every kept part. Each part's
+    :func:`fit_rows` (its distinct values, counted) come back and add up (:func:`add_fit_rows`) to the very
+    table one part gives, so one part or many give the same stats, bit for bit."""
+    kept = keep(functools.partial(fit_rows, policy=policy))
+    return fit_from_rows(add_fit_rows(each(kept, _as_is)), eps=eps, clip_sigma=clip_sigma,
+                         min_rows=min_rows, constant_bound=constant_bound, policy=policy)
+
+
+def _as_is(rows: pd.DataFrame) -> pd.DataFrame:
+    """A part's fit rows as they were kept (a module function: a worker process is sent it by name)."""
+    return rows
+
+
+def fit_from_rows(rows: pd.DataFrame, *, eps: float = Options.eps, clip_sigma: float = Options.clip_sigma,
+                  min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
+                  policy: Mapping[int, str] | None = None) -> ZScoreStats:
+    """The stats from the counted training values of all the rows (:func:`add_fit_rows`)."""
+    return fit_from_sums(functools.partial(fit_sums, rows, clip_sigma=clip_sigma), eps=eps, min_rows=min_rows,
+                         constant_bound=constant_bound, policy=policy)
+
+
+@reads("SPLIT", "VALUENUM", "ITEMID", "FLAG")
+
+
+def fit_rows(events: pd.DataFrame, *args: Any, policy: Mapping[int, str] | None = None,
+             **kwargs: Any) -> pd.DataFrame:
+    """What the fit reads of ``events`` (all of them, or the rows of some admissions): the training rows that
+    carry a number, as their distinct ITEMID, X (VALUENUM, log1p for 'log' items) and NORMAL (no FLAG), with
+    COUNT (rows), sorted by ITEMID, X and NORMAL: it never depends on the input's row order, and the tables of
+    parts add up (:func:`add_fit_rows`). Lab values repeat, so it is much smaller than the rows.
+    """
+    chosen = ((events["SPLIT"] == "train") & events["VALUENUM"].notna()).to_numpy()
+    # Only the three columns the fit reads are gathered.
+    train = events.loc[chosen, ["ITEMID", "VALUENUM"]]
+    values = _transformed(train, _policy_items(dict(policy or {}), "log"))
+    rows = pd.DataFrame({"ITEMID": train["ITEMID"].to_numpy("int64"), "X": values.to_numpy("float64"),
+                         "NORMAL": events["FLAG"].isna().to_numpy()[chosen]})
+    return _counted(rows.assign(COUNT=np.int64(1)))
+
+
+def add_fit_rows(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """The counted training values of all the rows from those of each part."""
+    return _counted(pd.concat(list(parts)))
+
+
+def _counted(rows: pd.DataFrame) -> pd.DataFrame:
+    counted = rows.groupby(["ITEMID", "X", "NORMAL"], sort=True, dropna=False)["COUNT"].sum()
+    return counted.astype("int64").reset_index()
+
+
+def fit_sums(rows: pd.DataFrame, known: pd.DataFrame | None = None, *,
+             clip_sigma: float = Options.clip_sigma) -> pd.DataFrame:
+    """One pass of the fit over ``rows`` (from :func:`fit_rows`): per-item sums that :func:`add_sums` combines
+    over parts of the rows.
+
+    Without ``known``: N_NORMAL (the item's normal rows), MIN and MAX (of X over all its rows). With ``known``
+    (indexed by ITEMID), for each basis b of :data:`BASES` (the normal rows, all rows): N_b and SUM_b of
+    :func:`item_sums` of the basis rows' X, about CENTRE_b when ``known`` has it; with MEAN_b and STD_b, only
+    the basis rows within ``clip_sigma`` STD_b of MEAN_b (all of them where STD_b is not positive).
+    """
+    items, values = rows["ITEMID"], rows["X"]
+    weights = rows["COUNT"] if "COUNT" in rows else None
+    if known is None:
+        grouped = values.groupby(items)
+        normal = rows["NORMAL"].astype("int64") * (1 if weights is None else weights)
+        return pd.DataFrame({"N_NORMAL": normal.groupby(items).sum(), "MIN": grouped.min(), "MAX": grouped.max()})
+    columns = []
+    for basis in BASES:  # two fixed row sets, each summed over all items at once
+        chosen = rows["NORMAL"].to_numpy(bool, copy=True) if basis == "NORMAL" else np.ones(len(rows), dtype=bool)
+        if f"STD_{basis}" in known:
+            mean, std = items.map(known[f"MEAN_{basis}"]), items.map(known[f"STD_{basis}"])
+            chosen = chosen & (((values - mean).abs() <= clip_sigma * std) | ~(std > 0)).to_numpy(bool)
+        centre = known[f"CENTRE_{basis}"] if f"CENTRE_{basis}" in known else None
+        shift = known[f"SHIFT_{basis}"] if f"SHIFT_{basis}" in known else None
+        columns.append(item_sums(values[chosen], items[chosen], centre, shift,
+                                 None if weights is None else weights[chosen]).add_suffix(f"_{basis}"))
+    return pd.concat(columns, axis=1)
+
+
+def _centred_bases(sums: Callable[[pd.DataFrame | None], pd.DataFrame], known: pd.DataFrame,
+                   shift: Mapping[str, pd.Series]) -> dict[str, pd.DataFrame]:
+    """Per basis: mean, centred sample std and count of the rows ``known`` picks, from two passes of ``sums``.
+
+    The mean is ``shift`` plus the mean difference from it: with a shift near the values (the same however the
+    rows are cut into parts), the rounding of the sums over parts stays far below the mean's own, so one part or
+    many give the same mean (an item of 1e6 +- 1e-3 included)."""
+    shift = {b: shift[b].reindex(known.index).fillna(0.0) for b in BASES}
+    totals = sums(known.assign(**{f"SHIFT_{b}": shift[b] for b in BASES})).reindex(known.index)
+    count = {b: totals[f"N_{b}"].fillna(0).astype("int64") for b in BASES}
+    mean = {b: shift[b] + totals[f"SUM_{b}"].fillna(0.0) / count[b] for b in BASES}  # NaN for an empty basis
+    squares = sums(known.assign(**{f"CENTRE_{b}": mean[b] for b in BASES})).reindex(known.index)
+    return {b: pd.DataFrame({"mean": mean[b], "std": np.sqrt(squares[f"SUM_{b}"] / (count[b] - 1)).where(count[b] > 1),
+                             "count": count[b]}) for b in BASES}
+
+
+def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: float = Options.eps,
+                  min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
+                  policy: Mapping[int, str] | None = None) -> ZScoreStats:
+    """The stats from ``sums(known)``: :func:`fit_sums` of every training row, in one part or added over many.
+
+    Five passes: counts and ranges; per basis, the mean and centred std (two passes), which set the
+    ``clip_sigma`` window; the mean and centred std of the rows inside it (two passes). Each item then takes
+    the first rule of :data:`RULES` that fits it.
+    """
+    first = sums(None)
+    index = first.index
+    low, high = first["MIN"], first["MAX"]
+    middle = low + (high - low) / 2  # of every row's X: the same in one part or many
+    unclipped = _centred_bases(sums, pd.DataFrame(index=index), {b: middle for b in BASES})
+    window = pd.DataFrame({f"{what}_{b}": unclipped[b][column] for b in BASES
+                           for what, column in (("MEAN", "mean"), ("STD", "std"))}, index=index)
+    clipped = _centred_bases(sums, window, {b: unclipped[b]["mean"] for b in BASES})
+    constant = ~((high - low) > eps * np.maximum(low.abs(), high.abs()))
+    candidates = {"normal": clipped["NORMAL"], "all": clipped["ALL"], "all_unclipped": unclipped["ALL"]}
+    fits = {
+        "normal": (first["N_NORMAL"] >= min_rows) & _spread(clipped["NORMAL"], eps),
+        "all": _spread(clipped["ALL"], eps),
+        "all_unclipped": _spread(unclipped["ALL"], 0.0),  # values differ: any finite positive std
+    }
+    rules = list(fits)
+    # An item's values that differ at float64's resolution only (the std underflows) count as constant too.
+    rule = pd.Series(np.select([~constant & fits[r] for r in rules], rules, default="constant"), index=index)
+    value = low.where(low != 0, 0.0)  # the constant value (-0.0 read as 0)
+    mean = pd.Series(np.select([rule == r for r in rules], [candidates[r]["mean"] for r in rules], default=value),
+                     index=index)
+    scale = pd.Series(np.select([rule == r for r in rules], [candidates[r]["std"] for r in rules],
+                                default=value.abs().where(value != 0, 1.0)), index=index)
+    count = pd.Series(np.select([rule == r for r in rules], [candidates[r]["count"] for r in rules],
+                                default=unclipped["ALL"]["count"]), index=index)
+    return ZScoreStats(
+        items_=tuple(int(i) for i in index), mean_=tuple(float(m) for m in mean),
+        scale_=tuple(float(s) for s in scale), count_=tuple(int(c) for c in count),
+        rule_=tuple(str(r) for r in rule), normal_count_=tuple(int(n) for n in first["N_NORMAL"]),
+        log_items_=tuple(_policy_items(dict(policy or {}), "log")), eps=float(eps), min_rows=int(min_rows),
+        constant_bound=float(constant_bound),
+    )
+
+
+def _spread(stats: pd.DataFrame, eps: float) -> pd.Series:
+    """Whether a fitted set's std is finite and above ``eps`` times its |mean| (so it can scale the item)."""
+    return np.isfinite(stats["std"]) & np.isfinite(stats["mean"]) & (stats["std"] > eps * stats["mean"].abs())
