@@ -18,7 +18,7 @@ from pipeline.flow import Prepared, build, prepare, validate
 from pipeline.work import Call
 from pipeline.quarantine import Step
 from schemas.errors import StageError
-from pipeline.synth import write_synthetic
+from bench.synth import write_synthetic
 from pipeline.write import load_graphs
 from schemas.split import SPLITS
 from tests.corpus import CASES, build as build_case

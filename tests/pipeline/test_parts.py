@@ -17,7 +17,7 @@ from pipeline.engine import Link, PartsEngine, Stored, parts_engine
 from pipeline.flow import build, validate
 from pipeline.work import Call
 from pipeline.quarantine import Kept, Step
-from pipeline.synth import write_synthetic
+from bench.synth import write_synthetic
 from tests.corpus import CASES, build as build_case
 
 SYNTHETIC_ROWS = 40_000  # ~90 admissions, every special item of pipeline.synth, 15% outpatient rows

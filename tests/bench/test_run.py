@@ -1,4 +1,4 @@
-"""pipeline/bench.py: every step measured in its own process, badpoints compared on the same data."""
+"""bench/run.py: every step measured in its own process, badpoints compared on the same data."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from pipeline import load_config, validate
-from pipeline.bench import (MIMIC3_SCALE, MIMIC4_SCALE, BenchError, StepResult, _badpoints_step, main, measure,
-                            plain_pandas, plain_polars, prepare_data, targets)
-from pipeline.synth import write_synthetic
+from bench.run import (MIMIC3_SCALE, MIMIC4_SCALE, BenchError, StepResult, _badpoints_step, main, measure,
+                       plain_pandas, plain_polars, prepare_data, targets)
+from bench.synth import write_synthetic
 
 MEASURED = ("floor", "baseline", "validate", "build", "validate_warm")
 HAS_POLARS = importlib.util.find_spec("polars") is not None

@@ -1,6 +1,6 @@
 """Synthetic MIMIC-shaped raw tables at any scale, for the benchmark: seeded, fast, memory-bounded.
 
-Usage: ``python -m pipeline.synth OUT_DIR --rows N [--seed S] [--layout mimic3|mimic4]`` writes
+Usage: ``python -m bench.synth OUT_DIR --rows N [--seed S] [--layout mimic3|mimic4]`` writes
 ``ADMISSIONS.csv``, ``D_LABITEMS.csv``, ``LABEVENTS.csv`` (exactly N rows; ``--layout mimic4``:
 ``hosp/admissions.csv.gz``, ``hosp/d_labitems.csv.gz``, ``hosp/labevents.csv.gz``) and ``synth.json``
 (the parameters, the layout and the special items) into OUT_DIR.
@@ -136,7 +136,7 @@ def sample_generator() -> ModuleType:
     """``data/sample/generate.py``: its real items, tokens, admission vocabularies and CSV helpers are reused."""
     path = Path(__file__).resolve().parents[1] / "data" / "sample" / "generate.py"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: pipeline.synth reuses the sample generator of a source checkout")
+        raise FileNotFoundError(f"{path} not found: bench.synth reuses the sample generator of a source checkout")
     spec = importlib.util.spec_from_file_location("badpoints_sample_generate", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -584,7 +584,7 @@ def write_synthetic(out_dir: Path, *, rows: int, seed: int = SEED, layout: str =
     partial.replace(files["LABEVENTS"])
     if written != rows:
         raise RuntimeError(f"wrote {written} LABEVENTS rows instead of {rows}")
-    info = {"generator": "pipeline.synth", "version": VERSION, "rows": rows, "seed": seed, "layout": layout,
+    info = {"generator": "bench.synth", "version": VERSION, "rows": rows, "seed": seed, "layout": layout,
             "files": {table: str(path.relative_to(out_dir)) for table, path in files.items()},
             "admissions": len(adm), "subjects": len(span), "items": N_ITEMS,
             "special_items": items.special, "seconds": round(time.perf_counter() - started, 2)}
@@ -593,7 +593,7 @@ def write_synthetic(out_dir: Path, *, rows: int, seed: int = SEED, layout: str =
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.synth", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.synth", description=__doc__.split("\n")[0])
     parser.add_argument("out_dir", type=Path, help="folder for the three tables and synth.json")
     parser.add_argument("--rows", type=int, required=True,
                         help="LABEVENTS rows (27800000 is MIMIC-III, 118000000 MIMIC-IV)")
