@@ -11,12 +11,12 @@ tables without ``synth.json`` (a real MIMIC extract) is benchmarked as it is and
 
 Every step runs in its own process, so its wall time includes the interpreter start and its imports.
 Its memory is measured twice: ``ru_maxrss`` of that child from ``os.wait4`` (the largest single
-process) and the summed RSS of its whole process tree, sampled every :data:`RSS_SAMPLE_SECONDS` with
+process) and the summed RSS of its whole process tree, sampled every :data:`~bench.steps.RSS_SAMPLE_SECONDS` with
 psutil (its own process and its descendants apart too: a Dask client and its workers):
 
 - ``floor``: pyarrow's ``read_csv`` of the three tables (all columns, type inference): the floor;
-- ``baseline``: what a careful user writes without validation (:func:`plain_pandas`), the same stages;
-- ``baseline_polars``: the same script in polars (:func:`plain_polars`; skipped, with the reason, without polars);
+- ``baseline``: what a careful user writes without validation (:func:`bench.plain.plain_pandas`), the same stages;
+- ``baseline_polars``: the same script in polars (:func:`bench.plain.plain_polars`; skipped, with the reason, without polars);
 - ``validate``: ``badpoints validate`` with an empty cache (``BADPOINTS_CACHE_DIR``);
 - ``build``: ``badpoints build`` into a temporary folder, with another empty cache (a first build);
 - ``validate_warm``: ``badpoints validate`` again with the cache the first one filled;
@@ -32,7 +32,6 @@ benchmark with exit 2.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -40,445 +39,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-TABLES = ("ADMISSIONS", "D_LABITEMS", "LABEVENTS")
-LAB_COLUMNS = ("HADM_ID", "ITEMID", "CHARTTIME", "VALUE", "VALUENUM", "FLAG")  # what both baselines read
-# schemas.raw.ADMISSION_CATEGORICALS (MIMIC-III's ETHNICITY, MIMIC-IV's RACE); not imported, as SEED below
-ADMISSION_CATEGORICALS = ("ADMISSION_TYPE", "ADMISSION_LOCATION", "DISCHARGE_LOCATION", "INSURANCE", "LANGUAGE",
-                          "RELIGION", "MARITAL_STATUS", "ETHNICITY", "RACE")
-SEED = 2101  # bench.synth.SEED; not imported, so a step process loads nothing of badpoints
-MB = 1_000_000
-STEP_INFO = {
-    "generate": "generate: bench.synth (not compared)",
-    "floor": "(a) floor: pyarrow read_csv",
-    "baseline": "(b) baseline: plain pandas",
-    "baseline_polars": "(b2) baseline: the same in polars",
-    "validate": "(c) validate, cache cold",
-    "build": "(d) build, cache cold",
-    "validate_warm": "(e) validate, cache warm",
-    "dask": "(f) build --engine dask",
-}
-LAYOUTS = ("mimic3", "mimic4")  # bench.synth.LAYOUTS
-# The scales issue 13 states its targets for, on a 2-core, 24 GiB machine.
-MIMIC3_ROWS, MIMIC4_ROWS = 27_800_000, 118_000_000
-MIMIC3_SCALE = "27.8M rows, MIMIC-III"
-MIMIC4_SCALE = "118M rows, MIMIC-IV"
-ANY_SCALE = "any"
-# Limits (issue 13, "Targets").
-VALIDATE_PER_BASELINE = 1.0
-BUILD_PER_BASELINE = 1.2
-RSS_GB = 3.0  # validate's and build's, all processes, at 27.8M rows
-MIMIC4_BUILD_RSS_GB = 4.0
-MIMIC4_SECONDS_PER_ROW = 1.5  # build's seconds per row against the 27.8M (MIMIC-III) reference run
-DASK_CLIENT_RSS_GB = 1.5
-WARM_PER_COLD = 0.1
-RSS_SAMPLE_SECONDS = 0.1  # how often a step's process tree is summed
-# --- Dask (issue 13): LocalCluster 2 workers x 4 GB; the client's RSS apart from the workers' --------------
-DASK_WORKERS = 2
-DASK_MEMORY_LIMIT = "4GB"
+from bench.show import print_results
+from bench.steps import (DASK_MEMORY_LIMIT, DASK_WORKERS, MB, ROOT, STEP_INFO, BenchError, StepResult, badpoints_step,
+                         dask_step, polars_missing, prepare_data, python_step)
+from bench.synth import LAYOUTS, SEED
+from bench.targets import ratio, targets
 
 
-class BenchError(RuntimeError):
-    """A step could not run (badpoints exit 2, or a step that crashed)."""
-
-
-@dataclass
-class StepResult:
-    name: str
-    what: str
-    seconds: float | None = None
-    cpu_seconds: float | None = None  # user + system: less sensitive than wall time to other load
-    peak_rss_mb: float | None = None  # ru_maxrss: the largest single process (the step or one it reaped)
-    tree_peak_rss_mb: float | None = None  # the process and all its descendants, RSS summed, at the worst sample
-    main_peak_rss_mb: float | None = None  # the step's own process alone (Dask: the client)
-    children_peak_rss_mb: float | None = None  # its descendants summed (Dask: the workers and their nannies)
-    rss_samples: int | None = None
-    exit_code: int | None = None
-    command: list[str] = field(default_factory=list)
-    log: str | None = None
-    skipped: str | None = None  # why the step did not run
-    result: dict = field(default_factory=dict)  # what the step reported (edges, rows, ...)
-    ratio_floor: float | None = None
-    ratio_baseline: float | None = None
-
-
-# -- the measured steps' own code (runs in the child process) ---------------------------------
-def _table_path(data_dir: Path, table: str) -> Path:
-    """The file of ``table`` in ``data_dir`` (or ``hosp/``), .csv or .csv.gz, any case."""
-    for folder in (data_dir, data_dir / "hosp"):
-        if folder.is_dir():
-            names = {p.name.lower(): p for p in sorted(folder.iterdir())}
-            for suffix in (".csv", ".csv.gz"):
-                if table.lower() + suffix in names:
-                    return names[table.lower() + suffix]
-    raise FileNotFoundError(f"no {table}.csv or {table}.csv.gz in {data_dir}")
-
-
-def pyarrow_floor(data_dir: Path) -> dict:
-    """Parse the three CSVs with pyarrow (all columns, inferred types): nothing can read them faster."""
-    import pyarrow.csv as pv
-
-    return {table: pv.read_csv(_table_path(data_dir, table)).num_rows for table in TABLES}
-
-
-def _columns(path: Path, wanted: tuple[str, ...] | None = None) -> dict[str, str]:
-    """The file's column names by their upper-case name (MIMIC-IV writes them in lower case)."""
-    import pyarrow.csv as pv
-
-    with pv.open_csv(path) as reader:
-        names = reader.schema.names
-    return {name.upper(): name for name in names if wanted is None or name.upper() in wanted}
-
-
-def plain_pandas(data_dir: Path, *, max_timestep: int | None = None, max_stay_days: float = 1000.0,
-                 after_discharge_hours: float = 24.0) -> dict:
-    """The baseline: badpoints' stages as a careful user writes them in vectorized pandas, with no validation.
-
-    Its rows match badpoints' kept edges exactly on valid data: outpatient rows, rows without any result
-    (MIMIC-IV's results only in comments) and the text rows of mixed items are dropped, timesteps count whole
-    days from the midnight of the admission day (not from ADMITTIME), and rows before that midnight, more than
-    ``max_stay_days`` after it, past ``max_timestep`` (none by default) or more than ``after_discharge_hours``
-    after discharge are dropped, as badpoints' bucket stage does. It differs
-    where counts do not: the split is by a hash of SUBJECT_ID (badpoints permutes patients with a
-    seed), vocabularies are sorted (badpoints orders them by frequency), z-scores use every training
-    row with std 0 set to 1 (badpoints fits on normal rows with 3-sigma clipping), and it writes no graphs.
-    Column names are read in any case (MIMIC-III upper, MIMIC-IV lower).
-    """
-    import numpy as np
-    import pandas as pd
-
-    def read(table: str, wanted: tuple[str, ...] | None = None) -> pd.DataFrame:
-        path = _table_path(data_dir, table)
-        names = _columns(path, wanted)
-        frame = pd.read_csv(path, engine="pyarrow", usecols=list(names.values()))
-        return frame.rename(columns={name: upper for upper, name in names.items()})
-
-    lab = read("LABEVENTS", LAB_COLUMNS)
-    read_rows = len(lab)
-    adm = read("ADMISSIONS")
-    items = read("D_LABITEMS", ("ITEMID", "FLUID", "CATEGORY"))
-    categorical = [c for c in ADMISSION_CATEGORICALS if c in adm]
-    adm = adm[["SUBJECT_ID", "HADM_ID", "ADMITTIME", "DISCHTIME", *categorical]]
-
-    # Outpatient rows and rows without any result out; item kinds on the rest; the text rows of mixed items out.
-    lab = lab[lab["HADM_ID"].notna() & (lab["VALUE"].notna() | lab["VALUENUM"].notna())].astype({"HADM_ID": "int64"})
-    share = lab["VALUENUM"].notna().groupby(lab["ITEMID"]).mean()
-    mixed = share.index[(share > 0) & (share < 1)]
-    lab = lab[~(lab["ITEMID"].isin(mixed) & lab["VALUENUM"].isna())]
-
-    # Split admissions by patient: a stable hash of SUBJECT_ID, 80/10/10.
-    bucket = pd.util.hash_array(adm["SUBJECT_ID"].to_numpy()) % 10
-    adm["SPLIT"] = np.select([bucket < 8, bucket == 8], [0, 1], 2)  # 0 train, 1 val, 2 test
-    lab = lab.merge(adm[["HADM_ID", "ADMITTIME", "DISCHTIME", "SPLIT"]], on="HADM_ID", how="inner")
-    train = lab["SPLIT"] == 0
-
-    # Codes from sorted training vocabularies; 0 for missing and unseen.
-    text = lab["VALUENUM"].isna()
-    vocab = (lab.loc[text & train, ["ITEMID", "VALUE"]].drop_duplicates()
-             .sort_values(["ITEMID", "VALUE"], ignore_index=True))
-    vocab["CODE"] = vocab.groupby("ITEMID").cumcount() + 1
-    codes = lab.loc[text, ["ITEMID", "VALUE"]].merge(vocab, on=["ITEMID", "VALUE"], how="left")["CODE"]
-    lab["CODE"] = 0.0
-    lab.loc[text, "CODE"] = codes.fillna(0).to_numpy()
-    train_adm = adm["SPLIT"] == 0
-    node_x = [pd.Index(np.sort(adm.loc[train_adm, c].dropna().unique())).get_indexer(adm[c]) + 1  # -1 + 1 = 0
-              for c in categorical]
-    item_x = [pd.Index(np.sort(items[c].dropna().unique())).get_indexer(items[c]) + 1 for c in ("FLUID", "CATEGORY")]
-
-    # z-score per ITEMID with the training rows' mean and std (a constant item gets std 1); then fill.
-    stats = lab.loc[train & ~text].groupby("ITEMID")["VALUENUM"].agg(["mean", "std"])
-    std = stats["std"].where(stats["std"] > 0, 1.0)
-    lab["Z"] = ((lab["VALUENUM"] - lab["ITEMID"].map(stats["mean"])) / lab["ITEMID"].map(std)).fillna(0.0)
-
-    # 24-hour timesteps from the midnight of the admission day; early and late rows out.
-    day = pd.Timedelta(hours=24)
-    elapsed = lab["CHARTTIME"] - lab["ADMITTIME"].dt.floor("D")
-    lab["TIMESTEP"] = elapsed // day
-    keep = ((elapsed >= pd.Timedelta(0)) & (elapsed <= pd.Timedelta(days=max_stay_days))
-            & (lab["CHARTTIME"] <= lab["DISCHTIME"] + pd.Timedelta(hours=after_discharge_hours)))
-    if max_timestep is not None:
-        keep &= lab["TIMESTEP"] <= max_timestep
-    lab = lab[keep]
-
-    # One row per (HADM_ID, TIMESTEP, ITEMID): the latest CHARTTIME; sorted for slicing by offsets.
-    lab = lab.sort_values(["SPLIT", "HADM_ID", "TIMESTEP", "ITEMID", "CHARTTIME"], kind="stable")
-    lab = lab[~lab.duplicated(["HADM_ID", "TIMESTEP", "ITEMID"], keep="last")]
-
-    # Edge arrays: admission and item node indices, [code, z] attributes.
-    admissions = np.sort(adm["HADM_ID"].to_numpy())
-    item_ids = np.sort(items["ITEMID"].to_numpy())
-    edge_index = np.vstack([np.searchsorted(admissions, lab["HADM_ID"].to_numpy()),
-                            np.searchsorted(item_ids, lab["ITEMID"].to_numpy())]).astype(np.int64)
-    edge_attr = np.column_stack([lab["CODE"].to_numpy(), lab["Z"].to_numpy()]).astype(np.float32)
-    timestep = lab["TIMESTEP"].to_numpy(np.int64)
-    return _baseline_result(read_rows, edge_index, edge_attr, timestep, node_x, item_x)
-
-
-def _baseline_result(read_rows: int, edge_index, edge_attr, timestep, node_x: list, item_x: list) -> dict:
-    """What both baselines report: counts, and two sums that show they coded and scaled the same rows alike."""
-    import numpy as np
-
-    return {"read": read_rows, "edges": int(edge_index.shape[1]), "finite": bool(np.isfinite(edge_attr).all()),
-            "admission_features": len(node_x), "item_features": len(item_x),
-            "max_timestep": int(timestep.max()) if len(timestep) else None,
-            "coded": int((edge_attr[:, 0] > 0).sum()),
-            "z_abs_sum": float(np.abs(edge_attr[:, 1]).sum(dtype=np.float64)),
-            "item_index_sum": int(edge_index[1].sum())}
-
-
-def plain_polars(data_dir: Path, *, max_timestep: int | None = None, max_stay_days: float = 1000.0,
-                 after_discharge_hours: float = 24.0) -> dict:
-    """:func:`plain_pandas` written in polars: the same tables, columns, stages and results (and the same split:
-    pandas' ``hash_array`` of SUBJECT_ID is a splitmix64 finalizer, done here in numpy on the small ADMISSIONS)."""
-    import numpy as np
-    import polars as pl
-
-    def read(table: str, wanted: tuple[str, ...] | None = None, types: dict | None = None) -> pl.DataFrame:
-        path = _table_path(data_dir, table)
-        names = _columns(path, wanted)
-        overrides = {names[c]: t for c, t in (types or {}).items() if c in names}
-        frame = pl.read_csv(path, columns=list(names.values()), schema_overrides=overrides, infer_schema=False)
-        frame = frame.rename({name: upper for upper, name in names.items()})
-        return frame.with_columns(pl.col(c).cast(t) for c, t in (types or {}).items() if c in frame.columns)
-
-    ids = {"SUBJECT_ID": pl.Int64, "HADM_ID": pl.Int64, "ITEMID": pl.Int64}
-    lab = read("LABEVENTS", LAB_COLUMNS, {**ids, "VALUENUM": pl.Float64})
-    read_rows = lab.height
-    adm = read("ADMISSIONS", None, ids)
-    items = read("D_LABITEMS", ("ITEMID", "FLUID", "CATEGORY"), ids)
-    moment = "%Y-%m-%d %H:%M:%S"
-    lab = lab.with_columns(pl.col("CHARTTIME").str.to_datetime(moment))
-    categorical = [c for c in ADMISSION_CATEGORICALS if c in adm.columns]
-    adm = adm.select("SUBJECT_ID", "HADM_ID", pl.col("ADMITTIME").str.to_datetime(moment),
-                     pl.col("DISCHTIME").str.to_datetime(moment), *categorical)
-
-    # Outpatient rows and rows without any result out; item kinds on the rest; the text rows of mixed items out.
-    text = pl.col("VALUENUM").is_null()
-    lab = lab.filter(pl.col("HADM_ID").is_not_null() & (pl.col("VALUE").is_not_null() | ~text))
-    share = lab.group_by("ITEMID").agg((~text).mean().alias("SHARE"))
-    mixed = share.filter((pl.col("SHARE") > 0) & (pl.col("SHARE") < 1)).select("ITEMID", MIXED=pl.lit(True))
-    lab = lab.join(mixed, on="ITEMID", how="left").filter(~(pl.col("MIXED").fill_null(False) & text)).drop("MIXED")
-
-    # Split admissions by patient: the same hash of SUBJECT_ID as pandas, 80/10/10.
-    hashed = adm["SUBJECT_ID"].to_numpy().astype(np.int64).view(np.uint64).copy()
-    for shift, factor in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB), (31, None)):
-        hashed ^= hashed >> np.uint64(shift)
-        if factor:
-            hashed *= np.uint64(factor)
-    bucket = hashed % np.uint64(10)
-    adm = adm.with_columns(pl.Series("SPLIT", np.select([bucket < 8, bucket == 8], [0, 1], 2)))
-    lab = lab.join(adm.select("HADM_ID", "ADMITTIME", "DISCHTIME", "SPLIT"), on="HADM_ID", how="inner")
-    train = pl.col("SPLIT") == 0
-
-    # Codes from sorted training vocabularies; 0 for missing and unseen.
-    vocab = (lab.filter(text & train).select("ITEMID", "VALUE").unique().sort("ITEMID", "VALUE")
-             .with_columns(CODE=(pl.int_range(pl.len()).over("ITEMID") + 1).cast(pl.Float64)))
-    lab = lab.join(vocab, on=["ITEMID", "VALUE"], how="left").with_columns(
-        CODE=pl.when(text).then(pl.col("CODE").fill_null(0.0)).otherwise(0.0))
-    train_adm = adm.filter(train)
-
-    def codes(frame: pl.DataFrame, vocabulary: pl.DataFrame, column: str) -> pl.Series:
-        known = vocabulary[column].drop_nulls().unique().sort()
-        table = pl.DataFrame({column: known, "CODE": np.arange(1, len(known) + 1)})
-        return frame.select(column).join(table, on=column, how="left", maintain_order="left")["CODE"].fill_null(0)
-
-    node_x = [codes(adm, train_adm, c) for c in categorical]
-    item_x = [codes(items, items, c) for c in ("FLUID", "CATEGORY")]
-
-    # z-score per ITEMID with the training rows' mean and std (a constant item gets std 1); then fill.
-    stats = lab.filter(train & ~text).group_by("ITEMID").agg(MEAN=pl.col("VALUENUM").mean(),
-                                                             STD=pl.col("VALUENUM").std())
-    stats = stats.with_columns(STD=pl.when(pl.col("STD") > 0).then(pl.col("STD")).otherwise(1.0))
-    lab = lab.join(stats, on="ITEMID", how="left").with_columns(
-        Z=((pl.col("VALUENUM") - pl.col("MEAN")) / pl.col("STD")).fill_nan(0.0).fill_null(0.0))
-
-    # 24-hour timesteps from the midnight of the admission day; early and late rows out.
-    elapsed = pl.col("CHARTTIME") - pl.col("ADMITTIME").dt.truncate("1d")
-    lab = lab.with_columns(ELAPSED=elapsed).with_columns(TIMESTEP=pl.col("ELAPSED").dt.total_seconds() // 86_400)
-    keep = ((pl.col("ELAPSED") >= pl.duration(seconds=0)) & (pl.col("ELAPSED") <= pl.duration(days=max_stay_days))
-            & (pl.col("CHARTTIME") <= pl.col("DISCHTIME") + pl.duration(hours=after_discharge_hours)))
-    if max_timestep is not None:
-        keep &= pl.col("TIMESTEP") <= max_timestep
-    lab = lab.filter(keep)
-
-    # One row per (HADM_ID, TIMESTEP, ITEMID): the latest CHARTTIME; sorted for slicing by offsets.
-    lab = lab.sort("SPLIT", "HADM_ID", "TIMESTEP", "ITEMID", "CHARTTIME", maintain_order=True)
-    lab = lab.unique(["HADM_ID", "TIMESTEP", "ITEMID"], keep="last", maintain_order=True)
-
-    # Edge arrays: admission and item node indices, [code, z] attributes.
-    admissions = np.sort(adm["HADM_ID"].to_numpy())
-    item_ids = np.sort(items["ITEMID"].to_numpy())
-    edge_index = np.vstack([np.searchsorted(admissions, lab["HADM_ID"].to_numpy()),
-                            np.searchsorted(item_ids, lab["ITEMID"].to_numpy())]).astype(np.int64)
-    edge_attr = np.column_stack([lab["CODE"].to_numpy(), lab["Z"].to_numpy()]).astype(np.float32)
-    timestep = lab["TIMESTEP"].to_numpy().astype(np.int64)
-    return _baseline_result(read_rows, edge_index, edge_attr, timestep, node_x, item_x)
-
-
-STEP_FUNCTIONS = {"floor": pyarrow_floor, "baseline": plain_pandas, "baseline_polars": plain_polars}
-
-
-def run_step(name: str, data_dir: Path, result_path: Path) -> int:
-    """The child's side of a measured step: run it, write what it found as JSON."""
-    found = STEP_FUNCTIONS[name](Path(data_dir))
-    Path(result_path).write_text(json.dumps(found) + "\n")
-    return 0
-
-
-# -- measuring (the parent's side) ------------------------------------------------------------
-def measure(name: str, command: list[str], *, log: Path, env: dict[str, str] | None = None) -> StepResult:
-    """Run ``command`` as a child process: wall seconds, its ``ru_maxrss`` (``os.wait4``) and, sampled every
-    :data:`RSS_SAMPLE_SECONDS` with psutil, the peak of its process tree's summed RSS (``ru_maxrss`` only
-    knows the largest single process), of its own RSS and of its descendants' (a Dask client's workers)."""
-    import psutil
-
-    log.parent.mkdir(parents=True, exist_ok=True)
-    peaks = {"tree": 0, "main": 0, "children": 0}
-    samples = 0
-    started = time.perf_counter()
-    with open(log, "wb") as sink:
-        child = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 cwd=ROOT, env={**os.environ, **(env or {})})
-        process = psutil.Process(child.pid)
-        while True:
-            sample = _tree_rss(process)
-            if sample is not None:
-                samples += 1
-                for key, value in zip(("main", "children"), sample):
-                    peaks[key] = max(peaks[key], value)
-                peaks["tree"] = max(peaks["tree"], sum(sample))
-            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-            if pid:
-                break
-            time.sleep(RSS_SAMPLE_SECONDS)
-    seconds = time.perf_counter() - started
-    child.returncode = os.waitstatus_to_exitcode(status)  # reaped here; Popen must not wait again
-    # The tree's sum is never below its largest process's peak, which a short peak between samples would miss.
-    largest = usage.ru_maxrss * 1024
-    return StepResult(name=name, what=STEP_INFO[name], seconds=seconds, cpu_seconds=usage.ru_utime + usage.ru_stime,
-                      peak_rss_mb=largest / MB, tree_peak_rss_mb=max(peaks["tree"], largest) / MB,
-                      main_peak_rss_mb=peaks["main"] / MB, children_peak_rss_mb=peaks["children"] / MB,
-                      rss_samples=samples, exit_code=child.returncode, command=[str(part) for part in command],
-                      log=str(log))
-
-
-def _tree_rss(process) -> tuple[int, int] | None:
-    """RSS in bytes of ``process`` and of all its descendants summed; None once it has exited (a zombie has none)."""
-    import psutil
-
-    try:
-        own = process.memory_info().rss
-        children = process.children(recursive=True)
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-        return None
-    total = 0
-    for descendant in children:
-        try:
-            total += descendant.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-            continue  # ended between the listing and the reading
-    return own, total
-
-
-def _python_step(name: str, data: Path, out: Path) -> StepResult:
-    """floor and baseline: this file run as a script (-P: its folder not on sys.path), so no badpoints import."""
-    result_path = out / "steps" / f"{name}.json"
-    result_path.unlink(missing_ok=True)
-    step = measure(name, [sys.executable, "-P", str(Path(__file__).resolve()), "step", name, str(data),
-                          str(result_path)], log=out / "logs" / f"{name}.log")
-    if step.exit_code != 0:
-        raise BenchError(f"step {name} failed with exit {step.exit_code}:\n{_tail(Path(step.log))}")
-    step.result = json.loads(result_path.read_text())
-    return step
-
-
-def _badpoints_step(name: str, args: list[str], out: Path, *, cache: Path, fresh_cache: bool) -> StepResult:
-    """A badpoints command (``python -m pipeline.cli``, what the console script runs), its report read back."""
-    if fresh_cache and cache.exists():
-        shutil.rmtree(cache)
-    cache.mkdir(parents=True, exist_ok=True)
-    report_path = out / "steps" / f"{name}.report.json"
-    report_path.unlink(missing_ok=True)
-    step = measure(name, [sys.executable, "-m", "pipeline.cli", *args, "--json", str(report_path)],
-                   log=out / "logs" / f"{name}.log", env={"BADPOINTS_CACHE_DIR": str(cache)})
-    if step.exit_code not in (0, 1):
-        raise BenchError(f"`badpoints {args[0]}` could not run (exit {step.exit_code}); its output "
-                         f"({step.log}) ends with:\n{_tail(Path(step.log))}")
-    if report_path.exists():
-        report = json.loads(report_path.read_text())
-        attrition = report.get("attrition") or {}
-        step.result = {"status": report.get("status"), **(attrition.get("LABEVENTS") or {})}
-    return step
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-def _dask_step(data: Path, out: Path, cache: Path) -> StepResult:
-    """``build --engine dask`` on a LocalCluster of :data:`DASK_WORKERS` workers x :data:`DASK_MEMORY_LIMIT`, its
-    parts the engine's default (about a million rows each, a worker reading one part's file at a time).
-
-    The client is the step's own process (``main_peak_rss_mb``); its workers are its descendants
-    (``children_peak_rss_mb``), so the two are measured apart.
-    """
-    graphs = Path(tempfile.mkdtemp(prefix="build-dask-", dir=out))
-    try:
-        args = ["build", str(data), "--out", str(graphs), "--engine", "dask", "--workers", str(DASK_WORKERS),
-                "--memory-limit", DASK_MEMORY_LIMIT]
-        step = _badpoints_step("dask", args, out, cache=cache, fresh_cache=True)
-    finally:
-        shutil.rmtree(graphs, ignore_errors=True)
-    step.result.update(worker_memory_limit=DASK_MEMORY_LIMIT, workers=DASK_WORKERS)
-    return step
-
-
-# -- data ---------------------------------------------------------------------------------------
-def synth_source_digest() -> str:
-    """What the generated bytes depend on: the modules of bench/synth/ and the sample generator they reuse."""
-    digest = hashlib.sha256()
-    for path in (*sorted((ROOT / "bench" / "synth").glob("*.py")), ROOT / "data" / "sample" / "generate.py"):
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def prepare_data(data: Path, *, rows: int, seed: int, out: Path, layout: str = "mimic3") -> tuple[StepResult, dict]:
-    """Reuse ``data`` when its synth.json matches, use foreign tables as they are, else generate into it."""
-    stamp = data / "synth.json"
-    digest = synth_source_digest()
-    if stamp.is_file():
-        info = json.loads(stamp.read_text())
-        if (info.get("rows"), info.get("seed"), info.get("layout", "mimic3"), info.get("source_sha256")) == (
-                rows, seed, layout, digest):
-            return StepResult(name="generate", what=STEP_INFO["generate"], skipped=f"reused {data}"), info
-    elif data.is_dir() and any(p.name.lower().startswith("labevents") for p in data.rglob("*")):
-        return (StepResult(name="generate", what=STEP_INFO["generate"], skipped=f"given tables in {data}"),
-                {"generator": None})
-    step = measure("generate", [sys.executable, "-m", "bench.synth", str(data), "--rows", str(rows),
-                                "--seed", str(seed), "--layout", layout], log=out / "logs" / "generate.log")
-    if step.exit_code != 0:
-        raise BenchError(f"generating the data failed (exit {step.exit_code}):\n{_tail(Path(step.log))}")
-    info = json.loads(stamp.read_text())
-    info["source_sha256"] = digest
-    stamp.write_text(json.dumps(info, indent=2) + "\n")
-    return step, info
-
-
-def _polars_missing() -> str | None:
-    """Why the polars baseline cannot run here, or None."""
-    import importlib.util
-
-    if importlib.util.find_spec("polars") is None:
-        return "polars is not installed (pip install -e '.[bench]', as make bench does)"
-    return None
-
-
-# -- the run -----------------------------------------------------------------------------------
 def run(*, rows: int, out: Path, data: Path | None = None, seed: int = SEED, dask: bool = False,
         layout: str = "mimic3", reference: Path | None = None) -> dict:
     """Every step in order; the results with ratios and targets (also written to ``out/bench.json``)."""
@@ -490,36 +61,12 @@ def run(*, rows: int, out: Path, data: Path | None = None, seed: int = SEED, das
     name = f"synth-rows{rows}-seed{seed}" if layout == "mimic3" else f"synth-{layout}-rows{rows}-seed{seed}"
     data = Path(data).resolve() if data else out / "data" / name
     generate, dataset = prepare_data(data, rows=rows, seed=seed, out=out, layout=layout)
-    # Caches and graphs are copies of the data: made here, removed when the steps are done.
-    cache = Path(tempfile.mkdtemp(prefix="cache-", dir=out))
-    graphs = Path(tempfile.mkdtemp(prefix="build-", dir=out))
-    try:
-        missing = _polars_missing()
-        steps = [generate, _python_step("floor", data, out), _python_step("baseline", data, out),
-                 StepResult(name="baseline_polars", what=STEP_INFO["baseline_polars"], skipped=missing) if missing
-                 else _python_step("baseline_polars", data, out),
-                 _badpoints_step("validate", ["validate", str(data)], out, cache=cache / "validate",
-                                 fresh_cache=True)]
-        build = _badpoints_step("build", ["build", str(data), "--out", str(graphs)], out, cache=cache / "build",
-                                fresh_cache=True)
-        files = [p for p in graphs.rglob("*") if p.is_file()]
-        build.result.update(graph_files=sum(p.suffix == ".pt" for p in files),
-                            output_mb=round(sum(p.stat().st_size for p in files) / MB, 1))
-        shutil.rmtree(graphs)
-        steps.append(build)
-        steps.append(_badpoints_step("validate_warm", ["validate", str(data)], out, cache=cache / "validate",
-                                     fresh_cache=False))
-        steps.append(_dask_step(data, out, cache / "dask") if dask else
-                     StepResult(name="dask", what=STEP_INFO["dask"], skipped="not requested (--dask)"))
-    finally:
-        shutil.rmtree(graphs, ignore_errors=True)
-        shutil.rmtree(cache, ignore_errors=True)
-
+    steps = [generate, *_measured_steps(data, out, dask=dask)]
     by_name = {step.name: step for step in steps}
     for step in steps:
         if step.seconds is not None and step.name != "generate":
-            step.ratio_floor = _ratio(step.seconds, by_name["floor"].seconds)
-            step.ratio_baseline = _ratio(step.seconds, by_name["baseline"].seconds)
+            step.ratio_floor = ratio(step.seconds, by_name["floor"].seconds)
+            step.ratio_baseline = ratio(step.seconds, by_name["baseline"].seconds)
     measured_rows = by_name["floor"].result.get("LABEVENTS", rows)
     results = {
         "rows": measured_rows,
@@ -537,6 +84,34 @@ def run(*, rows: int, out: Path, data: Path | None = None, seed: int = SEED, das
     }
     _write_json(out / "bench.json", results)
     return results
+
+
+def _measured_steps(data: Path, out: Path, *, dask: bool) -> list[StepResult]:
+    """The floor, the baselines, badpoints cold, warm and (with ``dask``) on Dask. Caches and graphs are copies of
+    the data: made under ``out``, removed when the steps are done."""
+    cache = Path(tempfile.mkdtemp(prefix="cache-", dir=out))
+    graphs = Path(tempfile.mkdtemp(prefix="build-", dir=out))
+    try:
+        missing = polars_missing()
+        steps = [python_step("floor", data, out), python_step("baseline", data, out),
+                 StepResult(name="baseline_polars", what=STEP_INFO["baseline_polars"], skipped=missing) if missing
+                 else python_step("baseline_polars", data, out),
+                 badpoints_step("validate", ["validate", str(data)], out, cache=cache / "validate", fresh_cache=True)]
+        build = badpoints_step("build", ["build", str(data), "--out", str(graphs)], out, cache=cache / "build",
+                               fresh_cache=True)
+        files = [p for p in graphs.rglob("*") if p.is_file()]
+        build.result.update(graph_files=sum(p.suffix == ".pt" for p in files),
+                            output_mb=round(sum(p.stat().st_size for p in files) / MB, 1))
+        shutil.rmtree(graphs)
+        steps.append(build)
+        steps.append(badpoints_step("validate_warm", ["validate", str(data)], out, cache=cache / "validate",
+                                    fresh_cache=False))
+        steps.append(dask_step(data, out, cache / "dask") if dask else
+                     StepResult(name="dask", what=STEP_INFO["dask"], skipped="not requested (--dask)"))
+    finally:
+        shutil.rmtree(graphs, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
+    return steps
 
 
 def _read_reference(path: Path) -> dict:
@@ -557,85 +132,6 @@ def _load_average() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or not b else a / b
-
-
-def targets(by_name: dict[str, StepResult], *, rows: int, layout: str = "mimic3", dask: bool = False,
-            reference: dict | None = None) -> list[dict]:
-    """Issue 13's targets: per row the measured value, the limit, met (None where it cannot be told), the scale the
-    target is stated for, and beside it what it is made of (badpoints' figure and both baselines')."""
-    step = by_name.get
-    pandas, polars = step("baseline"), step("baseline_polars")
-
-    def seconds(name: str) -> float | None:
-        found = step(name)
-        return None if found is None else found.seconds
-
-    def gb(found: StepResult | None, field: str = "tree_peak_rss_mb") -> float | None:
-        value = None if found is None else getattr(found, field)
-        return None if value is None else value * MB / 1e9
-
-    def per_row(value: float | None, n: int | None) -> float | None:
-        return None if value is None or not n else value / n
-
-    def row(target: str, scale: str, value: float | None, limit: float, unit: str, measured: float | None,
-            baseline: float | None, baseline_polars: float | None, *, completed: StepResult | None = None,
-            note: str | None = None) -> dict:
-        met = None if value is None else bool(value <= limit)
-        if completed is not None and completed.exit_code not in (0, 1):
-            met, note = False, f"did not complete (exit {completed.exit_code})"
-        return {"target": target, "scale": scale, "value": value, "limit": limit, "met": met, "unit": unit,
-                "measured": measured, "baseline": baseline, "baseline_polars": baseline_polars, "note": note}
-
-    rows_out = [
-        row("validate / baseline", MIMIC3_SCALE, _ratio(seconds("validate"), seconds("baseline")),
-            VALIDATE_PER_BASELINE, "s", seconds("validate"), seconds("baseline"), seconds("baseline_polars")),
-        row("build / baseline", MIMIC3_SCALE, _ratio(seconds("build"), seconds("baseline")), BUILD_PER_BASELINE, "s",
-            seconds("build"), seconds("baseline"), seconds("baseline_polars")),
-        row("validate peak RSS, GB", MIMIC3_SCALE, gb(step("validate")), RSS_GB, "GB",
-            gb(step("validate")), gb(pandas), gb(polars),
-            note=f"all processes; max 1: {_fmt(gb(step('validate'), 'peak_rss_mb'))} GB"),
-        row("build peak RSS, GB", MIMIC3_SCALE, gb(step("build")), RSS_GB, "GB", gb(step("build")),
-            gb(pandas), gb(polars),
-            note=f"all processes; max 1: {_fmt(gb(step('build'), 'peak_rss_mb'))} GB"),
-        row("2nd validate / 1st", ANY_SCALE,
-            _ratio(seconds("validate_warm"), seconds("validate")), WARM_PER_COLD, "s", seconds("validate_warm"),
-            None, None, note=f"unchanged inputs; 1st: {_fmt(seconds('validate'))} s"),
-    ]
-    if layout == "mimic4":
-        build = step("build")
-        rows_out.append(row("mimic4 build peak RSS, GB", MIMIC4_SCALE, gb(build),
-                            MIMIC4_BUILD_RSS_GB, "GB", gb(build), gb(pandas), gb(polars), completed=build))
-        spr = per_row(seconds("build"), rows)
-        if reference is None:
-            value, note = None, "no reference (--reference BENCH_JSON of a mimic3 run)"
-        else:
-            ref_build = next(s for s in reference["steps"] if s["name"] == "build")
-            ref_spr = ref_build["seconds"] / reference["rows"]
-            value = _ratio(spr, ref_spr)
-            ref_layout = reference.get("layout", "mimic3")
-            note = (f"reference: {reference['rows']:,} rows ({ref_layout}), {ref_spr * 1e6:.3f} us/row"
-                    + ("" if ref_layout == "mimic3" else "; the reference is not a mimic3 run"))
-        rows_out.append(row("mimic4 build s/row / reference", MIMIC4_SCALE, value, MIMIC4_SECONDS_PER_ROW,
-                            "us/row", None if spr is None else spr * 1e6,
-                            None if per_row(seconds("baseline"), rows) is None else seconds("baseline") / rows * 1e6,
-                            None if per_row(seconds("baseline_polars"), rows) is None
-                            else seconds("baseline_polars") / rows * 1e6, completed=build, note=note))
-    if dask:
-        dask_step = step("dask")
-        workers = _fmt(gb(dask_step, "children_peak_rss_mb"))
-        rows_out.append(row("dask client peak RSS, GB", MIMIC4_SCALE,
-                            gb(dask_step, "main_peak_rss_mb"), DASK_CLIENT_RSS_GB, "GB",
-                            gb(dask_step, "main_peak_rss_mb"), gb(pandas), gb(polars), completed=dask_step,
-                            note=f"{DASK_WORKERS} workers x {DASK_MEMORY_LIMIT}: {workers} GB summed"))
-    return rows_out
-
-
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
 
 
 def machine() -> dict:
@@ -674,88 +170,14 @@ def _write_json(path: Path, data: dict) -> None:
     partial.replace(path)
 
 
-# -- printing ----------------------------------------------------------------------------------
-def print_results(results: dict, console=None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = console or Console(highlight=False, width=None if sys.stdout.isatty() else 170)
-    rows = results["rows"]
-    steps = Table(title=f"badpoints bench: {rows:,} LABEVENTS rows, {results.get('layout', 'mimic3')} layout",
-                  title_justify="left")
-    steps.add_column("step")  # the one column that may wrap on a narrow terminal
-    for column in ("wall s", "CPU s", "RSS MB, all", "RSS MB, max 1", "x floor", "x baseline", "exit"):
-        steps.add_column(column, justify="right", no_wrap=True, min_width=len(column))
-    for step in results["steps"]:
-        if step["skipped"]:
-            steps.add_row(step["what"], "-", "-", "-", "-", "-", "-", "skip")
-            continue
-        steps.add_row(step["what"], f"{step['seconds']:.2f}", f"{step['cpu_seconds']:.2f}",
-                      _fmt(step.get("tree_peak_rss_mb"), 0), _fmt(step["peak_rss_mb"], 0),
-                      _x(step["ratio_floor"]), _x(step["ratio_baseline"]), str(step["exit_code"]))
-    console.print(steps)
-    console.print("RSS MB, all: the process tree's summed RSS at its worst sample (psutil, every "
-                  f"{RSS_SAMPLE_SECONDS:g} s); max 1: ru_maxrss, the largest single process")
-    for step in results["steps"]:
-        if step["skipped"]:
-            console.print(f"{step['name']} skipped: {step['skipped']}")
-        elif step["name"] == "dask":
-            console.print(f"dask: client {_fmt(step.get('main_peak_rss_mb'), 0)} MB, workers "
-                          f"{_fmt(step.get('children_peak_rss_mb'), 0)} MB summed (peaks, apart)")
-    console.print(target_table(results))
-    edges = ", ".join(f"{name} {count:,}" for name, count in results["edges"].items() if count is not None)
-    console.print(f"edges kept: {edges}")
-    info = results["machine"]
-    load = info.get("load_average") or {}
-    console.print(f"machine: {info['cpu_count']} CPUs, {info['memory_gb']} GB, Python {info['python']}, "
-                  f"pandas {info['pandas']}, pyarrow {info['pyarrow']}, polars {info.get('polars')}; load average "
-                  f"before {load.get('before')}, after {load.get('after')}; commit {results['git']['commit']}"
-                  f"{' (dirty)' if results['git']['dirty'] else ''}")
-
-
-def target_table(results: dict):
-    """The targets with the scale each is meant for (and this run's, where it differs) and the baselines beside."""
-    from rich.table import Table
-
-    rows = results["rows"]
-    scale_rows = {MIMIC3_SCALE: MIMIC3_ROWS, MIMIC4_SCALE: MIMIC4_ROWS}
-    goals = Table(title=f"targets (issue 13; 2 cores, 24 GiB), measured at {rows:,} rows "
-                        f"({results.get('layout', 'mimic3')})", title_justify="left")
-    for column in ("target", "meant for", "value", "limit", "met", "badpoints", "pandas", "polars", "note"):
-        goals.add_column(column, justify="left" if column in ("target", "meant for", "met", "note") else "right",
-                         no_wrap=column not in ("target", "note"))
-    for goal in results["targets"]:
-        met = "n/a" if goal["met"] is None else "[green]met[/]" if goal["met"] else "[red]not met[/]"
-        scale = goal["scale"]
-        if scale in scale_rows and scale_rows[scale] != rows:
-            scale = f"{scale} (run: {_short(rows)})"
-        unit = goal["unit"]
-        digits = 3 if unit == "us/row" else 2
-        goals.add_row(goal["target"], scale, _fmt(goal["value"]), f"<= {goal['limit']:g}", met,
-                      *(f"{_fmt(goal[k], digits)} {unit}" if goal[k] is not None else "-"
-                        for k in ("measured", "baseline", "baseline_polars")), goal["note"] or "")
-    return goals
-
-
-def _short(rows: int) -> str:
-    return f"{rows / 1e6:.1f}M" if rows >= 1e6 else f"{rows / 1e3:.0f}k"
-
-
-def _x(ratio: float | None) -> str:
-    return "-" if ratio is None else f"{ratio:.2f}"
-
-
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["step"]:  # internal: python -P bench/run.py step NAME DATA RESULT
-        return run_step(argv[1], Path(argv[2]), Path(argv[3]))
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=2_000_000, help="LABEVENTS rows to generate (default 2000000)")
+    parser.add_argument("--rows", type=int, default=2_000_000, help="LABEVENTS rows to generate (default %(default)s)")
     parser.add_argument("--out", type=Path, required=True, help="folder for bench.json, logs and reports")
     parser.add_argument("--data", type=Path, default=None,
                         help="dataset folder (default OUT/data/synth-[LAYOUT-]rows<N>-seed<S>); tables without "
                              "synth.json are benchmarked as they are")
-    parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--seed", type=int, default=SEED, help="default %(default)s")
     parser.add_argument("--layout", choices=LAYOUTS, default="mimic3",
                         help="generated data: mimic3 (upper-case CSVs) or mimic4 (MIMIC-IV's hosp/*.csv.gz)")
     parser.add_argument("--reference", type=Path, default=None,
@@ -772,7 +194,3 @@ def main(argv: list[str] | None = None) -> int:
     print_results(results)
     print(f"wrote {Path(args.out) / 'bench.json'}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
