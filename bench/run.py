@@ -15,8 +15,10 @@ process) and the summed RSS of its whole process tree, sampled every :data:`~ben
 psutil (its own process and its descendants apart too: a Dask client and its workers):
 
 - ``floor``: pyarrow's ``read_csv`` of the three tables (all columns, type inference): the floor;
-- ``baseline``: what a careful user writes without validation (:func:`bench.plain.plain_pandas`), the same stages;
-- ``baseline_polars``: the same script in polars (:func:`bench.plain.plain_polars`; skipped, with the reason, without polars);
+- ``baseline``: what a careful user writes without validation (:func:`bench.plain.plain_pandas`), the same stages,
+  with the bounds, split fractions and fills badpoints' config declares (:func:`bench.steps.baseline_settings`);
+- ``baseline_polars``: the same script in polars (:func:`bench.plain.plain_polars`; skipped, with the reason,
+  without polars);
 - ``validate``: ``badpoints validate`` with an empty cache (``BADPOINTS_CACHE_DIR``);
 - ``build``: ``badpoints build`` into a temporary folder, with another empty cache (a first build);
 - ``validate_warm``: ``badpoints validate`` again with the cache the first one filled;
@@ -44,8 +46,8 @@ from importlib import metadata
 from pathlib import Path
 
 from bench.show import print_results
-from bench.steps import (DASK_MEMORY_LIMIT, DASK_WORKERS, MB, ROOT, STEP_INFO, BenchError, StepResult, badpoints_step,
-                         dask_step, polars_missing, prepare_data, python_step)
+from bench.steps import (DASK_MEMORY_LIMIT, DASK_WORKERS, MB, ROOT, STEP_INFO, BenchError, StepResult,
+                         badpoints_step, baseline_settings, dask_step, polars_missing, prepare_data, python_step)
 from bench.synth import LAYOUTS, SEED
 from bench.targets import ratio, targets
 
@@ -91,11 +93,12 @@ def _measured_steps(data: Path, out: Path, *, dask: bool) -> list[StepResult]:
     the data: made under ``out``, removed when the steps are done."""
     cache = Path(tempfile.mkdtemp(prefix="cache-", dir=out))
     graphs = Path(tempfile.mkdtemp(prefix="build-", dir=out))
+    settings = baseline_settings()
     try:
         missing = polars_missing()
-        steps = [python_step("floor", data, out), python_step("baseline", data, out),
+        steps = [python_step("floor", data, out, settings), python_step("baseline", data, out, settings),
                  StepResult(name="baseline_polars", what=STEP_INFO["baseline_polars"], skipped=missing) if missing
-                 else python_step("baseline_polars", data, out),
+                 else python_step("baseline_polars", data, out, settings),
                  badpoints_step("validate", ["validate", str(data)], out, cache=cache / "validate", fresh_cache=True)]
         build = badpoints_step("build", ["build", str(data), "--out", str(graphs)], out, cache=cache / "build",
                                fresh_cache=True)

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import plain
+from pipeline.config import Config, load_config
+from schemas.raw import ADMISSION_CATEGORICALS
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1_000_000
@@ -115,13 +117,27 @@ def _tree_rss(process) -> tuple[int, int] | None:
 
 
 # -- the steps ------------------------------------------------------------------------------------
-def python_step(name: str, data: Path, out: Path) -> StepResult:
+def baseline_settings(config: Config | None = None) -> plain.Settings:
+    """What the baselines take from badpoints' config (``config``, or the stages' declared defaults, which the
+    benchmark's badpoints steps run with), so that none of its values is written again here."""
+    config = config or load_config()
+    bucket, split, fill = config.bucket, config.split, config.fill
+    if bucket.late_policy != "quarantine" or {policy.policy for policy in fill.values()} != {"constant"}:
+        raise BenchError("the baselines drop late rows and fill constants: [bucket] late_policy must be "
+                         "'quarantine' and every [fill] policy 'constant'")
+    return plain.Settings(interval_hours=bucket.interval_hours, max_stay_days=bucket.max_stay_days,
+                          after_discharge_hours=bucket.after_discharge_hours, max_timestep=bucket.max_timestep,
+                          train=split.train, val=split.val, z_fill=fill["Z"].value, code_fill=fill["CODE"].value,
+                          admission_categoricals=tuple(ADMISSION_CATEGORICALS))
+
+
+def python_step(name: str, data: Path, out: Path, settings: plain.Settings) -> StepResult:
     """The floor and the baselines: :mod:`bench.plain` run as a script (-P: its folder not on sys.path), so no
-    badpoints import."""
+    badpoints import; ``settings`` go to it as JSON."""
     result_path = out / "steps" / f"{name}.json"
     result_path.unlink(missing_ok=True)
     step = measure(name, [sys.executable, "-P", str(Path(plain.__file__).resolve()), name, str(data),
-                          str(result_path)], log=out / "logs" / f"{name}.log")
+                          str(result_path), settings.to_json()], log=out / "logs" / f"{name}.log")
     if step.exit_code != 0:
         raise BenchError(f"step {name} failed with exit {step.exit_code}:\n{_tail(Path(step.log))}")
     step.result = json.loads(result_path.read_text())

@@ -9,16 +9,35 @@ import pytest
 
 from pipeline import load_config, validate
 from bench.plain import plain_pandas, plain_polars
+from bench.steps import baseline_settings
 from bench.synth import write_synthetic
 
 HAS_POLARS = importlib.util.find_spec("polars") is not None
 needs_polars = pytest.mark.skipif(not HAS_POLARS, reason="polars is not installed (the optional extra 'bench')")
 
 
-def test_baseline_matches_badpoints_on_the_sample(sample_dir):
+@pytest.fixture(scope="module")
+def settings():
+    return baseline_settings()
+
+
+def test_baseline_matches_badpoints_on_the_sample(sample_dir, settings):
     kept = validate(sample_dir, load_config()).prepared.ledger()["kept"]
-    found = plain_pandas(sample_dir)
+    found = plain_pandas(sample_dir, settings)
     assert found["edges"] == kept and found["read"] == 13041 and found["finite"]
+
+
+@pytest.mark.parametrize(("bucket", "last"), [("interval_hours = 12\nmax_timestep = 5\nafter_discharge_hours = 0", 5),
+                                              ("max_stay_days = 3", 2)])  # days 0, 1, 2 (up to 72 h after midnight)
+def test_baseline_follows_the_config_badpoints_runs_with(sample_dir, tmp_path, bucket, last):
+    # Its bounds come from the stages' declarations, not from numbers of its own: other timesteps and bounds keep
+    # other rows, and still exactly badpoints' kept rows.
+    (tmp_path / "config.toml").write_text(f"[bucket]\n{bucket}\n")
+    config = load_config(tmp_path / "config.toml")
+    kept = validate(sample_dir, config).prepared.ledger()["kept"]
+    found = plain_pandas(sample_dir, baseline_settings(config))
+    assert found["edges"] == kept < validate(sample_dir, load_config()).prepared.ledger()["kept"]
+    assert found["max_timestep"] == last
 
 
 @pytest.fixture(scope="module")
@@ -32,15 +51,15 @@ def small_sets(tmp_path_factory) -> dict[str, Path]:
 
 @needs_polars
 @pytest.mark.parametrize("name", ["sample", "mimic3", "mimic4"])
-def test_polars_baseline_gives_the_pandas_baselines_results(small_sets, name):
+def test_polars_baseline_gives_the_pandas_baselines_results(small_sets, settings, name):
     # Same split (pandas' hash), so not only the counts but the codes, |z| and item indices agree.
-    pandas_found, polars_found = plain_pandas(small_sets[name]), plain_polars(small_sets[name])
+    pandas_found, polars_found = plain_pandas(small_sets[name], settings), plain_polars(small_sets[name], settings)
     assert polars_found.pop("z_abs_sum") == pytest.approx(pandas_found.pop("z_abs_sum"), rel=1e-9)
     assert polars_found == pandas_found and pandas_found["edges"] > 0 and pandas_found["coded"] > 0
 
 
-def test_pandas_baseline_keeps_badpoints_edges_on_mimic4(small_sets):
+def test_pandas_baseline_keeps_badpoints_edges_on_mimic4(small_sets, settings):
     # Lower-case headers, outpatient rows and results only in comments: still exactly badpoints' kept rows.
     kept = validate(small_sets["mimic4"], load_config()).prepared.ledger()["kept"]
-    found = plain_pandas(small_sets["mimic4"])
+    found = plain_pandas(small_sets["mimic4"], settings)
     assert found["edges"] == kept and found["read"] == 50_000 and found["admission_features"] == 7
