@@ -36,7 +36,7 @@ test: $(STAMP)
 # The polars baseline needs the extra 'bench' (not needed by make test); without it that step is skipped.
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
-	$(BIN)/python -m pipeline.bench --rows $(ROWS) --layout $(LAYOUT) --out $(BENCH_OUT) \
+	$(BIN)/python -m bench --rows $(ROWS) --layout $(LAYOUT) --out $(BENCH_OUT) \
 		$(if $(BENCH_DATA),--data $(BENCH_DATA)) $(if $(BENCH_REFERENCE),--reference $(BENCH_REFERENCE)) $(BENCH_FLAGS)
 
 # Mutation testing of schemas/ and the quarantine ledger (not in CI; hours on two cores). Settings: pyproject

@@ -61,7 +61,7 @@ MAX_EXPANDED_BYTES = 64 * 2**30
 MAX_EXPANSION_RATIO = 100.0
 RATIO_FREE_BYTES = 64 * 2**20  # text up to this size is never refused for its expansion ratio
 MAX_FIELD_CHARS = 2**20
-# Text read and checked at a time (read_blocks). Measured on 2M generated rows (123 MB, pipeline.synth): reading
+# Text read and checked at a time (read_blocks). Measured on 2M generated rows (123 MB, bench.synth): reading
 # and checking LABEVENTS took 5.0 s at 16 MiB (peak RSS 570 MiB) against 4.8-5.5 s whole (710-750 MiB); 8 MiB and
 # less cost more time per row, 32-64 MiB more memory for no speed.
 BLOCK_BYTES = 16 * 2**20

@@ -20,7 +20,7 @@ from pipeline.ledgers import Prepared
 from pipeline.work import Call
 from pipeline.quarantine import Step
 from schemas.errors import StageError
-from pipeline.synth import write_synthetic
+from bench.synth import write_synthetic
 from pipeline.write import load_graphs
 from schemas.split import SPLITS
 from tests.corpus import CASES, build as build_case

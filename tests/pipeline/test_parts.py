@@ -18,7 +18,7 @@ from pipeline.builds import build
 from pipeline.flow import validate
 from pipeline.work import Call
 from pipeline.quarantine import Kept, Step
-from pipeline.synth import write_synthetic
+from bench.synth import write_synthetic
 from tests.corpus import CASES, build as build_case
 
 SYNTHETIC_ROWS = 40_000  # ~90 admissions, every special item of pipeline.synth, 15% outpatient rows

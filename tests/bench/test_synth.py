@@ -1,4 +1,4 @@
-"""pipeline/synth.py: seeded, MIMIC-III-shaped, and valid data at any scale."""
+"""bench/synth/: seeded, MIMIC-III-shaped, and valid data at any scale."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from pipeline import load_config, validate
-from pipeline.synth import N_ITEMS, OUTPATIENT_SHARE, ROWS_PER_ADMISSION, main, write_synthetic
+from bench.synth import main, write_synthetic
+from bench.synth.shape import N_ITEMS, OUTPATIENT_SHARE, ROWS_PER_ADMISSION
 
 ROWS = 20_000
 CSVS = ("ADMISSIONS.csv", "D_LABITEMS.csv", "LABEVENTS.csv")
@@ -125,7 +126,7 @@ def test_tiny_scales_are_refused_large_ones_stream(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="at least"):
         write_synthetic(tmp_path, rows=10)
     # Chunks hold whole subjects: with small chunks the file is still sorted by subject and complete.
-    monkeypatch.setattr("pipeline.synth.CHUNK_ROWS", 3_000)
+    monkeypatch.setattr("bench.synth.write.CHUNK_ROWS", 3_000)
     write_synthetic(tmp_path, rows=12_000, seed=3)
     lab = pd.read_csv(tmp_path / "LABEVENTS.csv", usecols=["ROW_ID", "SUBJECT_ID"])
     assert len(lab) == 12_000 and np.all(np.diff(lab["SUBJECT_ID"].to_numpy()) >= 0)
@@ -167,7 +168,7 @@ def test_mimic4_files_and_headers_are_mimic4s(synth4):
 
 
 def test_mimic4_rows_look_like_mimic4s(synth4, lab4):
-    from pipeline.synth import MIMIC4_OUTPATIENT_SHARE
+    from bench.synth.mimic4 import MIMIC4_OUTPATIENT_SHARE
 
     lab = lab4
     assert len(lab) == ROWS_MIMIC4 and lab["labevent_id"].astype(int).is_monotonic_increasing

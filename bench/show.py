@@ -1,0 +1,78 @@
+"""The results as tables on the console: the steps, then the targets."""
+
+from __future__ import annotations
+
+import sys
+
+from bench.steps import RSS_SAMPLE_SECONDS
+from bench.targets import MIMIC3_ROWS, MIMIC3_SCALE, MIMIC4_ROWS, MIMIC4_SCALE, fmt
+
+
+def print_results(results: dict, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(highlight=False, width=None if sys.stdout.isatty() else 170)
+    rows = results["rows"]
+    steps = Table(title=f"badpoints bench: {rows:,} LABEVENTS rows, {results.get('layout', 'mimic3')} layout",
+                  title_justify="left")
+    steps.add_column("step")  # the one column that may wrap on a narrow terminal
+    for column in ("wall s", "CPU s", "RSS MB, all", "RSS MB, max 1", "x floor", "x baseline", "exit"):
+        steps.add_column(column, justify="right", no_wrap=True, min_width=len(column))
+    for step in results["steps"]:
+        if step["skipped"]:
+            steps.add_row(step["what"], "-", "-", "-", "-", "-", "-", "skip")
+            continue
+        steps.add_row(step["what"], f"{step['seconds']:.2f}", f"{step['cpu_seconds']:.2f}",
+                      fmt(step.get("tree_peak_rss_mb"), 0), fmt(step["peak_rss_mb"], 0),
+                      _x(step["ratio_floor"]), _x(step["ratio_baseline"]), str(step["exit_code"]))
+    console.print(steps)
+    console.print("RSS MB, all: the process tree's summed RSS at its worst sample (psutil, every "
+                  f"{RSS_SAMPLE_SECONDS:g} s); max 1: ru_maxrss, the largest single process")
+    for step in results["steps"]:
+        if step["skipped"]:
+            console.print(f"{step['name']} skipped: {step['skipped']}")
+        elif step["name"] == "dask":
+            console.print(f"dask: client {fmt(step.get('main_peak_rss_mb'), 0)} MB, workers "
+                          f"{fmt(step.get('children_peak_rss_mb'), 0)} MB summed (peaks, apart)")
+    console.print(target_table(results))
+    edges = ", ".join(f"{name} {count:,}" for name, count in results["edges"].items() if count is not None)
+    console.print(f"edges kept: {edges}")
+    info = results["machine"]
+    load = info.get("load_average") or {}
+    console.print(f"machine: {info['cpu_count']} CPUs, {info['memory_gb']} GB, Python {info['python']}, "
+                  f"pandas {info['pandas']}, pyarrow {info['pyarrow']}, polars {info.get('polars')}; load average "
+                  f"before {load.get('before')}, after {load.get('after')}; commit {results['git']['commit']}"
+                  f"{' (dirty)' if results['git']['dirty'] else ''}")
+
+
+def target_table(results: dict):
+    """The targets with the scale each is meant for (and this run's, where it differs) and the baselines beside."""
+    from rich.table import Table
+
+    rows = results["rows"]
+    scale_rows = {MIMIC3_SCALE: MIMIC3_ROWS, MIMIC4_SCALE: MIMIC4_ROWS}
+    goals = Table(title=f"targets (issue 13; 2 cores, 24 GiB), measured at {rows:,} rows "
+                        f"({results.get('layout', 'mimic3')})", title_justify="left")
+    for column in ("target", "meant for", "value", "limit", "met", "badpoints", "pandas", "polars", "note"):
+        goals.add_column(column, justify="left" if column in ("target", "meant for", "met", "note") else "right",
+                         no_wrap=column not in ("target", "note"))
+    for goal in results["targets"]:
+        met = "n/a" if goal["met"] is None else "[green]met[/]" if goal["met"] else "[red]not met[/]"
+        scale = goal["scale"]
+        if scale in scale_rows and scale_rows[scale] != rows:
+            scale = f"{scale} (run: {_short(rows)})"
+        unit = goal["unit"]
+        digits = 3 if unit == "us/row" else 2
+        goals.add_row(goal["target"], scale, fmt(goal["value"]), f"<= {goal['limit']:g}", met,
+                      *(f"{fmt(goal[k], digits)} {unit}" if goal[k] is not None else "-"
+                        for k in ("measured", "baseline", "baseline_polars")), goal["note"] or "")
+    return goals
+
+
+def _short(rows: int) -> str:
+    return f"{rows / 1e6:.1f}M" if rows >= 1e6 else f"{rows / 1e3:.0f}k"
+
+
+def _x(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}"
