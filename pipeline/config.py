@@ -23,7 +23,7 @@ from pipeline.stage import sections_of
 from pipeline.stages import STAGES
 from schemas.checks import CHECKS, ERROR, LOCKED, SEVERITIES
 from schemas.errors import SAMPLE_CAP
-from schemas.raw import DEFAULT_VALUENUM_ABS_BOUND
+from schemas.raw import DEFAULT_STAY_TOLERANCE_HOURS, DEFAULT_VALUENUM_ABS_BOUND
 
 HEADER = """
     badpoints configuration: the documented defaults. A file given with --config needs only the keys it changes.
@@ -41,7 +41,7 @@ class RawConfig(Section):
     valuenum_abs_bound: float = setting(float, DEFAULT_VALUENUM_ABS_BOUND, **POSITIVE, doc="""
         |VALUENUM| above this is an error (check valuenum_bound). No lab measurement comes near it;
         values beyond it are the mark of a broken export or unit conversion.""")
-    stay_tolerance_hours: float = setting(float, 0.0, low=0, high=MAX_STAY_TOLERANCE_HOURS, doc="""
+    stay_tolerance_hours: float = setting(float, DEFAULT_STAY_TOLERANCE_HOURS, low=0, high=MAX_STAY_TOLERANCE_HOURS, doc="""
         A lab charted more than this many hours before ADMITTIME or after DISCHTIME is reported
         (check charttime_outside_stay). 0 reports every lab outside the stay. At most 2400 (100 days): raw times
         lie in the years 1678-2261, and datetime64[ns] reaches about 100 days past either end.""")

@@ -56,7 +56,7 @@ OTHER_MIMIC_TABLES = frozenset("""
 # Problems of the file as a whole: their message counts no rows.
 WHOLE_FILE = frozenset({"file_missing", "file_unreadable", "file_empty", "compression", "table_empty"})
 _NEAR_NAME_SCAN = 2000  # entries looked at, at most: DATA_DIR may be a large folder
-# Reading bounds; the config's [load] section sets them (pipeline/defaults.toml says why these values).
+# Reading bounds; the config's [load] section sets them (pipeline/config.py declares them, with why these values).
 MAX_EXPANDED_BYTES = 64 * 2**30
 MAX_EXPANSION_RATIO = 100.0
 RATIO_FREE_BYTES = 64 * 2**20  # text up to this size is never refused for its expansion ratio

@@ -21,9 +21,10 @@ import pandera.pandas as pa
 from pipeline.findings import CLASS_SAMPLE, Finding, finding_from_mask
 from pipeline.shared import value_of
 from schemas.checks import CHECKS, ERROR, ParsedNumbers, ParsedText, parse_columns, sharing_parses
-from schemas.errors import require_validation, value_classes
+from schemas.errors import SAMPLE_CAP, require_validation, value_classes
 from schemas.guard import check_frame
 from schemas.raw import (
+    DEFAULT_STAY_TOLERANCE_HOURS,
     DEFAULT_VALUENUM_ABS_BOUND,
     Admissions,
     LabEvents,
@@ -71,10 +72,10 @@ def check_raw(
     text: Mapping[str, pd.DataFrame],
     *,
     valuenum_abs_bound: float = DEFAULT_VALUENUM_ABS_BOUND,
-    stay_tolerance_hours: float = 0.0,
+    stay_tolerance_hours: float = DEFAULT_STAY_TOLERANCE_HOURS,
     severity: Mapping[str, str] | None = None,
     show_values: bool = False,
-    max_lines: int = 20,
+    max_lines: int = SAMPLE_CAP,
 ) -> RawResult:
     """Check and parse the raw text tables ``{"ADMISSIONS": ..., "D_LABITEMS": ..., "LABEVENTS": ...}``."""
     checked = {
@@ -93,7 +94,7 @@ def check_table(
     valuenum_abs_bound: float = DEFAULT_VALUENUM_ABS_BOUND,
     severity: Mapping[str, str] | None = None,
     show_values: bool = False,
-    max_lines: int = 20,
+    max_lines: int = SAMPLE_CAP,
     engine: PartChecker | None = None,
 ) -> RawResult:
     """One table's own checks and parse: the part that depends on this file alone (and so can be cached).
@@ -112,7 +113,7 @@ def check_blocks(
     valuenum_abs_bound: float = DEFAULT_VALUENUM_ABS_BOUND,
     severity: Mapping[str, str] | None = None,
     show_values: bool = False,
-    max_lines: int = 20,
+    max_lines: int = SAMPLE_CAP,
     engine: PartChecker | None = None,
 ) -> RawResult:
     """:func:`check_table` on a table that comes in row blocks (``pipeline.load.read_blocks``): each block is
@@ -130,7 +131,7 @@ def check_stream(
     valuenum_abs_bound: float = DEFAULT_VALUENUM_ABS_BOUND,
     severity: Mapping[str, str] | None = None,
     show_values: bool = False,
-    max_lines: int = 20,
+    max_lines: int = SAMPLE_CAP,
     engine: PartChecker | None = None,
 ) -> RawResult:
     """:func:`check_blocks` of LABEVENTS that holds none of its rows: each block is checked, related to ADMISSIONS
@@ -292,7 +293,7 @@ def _one_chunk(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def part_findings(part: PartCheck, *, show_values: bool = False, max_lines: int = 20) -> list[Finding]:
+def part_findings(part: PartCheck, *, show_values: bool = False, max_lines: int = SAMPLE_CAP) -> list[Finding]:
     """The findings of a checked table: one per failing (column, check), plus the derived-VALUENUM note."""
     findings: list[Finding | None] = []
     report = _reporter(findings, show_values=show_values, max_lines=max_lines)
@@ -330,10 +331,10 @@ def _cap_values(values: pd.DataFrame) -> pd.DataFrame:
 def check_relations(
     checked: Mapping[str, RawResult],
     *,
-    stay_tolerance_hours: float = 0.0,
+    stay_tolerance_hours: float = DEFAULT_STAY_TOLERANCE_HOURS,
     severity: Mapping[str, str] | None = None,
     show_values: bool = False,
-    max_lines: int = 20,
+    max_lines: int = SAMPLE_CAP,
 ) -> RawResult:
     """Keys, foreign keys and stays across the tables checked by :func:`check_table`, then the typed guard."""
     findings: list[Finding | None] = [f for result in checked.values() for f in result.findings]

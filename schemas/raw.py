@@ -18,6 +18,7 @@ from schemas import checks as _checks  # noqa: F401  (registers the check method
 from schemas import guard as _guard  # noqa: F401  (registers the 'finite' check)
 
 DEFAULT_VALUENUM_ABS_BOUND = 1e10
+DEFAULT_STAY_TOLERANCE_HOURS = 0.0  # [raw] stay_tolerance_hours: every lab outside the stay is reported
 
 # Columns each table must have (canonical MIMIC-III upper-case names), and those read when present.
 REQUIRED = {
