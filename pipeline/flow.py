@@ -30,7 +30,8 @@ from pipeline.config import Config
 from pipeline.cache import Cache
 from pipeline.cache import key_of as cache_key
 from pipeline.load import TABLES, file_sha256, locate_tables, read_blocks
-from pipeline.engine import PANDAS, Chained, Engine, Link, Linked
+from pipeline.engines import PANDAS, Engine
+from pipeline.work import Chained, Link, Linked
 from pipeline.parse import (LabRelations, RawResult, RawTables, check_blocks, check_relations, check_stream,
                             keyed_admissions)
 from pipeline.progress import NO_PROGRESS, Progress, build_steps, pass_step, validate_steps

@@ -43,7 +43,7 @@ from schemas.guard import guarded
 from schemas.scale import ScaledEvents
 
 if TYPE_CHECKING:
-    from pipeline.engine import Engine
+    from pipeline.engines.base import Engine
 
 NAME = "scale"
 # The fallback chain, in order; an item is scaled by the first rule that fits it.
