@@ -211,7 +211,7 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
             # The file name says how the bytes are read (.gz or not): the same bytes under another name differ.
             key = cache_key("table", table, digests.get(table), path.name.lower().endswith(".gz"), settings,
                             limits) if cache else None
-            streams = table == "LABEVENTS" and hasattr(engine, "router")  # into the engine's parts, never whole
+            streams = table == "LABEVENTS" and engine is not None and engine.keeps_parts  # into its parts, never whole
             result = cache.get_table(table, key) if cache and not streams else None
             if result is not None:
                 sha256 = digests[table]

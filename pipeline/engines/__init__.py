@@ -1,7 +1,7 @@
 """Where LABEVENTS is worked on: in this process on whole frames (pandas, the default), or on parts of it kept as
 Arrow files, each part worked on in this process or its worker processes (parts) or by the workers of a
-``dask.distributed`` cluster (Dask). Every engine follows one protocol (:class:`Engine`, in ``base``); each lives in
-a module of its own."""
+``dask.distributed`` cluster (Dask). Every engine follows one protocol (:class:`Engine`, in ``base``) and declares
+what it can do; each lives in a module of its own."""
 
 from pipeline.engines.base import ROWS_PER_PART, Engine, in_parts
 from pipeline.engines.dask import DaskEngine, dask_engine

@@ -3,7 +3,8 @@ run on a frame, rows picked and put back in row order, steps added up over parts
 read a few tasks ahead, and the choice ``--engine auto`` makes.
 
 Every engine runs the very same stage functions; an engine only decides where they run and how their parts come
-back together. This module names no engine and no stage.
+back together. It declares what it can do (:attr:`Engine.keeps_parts`); the flow reads that, never sniffs it.
+This module names no engine and no stage.
 """
 
 from __future__ import annotations
@@ -31,10 +32,18 @@ class Engine(Protocol):
     """Runs the LABEVENTS work: raw checks of a block or a table, and the stages, on whole frames or on parts cut by
     admission."""
 
+    # LABEVENTS is kept in the engine's parts: its checked blocks are routed straight into them (:meth:`router`), so
+    # the whole table never exists in this process, and the stages hand on parts, not frames.
+    keeps_parts: bool
+
     def check_part(self, table: str, frame: pd.DataFrame, **settings: Any) -> PartCheck: ...
 
     def blocks(self, function: Callable[..., Any], blocks: Iterable[pd.DataFrame], **kwargs: Any) -> Iterator[Any]:
         """``function(block, **kwargs)`` of each block as it comes (a table read block by block), in order."""
+
+    def router(self, splits: pd.DataFrame | None) -> Any:
+        """Where a table's checked blocks go, as they come: into the engine's parts, by admission (``splits``:
+        HADM_ID and SPLIT, known from ADMISSIONS). Only an engine that :attr:`keeps_parts` has one."""
 
     def share(self, value: pd.DataFrame | pd.Series) -> Any:
         """A frame as a task takes it: itself, or (an engine with other processes) a :class:`Shared` copy."""

@@ -17,11 +17,16 @@ from pipeline.work import Chained, Fit, Link
 class PandasEngine:
     """Everything in this process, on whole frames."""
 
+    keeps_parts = False
+
     def check_part(self, table: str, frame: pd.DataFrame, **settings: Any) -> PartCheck:
         return check_part(table, frame, **settings)
 
     def blocks(self, function: Callable[..., Any], blocks: Iterable[pd.DataFrame], **kwargs: Any) -> Iterator[Any]:
         return (function(block, **kwargs) for block in blocks)
+
+    def router(self, splits: pd.DataFrame | None) -> Any:
+        raise NotImplementedError("the pandas engine keeps no parts (keeps_parts is False): nothing to route into")
 
     def share(self, value: Any) -> Any:
         return value

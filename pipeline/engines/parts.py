@@ -73,6 +73,8 @@ class PartsEngine:
     :func:`parts_engine`: its folder is deleted at the end of the run, also when the run fails.
     """
 
+    keeps_parts = True
+
     def __init__(self, folder: Path, *, partitions: int | None = None, rows_per_part: int | None = None,
                  workers: int | None = None) -> None:
         self.folder = Path(folder)
