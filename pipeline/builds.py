@@ -18,7 +18,7 @@ import pandas as pd
 
 from pipeline.cache import Cache
 from pipeline.config import Config
-from pipeline.engine import PANDAS, Engine
+from pipeline.engines import PANDAS, Engine
 from pipeline.findings import Finding, finding_from_error, summary_finding
 from pipeline.flow import ORDER, Validation, validate
 from pipeline.ledgers import IN_GRAPHS

@@ -29,7 +29,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 

@@ -20,7 +20,7 @@ from pipeline.cache import Cache
 from pipeline.cache import default_dir as default_cache_dir
 from pipeline.config import Config, ConfigError, load_config
 from pipeline.builds import build as run_build
-from pipeline.engine import PANDAS
+from pipeline.engines import PANDAS
 from pipeline.flow import ORDER
 from pipeline.flow import steps as run_steps
 from pipeline.flow import validate as run_validate
@@ -94,7 +94,7 @@ _PARTITIONS = typer.Option("--partitions", min=1, help="With --engine parts or d
 
 
 class EngineName(str, Enum):
-    """Where LABEVENTS' raw checks and heavy stages run (see ``pipeline.engine``)."""
+    """Where LABEVENTS' raw checks and heavy stages run (see ``pipeline.engines``)."""
 
     auto = "auto"
     pandas = "pandas"
@@ -109,20 +109,20 @@ def _where(err: Console, data_dir: Path, *, cache_dir: Optional[Path], no_cache:
     """The cache and the engine a run uses; a Dask cluster that cannot start is a 'cannot run' (exit 2)."""
     cache = None if no_cache else _cache(err, cache_dir or default_cache_dir())
     if engine is EngineName.auto:
-        from pipeline.engine import in_parts
+        from pipeline.engines import in_parts
 
         engine = EngineName.parts if in_parts(data_dir) else EngineName.pandas
     if engine is EngineName.pandas:
         yield cache, None
         return
     if engine is EngineName.parts:
-        from pipeline.engine import ROWS_PER_PART, parts_engine
+        from pipeline.engines import ROWS_PER_PART, parts_engine
 
         with parts_engine(partitions=partitions, rows_per_part=None if partitions else ROWS_PER_PART,
                           workers=workers) as running:
             yield cache, running
         return
-    from pipeline.engine import dask_engine
+    from pipeline.engines import dask_engine
 
     with contextlib.ExitStack() as stack:
         try:

@@ -19,10 +19,10 @@ import pandas as pd
 from pipeline.cache import Cache
 from pipeline.cache import key_of as cache_key
 from pipeline.config import Config
-from pipeline.engine import PANDAS, Engine
 from pipeline.findings import finding_from_error
 from pipeline.ledgers import (Prepared, admission_fates, admission_findings, attrition_finding,
                               quarantine_findings)
+from pipeline.engines import PANDAS, Engine
 from pipeline.load import TABLES, file_sha256, locate_tables, read_blocks
 from pipeline.parse import (LabRelations, RawResult, RawTables, check_blocks, check_relations, check_stream,
                             keyed_admissions)
@@ -71,7 +71,7 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
     With a ``cache``, tables whose file, settings and checking code are unchanged are taken from it
     already parsed and checked; with ``reuse_report`` too, a run whose inputs and config are all
     unchanged returns the earlier report (its ``tables`` and ``prepared`` are then empty). An ``engine``
-    (``pipeline.engine.parts_engine`` or ``dask_engine``) routes LABEVENTS' checked blocks into parts and runs its
+    (``pipeline.engines.parts_engine`` or ``dask_engine``) routes LABEVENTS' checked blocks into parts and runs its
     stages part by part, here, in worker processes or on a Dask cluster, with the same result.
     """
     require_validation()
@@ -142,7 +142,7 @@ class _Reading:
         # The file name says how the bytes are read (.gz or not): the same bytes under another name differ.
         key = cache_key("table", table, self.digests.get(table), path.name.lower().endswith(".gz"), self.settings,
                         self.limits) if self.cache else None
-        streams = table == "LABEVENTS" and getattr(self.engine, "keeps_parts", False)  # into the engine's parts
+        streams = table == "LABEVENTS" and self.engine is not None and self.engine.keeps_parts  # into its parts
         result = self.cache.get_table(table, key) if self.cache and not streams else None
         if result is not None:
             self.progress.step(f"cached {table}", rows=len(result.tables.of(table)))
@@ -206,7 +206,7 @@ def prepare(tables: RawTables, config: Config, *, fitted: Any = (), progress: Pr
 
     ``fitted``: states saved by an earlier run (``from_json``), by stage name or in any order, reused instead of
     fitted, so new data is transformed with exactly what training saw. The ``engine`` runs the stages that work by
-    admission on parts, and their fits where the parts are (in this process by default; see ``pipeline.engine``).
+    admission on parts, and their fits where the parts are (in this process by default; see ``pipeline.engines``).
     """
     if tables.admissions is None or tables.labitems is None or tables.labevents is None:
         return Prepared(order=ORDER)

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.config import Config
-from pipeline.engine import PANDAS
+from pipeline.engines import PANDAS
 from pipeline import page
 from pipeline.report import Report, item_names, write_atomic
 from schemas.checks import CHECKS
@@ -70,7 +70,7 @@ def html_report(result: Any, config: Config | None = None, *, show_values: bool 
 
 def render(result: Any, config: Config, *, show_values: bool = False, engine: Any = None) -> str:
     """The whole page for a Validation or a Build (a Build has ``validation`` and its graphs). With the ``engine``
-    that holds LABEVENTS in parts (``pipeline.engine``), what is read of every part is read where its parts are
+    that holds LABEVENTS in parts (``pipeline.engines``), what is read of every part is read where its parts are
     (the Dask engine's workers) and only per-part sums come back; without one, the parts are read here, one at a
     time."""
     engine = engine or PANDAS

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from pipeline.engine import PANDAS, Engine
+from pipeline.engines import PANDAS, Engine
 from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
 from pipeline.parse import RawTables
 from pipeline.quarantine import Quarantine, Step

@@ -100,7 +100,7 @@ def check_table(
     """One table's own checks and parse: the part that depends on this file alone (and so can be cached).
 
     The result's ``tables`` holds only this table; :func:`check_relations` joins the tables afterwards.
-    An ``engine`` (see ``pipeline.engine``) may check slices of the rows elsewhere; the result is the same.
+    An ``engine`` (see ``pipeline.engines``) may check slices of the rows elsewhere; the result is the same.
     """
     return check_blocks(table, [frame], valuenum_abs_bound=valuenum_abs_bound, severity=severity,
                         show_values=show_values, max_lines=max_lines, engine=engine)
@@ -137,7 +137,7 @@ def check_stream(
     """:func:`check_blocks` of LABEVENTS that holds none of its rows: each block is checked, related to ADMISSIONS
     and D_LABITEMS (``relations``), guarded and routed (:func:`check_and_route`, where the ``engine`` works on
     parts: in its worker processes while this one reads the next block) into ``router``'s parts
-    (``pipeline.engine.Router``: ``take`` a routed block, ``finish`` gives the parts); only what the findings need
+    (``pipeline.engines.routing.Router``: ``take`` a routed block, ``finish`` gives the parts); only what the findings need
     comes back. The result's table is the parts; its ``related``, the relations' failures, for
     :func:`check_relations`."""
     keep = max(max_lines, CLASS_SAMPLE)  # as many failing lines as a finding lists or classifies by value

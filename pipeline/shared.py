@@ -40,7 +40,7 @@ PART_OPTIONS = pa.ipc.IpcWriteOptions(compression=None)  # parts are written onc
 
 def write_part(frame: pd.DataFrame, path: Path) -> None:
     """A frame as an Arrow IPC file, its index kept (pandas metadata): a part of an engine (read back exactly by
-    ``pipeline.engine.read_part``), or a frame shared with every task."""
+    ``pipeline.engines.stored.read_part``), or a frame shared with every task."""
     table = pa.Table.from_pandas(frame, preserve_index=True)
     with pa.ipc.new_file(path, table.schema, options=PART_OPTIONS) as writer:
         writer.write_table(table)

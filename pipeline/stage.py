@@ -14,7 +14,7 @@ from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from pipeline.engine import Engine
+from pipeline.engines.base import Engine
 from pipeline.findings import Finding, summary_finding
 from pipeline.parse import RawTables
 from pipeline.quarantine import Kept, Step

@@ -36,7 +36,7 @@ from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE
 from schemas.guard import check_frame
 from schemas.split import SplitAssignment
-from tests.corpus import CASES, Dataset, build
+from tests.corpus import Dataset, build
 from tests.pipeline.stages.sample import sample_stages
 
 runner = CliRunner()

@@ -7,7 +7,6 @@ import functools
 import gzip
 import hashlib
 import io
-import shutil
 import tracemalloc
 from pathlib import Path
 

@@ -203,7 +203,6 @@ def test_z_chart_draws_a_bounded_sample_of_outliers_and_the_box_of_every_row():
     import numpy as np
     from matplotlib import cbook
 
-    from pipeline import html
 
     rng = np.random.default_rng(7)
     values = np.concatenate([rng.normal(size=20_000), rng.normal(scale=40.0, size=4_000)])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pipeline.engine import PartsEngine
+from pipeline.engines.parts import PartsEngine
 from pipeline.shared import Shared, reads, share, value_of
 
 

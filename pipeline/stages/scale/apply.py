@@ -19,7 +19,7 @@ from schemas.guard import guarded
 from schemas.scale import ScaledEvents
 
 if TYPE_CHECKING:
-    from pipeline.engine import Engine
+    from pipeline.engines.base import Engine
 
 # Optional per-row reference ranges of LABEVENTS (MIMIC-IV's ref_range_lower / ref_range_upper).
 RANGE_COLUMNS = ("REF_RANGE_LOWER", "REF_RANGE_UPPER")

@@ -13,7 +13,7 @@ import pytest
 
 from pipeline import flow
 from pipeline.config import load_config
-from pipeline.engine import PandasEngine
+from pipeline.engines.pandas import PandasEngine
 from pipeline.flow import ORDER
 from pipeline.ledgers import dropped
 from pipeline.stage import Stage
@@ -95,11 +95,16 @@ def test_every_declared_reason_is_reported_by_a_catalogued_check():
     assert list(dropped(ORDER))[-len(drops):] == [drop.check for drop in drops]  # after the run's own, in flow order
 
 
-def test_the_engine_names_no_stage():
-    tree = ast.parse((ROOT / "pipeline" / "engine.py").read_text())
-    imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+def test_the_engines_name_no_stage():
     stage_modules = {f"pipeline.stages.{stage.name}" for stage in STAGES}
-    assert not stage_modules & set(imported)
+    modules = sorted((ROOT / "pipeline" / "engines").glob("*.py"))
+    assert {path.stem for path in modules} >= {"__init__", "base", "pandas", "parts", "dask"}
+    for path in modules:
+        tree = ast.parse(path.read_text())
+        imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+        imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+        assert not stage_modules & set(imported), path.name
+        assert not {"pipeline.stages", "pipeline.stage"} & set(imported), path.name  # not the list, not the kernel
 
 
 def test_schemas_never_import_pipeline():

@@ -1,33 +1,29 @@
-"""The partitioned flow (pipeline/engine.py's PartsEngine): LABEVENTS cut by admission right after the raw checks,
-every stage and fit run one part at a time from Parquet files. With 1, 2 or many parts it gives the in-memory run's
-report, stats.json and graph files byte for byte, on the sample, on every corpus case and on generated data with
-constant, tied, late and outpatient rows (the Dask engine's build is compared in tests/pipeline/test_engine.py)."""
+"""pipeline/engines/parts.py: the partitioned flow (PartsEngine): LABEVENTS cut by admission right after the raw
+checks, every stage and fit run one part at a time from Parquet files. With 1, 2 or many parts it gives the
+in-memory run's report, stats.json and graph files byte for byte, on the sample, on every corpus case and on
+generated data with constant, tied, late and outpatient rows (the Dask engine's build is compared in
+tests/pipeline/engines/test_dask.py)."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from pipeline.config import load_config
-from pipeline.engine import Link, PartsEngine, Stored, parts_engine
+from pipeline.engines.parts import PartsEngine, parts_engine
+from pipeline.engines.stored import Stored
 from pipeline.builds import build
 from pipeline.flow import validate
-from pipeline.work import Call
+from pipeline.work import Call, Link
 from pipeline.quarantine import Kept, Step
 from bench.synth import write_synthetic
 from tests.corpus import CASES, build as build_case
+from tests.pipeline.engines.rows import edge_parts, lab_frame, output_files
 
 SYNTHETIC_ROWS = 40_000  # ~90 admissions, every special item of pipeline.synth, 15% outpatient rows
-
-
-def output_files(out: Path) -> dict[str, bytes]:
-    """Every file a build wrote, by its path in ``out`` (not the folder's owner marker)."""
-    return {str(path.relative_to(out)): path.read_bytes() for path in sorted(out.rglob("*"))
-            if path.is_file() and path.name != ".badpoints"}
 
 
 def assert_same_validation(got, expected) -> None:
@@ -109,11 +105,11 @@ def test_quarantine_kept_in_many_line_ranges_writes_the_same_files(synthetic, tm
     the in-memory run, whose quarantine is one frame."""
     import pyarrow.parquet as pq
 
-    from pipeline.engine import Ranged
+    from pipeline.engines.stored import Ranged
 
     monkeypatch.setattr("pipeline.write.ROW_GROUP", 500)
     assert build(synthetic, tmp_path / "whole", _config()).exit_code == 0
-    for module in ("pipeline.quarantine", "pipeline.engine"):
+    for module in ("pipeline.quarantine", "pipeline.engines.stored"):
         monkeypatch.setattr(f"{module}.LINE_RANGE", 3_000)
     with parts_engine(partitions=3) as engine:
         built = build(synthetic, tmp_path / "out", _config(), engine=engine)
@@ -152,19 +148,8 @@ def test_rows_per_part_sets_how_many_parts(synthetic):
 
 
 # -- the pieces ------------------------------------------------------------------------------------------------
-def _frame() -> pd.DataFrame:
-    rng = np.random.default_rng(5)
-    hadm = rng.integers(100, 130, size=300)
-    return pd.DataFrame({
-        "HADM_ID": pd.array(np.where(hadm % 11 == 0, pd.NA, hadm), dtype="Int64"),
-        "VALUE": pd.Series(np.where(hadm % 3 == 0, None, "x" + pd.Series(hadm).astype(str)), dtype="str"),
-        "VALUENUM": rng.normal(size=300),
-        "CHARTTIME": pd.Timestamp("2150-01-01") + pd.to_timedelta(rng.integers(0, 1000, 300), unit="h"),
-    }, index=pd.Index(np.arange(300) + 2, name="line"))
-
-
 def test_parts_round_trip_through_arrow_files_in_row_order(tmp_path):
-    frame = _frame()
+    frame = lab_frame()
     splits = pd.DataFrame({"HADM_ID": np.arange(100, 130), "SPLIT": pd.Series(["train", "val", "test"] * 10,
                                                                              dtype="str")})
     engine = PartsEngine(tmp_path, partitions=4)
@@ -177,54 +162,6 @@ def test_parts_round_trip_through_arrow_files_in_row_order(tmp_path):
     assert engine._read(stored.paths[-1])["HADM_ID"].isna().any()  # rows of no admission come last
 
 
-def _splits() -> pd.DataFrame:
-    """Admissions 100..127 (128 and 129 are in no split: rows of no known admission, like rows without HADM_ID)."""
-    return pd.DataFrame({"HADM_ID": np.arange(100, 128),
-                         "SPLIT": pd.Series(["train", "val", "test", "train"] * 7, dtype="str")})
-
-
-def _routed(engine: PartsEngine, frame: pd.DataFrame, splits: pd.DataFrame, block: int) -> Stored:
-    router = engine.router(splits)
-    for start in range(0, len(frame), block):
-        router.add(frame.iloc[start:start + block])
-    return router.finish()
-
-
-@pytest.mark.parametrize("partitions", [1, 2, 5])
-def test_routed_blocks_make_the_parts_partition_cuts(tmp_path, partitions):
-    """Blocks routed as they come give what cutting the whole table gives: every admission in one part, parts in
-    (split, HADM_ID) order, each in source line order, rows of no known admission last; in row order, the table."""
-    frame, splits = _frame(), _splits()
-    engine = PartsEngine(tmp_path, partitions=partitions)
-    stored = _routed(engine, frame, splits, block=37)
-    assert len(stored) == len(frame) and stored.columns == tuple(frame.columns)
-    pd.testing.assert_frame_equal(engine.rows(stored), frame)
-    parts = list(stored.read())
-    assert [len(part) for part in parts] == list(stored.lengths)
-    assert all(part.index.is_monotonic_increasing for part in parts)
-    owners = [set(part["HADM_ID"].dropna()) for part in parts]
-    assert sum(map(len, owners)) == len(set().union(*owners))
-    split = splits.set_index("HADM_ID")["SPLIT"].map({"train": 0, "val": 1, "test": 2})
-    known = [part[part["HADM_ID"].isin(split.index)] for part in parts]
-    keys = pd.concat([pd.DataFrame({"SPLIT": part["HADM_ID"].map(split), "HADM_ID": part["HADM_ID"]})
-                      .drop_duplicates().sort_values(["SPLIT", "HADM_ID"]) for part in known])
-    assert keys.equals(keys.sort_values(["SPLIT", "HADM_ID"]))  # part order is (split, HADM_ID) order
-    unknown = frame["HADM_ID"].isna() | ~frame["HADM_ID"].isin(split.index)
-    last = parts[-1]
-    assert (~last["HADM_ID"].isin(split.index)).all() and len(last) == int(unknown.sum())
-    assert len(parts) <= partitions + 1  # the known admissions' parts, and one of the rest
-
-
-def test_routed_rows_of_no_known_admission_are_cut_by_rows(tmp_path):
-    frame = _frame()
-    engine = PartsEngine(tmp_path, rows_per_part=20)
-    stored = _routed(engine, frame, pd.DataFrame({"HADM_ID": [], "SPLIT": pd.Series([], dtype="str")}), block=25)
-    # No admission is known: every row is of no known admission, in parts of about 20 rows in source line order.
-    assert len(stored.paths) > 5 and max(stored.lengths) <= 25 + 25
-    assert pd.concat(stored.read()).index.is_monotonic_increasing
-    pd.testing.assert_frame_equal(engine.rows(stored), frame)
-
-
 def test_the_partitioned_flow_never_holds_labevents_whole(sample_dir):
     """With the parts engine, the raw tables' LABEVENTS is its parts (the checked blocks went straight there)."""
     with parts_engine(partitions=2) as engine:
@@ -235,7 +172,7 @@ def test_the_partitioned_flow_never_holds_labevents_whole(sample_dir):
 
 
 def test_a_chain_adds_up_steps_and_quarantine_of_the_parts(tmp_path):
-    frame = _frame()
+    frame = lab_frame()
     engine = PartsEngine(tmp_path, partitions=3)
     stored = engine.partition(frame)
 
@@ -252,29 +189,13 @@ def test_a_chain_adds_up_steps_and_quarantine_of_the_parts(tmp_path):
 
 def test_the_parts_folder_is_deleted_after_the_run_and_on_error(tmp_path):
     with parts_engine(partitions=2, folder=tmp_path) as engine:
-        engine.partition(_frame())
+        engine.partition(lab_frame())
         assert any(tmp_path.rglob("*.arrow"))
     assert not any(tmp_path.iterdir())
     with pytest.raises(RuntimeError), parts_engine(partitions=2, folder=tmp_path) as engine:
-        engine.partition(_frame())
+        engine.partition(lab_frame())
         raise RuntimeError("a failed run")
     assert not any(tmp_path.iterdir())
-
-
-def test_auto_takes_parts_from_the_text_labevents_holds(tmp_path, sample_dir, monkeypatch):
-    from pipeline import engine as engines
-
-    size = (sample_dir / "LABEVENTS.csv").stat().st_size
-    assert not engines.in_parts(sample_dir)  # the sample: far below 256 MiB, the pandas engine
-    monkeypatch.setattr(engines, "AUTO_PARTS_BYTES", size)
-    assert engines.in_parts(sample_dir)
-    zipped = tmp_path / "hosp"
-    zipped.mkdir()
-    (zipped / "labevents.csv.gz").write_bytes(b"\x1f\x8b" + bytes(size // engines.GZIP_TEXT_RATIO + 1))
-    assert engines.in_parts(tmp_path)  # a .gz counts for the text it holds, about seven times its size
-    (zipped / "labevents.csv.gz").write_bytes(b"\x1f\x8b" + bytes(size // engines.GZIP_TEXT_RATIO - 10))
-    assert not engines.in_parts(tmp_path)
-    assert not engines.in_parts(tmp_path / "nowhere")  # no LABEVENTS: pandas, and the run says why
 
 
 def test_a_killed_runs_parts_folder_is_removed_by_the_next_run(tmp_path):
@@ -283,7 +204,7 @@ def test_a_killed_runs_parts_folder_is_removed_by_the_next_run(tmp_path):
     import subprocess
     import sys
 
-    from pipeline.engine import OWNER, PARTS_PREFIX
+    from pipeline.engines.parts import OWNER, PARTS_PREFIX
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     orphan, live, unknown = (tmp_path / f"{PARTS_PREFIX}{name}" for name in ("orphan", "live", "unknown"))
@@ -298,82 +219,35 @@ def test_a_killed_runs_parts_folder_is_removed_by_the_next_run(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, unknown.name]
 
 
-def test_a_part_vouched_for_is_not_validated_again_by_the_next_stage_in_a_worker(tmp_path):
-    """``_chain_part`` as a worker process runs it (no flow around it): a part that passed the stage before's guard
-    (``schema``) is not validated again as the next stage's input; a part not vouched for is."""
-    import pandera.pandas as pa
-
-    from pipeline.engine import _chain_part, write_part
-    from schemas.guard import guarded
-
-    validated = []
-
-    class Counted(pa.DataFrameModel):
-        @pa.dataframe_check
-        def counted(cls, frame: pd.DataFrame) -> bool:
-            validated.append(len(frame))
-            return True
-
-    @guarded(stage="scale", takes=Counted)
-    def halve(part: pd.DataFrame) -> pd.DataFrame:
-        return part.assign(VALUENUM=part["VALUENUM"] / 2)
-
-    source = tmp_path / "part.arrow"
-    write_part(_frame(), source)
-    work = ((Link(calls=(Call(halve),)),), ())
-    done = _chain_part((source, tmp_path / "vouched.arrow"), work=work, schema=Counted)
-    assert done.rows == len(_frame()) and validated == []
-    _chain_part((source, tmp_path / "not.arrow"), work=work, schema=None)
-    assert validated == [len(_frame())]
-
-
-def _keeps_freed_memory(_: int) -> bool:
-    """In a worker: whether it keeps what a part freed (Arrow's pool is not emptied between parts)."""
-    from pipeline import engine
-
-    return engine._GIVE_BACK_BARRIER is not None
-
-
-def _give_back_barrier(_: int) -> tuple[bool, int]:
-    """In a worker: whether the workers' give-back barrier broke (one worker never came), and who waits at it."""
-    from pipeline import engine
-
-    return engine._GIVE_BACK_BARRIER.broken, engine._GIVE_BACK_BARRIER.n_waiting
-
-
-def _torch_threads(_: int) -> tuple[str | None, int]:
-    """In a worker: OMP_NUM_THREADS, and the threads torch's loops run on once it is imported there."""
+def _named_where_made(parts, names, *, batch_size, start=None):
+    """A stand-in for made_graphs: which process saw which rows, numbered from ``start``, their admissions named by
+    ``names`` (a frame handed to every piece)."""
     import os
 
-    import torch
+    rows = pd.concat(list(parts))
+    yield os.getpid(), dict(start or {}), names.loc[rows["HADM_ID"], "NAME"].tolist()
 
-    return os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()
 
-
-def test_workers_run_torch_on_one_thread_each(tmp_path):
-    """Two workers on two cores: each runs torch's loops on one thread (with two each, OpenMP's threads spun against
-    each other and the graphs took 3.5 times as long); this process keeps its own."""
+@pytest.mark.parametrize("workers", [2, None])
+def test_pieces_of_batches_are_made_in_the_parts_engines_worker_processes(tmp_path, workers):
+    """With worker processes, the parts engine makes each piece of whole batches in one of them (a frame among the
+    arguments read there from the parts folder), yielded in the rows' order; without, here, as one stream."""
     import os
 
-    here = os.environ.get("OMP_NUM_THREADS")
-    engine = PartsEngine(tmp_path, workers=2)
+    parts = edge_parts(7, 6)
+    hadm = pd.concat(parts)["HADM_ID"]
+    names = pd.DataFrame({"NAME": ("adm-" + hadm.astype(str)).to_numpy()}, index=hadm.to_numpy()).drop_duplicates()
+    engine = PartsEngine(tmp_path, workers=workers)
     try:
-        assert set(engine._map(_torch_threads, range(4))) == {("1", 1)}
+        edges = Stored(paths=tuple(engine._write(part) for part in parts), lengths=tuple(map(len, parts)), order=None,
+                       columns=("SPLIT", "HADM_ID"))
+        made = list(engine.in_batches(_named_where_made, edges, names, batch_size=16, sees=tmp_path))
     finally:
         engine.close()
-    assert os.environ.get("OMP_NUM_THREADS") == here
-
-
-def test_workers_keep_freed_memory_during_a_pass_and_all_give_it_back_after(tmp_path):
-    """A worker keeps the memory a part frees for its next part; when a pass's results are all read, each of the
-    two workers gives it back once (they meet at a barrier, so neither takes both tasks and none waits alone)."""
-    engine = PartsEngine(tmp_path, workers=2)
-    try:
-        assert all(engine._map(_keeps_freed_memory, range(8)))
-        for _ in range(2):  # the pass after also ended with both workers at the barrier
-            assert set(engine._map(_give_back_barrier, range(4))) == {(False, 0)}
-    finally:
-        engine.close()
-    from pipeline import engine as here
-
-    assert here._GIVE_BACK_BARRIER is None  # this process empties Arrow's pool before each part, as before
+    assert [name for _, _, rows in made for name in rows] == ("adm-" + hadm.astype(str)).tolist()
+    pids = {pid for pid, _, _ in made}
+    if workers:
+        assert len(made) > 1 and os.getpid() not in pids and len(pids) <= 2
+        assert made[0][1] == {"train": 0} and all(n % 16 == 0 for _, start, _ in made for n in start.values())
+    else:
+        assert pids == {os.getpid()} and len(made) == 1

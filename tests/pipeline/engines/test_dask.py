@@ -1,4 +1,4 @@
-"""pipeline/engine.py: on a real dask.distributed LocalCluster (the parts' files worked on by its workers),
+"""pipeline/engines/dask.py: on a real dask.distributed LocalCluster (the parts' files worked on by its workers),
 LABEVENTS' stages from clean to dedup give the pandas engine's report, tables, quarantine, fitted state, edges and
 graphs, with one part or many, on the sample, on generated MIMIC-III-shaped data and on broken data."""
 
@@ -12,19 +12,19 @@ import pandas as pd
 import pytest
 
 from pipeline.config import load_config
-from pipeline.engine import (PANDAS, DaskEngine, Link, PartsEngine, Stored, add_steps, admission_parts, admitted_in,
-                             batch_pieces, dask_engine, in_row_order)
+from pipeline.engines.base import in_row_order
+from pipeline.engines.dask import DaskEngine, dask_engine
+from pipeline.engines.pandas import PANDAS
+from pipeline.engines.stored import Stored
 from pipeline.builds import build
 from pipeline.flow import prepare, validate
 from pipeline.ledgers import Prepared
-from pipeline.work import Call
-from pipeline.quarantine import Step
 from schemas.errors import StageError
 from bench.synth import write_synthetic
 from pipeline.write import load_graphs
 from schemas.split import SPLITS
 from tests.corpus import CASES, build as build_case
-from tests.pipeline.test_parts import output_files
+from tests.pipeline.engines.rows import edge_parts, output_files
 
 pytest.importorskip("dask.distributed")
 
@@ -198,75 +198,6 @@ def test_a_broken_dataset_gives_the_same_findings_on_dask(cluster, tmp_path, nam
 
 
 # -- the pieces ------------------------------------------------------------------------------------------------
-def test_the_pandas_engine_runs_stages_on_the_whole_frame():
-    frame = pd.DataFrame({"x": [3, 1, 2]}, index=pd.Index([7, 5, 6], name="line"))
-    assert PANDAS.partition(frame) is frame and PANDAS.collect(frame) is frame
-    assert PANDAS.chain(frame, [Link(calls=(Call(lambda f, k: f * k, (2,)),))]).events["x"].tolist() == [6, 2, 4]
-    assert PANDAS.rows(frame, lambda f: f[f["x"] > 1]).index.tolist() == [7, 6]
-
-
-def test_admission_parts_keep_admissions_whole_and_ordered():
-    rng = np.random.default_rng(3)
-    hadm = rng.integers(100, 160, size=2_000)
-    split = pd.Series(np.array(SPLITS)[hadm % 3], dtype="str")
-    frame = pd.DataFrame({"HADM_ID": hadm, "SPLIT": split}, index=pd.Index(rng.permutation(2_000) + 2, name="line"))
-    for partitions in (1, 2, 5, 40, 500):
-        parts = admission_parts(frame, partitions)
-        assert 1 <= len(parts) <= min(partitions, frame["HADM_ID"].nunique())
-        assert all(len(p) for p in parts)
-        pd.testing.assert_frame_equal(in_row_order(parts, frame.index), frame)
-        owner = pd.concat([p["HADM_ID"].drop_duplicates().to_frame().assign(part=n) for n, p in enumerate(parts)])
-        assert owner["HADM_ID"].is_unique  # every admission in exactly one part
-        for part in parts:  # each part keeps the input's row order
-            assert (frame.index.get_indexer(part.index) == np.sort(frame.index.get_indexer(part.index))).all()
-        order = owner.assign(split=owner["HADM_ID"].map(frame.groupby("HADM_ID")["SPLIT"].first())
-                             .map({s: n for n, s in enumerate(SPLITS)}))
-        ranked = order.sort_values(["split", "HADM_ID"])["part"]
-        assert ranked.is_monotonic_increasing  # contiguous ranges of (split, HADM_ID)
-    sizes = [len(p) for p in admission_parts(frame, 4)]
-    assert max(sizes) < 2 * min(sizes)  # about equal rows
-    assert len(admission_parts(frame.iloc[:0], 4)) == 1
-
-
-def _edge_parts(seed: int, cuts: int) -> list[pd.DataFrame]:
-    """Edge-like rows (SPLIT, HADM_ID) in (split, HADM_ID) order, cut into ``cuts`` parts at admission boundaries."""
-    rng = np.random.default_rng(seed)
-    hadm = np.unique(rng.integers(1_000, 9_000, 300))
-    split = np.sort(rng.integers(0, 3, len(hadm)))
-    per = rng.integers(1, 6, len(hadm))
-    rows = pd.DataFrame({"SPLIT": np.repeat(np.array(SPLITS)[split], per), "HADM_ID": np.repeat(hadm, per)})
-    bounds = np.unique(np.r_[0, np.sort(rng.choice(np.arange(1, len(hadm)), cuts - 1, replace=False)), len(hadm)])
-    first_row = np.r_[0, np.cumsum(per)]
-    return [rows.iloc[first_row[a]:first_row[b]] for a, b in zip(bounds[:-1], bounds[1:])]
-
-
-@pytest.mark.parametrize("seed, cuts, batch_size", [(0, 1, 8), (1, 7, 8), (2, 40, 8), (3, 5, 1), (4, 3, 500)])
-def test_batch_pieces_hold_every_admission_once_in_whole_batches(seed, cuts, batch_size):
-    """Pieces begin where batches begin: their ranges take every admission once, a batch never in two pieces;
-    each reads from the part its first batch begins in to the part its last admission is in, and starts at its
-    split's admissions before it."""
-    parts = _edge_parts(seed, cuts)
-    paths = [f"part-{n}" for n in range(len(parts))]
-    pieces = batch_pieces([admitted_in(part) for part in parts], paths, batch_size)
-    rows = pd.concat(parts, ignore_index=True).drop_duplicates()
-    code = rows["SPLIT"].map({name: n for n, name in enumerate(SPLITS)}).to_numpy()
-    position = rows.groupby("SPLIT").cumcount().to_numpy()
-    owner = np.full(len(rows), -1)
-    for n, piece in enumerate(pieces):
-        for split, lo, hi in piece.ranges:
-            taken = (code == split) & (rows["HADM_ID"].to_numpy() >= lo) & (rows["HADM_ID"].to_numpy() <= hi)
-            assert (owner[taken] == -1).all()
-            owner[taken] = n
-            assert position[taken].min() == piece.start[SPLITS[split]] and piece.start[SPLITS[split]] % batch_size == 0
-        part_of = {hadm: k for k, part in enumerate(parts) for hadm in part["HADM_ID"]}
-        held = rows["HADM_ID"][owner == n].map(part_of)
-        assert list(piece.paths) == paths[held.min():held.max() + 1]
-    assert (owner >= 0).all() and (np.diff(owner) >= 0).all()
-    batch = pd.Series(owner).groupby([code, position // batch_size]).nunique()
-    assert (batch == 1).all()  # whole batches
-    assert batch_pieces([admitted_in(part.iloc[:0]) for part in parts], paths, batch_size) == []
-
-
 def _where_made(parts, *, batch_size, start=None):
     """A stand-in for made_graphs: which process saw which rows, numbered from ``start``."""
     import os
@@ -281,7 +212,7 @@ def test_pieces_of_batches_are_made_on_the_workers_that_see_the_folder(cluster, 
     import os
 
     engine = on(cluster, None)
-    parts = _edge_parts(5, 6)
+    parts = edge_parts(5, 6)
     edges = Stored(paths=tuple(engine._write(part) for part in parts), lengths=tuple(map(len, parts)), order=None,
                    columns=("SPLIT", "HADM_ID"))
     on_workers = list(engine.in_batches(_where_made, edges, batch_size=16, sees=tmp_path))
@@ -292,39 +223,6 @@ def test_pieces_of_batches_are_made_on_the_workers_that_see_the_folder(cluster, 
     assert [pid for pid, _, _ in here] == [os.getpid()]
     assert on_workers[0][1] == {"train": 0} and all(
         n % 16 == 0 for _, start, _ in on_workers for n in start.values())
-
-
-def _named_where_made(parts, names, *, batch_size, start=None):
-    """:func:`_where_made` with the rows' admissions named by ``names`` (a frame handed to every piece)."""
-    import os
-
-    rows = pd.concat(list(parts))
-    yield os.getpid(), dict(start or {}), names.loc[rows["HADM_ID"], "NAME"].tolist()
-
-
-@pytest.mark.parametrize("workers", [2, None])
-def test_pieces_of_batches_are_made_in_the_parts_engines_worker_processes(tmp_path, workers):
-    """With worker processes, the parts engine makes each piece of whole batches in one of them (a frame among the
-    arguments read there from the parts folder), yielded in the rows' order; without, here, as one stream."""
-    import os
-
-    parts = _edge_parts(7, 6)
-    hadm = pd.concat(parts)["HADM_ID"]
-    names = pd.DataFrame({"NAME": ("adm-" + hadm.astype(str)).to_numpy()}, index=hadm.to_numpy()).drop_duplicates()
-    engine = PartsEngine(tmp_path, workers=workers)
-    try:
-        edges = Stored(paths=tuple(engine._write(part) for part in parts), lengths=tuple(map(len, parts)), order=None,
-                       columns=("SPLIT", "HADM_ID"))
-        made = list(engine.in_batches(_named_where_made, edges, names, batch_size=16, sees=tmp_path))
-    finally:
-        engine.close()
-    assert [name for _, _, rows in made for name in rows] == ("adm-" + hadm.astype(str)).tolist()
-    pids = {pid for pid, _, _ in made}
-    if workers:
-        assert len(made) > 1 and os.getpid() not in pids and len(pids) <= 2
-        assert made[0][1] == {"train": 0} and all(n % 16 == 0 for _, start, _ in made for n in start.values())
-    else:
-        assert pids == {os.getpid()} and len(made) == 1
 
 
 def _pid_and(value):
@@ -356,7 +254,7 @@ def _refusing(parts, *, batch_size, start=None):
 
 def test_a_stage_error_in_a_piece_made_on_a_worker_is_raised_here(cluster, tmp_path):
     engine = on(cluster, None)
-    parts = _edge_parts(6, 5)
+    parts = edge_parts(6, 5)
     edges = Stored(paths=tuple(engine._write(part) for part in parts), lengths=tuple(map(len, parts)), order=None,
                    columns=("SPLIT", "HADM_ID"))
     with pytest.raises(StageError, match="not an item") as raised:
@@ -372,7 +270,7 @@ def test_the_dask_client_builds_without_torch(synthetic, tmp_path):
     script = ("import sys\n"
               "from pathlib import Path\n"
               "from pipeline.config import load_config\n"
-              "from pipeline.engine import dask_engine\n"
+              "from pipeline.engines import dask_engine\n"
               "from pipeline.builds import build\n"
               "if __name__ == '__main__':\n"
               "    with dask_engine(workers=1, memory_limit='1GB', partitions=3) as engine:\n"
@@ -385,15 +283,6 @@ def test_the_dask_client_builds_without_torch(synthetic, tmp_path):
     code, graphs, torch_loaded, pyg_loaded = done.stdout.split()
     assert code == "0" and int(graphs) > 0 and (torch_loaded, pyg_loaded) == ("False", "False")
     assert len(list((tmp_path / "out" / "graphs").rglob("*.pt"))) == int(graphs)
-
-
-def test_steps_of_parts_add_up_and_must_agree():
-    one = (Step(stage="bucket", step="late", rows_in=5, rows_out=3, quarantined=2),)
-    two = (Step(stage="bucket", step="late", rows_in=7, rows_out=7, clipped=1),)
-    assert add_steps([one, two]) == (Step(stage="bucket", step="late", rows_in=12, rows_out=10, quarantined=2,
-                                          clipped=1),)
-    with pytest.raises(RuntimeError, match="different steps"):
-        add_steps([one, (Step(stage="bucket", step="early", rows_in=1, rows_out=1),)])
 
 
 def _config(changes: dict):

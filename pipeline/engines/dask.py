@@ -1,0 +1,86 @@
+"""The Dask engine: the parts engine's work on the workers of a ``dask.distributed`` cluster (a fresh loopback
+``LocalCluster``, or an existing scheduler's), the same parts files, each per-part step a task."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import pandas as pd
+
+from pipeline.engines.base import ROWS_PER_PART, ahead_of_results
+from pipeline.engines.parts import PartsEngine, parts_folder
+from pipeline.quarantine import LineMask
+
+
+class DaskEngine(PartsEngine):
+    """The parts engine's work on a ``dask.distributed`` cluster: the same parts files, each per-part step (a
+    stage, a fit's partial result or pass, a pick, a count) a task on a worker, which reads its part's file and
+    writes what it makes beside it.
+
+    LABEVENTS' blocks are read here (a ``.gz`` stream is read in order) and sent to the workers, which check them and
+    write them into the parts (:class:`BlockRoute`), so the client holds ADMISSIONS, D_LABITEMS, the fitted state
+    and what comes back per part (counts, steps, a part's quarantine records on their way to the line-range files),
+    never all the rows; a worker holds the part it works on. The workers must see the parts folder: a ``LocalCluster``'s do; a remote cluster's need it on a
+    filesystem they share (``folder``). Tasks are sent a few per worker ahead of the results read back.
+    """
+
+    def __init__(self, folder: Path, client: Any, *, partitions: int | None = None,
+                 rows_per_part: int | None = None) -> None:
+        super().__init__(folder, partitions=partitions, rows_per_part=rows_per_part)
+        self.client = client
+
+    def _elsewhere(self) -> bool:
+        return True
+
+    def _map(self, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any) -> Iterator[Any]:
+        if "args" in kwargs:  # frames among the arguments (ADMISSIONS for bucket) go to every worker once
+            kwargs = {**kwargs, "args": _scattered(self.client, kwargs["args"])}
+        ahead = 2 * max(1, len(self.client.scheduler_info().get("workers", {})))
+        return ahead_of_results(lambda item: self.client.submit(function, item, pure=False, **kwargs), items,
+                                ahead=ahead)
+
+    def call(self, function: Callable[..., Any], *args: Any, sees: Path | None = None, **kwargs: Any) -> Any:
+        """On a worker (``quarantine.parquet`` written there, so this process never holds its row groups); here when
+        the workers cannot see ``sees``."""
+        if sees is not None and not self._seen_by_workers(Path(sees)):
+            return super().call(function, *args, **kwargs)
+        return self.client.submit(function, *args, pure=False, **kwargs).result()
+
+    def _seen_by_workers(self, folder: Path) -> bool:
+        return all(self.client.run(os.path.isdir, str(folder)).values())
+
+
+def _scattered(client: Any, args: tuple) -> tuple:
+    """Frames and arrays among the arguments (ADMISSIONS, the report's mask of quarantined lines) sent to every worker
+    once, not inside every task. Each under a key of its own (``hash=False``): the same frame scattered again by the
+    next stage under its content's key could be released by the stage before (whose futures go when its map is
+    done) while the next stage's tasks wait for it ("lost dependencies")."""
+    return tuple(client.scatter(a, broadcast=True, hash=False) if isinstance(a, (pd.DataFrame, LineMask)) else a
+                 for a in args)
+
+
+@contextlib.contextmanager
+def dask_engine(scheduler: str | None = None, *, workers: int = 2, memory_limit: str = "4GB",
+                partitions: int | None = None, rows_per_part: int | None = ROWS_PER_PART,
+                folder: Path | None = None) -> Iterator[DaskEngine]:
+    """A :class:`DaskEngine` on the cluster at ``scheduler``, or on a fresh loopback ``LocalCluster``, its parts in
+    a fresh temporary folder (in ``folder``, or the system's) that every worker must see; deleted afterwards."""
+    from dask.distributed import Client, LocalCluster
+
+    with contextlib.ExitStack() as stack:
+        if scheduler:
+            client = stack.enter_context(Client(scheduler))
+        else:
+            cluster = stack.enter_context(LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
+                host="127.0.0.1", dashboard_address=None))
+            client = stack.enter_context(Client(cluster))
+        parts = Path(stack.enter_context(parts_folder(folder)))
+        blind = sorted(worker for worker, sees in client.run(os.path.isdir, str(parts)).items() if not sees)
+        if blind:
+            raise OSError(f"{len(blind)} Dask worker(s) cannot see the parts folder {parts} (first: {blind[0]}): "
+                          "run the workers where it is, or set TMPDIR to a folder they share")
+        yield DaskEngine(parts, client, partitions=partitions, rows_per_part=None if partitions else rows_per_part)

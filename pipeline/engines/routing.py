@@ -1,0 +1,182 @@
+"""How LABEVENTS is cut into admission-range parts: a whole frame at once (:func:`admission_parts`), or its checked
+blocks as they come (:class:`BlockRoute` writes a block by admission range where it was checked, :class:`Router`
+makes parts of the ranges), so the whole table never exists. Either way every admission's rows are in one part and
+the parts come in (split, HADM_ID) order."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from pipeline.engines.stored import Batches, Stored
+from pipeline.shared import PART_OPTIONS, value_of
+from schemas.split import SPLITS, split_codes
+
+
+BUCKETS = 64  # admission ranges a Router writes checked blocks into (consecutive ones make a part)
+
+
+def admission_parts(events: pd.DataFrame, partitions: int, splits: pd.DataFrame | None = None) -> list[pd.DataFrame]:
+    """``events`` cut into at most ``partitions`` parts (at least one), each with all the rows of its admissions.
+
+    Admissions in (split, HADM_ID) order are cut into contiguous ranges of about equal rows, so rows sorted by
+    split and admission within each part are sorted across them. Each part keeps the input's row order. The split
+    is the rows' SPLIT, or (``splits``: HADM_ID and SPLIT) their admission's, or none (neither is known); rows of
+    no known admission (no HADM_ID, or one without a split) come last.
+    """
+    if events.empty:
+        return [events]
+    hadm = events["HADM_ID"]
+    known = hadm.notna().to_numpy()
+    key = np.where(known, hadm.to_numpy("float64", na_value=np.nan), -1).astype("int64")
+    if splits is None and "SPLIT" not in events:  # no split known (the split stage will fail): by HADM_ID alone
+        split = np.zeros(len(events), dtype="int64")
+    elif splits is None:
+        split = split_codes(events["SPLIT"]).astype("int64")
+    else:
+        of = pd.Series(split_codes(splits["SPLIT"]).astype("int64"), index=splits["HADM_ID"].to_numpy("int64"))
+        split = of.reindex(key).fillna(len(SPLITS)).to_numpy("int64")
+    split = np.where(known, split, len(SPLITS))
+    split = pd.Series(split).groupby(key).transform("first").to_numpy("int64")  # an admission's first row's split
+    per = pd.DataFrame({"SPLIT": split, "HADM_ID": key}).groupby(["SPLIT", "HADM_ID"]).size()  # sorted by both
+    before = per.cumsum() - per
+    cut = (before.to_numpy() * max(1, int(partitions))) // len(events)
+    part = pd.Series(np.unique(cut, return_inverse=True)[1], index=per.index)
+    of_row = part.reindex(pd.MultiIndex.from_arrays([split, key])).to_numpy("int64")
+    order = np.argsort(of_row, kind="stable")
+    bounds = np.searchsorted(of_row[order], np.arange(part.max() + 2))
+    return [events.iloc[order[start:stop]] for start, stop in zip(bounds[:-1], bounds[1:])]
+
+
+@dataclass(frozen=True)
+class Routed:
+    """A checked block written by :class:`BlockRoute`: its file holds one record batch per admission range (bucket)
+    that has rows, in bucket order."""
+
+    path: Path
+    buckets: tuple[int, ...]
+    rows: tuple[int, ...]
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BlockRoute:
+    """Writes a checked block's rows into a file of the parts folder, one record batch per admission range: what a
+    :class:`Router` makes parts of. Picklable, so the process that checks a block writes it."""
+
+    folder: Path
+    ranges: Any  # Shared, or the Series itself: HADM_ID -> admission range (bucket)
+    unknown: int  # the bucket of rows of no known admission
+
+    def __call__(self, frame: pd.DataFrame) -> Routed:
+        ranges = value_of(self.ranges)
+        hadm = frame["HADM_ID"].to_numpy("float64", na_value=np.nan)
+        known = ~np.isnan(hadm)
+        bucket = np.full(len(frame), self.unknown, dtype="int64")
+        bucket[known] = ranges.reindex(hadm[known].astype("int64")).fillna(self.unknown).to_numpy("int64")
+        order = np.argsort(bucket, kind="stable")
+        ranked = bucket[order]
+        starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]]) if len(ranked) else np.array([], "int64")
+        stops = np.r_[starts[1:], len(ranked)].astype("int64")
+        rows = frame if np.array_equal(order, np.arange(len(order))) else frame.iloc[order]
+        batch = pa.RecordBatch.from_pandas(rows, preserve_index=True)
+        path = self.folder / f"block-{uuid.uuid4().hex}.arrow"
+        with pa.ipc.new_file(path, batch.schema, options=PART_OPTIONS) as writer:
+            for start, stop in zip(starts, stops):
+                writer.write_batch(batch.slice(int(start), int(stop - start)))
+        return Routed(path=path, buckets=tuple(int(ranked[s]) for s in starts),
+                      rows=tuple(int(n) for n in stops - starts), columns=tuple(frame.columns))
+
+
+class PartsFolder(Protocol):
+    """What a :class:`Router` needs of the engine whose parts it makes: their folder, how many rows or parts it
+    cuts, and how it shares a frame with the processes that route blocks (a parts engine)."""
+
+    folder: Path
+    partitions: int | None
+    rows_per_part: int | None
+
+    def share(self, value: pd.DataFrame | pd.Series) -> Any: ...
+
+
+class Router:
+    """Checked LABEVENTS blocks written straight into admission-range parts, so the whole table never exists.
+
+    The parts are those :func:`admission_parts` cuts: admissions in (split, HADM_ID) order (``splits`` from
+    ADMISSIONS alone, known before any lab row), every admission's rows in one part, each part in source line
+    order, rows of no known admission last. As the rows per admission are known only at the end, each block is
+    written (by :meth:`route`, in the process that checked it) as one file of :data:`BUCKETS` admission ranges, a
+    record batch each; :meth:`finish` puts consecutive ranges of every block together into parts of about the
+    engine's ``rows_per_part`` (or into its ``partitions``). Rows of no known admission (quarantined by clean) are
+    parts of their own, cut by rows.
+    """
+
+    def __init__(self, engine: PartsFolder, splits: pd.DataFrame | None) -> None:
+        self.engine = engine
+        known = pd.DataFrame(columns=["HADM_ID", "SPLIT"]) if splits is None else splits
+        order = pd.DataFrame({"SPLIT": split_codes(known["SPLIT"]).astype("int64"),
+                              "HADM_ID": known["HADM_ID"].to_numpy("int64")}).sort_values(["SPLIT", "HADM_ID"])
+        buckets = max(1, min(BUCKETS, len(order)))
+        bucket = pd.Series(np.arange(len(order)) * buckets // max(1, len(order)),
+                           index=order["HADM_ID"].to_numpy("int64"))
+        self._unknown = buckets  # the bucket of rows of no known admission
+        self.route = BlockRoute(engine.folder, engine.share(bucket[~bucket.index.duplicated()]), self._unknown)
+        self._pieces: dict[int, list[tuple[Path, int, int]]] = {}  # per bucket: (file, batch, rows), in line order
+        self._files: list[Path] = []
+        self._columns: tuple[str, ...] | None = None
+        self._cut = engine.rows_per_part if engine.partitions is None and engine.rows_per_part else None
+
+    def add(self, frame: pd.DataFrame) -> None:
+        """A checked block, routed here."""
+        self.take(self.route(frame))
+
+    def take(self, routed: Routed) -> None:
+        """A block routed where it was checked (:attr:`route`)."""
+        self._files.append(routed.path)
+        self._columns = self._columns or routed.columns
+        for batch, (bucket, rows) in enumerate(zip(routed.buckets, routed.rows)):
+            self._pieces.setdefault(bucket, []).append((routed.path, batch, rows))
+
+    def finish(self, schema: type | None = None) -> Stored:
+        """The parts (``schema``: what every block added passed, for the next stage's guard)."""
+        known = [b for b in sorted(self._pieces) if b != self._unknown]
+        rows = np.array([sum(n for _, _, n in self._pieces[b]) for b in known], dtype="int64")
+        total = int(rows.sum())
+        before = np.cumsum(rows) - rows
+        if self._cut is None:
+            cut = (before * max(1, self.engine.partitions or 1)) // max(1, total)
+        else:
+            cut = before // max(1, self._cut)
+        parts: list[list[tuple[Path, int, int]]] = []
+        for part in np.unique(cut):
+            chosen = {b for b, c in zip(known, cut) if c == part}
+            parts.append([piece for b in sorted(chosen) for piece in self._pieces[b]])
+        unknown = self._pieces.get(self._unknown, [])
+        if self._cut is None:
+            parts += [unknown] if unknown else []
+        else:  # rows of no known admission: parts of about rows_per_part rows, in line order
+            ends = np.cumsum([n for _, _, n in unknown]) if unknown else np.array([], "int64")
+            group = (np.r_[0, ends[:-1]] // max(1, self._cut)) if len(ends) else ends
+            parts += [[unknown[i] for i in np.flatnonzero(group == g)] for g in np.unique(group)]
+        paths = tuple(_by_file(part, self._files) for part in parts)
+        if not parts and self._files:  # no row at all: one empty part, as admission_parts gives
+            paths, parts = ((Batches(self._files[0], ()),),), [[]]
+        return Stored(paths=paths,
+                      lengths=tuple(sum(n for _, _, n in part) for part in parts), order=None,
+                      columns=self._columns or (), schema=schema)
+
+
+def _by_file(pieces: Sequence[tuple[Path, int, int]], routed: Sequence[Path]) -> tuple[Batches, ...]:
+    """A part's pieces as the batches of each file, the files in the order they were routed (source line order)."""
+    files: dict[Path, list[int]] = {}
+    for path, batch, _ in pieces:
+        files.setdefault(path, []).append(batch)
+    rank = {path: n for n, path in enumerate(routed)}
+    return tuple(Batches(path, tuple(sorted(files[path]))) for path in sorted(files, key=rank.__getitem__))
+
