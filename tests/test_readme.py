@@ -57,18 +57,20 @@ def test_python_guide_blocks_run_in_order(capsys, monkeypatch):
     assert namespace["validation"].exit_code == 0
 
 
-def test_readme_documents_every_check():
+def test_readme_checks_agree_with_the_catalogue():
+    """The README's table of the checks a user meets most says what the catalogue says (stage, default severity,
+    fixed). Every check is documented where it is declared (``schemas/<stage>.py``) and printed by
+    ``badpoints checks`` (tests/pipeline/test_cli.py), so a new stage's checks need no line here."""
     from schemas.checks import CHECKS
 
     text = README.read_text()
-    missing = [check for check in CHECKS if f"`{check}`" not in text]
-    assert not missing, missing
     rows = re.findall(r"^\| `(\w+)` \| (\w+) \| (\w+) \|([^|]*)\|", text, flags=re.M)
     table = {check: (stage, severity, fixed.strip()) for check, stage, severity, fixed in rows}
-    assert len(table) == len(rows)  # each check once
-    assert set(table) == set(CHECKS), set(table) ^ set(CHECKS)
-    wrong = {check: (table[check], (info.stage, info.severity, info.locked or ""))
-             for check, info in CHECKS.items() if table[check] != (info.stage, info.severity, info.locked or "")}
+    assert len(table) == len(rows) >= 10  # each check once
+    assert set(table) <= set(CHECKS), set(table) - set(CHECKS)
+    wrong = {check: (row, (CHECKS[check].stage, CHECKS[check].severity, CHECKS[check].locked or ""))
+             for check, row in table.items()
+             if row != (CHECKS[check].stage, CHECKS[check].severity, CHECKS[check].locked or "")}
     assert not wrong, wrong  # README row vs the catalogue: (stage, default severity, fixed)
 
 
