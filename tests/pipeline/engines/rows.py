@@ -1,5 +1,5 @@
-"""What the engine tests cut into parts: lab rows, edge rows in (split, HADM_ID) order, and the files a build
-wrote."""
+"""What the engine tests share: how many rows they generate, the lab rows and edge rows (in (split, HADM_ID) order)
+they cut into parts, and the files a build wrote."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 
 from schemas.split import SPLITS
+
+SYNTHETIC_ROWS = 40_000  # generated rows: ~90 admissions, a few seconds per run, every special item present
 
 
 def output_files(out: Path) -> dict[str, bytes]:

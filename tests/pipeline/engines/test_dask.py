@@ -20,7 +20,6 @@ from pipeline.builds import build
 from pipeline.flow import prepare, validate
 from pipeline.ledgers import Prepared
 from schemas.errors import StageError
-from bench.synth import write_synthetic
 from pipeline.write import load_graphs
 from schemas.split import SPLITS
 from tests.corpus import CASES, build as build_case
@@ -31,7 +30,6 @@ pytest.importorskip("dask.distributed")
 # Broken datasets whose bad rows fall in different slices: failures must combine, not shadow each other.
 BROKEN = ("text_in_valuenum", "inf_valuenum", "duplicate_admission", "unknown_hadm_id", "two_digit_year",
           "all_null_valuenum_column", "every_lab_outpatient")
-SYNTHETIC_ROWS = 40_000  # ~90 admissions: a few seconds per run, every special item of pipeline.synth present
 
 
 @pytest.fixture(scope="module")
@@ -39,14 +37,6 @@ def cluster():
     """Two worker processes on loopback with bounded memory, as the CLI starts by default."""
     with dask_engine(workers=2, memory_limit="1GB") as engine:
         yield engine
-
-
-@pytest.fixture(scope="module")
-def synthetic(tmp_path_factory):
-    """Generated data with an ill-conditioned item, constant items, CHARTTIME ties and labs before admission."""
-    folder = tmp_path_factory.mktemp("synthetic")
-    write_synthetic(folder, rows=SYNTHETIC_ROWS, seed=11)
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,9 @@ from pipeline.builds import build
 from pipeline.flow import validate
 from pipeline.work import Call, Link
 from pipeline.quarantine import Kept, Step
-from bench.synth import write_synthetic
 from tests.corpus import CASES, build as build_case
-from tests.pipeline.engines.rows import edge_parts, lab_frame, output_files
+from tests.pipeline.engines.rows import SYNTHETIC_ROWS, edge_parts, lab_frame, output_files
 
-SYNTHETIC_ROWS = 40_000  # ~90 admissions, every special item of pipeline.synth, 15% outpatient rows
 
 
 def assert_same_validation(got, expected) -> None:
@@ -38,13 +36,6 @@ def assert_same_validation(got, expected) -> None:
         assert isinstance(got.prepared.edges, Stored)
         edges = pd.concat(list(got.prepared.edges.read()))
         pd.testing.assert_frame_equal(edges, expected.prepared.edges, check_exact=True)
-
-
-@pytest.fixture(scope="module")
-def synthetic(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("synthetic")
-    write_synthetic(folder, rows=SYNTHETIC_ROWS, seed=11)
-    return folder
 
 
 @pytest.fixture(scope="module")
