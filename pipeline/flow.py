@@ -29,7 +29,8 @@ from pipeline.paths import check_output_dir, claim_output_dir
 from pipeline.config import Config
 from pipeline.cache import Cache
 from pipeline.cache import key_of as cache_key
-from pipeline.load import TABLES, file_sha256, locate_tables, read_blocks
+from pipeline.load import file_sha256, read_blocks
+from pipeline.locate import TABLES, locate_tables
 from pipeline.engine import PANDAS, Chained, Engine, Link, Linked
 from pipeline.parse import (LabRelations, RawResult, RawTables, check_blocks, check_relations, check_stream,
                             keyed_admissions)
