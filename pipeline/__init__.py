@@ -9,7 +9,8 @@ Notebook use::
 from pipeline.config import Config, load_config
 from pipeline.builds import Build, build
 from pipeline.flow import Validation, validate
-from pipeline.load import load_text_tables, locate_table, read_table
+from pipeline.load import load_text_tables, read_table
+from pipeline.locate import locate_table
 from pipeline.parse import RawResult, RawTables, check_raw
 from pipeline.preflight import Preflight, preflight
 from pipeline.report import Finding, Report

@@ -23,7 +23,8 @@ from pipeline.findings import finding_from_error
 from pipeline.ledgers import (Prepared, admission_fates, admission_findings, attrition_finding,
                               quarantine_findings)
 from pipeline.engines import PANDAS, Engine
-from pipeline.load import TABLES, file_sha256, locate_tables, read_blocks
+from pipeline.load import file_sha256, read_blocks
+from pipeline.locate import TABLES, locate_tables
 from pipeline.parse import (LabRelations, RawResult, RawTables, check_blocks, check_relations, check_stream,
                             keyed_admissions)
 from pipeline.progress import NO_PROGRESS, Progress, build_steps, pass_step, validate_steps

@@ -13,7 +13,7 @@ batch and edge or node type.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import pandas as pd
 
@@ -65,6 +65,7 @@ CHECKS = (  # what the graph stage finds (schemas.checks puts them into the cata
 EDGE = ("admission", "did", "labitem")
 REVERSE = ("labitem", "rev_did", "admission")
 RAW_IDS = {"admission": "hadm_id", "labitem": "itemid"}  # per node type, the attribute holding its raw identifier
+Problem = Callable[[str, str, int, str], None]  # (check, store.attribute, count, detail): one problem, recorded
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def _kind(value) -> str:
     return type(value).__name__
 
 
-def _check_node_ids(store, node_type: str, count: int | None, problem) -> None:
+def _check_node_ids(store, node_type: str, count: int | None, problem: Problem) -> None:
     """node_id is arange(num_nodes), what an Embedding indexes; the raw id is int64, positive, unique, one per node."""
     import torch
 
@@ -139,18 +140,9 @@ def _check_node_ids(store, node_type: str, count: int | None, problem) -> None:
                 f"{raw} {shown} on more than one node {_positions(repeated)}")
 
 
-def graph_problems(data: HeteroData, limits: GraphLimits, *, where: str) -> list[StageError]:
-    """Every problem of one graph (empty when it is sound); ``where`` names it, e.g. 'train/batch 3'."""
+def _check_finite(data: HeteroData, problem: Problem) -> None:
+    """graph_finite: every float tensor of every store (the graph's own, each node and edge type's) is finite."""
     import torch
-
-    problems: list[StageError] = []
-
-    def problem(check: str, store: str, count: int, detail: str) -> None:
-        problems.append(StageError(
-            stage="graph", side="output", check=check, column=store, count=count,
-            failure_cases=pd.DataFrame({"line": pd.Series([], dtype="int64")}), table=where,
-            detail=detail, advice=check_info(check).advice,
-        ))
 
     for store in data.stores:
         key = store._key if store._key is not None else "global"
@@ -161,76 +153,143 @@ def graph_problems(data: HeteroData, limits: GraphLimits, *, where: str) -> list
                 if bad.any():
                     problem("graph_finite", f"{name}.{attr}", int(_failing_rows(bad).sum()),
                             f"{int(bad.sum())} non-finite values {_positions(bad)}")
+
+
+def _check_node_rows(store, node_type: str, count: int | None, problem: Problem) -> None:
+    """graph_node_rows: every tensor of a node type has one row per node."""
+    import torch
+
+    for attr, value in store.items():
+        if isinstance(value, torch.Tensor) and (value.dim() == 0 or value.shape[0] != count):
+            rows = value.shape[0] if value.dim() else 0
+            problem("graph_node_rows", f"{node_type}.{attr}", abs(rows - (count or 0)) or 1,
+                    f"{attr} has {rows} rows for {count} nodes")
+
+
+def _check_node_codes(store, node_type: str, tops: tuple[int, ...] | None, problem: Problem) -> None:
+    """graph_code_range: the codes in x are whole and within each column's vocabulary (``tops``); an x of
+    another shape than [N, len(tops)] is graph_node_rows."""
+    import torch
+
+    x = store.get("x")
+    if x is not None and tops is not None and x.dim() == 2 and x.shape[1] == len(tops) and x.numel():
+        top = torch.tensor(tops, dtype=x.dtype)
+        bad = torch.isfinite(x) & ((x < 0) | (x > top) | (x != torch.round(x)))
+        if bad.any():
+            problem("graph_code_range", f"{node_type}.x", int(_failing_rows(bad).sum()),
+                    f"codes outside their vocabularies (0..{list(tops)} per column) {_positions(bad)}")
+    elif x is not None and tops is not None and (x.dim() != 2 or x.shape[1] != len(tops)):
+        problem("graph_node_rows", f"{node_type}.x", 1,
+                f"x has shape {list(x.shape)}, expected {len(tops)} columns")
+
+
+def _check_labels(store, node_type: str, problem: Problem) -> None:
+    """graph_label_range: the labels y are 0 or 1."""
+    y = store.get("y")
+    if y is not None:
+        bad = (y != 0) & (y != 1)
+        if bad.any():
+            problem("graph_label_range", f"{node_type}.y", int(_failing_rows(bad).sum()),
+                    f"labels not 0 or 1 {_positions(bad)}")
+
+
+def _check_edge_index(data: HeteroData, edge_type: tuple[str, str, str], problem: Problem) -> int | None:
+    """graph_edge_index, graph_empty and graph_index_bounds: edge_index is int64 [2, E], has edges, and points
+    at nodes the graph has. The number of edges E, or None when the edge type's other tensors cannot be
+    checked against it (no usable edge_index, or a node type the graph lacks)."""
+    import torch
+
+    name = _store_name(edge_type)
+    index = data[edge_type].get("edge_index")
+    if index is None or index.dtype != torch.int64 or index.dim() != 2 or index.shape[0] != 2:
+        shape = "missing" if index is None else f"{str(index.dtype).removeprefix('torch.')} {list(index.shape)}"
+        problem("graph_edge_index", f"{name}.edge_index", 1, f"edge_index is {shape}, not int64 [2, E]")
+        return None
+    edges = index.shape[1]
+    if edges == 0:
+        problem("graph_empty", f"{name}.edge_index", 1, "no edges")
+    source, _, target = edge_type
+    missing = [t for t in (source, target) if t not in data.node_types]
+    if missing:
+        problem("graph_index_bounds", f"{name}.edge_index", 1,
+                f"indices into node type(s) {', '.join(missing)} that the graph does not have")
+        return None
+    for row, node_type in ((0, source), (1, target)):
+        nodes = data[node_type].num_nodes or 0
+        bad = (index[row] < 0) | (index[row] >= nodes)
+        if bad.any():
+            problem("graph_index_bounds", f"{name}.edge_index", int(bad.sum()),
+                    f"{int(bad.sum())} {'source' if row == 0 else 'target'} indices outside 0..{nodes - 1} "
+                    f"({node_type} nodes) {_positions(bad)}")
+    return edges
+
+
+def _check_edge_rows(store, name: str, edges: int, problem: Problem) -> None:
+    """graph_edge_rows: every per-edge tensor besides edge_index has one row per edge."""
+    import torch
+
+    for attr, value in store.items():
+        if attr == "edge_index" or not isinstance(value, torch.Tensor):
+            continue
+        if value.dim() == 0 or value.shape[0] != edges:
+            rows = value.shape[0] if value.dim() else 0
+            problem("graph_edge_rows", f"{name}.{attr}", abs(rows - edges) or 1,
+                    f"{attr} has {rows} rows for {edges} edges")
+
+
+def _check_timesteps(store, name: str, max_timestep: int, problem: Problem) -> None:
+    """graph_timestep_range: every timestep is within [0, max_timestep]."""
+    timestep = store.get("timestep")
+    if timestep is not None:
+        bad = (timestep < 0) | (timestep > max_timestep)
+        if bad.any():
+            problem("graph_timestep_range", f"{name}.timestep", int(bad.sum()),
+                    f"timesteps outside 0..{max_timestep} {_positions(bad)}")
+
+
+def _check_edge_codes(store, name: str, edges: int, max_code: int, problem: Problem) -> None:
+    """graph_code_range: the category codes in edge_attr[:, 0] are whole and within 0..max_code."""
+    import torch
+
+    attr = store.get("edge_attr")
+    if attr is not None and attr.dim() == 2 and attr.shape[1] >= 1 and attr.shape[0] == edges:
+        codes = attr[:, 0]
+        bad = torch.isfinite(codes) & ((codes < 0) | (codes > max_code) | (codes != torch.round(codes)))
+        if bad.any():
+            problem("graph_code_range", f"{name}.edge_attr", int(bad.sum()),
+                    f"category codes outside 0..{max_code} {_positions(bad)}")
+
+
+def graph_problems(data: HeteroData, limits: GraphLimits, *, where: str) -> list[StageError]:
+    """Every problem of one graph (empty when it is sound); ``where`` names it, e.g. 'train/batch 3'.
+
+    The float tensors first, then each node type, then each edge type, one check after another; PyG's own
+    ``validate()`` only on a graph without other problems."""
+    problems: list[StageError] = []
+
+    def problem(check: str, store: str, count: int, detail: str) -> None:
+        problems.append(StageError(
+            stage="graph", side="output", check=check, column=store, count=count,
+            failure_cases=pd.DataFrame({"line": pd.Series([], dtype="int64")}), table=where,
+            detail=detail, advice=check_info(check).advice,
+        ))
+
+    _check_finite(data, problem)
     for node_type in data.node_types:
         store = data[node_type]
         count = store.num_nodes
-        for attr, value in store.items():
-            if isinstance(value, torch.Tensor) and (value.dim() == 0 or value.shape[0] != count):
-                rows = value.shape[0] if value.dim() else 0
-                problem("graph_node_rows", f"{node_type}.{attr}", abs(rows - (count or 0)) or 1,
-                        f"{attr} has {rows} rows for {count} nodes")
-        x = store.get("x")
-        tops = limits.max_node_code.get(node_type)
-        if x is not None and tops is not None and x.dim() == 2 and x.shape[1] == len(tops) and x.numel():
-            top = torch.tensor(tops, dtype=x.dtype)
-            bad = torch.isfinite(x) & ((x < 0) | (x > top) | (x != torch.round(x)))
-            if bad.any():
-                problem("graph_code_range", f"{node_type}.x", int(_failing_rows(bad).sum()),
-                        f"codes outside their vocabularies (0..{list(tops)} per column) {_positions(bad)}")
-        elif x is not None and tops is not None and (x.dim() != 2 or x.shape[1] != len(tops)):
-            problem("graph_node_rows", f"{node_type}.x", 1,
-                    f"x has shape {list(x.shape)}, expected {len(tops)} columns")
+        _check_node_rows(store, node_type, count, problem)
+        _check_node_codes(store, node_type, limits.max_node_code.get(node_type), problem)
         _check_node_ids(store, node_type, count, problem)
-        y = store.get("y")
-        if y is not None:
-            bad = (y != 0) & (y != 1)
-            if bad.any():
-                problem("graph_label_range", f"{node_type}.y", int(_failing_rows(bad).sum()),
-                        f"labels not 0 or 1 {_positions(bad)}")
+        _check_labels(store, node_type, problem)
     for edge_type in data.edge_types:
-        store = data[edge_type]
-        name = _store_name(edge_type)
-        index = store.get("edge_index")
-        if index is None or index.dtype != torch.int64 or index.dim() != 2 or index.shape[0] != 2:
-            shape = "missing" if index is None else f"{str(index.dtype).removeprefix('torch.')} {list(index.shape)}"
-            problem("graph_edge_index", f"{name}.edge_index", 1, f"edge_index is {shape}, not int64 [2, E]")
+        edges = _check_edge_index(data, edge_type, problem)
+        if edges is None:
             continue
-        edges = index.shape[1]
-        if edges == 0:
-            problem("graph_empty", f"{name}.edge_index", 1, "no edges")
-        source, _, target = edge_type
-        missing = [t for t in (source, target) if t not in data.node_types]
-        if missing:
-            problem("graph_index_bounds", f"{name}.edge_index", 1,
-                    f"indices into node type(s) {', '.join(missing)} that the graph does not have")
-            continue
-        for row, node_type in ((0, source), (1, target)):
-            nodes = data[node_type].num_nodes or 0
-            bad = (index[row] < 0) | (index[row] >= nodes)
-            if bad.any():
-                problem("graph_index_bounds", f"{name}.edge_index", int(bad.sum()),
-                        f"{int(bad.sum())} {'source' if row == 0 else 'target'} indices outside 0..{nodes - 1} "
-                        f"({node_type} nodes) {_positions(bad)}")
-        for attr, value in store.items():
-            if attr == "edge_index" or not isinstance(value, torch.Tensor):
-                continue
-            if value.dim() == 0 or value.shape[0] != edges:
-                rows = value.shape[0] if value.dim() else 0
-                problem("graph_edge_rows", f"{name}.{attr}", abs(rows - edges) or 1,
-                        f"{attr} has {rows} rows for {edges} edges")
-        timestep = store.get("timestep")
-        if timestep is not None:
-            bad = (timestep < 0) | (timestep > limits.max_timestep)
-            if bad.any():
-                problem("graph_timestep_range", f"{name}.timestep", int(bad.sum()),
-                        f"timesteps outside 0..{limits.max_timestep} {_positions(bad)}")
-        attr = store.get("edge_attr")
-        if attr is not None and attr.dim() == 2 and attr.shape[1] >= 1 and attr.shape[0] == edges:
-            codes = attr[:, 0]
-            bad = torch.isfinite(codes) & ((codes < 0) | (codes > limits.max_code) | (codes != torch.round(codes)))
-            if bad.any():
-                problem("graph_code_range", f"{name}.edge_attr", int(bad.sum()),
-                        f"category codes outside 0..{limits.max_code} {_positions(bad)}")
+        store, name = data[edge_type], _store_name(edge_type)
+        _check_edge_rows(store, name, edges, problem)
+        _check_timesteps(store, name, limits.max_timestep, problem)
+        _check_edge_codes(store, name, edges, limits.max_code, problem)
     if not problems:
         try:
             data.validate(raise_on_error=True)

@@ -159,7 +159,7 @@ def ahead_of_results(submit: Callable[[Any], Any], items: Iterable[Any], *, ahea
 def in_parts(data_dir: Path) -> bool:
     """Whether ``--engine auto`` works on parts: LABEVENTS holds about :data:`AUTO_PARTS_BYTES` of text or more
     (a file that cannot be found or read: no, the run reports why)."""
-    from pipeline.load import locate_table
+    from pipeline.locate import locate_table
 
     try:
         path = locate_table(Path(data_dir), "LABEVENTS")

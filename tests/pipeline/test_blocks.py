@@ -15,7 +15,8 @@ import pytest
 
 from pipeline import flow
 from pipeline.config import load_config
-from pipeline.load import TABLES, locate_tables, read_blocks, read_table
+from pipeline.load import read_blocks, read_table
+from pipeline.locate import TABLES, locate_tables
 from pipeline.parse import check_blocks, check_table
 from schemas.errors import StageError
 from tests.corpus import CASES, build
