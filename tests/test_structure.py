@@ -86,3 +86,29 @@ def test_the_kernel_names_no_stage_and_no_stage_imports_the_list():
         assert not graph[kernel] & (stage_modules | {"pipeline.stages"}), kernel
     for module in stage_modules:
         assert "pipeline.stages" not in graph[module], module
+
+
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 60
+SIZED = ("pipeline", "schemas", "bench")  # everything outside the tests
+
+
+def _sources() -> list[Path]:
+    return [path for folder in SIZED for path in sorted((ROOT / folder).rglob("*.py"))]
+
+
+def test_no_module_is_over_600_lines():
+    long = {str(path.relative_to(ROOT)): n for path in _sources()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert long == {}
+
+
+def test_no_function_is_over_60_lines():
+    long = {}
+    for path in _sources():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long[f"{path.relative_to(ROOT)}:{node.name}"] = lines
+    assert long == {}
