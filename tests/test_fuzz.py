@@ -397,7 +397,7 @@ def _check_planting(factory: pytest.TempPathFactory, table: str, row: int, colum
     rendered = io.StringIO()
     console = Console(file=rendered, highlight=False, soft_wrap=True)
     _print_report(console, result.report)  # as the CLI prints it
-    _print_summary(console, result.report, result.prepared)
+    _print_summary(console, result.report, result, CONFIG)
     report = json.loads(json.dumps(result.report.as_json()))
     assert "status:" in rendered.getvalue()
     assert_errors_name(report, exit_code, {table, "LABEVENTS"})
@@ -438,7 +438,7 @@ def _admitted_in_1678(data: Dataset) -> None:
 
 # name: (how the sample is broken, the tables its errors may name, the KNOWN_CRASHES key it shows, None once fixed).
 # Both crashes found so far are fixed, so these are plain tests now:
-# - csv.Error from load._read_header, which cut the header at the first LF and gave csv.reader a CR;
+# - csv.Error from decode.read_header, which cut the header at the first LF and gave csv.reader a CR;
 # - OverflowError from bucket.bucket, which subtracted datetime64[ns] times more than ~292 years apart.
 REGRESSIONS: dict[str, tuple[Callable[[Dataset], None], set[str], tuple[str, str] | None]] = {
     "carriage_return_in_first_line": (_carriage_return_in_first_line, {"LABEVENTS"}, None),
