@@ -209,8 +209,8 @@ def _waits_for_rows(stage: Stage, config: Any, fitted: Collection[str]) -> bool:
 
 
 def stage_pass(prepare: Sequence[Stage], start: int, config: Any, fitted: Collection[str] = ()) -> tuple[Stage, ...]:
-    """The stages of ``prepare`` (the stages that work on the lab rows, in order) from ``start`` that work on the rows in one pass: up to the next one whose fit
-    waits for its rows (``fitted``: the stages whose state is known)."""
+    """The stages of ``prepare`` (those that work on the lab rows, in order) from ``start`` that work on the rows in
+    one pass: up to the next one whose fit waits for its rows (``fitted``: the stages whose state is known)."""
     end = start + 1
     while end < len(prepare) and not _waits_for_rows(prepare[end], config, fitted):
         end += 1
