@@ -136,7 +136,8 @@ def _graphs_into(staged: Any, validation: Validation, config: Config, progress: 
     graphs = _Graphs.of(made, staged)
     progress.step(guarding, rows=len(graphs.summaries), unit="graphs")
     graphs.findings.extend(_over_budget(graphs.memory, config))
-    _check_ledgers(graphs.summaries, prepared)
+    accounting = {"LABEVENTS": prepared.ledger(), "ADMISSIONS": prepared.admission_ledger()}
+    _check_ledgers(graphs.summaries, accounting)
     # A report of its own: the validation's findings (severities applied) and the graphs', in a new list.
     report = validation.report
     graph_findings = Report(findings=graphs.findings).with_severities(dict(config.severity)).findings
@@ -146,7 +147,7 @@ def _graphs_into(staged: Any, validation: Validation, config: Config, progress: 
         progress.end()
         return Build(validation=validation, report=report, out_dir=None, graphs=graphs.summaries)
     built = Build(validation=validation, report=report, out_dir=out, graphs=graphs.summaries)
-    _write(built, staged, graphs, config, progress, limits=limits, engine=engine)
+    _write(built, staged, graphs, config, progress, limits=limits, accounting=accounting, engine=engine)
     return built
 
 
@@ -198,13 +199,13 @@ def _over_budget(memory: Mapping[str, dict[str, int]], config: Config) -> list[F
                 f"{over[largest] / 2**20:.1f} MB (hidden {config.graph.hidden}, {config.graph.layers} layers)")]
 
 
-def _check_ledgers(summaries: tuple[dict, ...], prepared: Any) -> None:
-    """The graphs hold every kept row as an edge and every admission the ledger counts in graphs (else a bug)."""
+def _check_ledgers(summaries: tuple[dict, ...], accounting: Mapping[str, dict]) -> None:
+    """The graphs hold every kept row as an edge and every admission the ledgers count in graphs (else a bug)."""
     edges_in_graphs = sum(g["edges"] for g in summaries)
-    kept = prepared.ledger()["kept"]
+    kept = accounting["LABEVENTS"]["kept"]
     if edges_in_graphs != kept:
         raise RuntimeError(f"graphs hold {edges_in_graphs} edges but {kept} rows were kept")
-    admissions = prepared.admission_ledger()
+    admissions = accounting["ADMISSIONS"]
     nodes = {name: sum(g["admissions"] for g in summaries if g["split"] == name) for name in SPLITS}
     counted = {name: admissions["splits"][name][IN_GRAPHS] for name in SPLITS}
     if nodes != counted:
@@ -212,7 +213,7 @@ def _check_ledgers(summaries: tuple[dict, ...], prepared: Any) -> None:
 
 
 def _write(built: Build, staged: Any, graphs: _Graphs, config: Config, progress: Progress, *, limits: Any,
-           engine: Engine) -> None:
+           accounting: Mapping[str, dict], engine: Engine) -> None:
     """The build's files written with the staged graphs: the report (JSON and HTML), the fitted state, the
     quarantine, the index and the manifest."""
     from pipeline import html, write  # matplotlib loads only when graphs are built
@@ -223,7 +224,7 @@ def _write(built: Build, staged: Any, graphs: _Graphs, config: Config, progress:
     splits = {name: {"admissions": int((index["split"] == name).sum()),
                      "graphs": sum(g["split"] == name for g in graphs.summaries),
                      "edges": sum(g["edges"] for g in graphs.summaries if g["split"] == name)}
-              for name in ("train", "val", "test")}
+              for name in SPLITS}
     progress.step("report")
     # quarantine.parquet is written (Arrow's work, mostly free of the GIL) while the HTML report is drawn.
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="quarantine") as aside:
@@ -237,7 +238,7 @@ def _write(built: Build, staged: Any, graphs: _Graphs, config: Config, progress:
         inputs=[{"table": i.table, "sha256": i.sha256, "rows": i.rows, "file": Path(i.path).name}
                 for i in report.inputs],
         fitted=prepared.saved_state(), quarantine=quarantine, index=index, report=report.as_json(),
-        accounting={"LABEVENTS": prepared.ledger(), "ADMISSIONS": prepared.admission_ledger()}, splits=splits,
+        accounting=accounting, splits=splits,
         memory=graphs.memory, report_html=page.encode("utf-8"),
         features=graph.feature_columns(prepared.edges, prepared.admissions))
     progress.step("write", rows=len(outputs.manifest["outputs"]), unit="files")
