@@ -125,8 +125,6 @@ _AFTER = [
               "See the ADMISSIONS raw findings; repair the admission's key or times to keep it."),
     CheckInfo("admission_labs_quarantined", "flow", WARNING, "admissions whose every lab row was quarantined",
               "They reach no graph; the quarantine findings of the named stages say why their rows went."),
-    CheckInfo("admission_below_min_timesteps", "flow", INFO, "admissions with fewer timesteps than min_timesteps",
-              "Left out of the graphs on purpose ([graph] min_timesteps)."),
 ]
 
 

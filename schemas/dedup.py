@@ -10,6 +10,9 @@ CHECKS = (  # what the dedup stage finds (schemas.checks puts them into the cata
               "The latest CHARTTIME is kept; ties are broken by value, deterministically."),
     CheckInfo("below_min_timesteps", "dedup", INFO, "lab rows of admissions with fewer than min_timesteps",
               "Their admission is left out of the graphs ([graph] min_timesteps); lower it to keep them."),
+    # The admissions its reason leaves out of every graph (its Drop): reported by the run's admission ledger.
+    CheckInfo("admission_below_min_timesteps", "flow", INFO, "admissions with fewer timesteps than min_timesteps",
+              "Left out of the graphs on purpose ([graph] min_timesteps)."),
 )
 
 
