@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from pipeline.stages import bucket as bucket_stage
 from pipeline.stages import encode, scale
 from pipeline.config import load_config
-from pipeline.flow import prepare
+from pipeline.flow import ORDER, prepare
+from pipeline.ledgers import dropped
 from pipeline.load import load_text_tables
 from pipeline.parse import RawTables, check_raw
 
@@ -422,8 +423,9 @@ def test_every_admission_is_in_a_graph_or_dropped_under_its_reason(dropping):
         assert split["in_graphs"] == graphs[name]  # the report's per-split count is the graphs'
         assert split["dropped"] == sum(split["dropped_by"].values())
     assert ledger["splits"]["unsplit"] == {"read": 1, "in_graphs": 0, "dropped": 1, "dropped_by": {
-        "admission_rejected": 1, "admission_no_labs": 0, "admission_labs_quarantined": 0,
-        "admission_below_min_timesteps": 0}}
+        **{check: 0 for check in dropped(ORDER)}, "admission_rejected": 1}}  # every reason, the stages' included
+    assert list(ledger["dropped_by"])[:4] == ["admission_rejected", "admission_no_labs", "admission_labs_quarantined",
+                                              "admission_below_min_timesteps"]
     assert sum(s["read"] for s in ledger["splits"].values()) == ledger["read"]
     assert closes(prepared)  # the rows of short admissions went to quarantine: the LABEVENTS ledger still closes
 
