@@ -41,7 +41,8 @@ class RawConfig(Section):
     valuenum_abs_bound: float = setting(float, DEFAULT_VALUENUM_ABS_BOUND, **POSITIVE, doc="""
         |VALUENUM| above this is an error (check valuenum_bound). No lab measurement comes near it;
         values beyond it are the mark of a broken export or unit conversion.""")
-    stay_tolerance_hours: float = setting(float, DEFAULT_STAY_TOLERANCE_HOURS, low=0, high=MAX_STAY_TOLERANCE_HOURS, doc="""
+    stay_tolerance_hours: float = setting(float, DEFAULT_STAY_TOLERANCE_HOURS, low=0, high=MAX_STAY_TOLERANCE_HOURS,
+                                          doc="""
         A lab charted more than this many hours before ADMITTIME or after DISCHTIME is reported
         (check charttime_outside_stay). 0 reports every lab outside the stay. At most 2400 (100 days): raw times
         lie in the years 1678-2261, and datetime64[ns] reaches about 100 days past either end.""")

@@ -6,9 +6,9 @@ comes from the data or the report is escaped, and raw values appear only when
 the run was asked for them (``--show-values``). The same input gives the same
 bytes: no time stamps, SVG ids from a fixed hash salt, no matplotlib metadata.
 
-Sections: status and findings, attrition funnel, z-score distributions of the
-most extreme items, constant / single-observation / fallback / unseen items,
-missingness and fills, split sizes, and for builds the graphs and their memory.
+Sections: status and findings, the attrition funnel and the admissions' ledger, then the sections each stage draws
+of itself in flow order (its ``sections`` hook: scale's z-score distributions and items, fill's missingness and
+fills), the split sizes, and for builds the graphs and their memory.
 """
 
 from __future__ import annotations
@@ -93,15 +93,12 @@ def render(result: Any, config: Config, *, show_values: bool = False, engine: An
                         version=escape(_version()))
 
 
-# -- data ---------------------------------------------------------------------------------------
-
-
 # -- sections -----------------------------------------------------------------------------------
 def _header(report: Report, kind: str, cached: bool) -> str:
     counts = {s: sum(f.severity == s for f in report.findings) for s in ("error", "warning", "info")}
     inputs = page.table(["table", "file", "rows", "sha256"],
-                    [[i.table, i.path, page.n(i.rows), i.sha256[:16]] for i in report.inputs],
-                    numeric={2})
+                        [[i.table, i.path, page.n(i.rows), i.sha256[:16]] for i in report.inputs],
+                        numeric={2})
     overrides = ""
     if report.overrides:
         changed = ", ".join(f"{k} = {v}" for k, v in sorted(report.overrides.items()))
@@ -168,10 +165,11 @@ def _attrition(report: Report) -> str:
                "later stages did not run.</p>") if attrition.get("stopped_at") else ""
     funnel = [s for s in steps if s["table"] == "LABEVENTS" and s["rows_in"] != s["rows_out"]]
     chart = page.figure("funnel", "LABEVENTS rows after each step that removed or merged rows",
-                    lambda: _funnel_chart(ledger["read"], funnel, report.stages)) if funnel else ""
+                        lambda: _funnel_chart(ledger["read"], funnel, report.stages)) if funnel else ""
     table = page.table(["table", "stage", "step", "rows in", "rows out", "quarantined", "merged", "clipped"],
-                   [[s["table"], s["stage"], s["step"], page.n(s["rows_in"]), page.n(s["rows_out"]), page.n(s["quarantined"]),
-                     page.n(s["merged"]), page.n(s["clipped"])] for s in steps], numeric={3, 4, 5, 6, 7}, sortable=True)
+                       [[s["table"], s["stage"], s["step"], page.n(s["rows_in"]), page.n(s["rows_out"]),
+                         page.n(s["quarantined"]), page.n(s["merged"]), page.n(s["clipped"])] for s in steps],
+                       numeric={3, 4, 5, 6, 7}, sortable=True)
     return (f'<section id="attrition"><h2>Attrition</h2>{equation}{_admissions(attrition.get("ADMISSIONS"))}'
             f'{stopped}{chart}{table}</section>')
 
@@ -202,7 +200,7 @@ def _dropped(ledger: dict) -> str:
     rows = [[page.n(d["line"]), "-" if d["HADM_ID"] is None else str(d["HADM_ID"]), d["split"],
              d["reason"].removeprefix("admission_").replace("_", " "), d["stage"] or ""] for d in dropped]
     table = page.table(["ADMISSIONS line", "HADM_ID", "split", "reason", "last lab rows taken at"], rows,
-                   numeric={0, 1}, sortable=True)
+                       numeric={0, 1}, sortable=True)
     noun = "admission" if len(dropped) == 1 else "admissions"
     return (f'<details id="dropped-admissions"{" open" if len(dropped) <= DROPPED_OPEN else ""}><summary>'
             f"{len(dropped):,} {noun} in no graph, every one named</summary>{table}</details>")

@@ -137,8 +137,8 @@ def check_stream(
     """:func:`check_blocks` of LABEVENTS that holds none of its rows: each block is checked, related to ADMISSIONS
     and D_LABITEMS (``relations``), guarded and routed (:func:`check_and_route`, where the ``engine`` works on
     parts: in its worker processes while this one reads the next block) into ``router``'s parts
-    (``pipeline.engines.routing.Router``: ``take`` a routed block, ``finish`` gives the parts); only what the findings need
-    comes back. The result's table is the parts; its ``related``, the relations' failures, for
+    (``pipeline.engines.routing.Router``: ``take`` a routed block, ``finish`` gives the parts); only what the
+    findings need comes back. The result's table is the parts; its ``related``, the relations' failures, for
     :func:`check_relations`."""
     keep = max(max_lines, CLASS_SAMPLE)  # as many failing lines as a finding lists or classifies by value
     if engine is not None:  # ADMISSIONS' stays and the items reach each process once, as files

@@ -209,6 +209,7 @@ def validate_steps(order: Order, config: Any) -> tuple[str, ...]:
 
 
 def build_steps(order: Order, config: Any) -> tuple[str, ...]:
-    """The steps ``pipeline.builds.build`` reports: validate's, the graphs' and their guard, the report and the writing."""
+    """The steps ``pipeline.builds.build`` reports: validate's, the graphs' and their guard, the report and the
+    writing."""
     return validate_steps(order, config) + tuple(step for stage in order.built for step in stage.steps) + (
         "report", "write")

@@ -41,11 +41,11 @@ class Fit:
 
     ``whole`` fits one frame. A mergeable fit gives the same state from rows held in parts (the engine picks):
     ``partial(part, *args, **kwargs)`` is a part's small result, ``combine(partials)`` adds them up (into a
-    result that combines again: an engine combines a few at a time) and
-    ``finish(combined, *args, **kwargs)`` is the state (``whole`` is ``finish`` of ``combine`` of one
-    ``partial``); or ``parts`` runs passes over the parts itself (the z-score fit's centred sums). ``inputs(events, context)`` says what the fit reads: the rows
-    (or the columns it needs of them), its arguments and its options. The state is a frozen dataclass,
-    saved in ``stats.json`` under ``saved_as``.
+    result that combines again: an engine combines a few at a time) and ``finish(combined, *args, **kwargs)`` is
+    the state (``whole`` is ``finish`` of ``combine`` of one ``partial``); or ``parts`` runs passes over the parts
+    itself (the z-score fit's centred sums). ``inputs(events, context)`` says what the fit reads: the rows (or the
+    columns it needs of them), its arguments and its options. The state is a frozen dataclass whose fitted
+    attributes end in ``_``, saved in ``stats.json`` under ``saved_as``.
 
     ``rows(options)``: whether it reads any row with these options (fill's constants read none: it is fitted
     without waiting for the rows). ``early``: its arguments are its options alone, so a mergeable fit may read the

@@ -154,7 +154,7 @@ def _zscores(drawn: dict[int, DrawnZ], top: pd.DataFrame, options: Options, name
                                f"(warn bound); red points: rows above it",
                     lambda: _z_chart(drawn, top, warn, error))
     table = page.table(["ITEMID", "rows", "max |z|", "rows above the warn bound", "non-finite z"],
-                   [[format_items([r.Index], names=names), page.n(r.rows), f"{r.max_abs:.3g}", page.n(r.flagged),
+                       [[format_items([r.Index], names=names), page.n(r.rows), f"{r.max_abs:.3g}", page.n(r.flagged),
                      page.n(r.nonfinite)]
                     for r in top.itertuples()], numeric={1, 2, 3, 4})
     return (f'<section id="zscores"><h2>z-score distributions</h2><p>Per ITEMID, z from the training stats, on '
