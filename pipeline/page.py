@@ -54,10 +54,6 @@ def fewer(values: np.ndarray, most: int) -> np.ndarray:
     return ordered[np.unique(np.linspace(0, len(ordered) - 1, most).round().astype("int64"))]
 
 
-def rows(count: int, word: str = "row") -> str:
-    return f"{count:,} {word}" + ("" if count == 1 else "s")
-
-
 def n(value: Any) -> str:
     return f"{int(value):,}"
 

@@ -306,11 +306,6 @@ class Order:
         """Every declared quarantine reason, by its text."""
         return {reason.text: reason for stage in self.stages for reason in stage.reasons}
 
-    @property
-    def sections(self) -> dict[str, Any]:
-        """The config sections the stages declare, by name, in flow order."""
-        return sections_of(self.stages)
-
     def passes(self, config: Any, fitted: Collection[str] = ()) -> list[Pass]:
         return passes(self.prepare, config, fitted)
 
