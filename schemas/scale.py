@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
-from schemas.catalogue import ERROR, STOPS, WARNING, CheckInfo
+from schemas.catalogue import ERROR, INFO, STOPS, WARNING, CheckInfo
 from schemas.encode import EncodedEvents
 
 CHECKS = (  # what the scale stage finds (schemas.checks puts them into the catalogue)
@@ -20,7 +21,12 @@ CHECKS = (  # what the scale stage finds (schemas.checks puts them into the cata
               "z = (x - c) / |c| ((x - c) when c = 0) clipped to [scale] constant_bound: bounded, never raw-unit "
               "differences; the item varies outside train, so more training rows would give it a real scale."),
     CheckInfo("unseen_item", "scale", WARNING, "numeric lab item not seen in the training split",
-              "Its rows get z = 0; they carry no information about the value."),
+              "Its rows get z = 0, marked Z_UNSEEN = 1 in edge_attr: they carry no information about the value."),
+    CheckInfo("z_bounded", "scale", INFO, "values whose z the bound drew in",
+              "Heavy tails are real but would dominate a model: beyond [scale] bound / 2 their z is drawn in "
+              "under the bound, order kept, and marked Z_BOUNDED. [scale.policy] \"none\" gives the raw z."),
+    CheckInfo("policy_group_unknown", "scale", WARNING, "[scale.policy] group naming no category or fluid",
+              "The line applies to no item; check its spelling against D_LABITEMS' CATEGORY and FLUID."),
     CheckInfo("z_finite", "scale", ERROR, "z-score that is inf or NaN",
               "The scaling produced a non-finite value; check the item's stats in the report.", locked=STOPS),
     CheckInfo("z_warn_bound", "scale", WARNING, "|z| above the warning bound",
@@ -35,9 +41,12 @@ CHECKS = (  # what the scale stage finds (schemas.checks puts them into the cata
 
 
 class ScaledEvents(EncodedEvents):
-    """Z: the z-score of VALUENUM with train-fitted stats (float64, finite)."""
+    """Z: the z-score of VALUENUM with train-fitted stats (float64, finite); Z_BOUNDED and Z_UNSEEN: 0/1 marks of a
+    z the bound drew in and of an item unseen in train."""
 
     Z: Series[float] = pa.Field(nullable=True, finite=())
+    Z_BOUNDED: Series[np.int8] = pa.Field(isin=(0, 1), required=False)  # the stage writes both: rows made by
+    Z_UNSEEN: Series[np.int8] = pa.Field(isin=(0, 1), required=False)  # hand before them may lack them
 
     @pa.dataframe_check(name="numbers_have_z")
     def numbers_have_z(cls, frame: pd.DataFrame) -> pd.Series:

@@ -244,6 +244,7 @@ def config(toml: str, count: int, *, command: str = "validate", **where) -> Fire
 
 
 AS_IS = functools.partial(sample, "")
+RAW_Z = "[scale.policy]\ndefault = \"none\"\n"  # today's raw z: the heavy tails the default bounds
 FIRES: dict[str, Fires] = {
     # load
     "file_missing": case("missing_file", 1, exit_code=2),
@@ -303,8 +304,10 @@ FIRES: dict[str, Fires] = {
     "constant_item_value": Fires(constant_item, 1),
     "unseen_item": Fires(AS_IS, 2),
     "z_finite": Fires(infinite_z, 163),  # the rows of the first item, 50802
-    "z_warn_bound": Fires(AS_IS, 5),
-    "z_error_bound": config("[scale]\nerror_bound = 500.0\n", 3, exit_code=1),
+    "z_warn_bound": config(RAW_Z, 5),
+    "z_error_bound": config("[scale]\nerror_bound = 500.0\n" + RAW_Z, 3, exit_code=1),
+    "z_bounded": Fires(AS_IS, 703),
+    "policy_group_unknown": config("[scale.policy]\n\"Chemstry\" = \"log\"\n", 1, exit_code=0),
     "log_domain": config("[scale.policy]\n50802 = \"log\"\n", 75, exit_code=1),
     # fill
     "filled": Fires(AS_IS, 12043, column="CODE"),
@@ -376,7 +379,7 @@ def test_check_fires_with_its_severity_and_count(check):
         assert run.exit_code == fires.exit_code, [(f["check"], f["severity"]) for f in run.findings]
 
 
-COUNTS = {"attrition", "filled", "merged"}  # what every build reports: how many rows went where
+COUNTS = {"attrition", "filled", "merged", "z_bounded"}  # what every build reports: how many rows went where
 
 
 @pytest.mark.parametrize("check", sorted(set(CHECKS) - COUNTS))

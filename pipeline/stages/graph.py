@@ -4,8 +4,8 @@ Per split, admissions are taken in HADM_ID order and batched; each batch is a
 ``HeteroData`` with ``admission`` nodes (x = encoded admission columns),
 ``labitem`` nodes (x = FLUID and CATEGORY codes; the whole dictionary in every
 graph, so an index means the same item everywhere), ``(admission, did,
-labitem)`` edges with ``edge_attr`` = [category code, z-score, fill's
-indicators] and ``timestep``, and the reverse ``(labitem, rev_did,
+labitem)`` edges with ``edge_attr`` = [category code, z-score, the marks
+the stages wrote: Z_BOUNDED, Z_UNSEEN, fill's indicators, ...] and ``timestep``, and the reverse ``(labitem, rev_did,
 admission)``. As in PyG's heterograph tutorials, ``node_id`` is
 ``arange(num_nodes)`` (what ``torch.nn.Embedding`` indexes); the raw
 identifiers are ``admission.hadm_id`` and ``labitem.itemid``. The names of
@@ -75,9 +75,12 @@ def admission_feature_columns(admissions: pd.DataFrame) -> list[str]:
 
 
 def edge_feature_columns(edges: pd.DataFrame) -> list[str]:
-    """The edge row columns that make up edge_attr: CODE, Z, then fill's ``*_MISSING`` indicators, if any."""
-    indicators = [f"{column}_MISSING" for column in TENSOR_COLUMNS if f"{column}_MISSING" in edges.columns]
-    return [*TENSOR_COLUMNS, *indicators]
+    """The edge row columns that make up edge_attr: CODE, Z, then every mark a stage wrote of them (0/1 or -1/0/1
+    columns named ``CODE_*`` or ``Z_*``: scale's Z_BOUNDED, fill's Z_MISSING, ...), sorted by name: a stage adds
+    an edge feature by writing such a column, and the manifest names it."""
+    marks = sorted(column for column in edges.columns
+                   if any(column.startswith(f"{name}_") for name in TENSOR_COLUMNS))
+    return [*TENSOR_COLUMNS, *marks]
 
 
 def graph_columns(edges: Any) -> list[str]:

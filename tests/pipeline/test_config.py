@@ -239,7 +239,7 @@ def test_comments_policy_defaults_to_quarantine_and_may_be_category(write):
      r"\[bucket\] max_timestep must be a whole number in \[0, 2147483647\] or 'none', got 'forever' \(str\)"),
     ("[scale]\nwarn_bound = 1.7e308\n", r"\[scale\] warn_bound must be a finite number in \(0, 1e\+15\]"),
     ("[graph]\nlabels = 1\n", r"\[graph\] labels must be true or false, got 1 \(int\)"),
-    ('[scale.policy]\n"²" = "log"\n', r"\[scale.policy\] keys must be ITEMIDs"),
+    ('[scale.policy]\n"²" = "log"\n', r"\[scale.policy\] keys must be ITEMIDs, categories, fluids or default"),
     ("[encode]\nfold_case = [true]\n", r"\[encode\] fold_case must be true or false, got \[True\] \(list\)"),
     ('[severity]\nid_missing = {level = "off"}\n', r"\[severity\] id_missing must be one of .*\(dict\)"),
 ], ids=["fill-not-table", "tolerance-2e6", "tolerance-1e9", "fill-beyond-float32", "code-beyond-int32",

@@ -13,6 +13,12 @@ training rows only (``RULES``):
   relative difference (x - c) / |c| (x - c when c = 0), clipped to
   ``constant_bound``: never a raw-unit difference, never beyond the bound.
 
+Before its stats, each item's values go through the transform its policy gives (``[scale.policy]``, by ITEMID,
+category, fluid or "default"): under "auto" (the default) asinh when the item's training values are right-skewed and
+asinh makes them less so, under "log" log1p, else none; after them, the z of the bounded policies ("auto", "log",
+"linear") is drawn in under ``[scale] bound`` by a smooth, strictly increasing map, and marked Z_BOUNDED. No
+transform swaps two values of an item. A numeric item unseen in train gets z = 0, marked Z_UNSEEN.
+
 The std is computed in two centred passes (never from sums of squares, which go
 negative for an item with mean 1e6 and std 1e-3), not ``std + 1e-7``, which turns
 noise into z-scores of 1e7. The fit reads the training values counted
@@ -28,15 +34,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.findings import Finding, format_items
+from pipeline.findings import Finding, format_items, summary_finding
 from pipeline.stage import Context, Outcome, Plan, Shown, Stage
 from pipeline.work import Call, Fit
-from pipeline.stages.scale.apply import (RANGE_COLUMNS, apply_zscore, range_classes, reference_ranges,  # noqa: F401
-                                        reported_rows, scale_findings, zscores)
+from pipeline.stages.scale.apply import (RANGE_COLUMNS, apply_zscore, bounded_counts, range_classes,  # noqa: F401
+                                        reference_ranges, reported_rows, scale_findings, scaled, soft_bound, zscores)
 from pipeline.stages.scale.fit import (BASES, ZScoreStats, add_fit_rows, add_sums, centred_stats,  # noqa: F401
                                       fit_by_passes, fit_from_rows, fit_from_sums, fit_rows, fit_sums, fit_zscore,
-                                      item_sums)
-from pipeline.stages.scale.options import MAX_Z_BOUND, NAME, POLICIES, RULES, Options  # noqa: F401
+                                      item_sums, item_transforms)
+from pipeline.stages.scale.options import (BOUNDED, DEFAULT_POLICY, MAX_Z_BOUND, NAME, POLICIES, RULES,  # noqa: F401
+                                           TRANSFORMS, Options, item_policies, policy_of, unmatched_groups)
 from pipeline.stages.scale.view import sections
 from schemas.encode import EncodedEvents
 from schemas.scale import ScaledEvents
@@ -46,7 +53,8 @@ def fit_inputs(events: Any, context: Context) -> tuple[Any, tuple, dict]:
     """What the fit reads in flow: every lab row (on the engine's parts: each part's :func:`fit_rows`), [scale] options."""
     options = context.options
     return events, (), dict(eps=options.eps, clip_sigma=options.clip_sigma, min_rows=options.min_rows,
-                            constant_bound=options.constant_bound, policy=options.policy)
+                            constant_bound=options.constant_bound, bound=options.bound, skew=options.skew,
+                            policy=item_policies(options.policy, context.labitems))
 
 
 def summary(shown: Shown) -> list[tuple[str, str]]:
@@ -60,20 +68,30 @@ def summary(shown: Shown) -> list[tuple[str, str]]:
 
 def plan(context: Context) -> Plan:
     """The stage in flow, per admission on the engine: z with the fitted stats; constant, fallback and unseen
-    items and large |z| are findings, read from the rows they name."""
+    items, values the bound drew in and large |z| are findings, read from the rows they name and from per-item
+    counts; a [scale.policy] group that names no category or fluid is a warning before it runs."""
     options, stats = context.options, context.fitted[NAME]
+    unmatched = unmatched_groups(options.policy, context.labitems)
+    before = (summary_finding(
+        stage=NAME, check="policy_group_unknown", table="D_LABITEMS", column=None, count=len(unmatched),
+        message=f"[scale.policy] names {', '.join(map(repr, unmatched))}, no category or fluid of D_LABITEMS"),
+    ) if unmatched else ()
 
     def report(outcome: Outcome) -> list[Finding]:
         reported, = outcome.picks
+        bounded, = outcome.counts
         return scale_findings(reported, stats, warn_bound=options.warn_bound, max_lines=context.max_lines,
                               ranges=reference_ranges(context.tables.labevents, reported.index, context.engine),
-                              range_widths=options.range_widths, names=context.ledger.names)
+                              range_widths=options.range_widths, names=context.ledger.names, bounded=bounded)
 
-    return Plan(context=context, report=report,
-                calls=(Call(apply_zscore, (stats,), dict(policy=options.policy, warn_bound=options.warn_bound,
+    return Plan(context=context, report=report, before=before,
+                calls=(Call(apply_zscore, (stats,), dict(warn_bound=options.warn_bound,
                                                          error_bound=options.error_bound)),),
+                counts=(Call(bounded_counts, (stats,), dict(warn_bound=options.warn_bound)),),
                 picks=(Call(reported_rows, (stats,), dict(warn_bound=options.warn_bound)),))
+
+
 STAGE = Stage(NAME, colour="#ff7f0e", plan=plan, options=Options, takes=EncodedEvents, gives=ScaledEvents,
               fit=Fit(whole=fit_zscore, partial=fit_rows, combine=add_fit_rows, finish=fit_from_rows,
                       inputs=fit_inputs, state=ZScoreStats, saved_as="scale", early=True),
-              by_admission=True, filters=False, writes=("Z",), summary=summary, sections=sections)
+              by_admission=True, filters=False, writes=("Z", "Z_BOUNDED", "Z_UNSEEN"), summary=summary, sections=sections)

@@ -11,8 +11,8 @@ import pandas as pd
 
 from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
 from pipeline.shared import reads
-from pipeline.stages.scale.fit import ZScoreStats, _policy_items, _transformed
-from pipeline.stages.scale.options import NAME, Options
+from pipeline.stages.scale.fit import ZScoreStats, _transformed, row_transforms
+from pipeline.stages.scale.options import BOUNDED, NAME, Options
 from schemas.encode import EncodedEvents
 from schemas.errors import SAMPLE_CAP, StageError
 from schemas.guard import guarded
@@ -25,38 +25,69 @@ if TYPE_CHECKING:
 RANGE_COLUMNS = ("REF_RANGE_LOWER", "REF_RANGE_UPPER")
 
 
-def zscores(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[int, str] | None = None,
-            warn_bound: float = Options.warn_bound, strict: bool = True) -> pd.Series:
-    """The z of each row with a number (NaN elsewhere), from ``events``' ITEMID and VALUENUM: train stats;
-    items unseen in train get 0; constant items are clipped at the stats' ``constant_bound`` and 'clip' items
-    at ``warn_bound``. Nothing is checked but, when ``strict``, the log policy's domain: :func:`apply_zscore`
-    guards the result."""
-    values = _transformed(events, list(stats.log_items_), strict=strict)
+def zscores(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Options.warn_bound,
+            strict: bool = True) -> pd.Series:
+    """The z of each row with a number (NaN elsewhere), from ``events``' ITEMID and VALUENUM and the fitted stats
+    alone (:func:`scaled`)."""
+    return scaled(events, stats, warn_bound=warn_bound, strict=strict)[0]
+
+
+def scaled(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Options.warn_bound,
+           strict: bool = True) -> tuple[pd.Series, pd.Series]:
+    """The z of each row with a number (NaN elsewhere) and whether the bound drew it in: each item's values
+    through its transform, then (x - mean) / scale with train stats; items unseen in train get 0; constant items
+    are clipped at the stats' ``constant_bound``, 'clip' items at ``warn_bound``, and the items of a bounded
+    policy bounded softly (:func:`soft_bound`). Nothing is checked but, when ``strict``, the log1p domain:
+    :func:`apply_zscore` guards the result."""
+    values = _transformed(events, row_transforms(events["ITEMID"], stats), strict=strict)
     table = stats.table()
     mean, scale = events["ITEMID"].map(table["mean"]), events["ITEMID"].map(table["scale"])
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         z = ((values - mean) / scale).where(mean.notna(), 0.0)
     constant = events["ITEMID"].isin(stats.constant_items_)
     z = z.where(~constant, z.clip(-stats.constant_bound, stats.constant_bound))
-    clipped = events["ITEMID"].isin(_policy_items(dict(policy or {}), "clip"))
-    return z.where(~clipped, z.clip(-warn_bound, warn_bound)).where(values.notna())
+    clipped = events["ITEMID"].isin(stats.items_where(stats.policies, ("clip",)))
+    z = z.where(~clipped, z.clip(-warn_bound, warn_bound))
+    bounded = events["ITEMID"].isin(stats.items_where(stats.policies, BOUNDED)) & ~constant & values.notna()
+    z, drawn = soft_bound(z, stats.bound, bounded)
+    return z.where(values.notna()), drawn
+
+
+def soft_bound(z: pd.Series, bound: float, rows: pd.Series) -> tuple[pd.Series, pd.Series]:
+    """``z`` of ``rows`` drawn in under ``bound``: |z| up to k = bound / 2 as it is, beyond it
+    sign(z) (k + k e / (e + k)) with e = |z| - k (continuous, smooth, strictly increasing, always below bound);
+    and the rows it changed."""
+    knee = bound / 2
+    drawn = rows & (z.abs() > knee)
+    excess = z.abs() - knee
+    with np.errstate(invalid="ignore", over="ignore"):
+        inside = np.sign(z) * (knee + knee * excess / (excess + knee))
+    return z.where(~drawn, inside), drawn
 
 
 @guarded(stage=NAME, takes=EncodedEvents, gives=ScaledEvents)
-
-
-def apply_zscore(events: pd.DataFrame, stats: ZScoreStats, *, policy: Mapping[int, str] | None = None,
-                 warn_bound: float = Options.warn_bound, error_bound: float = Options.error_bound) -> pd.DataFrame:
-    """Z for every row with a number: train stats; items unseen in train get 0; constant items' z is bounded;
-    'clip' items are clipped."""
-    z = zscores(events, stats, policy=policy, warn_bound=warn_bound)
+def apply_zscore(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Options.warn_bound,
+                 error_bound: float = Options.error_bound) -> pd.DataFrame:
+    """Z for every row with a number from the fitted stats (:func:`scaled`), with two 0/1 marks: Z_BOUNDED (the
+    bound drew it in) and Z_UNSEEN (its item has no training row: Z = 0 carries no measurement)."""
+    z, drawn = scaled(events, stats, warn_bound=warn_bound)
     number = events["VALUENUM"].notna()
     nonfinite = number & pd.Series(~np.isfinite(z.to_numpy("float64", na_value=np.nan)), index=z.index)
     _raise_if(nonfinite, events, "z_finite",
               "z-score that is inf or NaN", "Check the item's mean and scale in stats.json")
     _raise_if(z.abs() > error_bound, events, "z_error_bound", f"|z| above the error bound {error_bound:g}",
               "Beyond any real measurement: the mark of a failed std guard or a unit error")
-    return events.assign(Z=z.astype("float64"))
+    unseen = number & ~events["ITEMID"].isin(stats.items_)
+    return events.assign(Z=z.astype("float64"), Z_BOUNDED=drawn.astype("int8"), Z_UNSEEN=unseen.astype("int8"))
+
+
+@reads("ITEMID", "VALUENUM")
+def bounded_counts(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Options.warn_bound
+                   ) -> pd.Series:
+    """Per fitted item (all of them, in order), how many rows of ``events`` the bound draws in: parts add up."""
+    _, drawn = scaled(events, stats, warn_bound=warn_bound, strict=False)
+    counts = events.loc[drawn.to_numpy(bool), "ITEMID"].value_counts()
+    return counts.reindex(pd.Index(stats.items_, dtype="int64", name="ITEMID"), fill_value=0).astype("int64")
 
 
 def _raise_if(failed: pd.Series, events: pd.DataFrame, check: str, what: str, advice: str) -> None:
@@ -108,12 +139,13 @@ def range_classes(values: pd.Series, ranges: pd.DataFrame, *, range_widths: floa
 
 def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float, max_lines: int = SAMPLE_CAP,
                    ranges: pd.DataFrame | None = None, range_widths: float = Options.range_widths,
-                   names: Mapping[int, str] | None = None) -> list[Finding]:
+                   names: Mapping[int, str] | None = None, bounded: pd.Series | None = None) -> list[Finding]:
     """Constant, fallback and unseen items, values of constant items other than their one value, and |z| above
     the warning bound, named by ITEMID (with ``names`` from :func:`pipeline.report.item_names`, at most
     ``max_lines`` of them) and the rule that scaled each item; with ``ranges`` (REF_RANGE_LOWER and
-    REF_RANGE_UPPER by line), the rows above the bound are counted as real extremes or suspect scales."""
-    findings = []
+    REF_RANGE_UPPER by line), the rows above the bound are counted as real extremes or suspect scales; with
+    ``bounded`` (:func:`bounded_counts` of all the rows), the rows the bound drew in, per item."""
+    findings = [] if bounded is None else _bounded_finding(bounded, stats, names=names, max_lines=max_lines)
     unseen, beyond, off_constant = _named(scaled, stats, warn_bound=warn_bound)
     table = stats.table()
 
@@ -160,6 +192,20 @@ def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: floa
         what=f"|z| > {warn_bound:g}: ITEMID {items_of(beyond, lambda item: _cause(table, item, stats.min_rows))}"
              f"{against}"))
     return [f for f in findings if f is not None]
+
+
+def _bounded_finding(bounded: pd.Series, stats: ZScoreStats, *, names: Mapping[int, str] | None,
+                     max_lines: int) -> list[Finding]:
+    """How many rows the bound drew in, per item, most first (ties by ITEMID)."""
+    counts = bounded[bounded > 0].sort_index().sort_values(ascending=False, kind="stable")
+    if counts.empty:
+        return []
+    total = int(counts.sum())
+    return [summary_finding(
+        stage=NAME, check="z_bounded", table="LABEVENTS", column="Z", count=total,
+        message=f"{total} value(s) of {len(counts)} item(s) beyond |z| {stats.bound / 2:g} drawn in under "
+                f"[scale] bound {stats.bound:g}, each marked Z_BOUNDED = 1 in edge_attr, their order kept: ITEMID "
+                f"{format_items(counts, names=names, limit=max_lines)}")]
 
 
 def _rows(n: int, what: str = "row") -> str:

@@ -5,6 +5,7 @@ stats, bit for bit)."""
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -12,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.shared import reads
-from pipeline.stages.scale.options import NAME, Options, RULES
+from pipeline.stages.scale.options import NAME, POLICIES, RULES, TRANSFORMS, Options, policy_of
 from schemas.errors import StageError
 
 # The two row sets each pass of the fit sums over: an item's normal training rows, and all of them.
@@ -38,10 +39,28 @@ class ZScoreStats:
     count_: tuple[int, ...]
     rule_: tuple[str, ...]
     normal_count_: tuple[int, ...]
-    log_items_: tuple[int, ...]
     eps: float
     min_rows: int = Options.min_rows
     constant_bound: float = Options.constant_bound
+    transform_: tuple[str, ...] | None = None  # per item, of TRANSFORMS (None: identity for every item)
+    policy_: tuple[str, ...] | None = None  # per item, its [scale.policy] (None: "none" for every item)
+    bound: float = math.inf  # [scale] bound of the items whose policy is one of BOUNDED (inf: "none")
+
+    @property
+    def transforms(self) -> tuple[str, ...]:
+        return self.transform_ if self.transform_ is not None else ("identity",) * len(self.items_)
+
+    @property
+    def policies(self) -> tuple[str, ...]:
+        return self.policy_ if self.policy_ is not None else ("none",) * len(self.items_)
+
+    @property
+    def log_items_(self) -> tuple[int, ...]:
+        """Items scaled on log1p of their values ('log' policy)."""
+        return tuple(i for i, t in zip(self.items_, self.transforms) if t == "log1p")
+
+    def items_where(self, values: tuple[str, ...], wanted: tuple[str, ...]) -> tuple[int, ...]:
+        return tuple(i for i, v in zip(self.items_, values) if v in wanted)
 
     @property
     def constant_items_(self) -> tuple[int, ...]:
@@ -64,19 +83,27 @@ class ZScoreStats:
             "items": list(self.items_), "mean": list(self.mean_), "scale": list(self.scale_),
             "count": list(self.count_), "rule": list(self.rule_), "normal_count": list(self.normal_count_),
             "constant_items": list(self.constant_items_), "fallback_items": list(self.fallback_items_),
-            "log_items": list(self.log_items_), "eps": self.eps, "min_rows": self.min_rows,
+            "log_items": list(self.log_items_), "transform": list(self.transforms), "policy": list(self.policies),
+            "bound": self.bound if math.isfinite(self.bound) else None, "eps": self.eps, "min_rows": self.min_rows,
             "constant_bound": self.constant_bound,
         }
 
     def __post_init__(self) -> None:
         sizes = {len(self.items_), len(self.mean_), len(self.scale_), len(self.count_), len(self.rule_),
-                 len(self.normal_count_)}
+                 len(self.normal_count_), len(self.transforms), len(self.policies)}
         if len(sizes) != 1:
-            raise ValueError(f"ZScoreStats: items, mean, scale, count, rule and normal_count differ in length "
+            raise ValueError(f"ZScoreStats: items, mean, scale, count, rule, normal_count, transform and policy differ "
+                             f"in length "
                              f"({sorted(sizes)})")
         unknown = sorted(set(self.rule_) - set(RULES))
         if unknown:
             raise ValueError(f"ZScoreStats: unknown rule(s) {unknown}; the rules are {', '.join(RULES)}")
+        unknown = sorted(set(self.transforms) - set(TRANSFORMS)) + sorted(set(self.policies) - set(POLICIES))
+        if unknown:
+            raise ValueError(f"ZScoreStats: unknown transform(s) or policies {unknown}; the transforms are "
+                             f"{', '.join(TRANSFORMS)}, the policies {', '.join(POLICIES)}")
+        if not self.bound > 0:
+            raise ValueError(f"ZScoreStats: bound must be > 0 (inf: none), got {self.bound!r}")
         bad = [item for item, m, s in zip(self.items_, self.mean_, self.scale_)
                if not (np.isfinite(m) and np.isfinite(s) and s > 0)]
         if bad:
@@ -87,11 +114,17 @@ class ZScoreStats:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ZScoreStats":
+        items = tuple(int(i) for i in data["items"])
+        logged = {int(i) for i in data.get("log_items", ())}
+        transforms = data.get("transform") or ["log1p" if i in logged else "identity" for i in items]
+        bound = data.get("bound")
         return cls(
-            items_=tuple(int(i) for i in data["items"]), mean_=tuple(float(m) for m in data["mean"]),
+            items_=items, mean_=tuple(float(m) for m in data["mean"]),
             scale_=tuple(float(s) for s in data["scale"]), count_=tuple(int(c) for c in data["count"]),
             rule_=tuple(str(r) for r in data["rule"]), normal_count_=tuple(int(c) for c in data["normal_count"]),
-            log_items_=tuple(int(i) for i in data["log_items"]), eps=float(data["eps"]),
+            transform_=tuple(str(t) for t in transforms),
+            policy_=tuple(str(p) for p in data["policy"]) if "policy" in data else None,
+            bound=math.inf if bound is None else float(bound), eps=float(data["eps"]),
             min_rows=int(data["min_rows"]), constant_bound=float(data["constant_bound"]),
         )
 
@@ -136,49 +169,78 @@ def _centred(sums: Callable[[pd.Series | None], pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame({"mean": mean, "std": std, "count": count})
 
 
-def _policy_items(policy: Mapping[int, str], name: str) -> list[int]:
-    return sorted(item for item, p in policy.items() if p == name)
+def _transformed(events: pd.DataFrame, transforms: pd.Series, *, strict: bool = True) -> pd.Series:
+    """VALUENUM through each row's transform (``transforms``: per row, one of :data:`TRANSFORMS`).
 
-
-def _transformed(events: pd.DataFrame, log_items: list[int], *, strict: bool = True) -> pd.Series:
-    """VALUENUM, with log1p applied to the items whose policy is 'log'.
-
-    ``strict``: a value at or below -1 of such an item is a StageError; otherwise it gives NaN or -inf.
+    ``strict``: a value at or below -1 of a 'log1p' row is a StageError; otherwise it gives NaN or -inf. asinh
+    takes every number.
     """
     values = events["VALUENUM"].astype("float64")
-    logged = events["ITEMID"].isin(log_items) & values.notna()
-    domain = logged & (values <= -1)
+    logged = (transforms == "log1p").to_numpy(bool) & values.notna().to_numpy(bool)
+    domain = logged & (values <= -1).to_numpy(bool)
     if strict and domain.any():
         raise StageError(
             stage=NAME, side="input", check="log_domain", column="VALUENUM", count=int(domain.sum()),
             failure_cases=pd.DataFrame({"line": events.index[domain]}), table="LABEVENTS",
             detail="ITEMID " + ", ".join(map(str, sorted(events.loc[domain, "ITEMID"].unique())[:10])),
-            advice="log1p needs values above -1; set this item's [scale.policy] to 'clip' or 'none'",
+            advice="log1p needs values above -1; set this item's [scale.policy] to 'auto' (asinh), 'linear', 'clip' or 'none'",
         )
     with np.errstate(divide="ignore", invalid="ignore"):
-        return values.where(~logged, np.log1p(values.where(logged, 0.0)))
+        values = values.where(~logged, np.log1p(values.where(logged, 0.0)))
+    return values.where((transforms != "asinh").to_numpy(bool), np.arcsinh(values))
+
+
+def row_transforms(items: pd.Series, stats: "ZScoreStats") -> pd.Series:
+    """Each row's transform (``items``: ITEMIDs) from the fitted stats: identity for an item unseen in train."""
+    table = pd.Series(stats.transforms, index=pd.Index(stats.items_, dtype="int64"), dtype="str")
+    return pd.Series(table.reindex(items.to_numpy()).fillna("identity").to_numpy(), index=items.index, dtype="str")
+
+
+def item_transforms(rows: pd.DataFrame, policies: pd.Series, *, skew: float = Options.skew) -> pd.Series:
+    """Per item of the counted training values ``rows`` (:func:`fit_rows`; ``policies`` by ITEMID): 'log1p' for
+    the 'log' policy; under 'auto', 'asinh' for an item whose skewness is above ``skew`` and whose asinh values
+    are less skewed; 'identity' for the rest."""
+    items, weights = rows["ITEMID"], rows["COUNT"].astype("float64")
+    raw = _skewness(rows["X"], items, weights)
+    logged = _skewness(pd.Series(np.arcsinh(rows["X"].to_numpy("float64")), index=rows.index), items, weights)
+    policies = policies.reindex(raw.index)
+    auto = (policies == "auto") & (raw > skew) & (logged.abs() < raw.abs())
+    return pd.Series(np.select([policies == "log", auto], ["log1p", "asinh"], default="identity"), index=raw.index)
+
+
+def _skewness(values: pd.Series, items: pd.Series, weights: pd.Series) -> pd.Series:
+    """Per item, the skewness of counted ``values`` (each standing for ``weights`` rows): NaN without spread."""
+    count = weights.groupby(items).sum()
+    mean = (values * weights).groupby(items).sum() / count
+    deviation = values - items.map(mean)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        second = (deviation ** 2 * weights).groupby(items).sum() / count
+        third = (deviation ** 3 * weights).groupby(items).sum() / count
+        return (third / second ** 1.5).where(second > 0)
 
 
 def fit_zscore(events: pd.DataFrame, *, eps: float = Options.eps, clip_sigma: float = Options.clip_sigma,
                min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
-               policy: Mapping[int, str] | None = None) -> ZScoreStats:
-    """Fit per-item stats on the training rows that carry a number (``events`` has SPLIT and FLAG)."""
+               policy: Mapping[Any, str] | None = None, bound: float = Options.bound,
+               skew: float = Options.skew) -> ZScoreStats:
+    """Fit per-item stats on the training rows that carry a number (``events`` has SPLIT and FLAG); ``policy``
+    as :func:`pipeline.stages.scale.options.item_policies` gives it (ITEMIDs and "default")."""
     return fit_from_rows(add_fit_rows([fit_rows(events, policy=policy)]), eps=eps, clip_sigma=clip_sigma,
-                         min_rows=min_rows, constant_bound=constant_bound, policy=policy)
+                         min_rows=min_rows, constant_bound=constant_bound, policy=policy, bound=bound, skew=skew)
 
 
 def fit_by_passes(keep: Callable[[Callable[[pd.DataFrame], pd.DataFrame]], Any],
                   each: Callable[[Any, Callable[[pd.DataFrame], pd.DataFrame]], Sequence[pd.DataFrame]], *,
                   eps: float = Options.eps, clip_sigma: float = Options.clip_sigma, min_rows: int = Options.min_rows,
-                  constant_bound: float = Options.constant_bound, policy: Mapping[int, str] | None = None
-                  ) -> ZScoreStats:
+                  constant_bound: float = Options.constant_bound, policy: Mapping[Any, str] | None = None,
+                  bound: float = Options.bound, skew: float = Options.skew) -> ZScoreStats:
     """The fit of rows that may lie in parts: ``keep(step)`` applies ``step`` to every part and keeps what it
     gives where the part is; ``each(kept, step)`` gives ``step`` of every kept part. Each part's
     :func:`fit_rows` (its distinct values, counted) come back and add up (:func:`add_fit_rows`) to the very
     table one part gives, so one part or many give the same stats, bit for bit."""
     kept = keep(functools.partial(fit_rows, policy=policy))
-    return fit_from_rows(add_fit_rows(each(kept, _as_is)), eps=eps, clip_sigma=clip_sigma,
-                         min_rows=min_rows, constant_bound=constant_bound, policy=policy)
+    return fit_from_rows(add_fit_rows(each(kept, _as_is)), eps=eps, clip_sigma=clip_sigma, min_rows=min_rows,
+                         constant_bound=constant_bound, policy=policy, bound=bound, skew=skew)
 
 
 def _as_is(rows: pd.DataFrame) -> pd.DataFrame:
@@ -188,16 +250,25 @@ def _as_is(rows: pd.DataFrame) -> pd.DataFrame:
 
 def fit_from_rows(rows: pd.DataFrame, *, eps: float = Options.eps, clip_sigma: float = Options.clip_sigma,
                   min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
-                  policy: Mapping[int, str] | None = None) -> ZScoreStats:
-    """The stats from the counted training values of all the rows (:func:`add_fit_rows`)."""
+                  policy: Mapping[Any, str] | None = None, bound: float = Options.bound,
+                  skew: float = Options.skew) -> ZScoreStats:
+    """The stats from the counted training values of all the rows (:func:`add_fit_rows`): each item's transform
+    is chosen from them (:func:`item_transforms`), then its mean and scale are fitted on the transformed values
+    (strictly increasing: distinct values stay distinct and in order)."""
+    items = pd.Series(rows["ITEMID"].unique())
+    policies = pd.Series(policy_of(items, policy).to_numpy(), index=pd.Index(items, dtype="int64"))
+    transforms = item_transforms(rows, policies, skew=skew)
+    asinh = rows["ITEMID"].map(transforms).to_numpy() == "asinh"
+    rows = rows.assign(X=np.where(asinh, np.arcsinh(rows["X"].to_numpy("float64")), rows["X"].to_numpy("float64")))
     return fit_from_sums(functools.partial(fit_sums, rows, clip_sigma=clip_sigma), eps=eps, min_rows=min_rows,
-                         constant_bound=constant_bound, policy=policy)
+                         constant_bound=constant_bound, transforms=transforms, policies=policies,
+                         bound=math.inf if bound == "none" else float(bound))
 
 
 @reads("SPLIT", "VALUENUM", "ITEMID", "FLAG")
 
 
-def fit_rows(events: pd.DataFrame, *args: Any, policy: Mapping[int, str] | None = None,
+def fit_rows(events: pd.DataFrame, *args: Any, policy: Mapping[Any, str] | None = None,
              **kwargs: Any) -> pd.DataFrame:
     """What the fit reads of ``events`` (all of them, or the rows of some admissions): the training rows that
     carry a number, as their distinct ITEMID, X (VALUENUM, log1p for 'log' items) and NORMAL (no FLAG), with
@@ -207,7 +278,8 @@ def fit_rows(events: pd.DataFrame, *args: Any, policy: Mapping[int, str] | None 
     chosen = ((events["SPLIT"] == "train") & events["VALUENUM"].notna()).to_numpy()
     # Only the three columns the fit reads are gathered.
     train = events.loc[chosen, ["ITEMID", "VALUENUM"]]
-    values = _transformed(train, _policy_items(dict(policy or {}), "log"))
+    logged = policy_of(train["ITEMID"], policy) == "log"
+    values = _transformed(train, pd.Series(np.where(logged, "log1p", "identity"), index=train.index))
     rows = pd.DataFrame({"ITEMID": train["ITEMID"].to_numpy("int64"), "X": values.to_numpy("float64"),
                          "NORMAL": events["FLAG"].isna().to_numpy()[chosen]})
     return _counted(rows.assign(COUNT=np.int64(1)))
@@ -270,7 +342,8 @@ def _centred_bases(sums: Callable[[pd.DataFrame | None], pd.DataFrame], known: p
 
 def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: float = Options.eps,
                   min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
-                  policy: Mapping[int, str] | None = None) -> ZScoreStats:
+                  transforms: pd.Series | None = None, policies: pd.Series | None = None,
+                  bound: float = math.inf) -> ZScoreStats:
     """The stats from ``sums(known)``: :func:`fit_sums` of every training row, in one part or added over many.
 
     Five passes: counts and ranges; per basis, the mean and centred std (two passes), which set the
@@ -306,8 +379,9 @@ def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: f
         items_=tuple(int(i) for i in index), mean_=tuple(float(m) for m in mean),
         scale_=tuple(float(s) for s in scale), count_=tuple(int(c) for c in count),
         rule_=tuple(str(r) for r in rule), normal_count_=tuple(int(n) for n in first["N_NORMAL"]),
-        log_items_=tuple(_policy_items(dict(policy or {}), "log")), eps=float(eps), min_rows=int(min_rows),
-        constant_bound=float(constant_bound),
+        transform_=None if transforms is None else tuple(transforms.reindex(index).fillna("identity").astype("str")),
+        policy_=None if policies is None else tuple(policies.reindex(index).fillna("none").astype("str")),
+        bound=float(bound), eps=float(eps), min_rows=int(min_rows), constant_bound=float(constant_bound),
     )
 
 

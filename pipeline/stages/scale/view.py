@@ -55,7 +55,7 @@ class DrawnZ:
                       beyond=np.concatenate([p.beyond for p in parts])[order], lines=lines[order])
 
 
-def z_scores(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, policy: Any, warn_bound: float,
+def z_scores(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, warn_bound: float,
              items: Iterable[int] | None = None) -> pd.DataFrame:
     """The z of each scaled lab row of a part of LABEVENTS (index = source line), computed from the fitted stats: the
     rows the scale stage saw (LABEVENTS less what clean quarantined: ``cleaned``), so the chart exists even when the
@@ -66,7 +66,7 @@ def z_scores(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, policy: Any, 
     if items is not None:
         chosen &= part["ITEMID"].isin(list(items)).to_numpy()
     rows = part.loc[chosen, ["ITEMID", "VALUENUM"]].astype({"ITEMID": "int64", "VALUENUM": "float64"})
-    z = zscores(rows, stats, policy=policy, warn_bound=warn_bound, strict=False)
+    z = zscores(rows, stats, warn_bound=warn_bound, strict=False)
     return pd.DataFrame({"ITEMID": rows["ITEMID"], "Z": z.astype("float64"), "seen": rows["ITEMID"].isin(stats.items_)})
 
 
@@ -78,10 +78,9 @@ def _z_sources(shown: Shown) -> tuple | None:
     return stats, shown.prepared.quarantine.taken("LABEVENTS", "clean")
 
 
-def _part_summary(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, policy: Any, warn_bound: float
-                  ) -> pd.DataFrame:
+def _part_summary(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, warn_bound: float) -> pd.DataFrame:
     """Per ITEMID of one part: rows, non-finite z, max finite |z|, rows above the bound or not finite, seen."""
-    z = z_scores(part, stats, cleaned, policy=policy, warn_bound=warn_bound)
+    z = z_scores(part, stats, cleaned, warn_bound=warn_bound)
     absolute = z["Z"].abs()
     finite = np.isfinite(z["Z"])
     frame = pd.DataFrame({"ITEMID": z["ITEMID"], "abs": absolute.where(finite),
@@ -97,7 +96,7 @@ def z_summary(shown: Shown) -> pd.DataFrame:
     and whether the item was seen in train; summed up part by part (:func:`z_scores`), where the parts are."""
     sources = _z_sources(shown)
     summaries = [] if sources is None else list(shown.engine.per_part(
-        _part_summary, shown.tables.labevents, *sources, columns=["ITEMID", "VALUENUM"], policy=shown.options.policy,
+        _part_summary, shown.tables.labevents, *sources, columns=["ITEMID", "VALUENUM"],
         warn_bound=shown.options.warn_bound))
     if not summaries:
         return pd.DataFrame({"rows": [], "nonfinite": [], "max_abs": [], "flagged": [], "seen": []},
@@ -108,10 +107,10 @@ def z_summary(shown: Shown) -> pd.DataFrame:
     return summary.assign(max_abs=summary["max_abs"].fillna(0.0))
 
 
-def _part_drawn(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, policy: Any, warn_bound: float,
+def _part_drawn(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, warn_bound: float,
                 items: list[int]) -> dict[int, DrawnZ]:
     """The drawn items' z of one part (:class:`DrawnZ`), by ITEMID."""
-    z = z_scores(part, stats, cleaned, policy=policy, warn_bound=warn_bound, items=items)
+    z = z_scores(part, stats, cleaned, warn_bound=warn_bound, items=items)
     z = z[z["seen"] & np.isfinite(z["Z"])]
     order = np.argsort(z["ITEMID"].to_numpy("int64"), kind="stable")  # by item, each in the part's row order
     item, values, lines = (z["ITEMID"].to_numpy("int64")[order], z["Z"].to_numpy("float64")[order],
@@ -129,7 +128,7 @@ def drawn_z(shown: Shown, items: Iterable[int]) -> dict[int, DrawnZ]:
     found: dict[int, list[DrawnZ]] = {}
     if sources is not None:
         for drawn in shown.engine.per_part(_part_drawn, shown.tables.labevents, *sources,
-                                           columns=["ITEMID", "VALUENUM"], policy=shown.options.policy,
+                                           columns=["ITEMID", "VALUENUM"],
                                            warn_bound=shown.options.warn_bound, items=[int(item) for item in items]):
             for item, part in drawn.items():
                 found.setdefault(item, []).append(part)

@@ -65,8 +65,9 @@ def run_stages(tables: RawTables, config: Config | None = None) -> Stages:
     encoded = encode.encode_events(split_events, vocabularies)
     stats = scale.fit_zscore(encoded, eps=config.scale.eps, clip_sigma=config.scale.clip_sigma,
                              min_rows=config.scale.min_rows, constant_bound=config.scale.constant_bound,
-                             policy=config.scale.policy)
-    scaled = scale.apply_zscore(encoded, stats, policy=config.scale.policy, warn_bound=config.scale.warn_bound,
+                             bound=config.scale.bound, skew=config.scale.skew,
+                             policy=scale.item_policies(config.scale.policy, labitems.frame))
+    scaled = scale.apply_zscore(encoded, stats, warn_bound=config.scale.warn_bound,
                                 error_bound=config.scale.error_bound)
     return Stages(tables=tables, admissions=admissions, labitems=labitems, events=events, splits=splits,
                   split_admissions=split_admissions, split_events=split_events, vocabularies=vocabularies,

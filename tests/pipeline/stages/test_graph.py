@@ -152,7 +152,8 @@ def test_node_id_is_arange_and_the_raw_ids_are_hadm_id_and_itemid(graphs, tables
 def test_feature_columns_name_every_tensor_column_in_order(graphs, prepared, joined):
     names = feature_columns(prepared.edges, prepared.admissions)
     assert names == {"admission.x": admission_feature_columns(prepared.admissions),
-                     "labitem.x": ["FLUID_CODE", "CATEGORY_CODE"], "edge_attr": ["CODE", "Z"]}
+                     "labitem.x": ["FLUID_CODE", "CATEGORY_CODE"],
+                     "edge_attr": ["CODE", "Z", "Z_BOUNDED", "Z_UNSEEN"]}
     for g in graphs:
         assert g.data["admission"].x.shape[1] == len(names["admission.x"])
         assert g.data["labitem"].x.shape[1] == len(names["labitem.x"])
@@ -160,7 +161,7 @@ def test_feature_columns_name_every_tensor_column_in_order(graphs, prepared, joi
     items = prepared.labitems.set_index("ITEMID").loc[graphs[0].data["labitem"].itemid.numpy(), names["labitem.x"]]
     np.testing.assert_array_equal(graphs[0].data["labitem"].x.numpy(), items.to_numpy("float32"))
     np.testing.assert_array_equal(joined[["GRAPH_CODE", "GRAPH_Z"]].to_numpy(),
-                                  joined[names["edge_attr"]].to_numpy("float32"))
+                                  joined[names["edge_attr"][:2]].to_numpy("float32"))
 
 
 def test_fills_indicators_become_edge_attr_columns_named_after_them(tables, config):
@@ -168,13 +169,13 @@ def test_fills_indicators_become_edge_attr_columns_named_after_them(tables, conf
     prepared = prepare(tables, dataclasses.replace(config, fill=policies))
     assert prepared.stopped_at is None
     names = feature_columns(prepared.edges, prepared.admissions)["edge_attr"]
-    assert names == ["CODE", "Z", "CODE_MISSING", "Z_MISSING"]
+    assert names == ["CODE", "Z", "CODE_MISSING", "Z_BOUNDED", "Z_MISSING", "Z_UNSEEN"]  # the marks by name
     graphs = build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=BATCH)
     edges = edge_frame(graphs).merge(prepared.edges, on=["HADM_ID", "ITEMID", "TIMESTEP"], validate="one_to_one")
     attr = torch.cat([g.data[EDGE].edge_attr for g in graphs]).numpy()
-    assert attr.shape == (len(prepared.edges), 4)
+    assert attr.shape == (len(prepared.edges), 6)
     np.testing.assert_array_equal(attr, edges[names].to_numpy("float32"))
-    assert attr[:, 3].sum() == prepared.edges["Z_MISSING"].sum() > 0
+    assert attr[:, names.index("Z_MISSING")].sum() == prepared.edges["Z_MISSING"].sum() > 0
     limits = graph_limits(prepared.fitted.get("encode"), prepared.admissions, max_timestep=config.bucket.max_timestep)
     assert all(graph_problems(g.data, limits, where=g.where) == [] for g in graphs)
 
@@ -185,7 +186,7 @@ def test_edge_tensors_have_the_types_and_shapes_of_pyg(graphs):
         store = g.data[EDGE]
         edges = store.edge_index.shape[1]
         assert store.edge_index.dtype == torch.int64 and store.edge_index.shape == (2, edges) and edges > 0
-        assert store.edge_attr.dtype == torch.float32 and store.edge_attr.shape == (edges, 2)
+        assert store.edge_attr.dtype == torch.float32 and store.edge_attr.shape == (edges, 4)
         assert store.timestep.dtype == torch.int64 and store.timestep.shape == (edges,)
         assert store.is_history.dtype == torch.bool and store.is_history.shape == (edges,)
 

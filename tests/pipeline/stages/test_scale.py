@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
@@ -39,6 +40,25 @@ LIPASE, POTASSIUM_FLUID = 50956, 51041  # one row each, in the test split
 HADM_OF_SPLIT = {"train": 100, "val": 200, "test": 300}
 
 
+RAW = {"default": "none"}  # today's raw z: these tests hold the fit's chain of rules, not the default policy
+
+
+def fit_raw(events, *, policy=None, **options):
+    """:func:`scale.fit_zscore` with every item not named in ``policy`` scaled by the raw z."""
+    return scale.fit_zscore(events, policy={**RAW, **(policy or {})}, **options)
+
+
+def _passes_raw(keep, each, *, policy=None, **options):
+    return scale.fit_by_passes(keep, each, policy={**RAW, **(policy or {})}, **options)
+
+
+def raw_config(**policy):
+    """The default config with [scale.policy] default = "none" (and ``policy``'s lines)."""
+    config = load_config()
+    return dataclasses.replace(config, scale=dataclasses.replace(config.scale, policy=MappingProxyType(
+        {**RAW, **policy})))
+
+
 # -- inputs ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def config():
@@ -53,7 +73,7 @@ def encoded(config) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def fitted(encoded, config) -> scale.ZScoreStats:
-    return scale.fit_zscore(encoded, eps=config.scale.eps, clip_sigma=config.scale.clip_sigma)
+    return fit_raw(encoded, eps=config.scale.eps, clip_sigma=config.scale.clip_sigma)
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +145,7 @@ def test_centred_stats_stay_right_where_a_sum_of_squares_formula_fails():
 def test_fit_uses_the_training_split_only():
     events = lab_rows([(1, v, None, "train") for v in (1.0, 2.0, 3.0)]
                       + [(1, 1000.0, None, "val"), (1, -1000.0, None, "test"), (2, 5.0, None, "val")])
-    table = scale.fit_zscore(events).table()
+    table = fit_raw(events).table()
     assert list(table.index) == [1]  # item 2 has no training row
     assert (table.loc[1, "mean"], table.loc[1, "scale"], table.loc[1, "count"]) == (2.0, 1.0, 3)
 
@@ -133,7 +153,7 @@ def test_fit_uses_the_training_split_only():
 def test_fit_uses_normal_rows_only():
     events = lab_rows([(1, v, None, "train") for v in (10.0, 11.0, 12.0)]
                       + [(1, 400.0, "abnormal", "train"), (1, -90.0, "delta", "train")])
-    stats = scale.fit_zscore(events, min_rows=3)
+    stats = fit_raw(events, min_rows=3)
     assert (stats.table().loc[1, "mean"], stats.table().loc[1, "scale"]) == (11.0, 1.0)
     assert stats.fallback_items_ == () and stats.rule_ == ("normal",) and stats.count_ == (3,)
 
@@ -141,12 +161,12 @@ def test_fit_uses_normal_rows_only():
 def test_fit_clips_normal_rows_beyond_three_sigma():
     normal = [10.0 + 0.1 * k for k in range(-10, 11)]  # 21 values, mean 10
     events = lab_rows([(1, v, None, "train") for v in normal] + [(1, 1000.0, None, "train")])
-    table = scale.fit_zscore(events, clip_sigma=3.0).table()
+    table = fit_raw(events, clip_sigma=3.0).table()
     assert table.loc[1, "mean"] == pytest.approx(10.0, rel=1e-12)
     assert table.loc[1, "scale"] == pytest.approx(np.std(normal, ddof=1), rel=1e-12)
     assert table.loc[1, "count"] == 21
     # Without clipping the outlier would have pulled the mean to about 55.
-    loose = scale.fit_zscore(events, clip_sigma=100.0).table()
+    loose = fit_raw(events, clip_sigma=100.0).table()
     assert loose.loc[1, "mean"] == pytest.approx(np.mean(normal + [1000.0]))
 
 
@@ -184,7 +204,7 @@ def test_an_item_with_one_normal_row_among_abnormal_rows_spread_over_thousands_g
     held = [14_000.0, 90.0, 7_500.0]
     events = lab_rows([(NTPROBNP, 120.0, None, "train")] + [(NTPROBNP, v, "abnormal", "train") for v in abnormal]
                       + [(NTPROBNP, v, "abnormal", "val") for v in held])
-    stats = scale.fit_zscore(events, min_rows=config.scale.min_rows)
+    stats = fit_raw(events, min_rows=config.scale.min_rows)
     train = np.concatenate([[120.0], abnormal])
     mean, std = train.mean(), np.std(train, ddof=1)
     assert stats.table().loc[NTPROBNP].tolist() == [pytest.approx(mean), pytest.approx(std), 28, "all", 1]
@@ -199,7 +219,7 @@ def test_an_item_whose_training_values_are_all_equal_is_constant_with_bounded_ot
                       + [(1, 5.0, None, "val"), (1, 7.5, None, "val"), (1, 500.0, "abnormal", "test"),
                          (1, -20.0, None, "test")]
                       + [(3, 0.0, None, "train")] * 3 + [(3, 0.25, "abnormal", "test"), (3, -40.0, None, "val")])
-    stats = scale.fit_zscore(events, constant_bound=10.0)
+    stats = fit_raw(events, constant_bound=10.0)
     assert stats.constant_items_ == (1, 3) and stats.fallback_items_ == ()
     table = stats.table()
     assert table.loc[1].tolist() == [5.0, 5.0, 5, "constant", 4]
@@ -223,7 +243,7 @@ def test_items_that_vary_are_never_constant_even_when_clipping_leaves_one_value(
     # 30 equal normal values and one far abnormal one: clipping all the rows keeps only the equal values
     events = lab_rows([(1, 5.0, None, "train")] * 30 + [(1, 1000.0, "abnormal", "train")]
                       + [(2, 7.0, None, "train"), (2, 7.0 + 1e-9, None, "train")])
-    stats = scale.fit_zscore(events)
+    stats = fit_raw(events)
     table = stats.table()
     values = np.array([5.0] * 30 + [1000.0])
     assert table.loc[1].tolist() == [pytest.approx(values.mean()), pytest.approx(np.std(values, ddof=1)), 31,
@@ -238,7 +258,7 @@ def test_min_rows_picks_the_rule_in_the_chain(normal_rows, min_rows, rule):
     normal = [10.0 + 0.5 * k for k in range(normal_rows)]
     events = lab_rows([(1, v, None, "train") for v in normal]
                       + [(1, v, "abnormal", "train") for v in (100.0, 200.0, 300.0)])
-    stats = scale.fit_zscore(events, min_rows=min_rows)
+    stats = fit_raw(events, min_rows=min_rows)
     assert stats.rule_ == (rule,) and stats.normal_count_ == (normal_rows,)
     used = normal if rule == "normal" else normal + [100.0, 200.0, 300.0]
     assert stats.count_ == (len(used),)
@@ -249,16 +269,16 @@ def test_tiny_relative_std_is_constant_but_a_real_spread_is_not():
     tiny = [1e6 + 1e-3 * k for k in range(5)]  # std 1.6e-3 <= 1e-6 * 1e6
     real = [1.0, 2.0, 3.0]
     events = lab_rows([(1, v, None, "train") for v in tiny] + [(2, v, None, "train") for v in real])
-    stats = scale.fit_zscore(events, eps=1e-6)
+    stats = fit_raw(events, eps=1e-6)
     assert stats.constant_items_ == (1,)
     assert stats.table().loc[2, "scale"] == 1.0 and 2 not in stats.constant_items_
-    assert 1 not in scale.fit_zscore(events, eps=1e-12).constant_items_
+    assert 1 not in fit_raw(events, eps=1e-12).constant_items_
 
 
 def test_item_without_normal_training_rows_falls_back_to_all_its_training_rows(config):
     events = lab_rows([(1, v, "abnormal", "train") for v in (2.0, 4.0, 6.0)]
                       + [(1, 3.0, None, "val"), (2, 1.0, None, "train"), (2, 3.0, None, "train")])
-    stats = scale.fit_zscore(events)
+    stats = fit_raw(events)
     assert stats.fallback_items_ == (1, 2) and stats.rule_ == ("all", "all") and stats.normal_count_ == (0, 2)
     assert (stats.table().loc[1, "mean"], stats.table().loc[1, "scale"]) == (4.0, 2.0)
     scaled = scale.apply_zscore(events, stats)
@@ -293,7 +313,7 @@ def test_apply_leaves_its_input_unchanged(encoded, fitted):
 # -- per-item policies --------------------------------------------------------------------------------
 def test_clip_policy_clips_z_at_the_warning_bound(encoded, fitted, scaled):
     assert scaled.loc[scaled["ITEMID"] == AST, "Z"].abs().max() > 100  # heavy tail, unclipped
-    clipped = scale.apply_zscore(encoded, fitted, policy={AST: "clip"}, warn_bound=100.0)
+    clipped = scale.apply_zscore(encoded, fit_raw(encoded, policy={AST: "clip"}), warn_bound=100.0)
     ast = clipped["ITEMID"] == AST
     assert clipped.loc[ast, "Z"].abs().max() == 100.0
     assert (clipped.loc[ast, "Z"] == scaled.loc[ast, "Z"].clip(-100.0, 100.0)).all()
@@ -304,7 +324,7 @@ def test_clip_policy_clips_z_at_the_warning_bound(encoded, fitted, scaled):
 def test_log_policy_scales_log1p_of_the_value():
     values = [0.0, 9.0, 99.0, 999.0]
     events = lab_rows([(1, v, None, "train") for v in values] + [(1, 9999.0, None, "test")])
-    stats = scale.fit_zscore(events, policy={1: "log"}, clip_sigma=10.0)
+    stats = fit_raw(events, policy={1: "log"}, clip_sigma=10.0)
     logs = np.log1p(values)
     assert stats.log_items_ == (1,)
     assert stats.table().loc[1, "mean"] == pytest.approx(logs.mean(), rel=1e-12)
@@ -319,7 +339,7 @@ def test_log_policy_refuses_values_at_or_below_minus_one(split_name):
     events = lab_rows([(7, 1.0, None, "train"), (7, 2.0, None, "train"), (7, -1.0, None, split_name),
                        (8, -5.0, None, "train")])
     with pytest.raises(StageError) as caught:
-        stats = scale.fit_zscore(events, policy={7: "log"})
+        stats = fit_raw(events, policy={7: "log"})
         scale.apply_zscore(events, stats)
     error = caught.value
     assert (error.stage, error.check, error.column, error.count, error.lines) == (
@@ -357,7 +377,7 @@ def test_z_above_the_error_bound_stops_the_stage_naming_items_and_lines(encoded,
 def _zero_scale(mean: float) -> scale.ZScoreStats:
     """Stats as memory corruption could hold them (the constructor refuses scale 0): the output guard still holds."""
     stats = scale.ZScoreStats(items_=(1,), mean_=(mean,), scale_=(1.0,), count_=(2,), rule_=("normal",),
-                              normal_count_=(2,), log_items_=(), eps=1e-6)
+                              normal_count_=(2,), eps=1e-6)
     object.__setattr__(stats, "scale_", (0.0,))
     return stats
 
@@ -391,7 +411,7 @@ def test_input_that_breaks_the_encoded_schema_is_refused():
     events = lab_rows([(1, 1.0, None, "train"), (1, 2.0, None, "train")])
     events.loc[3, "VALUENUM"] = np.inf
     with pytest.raises(StageError) as caught:
-        scale.apply_zscore(events, scale.fit_zscore(events.iloc[:1]))
+        scale.apply_zscore(events, fit_raw(events.iloc[:1]))
     assert (caught.value.stage, caught.value.side, caught.value.column) == ("scale", "input", "VALUENUM")
     assert caught.value.lines == [3]
 
@@ -416,7 +436,7 @@ def test_stats_round_trip_through_json(fitted):
 # -- determinism --------------------------------------------------------------------------------------
 def test_shuffled_rows_give_identical_stats_and_z(encoded, fitted, scaled):
     shuffled = encoded.sample(frac=1.0, random_state=5)
-    stats = scale.fit_zscore(shuffled)
+    stats = fit_raw(shuffled)
     assert stats == fitted  # bit-identical, not approximately equal
     pd.testing.assert_frame_equal(scale.apply_zscore(shuffled, stats).sort_index(), scaled)
 
@@ -447,8 +467,8 @@ def test_z_is_finite_for_every_row_with_a_number_or_the_stage_says_why(items, lo
     events = lab_rows([row for rows in items for row in rows])
     policy = {i: p for i, p in ((log_item, "log"), (clip_item, "clip")) if i is not None}
     try:
-        stats = scale.fit_zscore(events, policy=policy)
-        scaled = scale.apply_zscore(events, stats, policy=policy)
+        stats = fit_raw(events, policy=policy)
+        scaled = scale.apply_zscore(events, stats)
     except StageError as error:
         assert error.stage == "scale" and error.check in {"log_domain", "z_error_bound", "z_finite"}
         assert error.count > 0 and error.lines
@@ -467,12 +487,12 @@ def test_z_is_finite_for_every_row_with_a_number_or_the_stage_says_why(items, lo
 def _fit_from_parts(events: pd.DataFrame, parts: int, **settings) -> scale.ZScoreStats:
     """The fit as the Dask engine runs it: fit rows kept per part, every pass of fit_sums added over the parts."""
     frames = [events[events["HADM_ID"] % parts == n] for n in range(parts)]
-    return scale.fit_by_passes(lambda step: [step(frame) for frame in frames],
+    return _passes_raw(lambda step: [step(frame) for frame in frames],
                                lambda kept, step: [step(rows) for rows in kept], **settings)
 
 
 def test_sums_added_over_parts_give_the_whole_fit(encoded):
-    whole = scale.fit_zscore(encoded, policy={AST: "log"})
+    whole = fit_raw(encoded, policy={AST: "log"})
     assert _fit_from_parts(encoded, 1, policy={AST: "log"}) == whole  # one part: bit for bit
     for parts in (2, 7):
         split = _fit_from_parts(encoded, parts, policy={AST: "log"})
@@ -506,7 +526,7 @@ def test_fit_by_passes_over_parts_records_the_same_rules_ranges_and_counts():
             + [(3, 4.0, None, "train")] * 6 + [(4, 5.0, None, "train")] * 30 + [(4, 1000.0, "abnormal", "train")])
     events = lab_rows(rows)
     events["HADM_ID"] = np.arange(len(events)) % 5 + 100
-    whole = scale.fit_zscore(events)
+    whole = fit_raw(events)
     assert whole.rule_ == ("normal", "all", "constant", "all_unclipped")
     for parts in (1, 2, 5):
         split = _fit_from_parts(events, parts)
@@ -528,7 +548,7 @@ def test_add_sums_takes_min_of_mins_and_max_of_maxes():
 def test_stats_json_records_the_rule_and_rows_of_every_item_and_round_trips():
     events = lab_rows([(1, 10.0 + k, None, "train") for k in range(12)] + [(2, 7.0, None, "train"),
                       (2, 70.0, "abnormal", "train"), (2, 90.0, "abnormal", "train"), (3, 1.0, None, "train")])
-    stats = scale.fit_zscore(events, min_rows=10, constant_bound=8.0)
+    stats = fit_raw(events, min_rows=10, constant_bound=8.0)
     record = json.loads(json.dumps(stats.as_json()))
     assert record["items"] == [1, 2, 3] and record["rule"] == ["normal", "all", "constant"]
     assert record["count"] == [12, 3, 1] and record["normal_count"] == [12, 1, 1]
@@ -545,9 +565,9 @@ def test_shuffled_rows_give_identical_rules_and_stats_on_the_fallback_items():
                       + [(NTPROBNP, v, "abnormal", "train") for v in rng.uniform(400, 13_000, 27)]
                       + [(1, 5.0, None, "train")] * 5 + [(1, 8.0, None, "test")]
                       + [(2, v, None, "train") for v in rng.normal(3, 0.2, 15)])
-    stats = scale.fit_zscore(events)
+    stats = fit_raw(events)
     for seed in range(3):
-        again = scale.fit_zscore(events.sample(frac=1.0, random_state=seed))
+        again = fit_raw(events.sample(frac=1.0, random_state=seed))
         assert again == stats  # bit-identical
     assert stats.items_ == (1, 2, NTPROBNP) and stats.rule_ == ("constant", "normal", "all")
 
@@ -563,7 +583,7 @@ def _warned_events() -> pd.DataFrame:
 
 def test_the_warning_bound_finding_names_the_cause_of_each_item():
     events = _warned_events()
-    stats = scale.fit_zscore(events)
+    stats = fit_raw(events)
     assert stats.rule_ == ("normal", "all")
     scaled = scale.apply_zscore(events, stats)
     (warned,) = [f for f in scale.scale_findings(scaled, stats, warn_bound=100.0) if f.check == "z_warn_bound"]
@@ -576,7 +596,7 @@ def test_the_warning_bound_finding_names_the_cause_of_each_item():
 
 def test_reference_ranges_sort_rows_above_the_bound_into_real_extremes_and_suspect_scales():
     events = _warned_events()
-    stats = scale.fit_zscore(events)
+    stats = fit_raw(events)
     scaled = scale.apply_zscore(events, stats)
     # line 28 (item 1, 500): range 18-22, 120 widths beyond: a real extreme.
     # line 29 (item 2, 2,000): range 0-500 (upper only counts: 1,500 / 500 = 3 widths): a suspect scale.
@@ -620,10 +640,10 @@ def test_the_flow_passes_labevents_reference_ranges_to_the_warning_finding():
     ast = labs["ITEMID"] == AST
     with_ranges = labs.assign(REF_RANGE_LOWER=pd.Series(0.0, index=labs.index).where(ast),
                               REF_RANGE_UPPER=pd.Series(40.0, index=labs.index).where(ast))
-    prepared = prepare(dataclasses.replace(tables, labevents=with_ranges), load_config())
+    prepared = prepare(dataclasses.replace(tables, labevents=with_ranges), raw_config())
     (warned,) = [f for f in prepared.findings if f.check == "z_warn_bound"]
     assert warned.count == 5 and "5 real extreme(s)" in warned.message and "0 suspect scale(s)" in warned.message
-    (plain,) = [f for f in prepare(tables, load_config()).findings if f.check == "z_warn_bound"]
+    (plain,) = [f for f in prepare(tables, raw_config()).findings if f.check == "z_warn_bound"]
     assert "reference range" not in plain.message and plain.lines == warned.lines
 
 
@@ -633,8 +653,8 @@ D_DIMER = 51196  # one normal training row among abnormal ones: z reached 8,900 
 
 @pytest.fixture(scope="module")
 def demo(mimic3demo):
-    """The demo validated by the flow, and its lab rows as the scale stage received them."""
-    validation = validate(mimic3demo, load_config())
+    """The demo validated by the flow with today's raw z, and its lab rows as the scale stage received them."""
+    validation = validate(mimic3demo, raw_config())
     return validation.prepared, run_stages(validation.tables).encoded
 
 
@@ -654,3 +674,115 @@ def test_on_the_mimic3_demo_no_varying_item_is_constant_and_fallback_z_stays_sma
     assert z[rule == "constant"].max() <= stats.constant_bound
     assert z.max() < 1_200  # 1,113 observed: AST's real heavy tail, fitted on 90 normal rows
     assert stats.table().loc[z.groupby(edges["ITEMID"]).max().idxmax(), "rule"] == "normal"
+
+
+# -- the default policy: a transform chosen per item, a soft bound, marks ------------------------------------------
+def test_soft_bound_keeps_small_z_and_draws_the_rest_in_under_the_bound_in_order():
+    z = pd.Series([-1e6, -40.0, -5.0, 0.0, 3.0, 5.0, 5.5, 20.0, 1_000.0, 1e6])
+    drawn, marked = scale.soft_bound(z, 10.0, pd.Series(True, index=z.index))
+    assert drawn.abs().max() < 10 and drawn.is_monotonic_increasing and drawn.is_unique
+    assert drawn[z.abs() <= 5].tolist() == z[z.abs() <= 5].tolist()
+    assert marked.tolist() == (z.abs() > 5).tolist()
+    assert drawn[7] == pytest.approx(8.75)  # 5 + 5 * 15 / 20
+    assert np.unique(drawn.astype("float32")).size == len(z)  # still apart in float32, as edge_attr holds them
+    untouched, none = scale.soft_bound(z, 10.0, pd.Series(False, index=z.index))
+    assert untouched.equals(z) and not none.any()
+
+
+def test_auto_takes_asinh_for_a_right_skewed_item_and_nothing_for_a_symmetric_one():
+    rng = np.random.default_rng(26)
+    skewed = np.round(np.exp(rng.normal(3.0, 1.2, 300)), 1)  # AST-like: 20 IU/L with a tail into the thousands
+    symmetric = np.round(rng.normal(140.0, 3.0, 300), 1)  # sodium
+    events = lab_rows([(1, v, None, "train") for v in skewed] + [(2, v, None, "train") for v in symmetric]
+                      + [(1, -3.0, None, "test"), (1, 50_000.0, None, "test")])
+    stats = scale.fit_zscore(events)
+    assert dict(zip(stats.items_, stats.transforms)) == {1: "asinh", 2: "identity"}
+    assert dict(zip(stats.items_, stats.policies)) == {1: "auto", 2: "auto"}
+    z = scale.apply_zscore(events, stats)
+    test = z[z["SPLIT"] == "test"]
+    assert test["Z"].notna().all() and test["Z"].abs().max() < 10  # a negative value is no error under asinh
+    assert test["Z_BOUNDED"].tolist() == [0, 1]
+
+
+def test_the_default_keeps_every_items_order_and_marks_what_it_bounded():
+    events = lab_rows([(1, v, None, "train") for v in (10.0, 11.0, 12.0, 11.5, 10.5, 9.0, 13.0, 12.5, 10.2, 11.1)]
+                      + [(1, v, "abnormal", s) for v, s in ((400.0, "train"), (9_000.0, "val"), (20.0, "test"))]
+                      + [(5, 7.0, None, "val")])
+    scaled = scale.apply_zscore(events, scale.fit_zscore(events))
+    item = scaled[scaled["ITEMID"] == 1].sort_values("VALUENUM")
+    assert item["Z"].is_monotonic_increasing and item["Z"].abs().max() < 10
+    assert item.loc[item["VALUENUM"] >= 400, "Z_BOUNDED"].tolist() == [1, 1]
+    unseen = scaled[scaled["ITEMID"] == 5]
+    assert unseen[["Z", "Z_UNSEEN", "Z_BOUNDED"]].values.tolist() == [[0.0, 1, 0]]
+
+
+def test_a_raw_policy_item_is_neither_transformed_nor_bounded():
+    events = lab_rows([(1, v, None, "train") for v in (10.0, 11.0, 12.0)] + [(1, 400.0, None, "test")])
+    stats = scale.fit_zscore(events, policy={"default": "auto", 1: "none"})
+    assert stats.transforms == ("identity",)
+    assert scale.apply_zscore(events, stats)["Z"].max() == pytest.approx(389.0)
+
+
+def test_policy_lines_resolve_by_itemid_then_category_then_fluid_then_default():
+    labitems = pd.DataFrame({"ITEMID": [1, 2, 3, 4], "FLUID": ["Blood", "Blood", "Urine", "Blood"],
+                             "CATEGORY": ["Chemistry", "Blood Gas", "Chemistry", "Hematology"]})
+    policy = {"default": "linear", "blood": "log", "Blood Gas": "none", 4: "clip"}
+    resolved = scale.item_policies(policy, labitems)
+    assert scale.policy_of(pd.Series([1, 2, 3, 4, 99]), resolved).tolist() == ["log", "none", "linear", "clip",
+                                                                               "linear"]
+    assert scale.unmatched_groups({"Bloood": "log", "default": "none", 7: "log"}, labitems) == ["Bloood"]
+
+
+def test_a_policy_group_that_names_nothing_is_a_warning_naming_it():
+    config = raw_config(**{"Chemstry": "log"})
+    (warned,) = [f for f in prepare(typed(), config).findings if f.check == "policy_group_unknown"]
+    assert warned.severity == "warning" and "'Chemstry'" in warned.message and "CATEGORY and FLUID" in warned.message
+
+
+def test_a_policy_that_is_not_one_of_the_policies_is_a_config_error(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('[scale.policy]\ndefault = "squash"\n')
+    with pytest.raises(Exception, match=r"\[scale.policy\] default must be one of auto, log, linear, clip, none"):
+        load_config(path)
+
+
+def test_stats_json_records_each_items_transform_policy_and_the_bound():
+    events = lab_rows([(1, v, None, "train") for v in np.exp(np.linspace(0, 8, 50))]
+                      + [(2, v, None, "train") for v in (1.0, 2.0, 3.0)])
+    stats = scale.fit_zscore(events, policy={2: "log"})
+    saved = json.loads(json.dumps(stats.as_json()))
+    assert (saved["transform"], saved["policy"], saved["bound"]) == (["asinh", "log1p"], ["auto", "log"], 10.0)
+    assert scale.ZScoreStats.from_json(saved) == stats
+    unbounded = scale.fit_zscore(events, bound="none").as_json()
+    assert unbounded["bound"] is None and scale.ZScoreStats.from_json(unbounded).bound == float("inf")
+
+
+def test_the_default_fit_does_not_depend_on_row_order():
+    rng = np.random.default_rng(7)
+    events = lab_rows([(1 + n % 3, float(np.round(np.exp(rng.normal(2, 1)), 2)), None, "train") for n in range(300)])
+    stats = scale.fit_zscore(events)
+    for seed in range(3):
+        shuffled = events.sample(frac=1.0, random_state=seed)
+        assert scale.fit_zscore(shuffled) == stats
+        pd.testing.assert_frame_equal(scale.apply_zscore(shuffled, stats).sort_index(),
+                                      scale.apply_zscore(events, stats).sort_index())
+
+
+@pytest.fixture(scope="module")
+def demo_default(mimic3demo):
+    """The demo through the flow with the default config."""
+    return validate(mimic3demo, load_config()).prepared
+
+
+def test_on_the_mimic3_demo_the_default_z_is_bounded_in_order_and_every_bounded_value_is_counted(demo_default):
+    edges, stats = demo_default.edges, demo_default.fitted["scale"]
+    numbers = edges[edges["VALUENUM"].notna()]
+    assert numbers["Z"].abs().max() <= 10  # 1,113 with the raw z
+    ordered = numbers.sort_values(["ITEMID", "VALUENUM", "Z"], kind="stable")
+    steps = ordered.groupby("ITEMID")["Z"].diff().dropna()
+    assert (steps >= 0).all()  # within an item, a larger value never gets a smaller z
+    (bounded,) = [f for f in demo_default.findings if f.check == "z_bounded"]
+    assert bounded.severity == "info" and "51274 PT (Blood)" in bounded.message
+    unseen = numbers[numbers["Z_UNSEEN"] == 1]
+    assert len(unseen) == 79 and (unseen["Z"] == 0).all() and not unseen["ITEMID"].isin(stats.items_).any()
+    assert "asinh" in stats.transforms and set(stats.policies) == {"auto"}
