@@ -196,11 +196,12 @@ def build_outputs(*, graphs: list[GraphBatch | GraphFile], limits: GraphLimits, 
                   report_html: bytes | None = None, item_names: dict[int, str] | None = None) -> BuildOutputs:
     """Serialise every output and the manifest that names their hashes (pure: no I/O).
 
-    ``accounting`` holds the ledgers by table (LABEVENTS rows, ADMISSIONS); ``features`` names the columns of admission x, labitem x and edge_attr, in order
-    (:func:`pipeline.stages.graph.feature_columns`, which the tensors were built from); ``item_names`` how findings
-    name the lab items the edges carry (ITEMID -> 'NTproBNP (Blood)'). A graph already staged
-    (a :class:`GraphFile` without its bytes: :func:`stage_file`) is listed by its hash; its bytes are not among
-    ``files``, and so is a quarantine staged already (:func:`stage_quarantine`).
+    ``accounting`` holds the ledgers by table (LABEVENTS rows, ADMISSIONS); ``features`` names the columns of
+    admission x, labitem x and edge_attr, in order (:func:`pipeline.stages.graph.feature_columns`, which the
+    tensors were built from); ``item_names`` how findings name the lab items the edges carry (ITEMID ->
+    'NTproBNP (Blood)'). A graph already staged (a :class:`GraphFile` without its bytes: :func:`stage_file`) is
+    listed by its hash; its bytes are not among ``files``, and so is a quarantine staged already
+    (:func:`stage_quarantine`).
     """
     graphs = [g if isinstance(g, GraphFile) else graph_file(g) for g in graphs]
     files = {g.path: g.data for g in graphs if g.data is not None}
