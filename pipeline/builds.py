@@ -19,12 +19,13 @@ import pandas as pd
 from pipeline.cache import Cache
 from pipeline.config import Config
 from pipeline.engines import PANDAS, Engine
-from pipeline.findings import Finding, finding_from_error, summary_finding
+from pipeline.findings import Finding, finding_from_error, item_names, summary_finding
 from pipeline.flow import ORDER, Validation, validate
 from pipeline.ledgers import IN_GRAPHS
 from pipeline.paths import check_output_dir, claim_output_dir
 from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.report import Report
+from schemas.graph import EDGE
 from schemas.split import SPLITS
 
 
@@ -94,6 +95,7 @@ class MadeGraph:
     findings: tuple[Finding, ...]
     node: np.ndarray
     hadm: np.ndarray
+    items: np.ndarray  # the ITEMIDs its edges carry, sorted
 
 
 def made_graphs(parts: Iterable[pd.DataFrame], admissions: pd.DataFrame, labitems: pd.DataFrame, *, out_dir: Path,
@@ -113,7 +115,8 @@ def made_graphs(parts: Iterable[pd.DataFrame], admissions: pd.DataFrame, labitem
         yield MadeGraph(file=replace(file, data=None), staged=staged, labitems=int(g.data["labitem"].num_nodes),
                         memory=graph.memory_estimate(g.data, hidden=hidden, layers=layers),
                         findings=tuple(finding_from_error(problem) for problem in graph.check_graphs([g], limits)),
-                        node=g.data["admission"].node_id.numpy(), hadm=g.data["admission"].hadm_id.numpy())
+                        node=g.data["admission"].node_id.numpy(), hadm=g.data["admission"].hadm_id.numpy(),
+                        items=g.data["labitem"].itemid.numpy()[np.unique(g.data[EDGE].edge_index[1].numpy())])
         if not isinstance(staged, bool):
             return
 
@@ -161,6 +164,7 @@ class _Graphs:
     memory: dict[str, dict[str, int]] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     nodes: list[tuple[str, int, np.ndarray, np.ndarray]] = field(default_factory=list)
+    items: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype="int64"))  # ITEMIDs on edges, sorted
 
     @classmethod
     def of(cls, made: Iterable[MadeGraph], staged: Any) -> "_Graphs":
@@ -172,6 +176,7 @@ class _Graphs:
             summaries.append({"split": g.file.split, "batch": g.file.batch, "admissions": g.file.admissions,
                               "labitems": g.labitems, "edges": g.file.edges, "memory": g.memory})
             graphs.nodes.append((g.file.split, g.file.batch, g.node, g.hadm))
+            graphs.items = np.union1d(graphs.items, g.items)
             graphs.files.append(g.file)
         graphs.summaries = tuple(summaries)
         return graphs
@@ -184,6 +189,12 @@ class _Graphs:
             "node": np.concatenate([node for _, _, node, _ in self.nodes]),
             "HADM_ID": np.concatenate([hadm for _, _, _, hadm in self.nodes]),
         }).astype({"split": "str", "batch": "int64", "node": "int64", "HADM_ID": "int64"})
+
+    def carried_names(self, labitems: pd.DataFrame | None) -> dict[int, str]:
+        """ITEMID -> the name findings give it (``'NTproBNP (Blood)'``), for the items the edges carry only: no
+        other row of D_LABITEMS reaches the outputs."""
+        names = item_names(labitems)
+        return {int(item): names[int(item)] for item in self.items if int(item) in names}
 
 
 def _over_budget(memory: Mapping[str, dict[str, int]], config: Config) -> list[Finding]:
@@ -240,7 +251,8 @@ def _write(built: Build, staged: Any, graphs: _Graphs, config: Config, progress:
         fitted=prepared.saved_state(), quarantine=quarantine, index=index, report=report.as_json(),
         accounting=accounting, splits=splits,
         memory=graphs.memory, report_html=page.encode("utf-8"),
-        features=graph.feature_columns(prepared.edges, prepared.admissions))
+        features=graph.feature_columns(prepared.edges, prepared.admissions),
+        item_names=graphs.carried_names(prepared.labitems))
     progress.step("write", rows=len(outputs.manifest["outputs"]), unit="files")
     write.write_build(out, outputs, staged)
     progress.end()

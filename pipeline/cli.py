@@ -234,10 +234,18 @@ def build(
     raise typer.Exit(result.exit_code)
 
 
+_ITEMS = typer.Option("--items", help="Also list the lab items of the edges, by max |z|: ITEMID, name, rule, "
+                                      "transform, mean, scale, fitted rows, edges, max |z| and bounded edges.")
+ITEM_ROWS = 20  # the lab items `inspect --items` lists unless --top says how many: a screen, not 1,600 rows
+_TOP = typer.Option("--top", min=0, help=f"With --items (which it implies): list this many items, 0 all "
+                                         f"(default {ITEM_ROWS}; a line says how many more there are).")
+
+
 @app.command(cls=_Command)
-def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `badpoints build`.")]) -> None:
+def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `badpoints build`.")],
+            items: Annotated[bool, _ITEMS] = False, top: Annotated[Optional[int], _TOP] = None) -> None:
     """Re-check every graph and the manifest's hashes, and summarise the build."""
-    from pipeline.inspect import inspect_build
+    from pipeline.inspect import inspect_build, item_lines
 
     console, err = _consoles()
     if not out_dir.is_dir():  # nothing to inspect: could not run (2), like a missing DATA_DIR
@@ -245,7 +253,8 @@ def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `b
         err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(out_dir))} {what}")
         raise typer.Exit(2)
     summary = _guarded_run(err, lambda: inspect_build(out_dir))
-    for line in summary.lines:
+    listed = item_lines(summary, top=ITEM_ROWS if top is None else top) if items or top is not None else []
+    for line in [*summary.lines, *listed]:
         console.print(escape(line))
     for problem in summary.problems:
         console.print(f"[bold red]ERROR[/]   {escape(str(problem))}")

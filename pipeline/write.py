@@ -193,13 +193,15 @@ class BuildOutputs:
 def build_outputs(*, graphs: list[GraphBatch | GraphFile], limits: GraphLimits, config: dict, inputs: list[dict],
                   fitted: dict, quarantine: Quarantine | StagedFile, index: pd.DataFrame, report: dict,
                   accounting: dict, splits: dict, memory: dict, features: dict[str, list[str]],
-                  report_html: bytes | None = None) -> BuildOutputs:
+                  report_html: bytes | None = None, item_names: dict[int, str] | None = None) -> BuildOutputs:
     """Serialise every output and the manifest that names their hashes (pure: no I/O).
 
-    ``accounting`` holds the ledgers by table (LABEVENTS rows, ADMISSIONS); ``features`` names the columns of admission x, labitem x and edge_attr, in order
-    (:func:`pipeline.stages.graph.feature_columns`, which the tensors were built from). A graph already staged
-    (a :class:`GraphFile` without its bytes: :func:`stage_file`) is listed by its hash; its bytes are not among
-    ``files``, and so is a quarantine staged already (:func:`stage_quarantine`).
+    ``accounting`` holds the ledgers by table (LABEVENTS rows, ADMISSIONS); ``features`` names the columns of
+    admission x, labitem x and edge_attr, in order (:func:`pipeline.stages.graph.feature_columns`, which the
+    tensors were built from); ``item_names`` how findings name the lab items the edges carry (ITEMID ->
+    'NTproBNP (Blood)'). A graph already staged (a :class:`GraphFile` without its bytes: :func:`stage_file`) is
+    listed by its hash; its bytes are not among ``files``, and so is a quarantine staged already
+    (:func:`stage_quarantine`).
     """
     graphs = [g if isinstance(g, GraphFile) else graph_file(g) for g in graphs]
     files = {g.path: g.data for g in graphs if g.data is not None}
@@ -225,6 +227,7 @@ def build_outputs(*, graphs: list[GraphBatch | GraphFile], limits: GraphLimits, 
         "graphs": [{"split": g.split, "batch": g.batch, "path": g.path,
                     "admissions": g.admissions, "edges": g.edges, "memory": memory[g.where]} for g in graphs],
         "features": {name: list(columns) for name, columns in features.items()},
+        "item_names": {str(item): name for item, name in sorted((item_names or {}).items())},
         "limits": {"max_timestep": limits.max_timestep, "max_code": limits.max_code,
                    "max_node_code": {k: list(v) for k, v in sorted(limits.max_node_code.items())}},
         "splits": splits,

@@ -7,6 +7,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -16,7 +17,7 @@ from pipeline.config import load_config
 from pipeline.builds import build
 from pipeline.inspect import inspect_build
 from pipeline.write import MANIFEST, load_graphs
-from schemas.graph import EDGE
+from schemas.graph import EDGE, REVERSE
 from tests.pipeline.test_write import _rehash
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,3 +142,191 @@ def test_a_manifest_of_the_wrong_shape_exits_1(out, text):
     result = _inspect(out)
     assert result.exit_code == 1
     assert "graph_manifest" in result.output
+
+
+# -- inspect --items: per-item z figures -----------------------------------------------------------------------
+ROW = re.compile(r"^\s*(\d+)\s{2}")  # a row of the item table starts with its ITEMID
+
+
+def _items(out: Path, *args: str) -> tuple[list[str], list[str]]:
+    """``inspect OUT --items ARGS``: the item section's heading lines and its rows."""
+    result = runner.invoke(app, ["inspect", str(out), "--items", *args])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("items: "))
+    section = lines[start:lines.index("status: ok")]
+    return section, [line for line in section if ROW.match(line)]
+
+
+def _edges_by_item(out: Path, column: str) -> pd.DataFrame:
+    """Every did-edge of every graph as (ITEMID, edge_attr[column]), computed here from the tensors."""
+    manifest = json.loads((out / MANIFEST).read_text())
+    at = manifest["features"]["edge_attr"].index(column)
+    frames = []
+    for split in SPLITS:
+        for graph in load_graphs(out, split):
+            store = graph[EDGE]
+            frames.append(pd.DataFrame({"ITEMID": graph["labitem"].itemid[store.edge_index[1]].numpy(),
+                                        column: store.edge_attr[:, at].double().numpy()}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_items_lists_every_item_on_the_edges_with_its_max_abs_z(built):
+    edges = _edges_by_item(built, "Z")
+    expected = edges.assign(Z=edges["Z"].abs()).groupby("ITEMID")["Z"].agg(["max", "size"])
+    table = inspect_build(built).items
+    assert sorted(table.index) == sorted(expected.index)
+    assert (table["max_abs_z"] == expected["max"].reindex(table.index)).all()  # exact: the same float32 values
+    assert (table["edges"] == expected["size"].reindex(table.index)).all()
+    assert table["edges"].sum() == json.loads((built / MANIFEST).read_text())["accounting"]["LABEVENTS"]["kept"]
+    _, rows = _items(built, "--top", "0")
+    assert [int(ROW.match(row).group(1)) for row in rows] == table.index.tolist()
+
+
+def test_items_are_sorted_by_max_abs_z_then_itemid(built):
+    table = inspect_build(built).items
+    keys = list(zip(-table["max_abs_z"], table.index))
+    assert keys == sorted(keys)
+    assert table["max_abs_z"].is_monotonic_decreasing
+
+
+def test_items_show_the_fitted_stats_and_the_names_findings_give(built):
+    stats = json.loads((built / "stats.json").read_text())["scale"]
+    names = json.loads((built / MANIFEST).read_text())["item_names"]
+    table = inspect_build(built).items
+    fitted = pd.DataFrame({k: stats[k] for k in ("mean", "scale", "count", "rule")}, index=stats["items"])
+    shared = table.index.intersection(fitted.index)
+    assert len(shared) > 0
+    pd.testing.assert_frame_equal(table.loc[shared, ["mean", "scale", "count", "rule"]],
+                                  fitted.loc[shared], check_dtype=False, check_names=False)
+    assert table.loc[50963, "name"] == "NTproBNP (Blood)"  # as the fallback finding names it
+    unseen = table.index.difference(fitted.index)  # on the edges, not fitted (unseen in train): no stats
+    assert len(unseen) > 0 and table.loc[unseen, ["rule", "mean", "scale", "count"]].isna().all().all()
+    section, rows = _items(built, "--top", "0")
+    row = next(r for r in rows if r.lstrip().startswith("50963 "))
+    assert "NTproBNP (Blood)" in row and table.loc[50963, "rule"] in row.split()
+    assert next(r for r in rows if r.lstrip().startswith(f"{unseen[0]} ")).split().count("-") >= 4
+
+
+def test_the_manifest_names_only_the_items_on_the_edges(built):
+    names = json.loads((built / MANIFEST).read_text())["item_names"]
+    on_edges = set(_edges_by_item(built, "Z")["ITEMID"])
+    assert set(map(int, names)) == on_edges  # the sample names every item; none off the edges
+    assert names["51100"] == "Sodium, Urine (Urine)"
+
+
+def test_items_are_capped_with_a_line_saying_how_many_more(built):
+    total = len(inspect_build(built).items)
+    assert total > 20
+    section, rows = _items(built)
+    assert len(rows) == 20 and section[-1] == f"... and {total - 20} more items (--top N lists N, --top 0 all)"
+    section, rows = _items(built, "--top", "5")
+    assert len(rows) == 5 and f"and {total - 5} more items" in section[-1]
+    section, rows = _items(built, "--top", "0")
+    assert len(rows) == total and "more items" not in section[-1]
+    alone = runner.invoke(app, ["inspect", str(built), "--top", "3"])  # --top implies --items
+    assert alone.exit_code == 0 and len([line for line in alone.output.splitlines() if ROW.match(line)]) == 3
+    plain = runner.invoke(app, ["inspect", str(built)])
+    assert "items: " not in plain.output
+    assert runner.invoke(app, ["inspect", str(built), "--top", "-1"]).exit_code == 2
+
+
+def test_a_build_without_z_bounded_transform_or_names_shows_dashes(out):
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert "Z_BOUNDED" not in manifest["features"]["edge_attr"]  # this build's format: bounded is not marked
+    del manifest["item_names"]  # a build from before names were kept
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    stats = json.loads((out / "stats.json").read_text())
+    del stats["scale"]["log_items"]
+    (out / "stats.json").write_text(json.dumps(stats))
+    _rehash(out, "stats.json")
+    section, rows = _items(out, "--top", "0")
+    assert "  bounded: - (edge_attr has no Z_BOUNDED column)" in section
+    assert "  z bound: - (stats.json records none: a build from before z was bounded)" in section
+    header = section[section.index(next(line for line in section if line.startswith("ITEMID")))].split()
+    assert header == ["ITEMID", "name", "rule", "transform", "mean", "scale", "count", "edges", "max|z|", "bounded"]
+    assert all(row.split()[-1] == "-" and row.split()[1] == "-" for row in rows)  # no bounded count, no name
+    table = inspect_build(out).items
+    assert table["name"].isna().all() and table["transform"].isna().all() and table["bounded"].isna().all()
+
+
+def test_an_older_build_names_its_log1p_items_from_log_items(out):
+    stats = json.loads((out / "stats.json").read_text())
+    logged = stats["scale"]["items"][0]
+    stats["scale"]["log_items"] = [logged]
+    (out / "stats.json").write_text(json.dumps(stats))
+    _rehash(out, "stats.json")
+    table = inspect_build(out).items
+    fitted = table.index.intersection(stats["scale"]["items"])
+    assert table.loc[logged, "transform"] == "log1p"
+    assert set(table.loc[fitted.drop(logged), "transform"]) == {"identity"}
+
+
+def _mark_bounded(out: Path, over: float) -> None:
+    """What a build that bounds z writes: a 0/1 Z_BOUNDED column on every edge (here |z| > ``over``), the
+    transform per item and the bound in stats.json."""
+    manifest = json.loads((out / MANIFEST).read_text())
+    manifest["features"]["edge_attr"].append("Z_BOUNDED")
+    at = manifest["features"]["edge_attr"].index("Z")
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    for entry in manifest["graphs"]:
+        record = torch.load(out / entry["path"], weights_only=True)
+        for edge in (EDGE, REVERSE):
+            attr = record[edge]["edge_attr"]
+            record[edge]["edge_attr"] = torch.cat([attr, (attr[:, at].abs() > over).float()[:, None]], dim=1)
+        torch.save(record, out / entry["path"])
+        _rehash(out, entry["path"])
+    stats = json.loads((out / "stats.json").read_text())
+    stats["scale"]["transform"] = ["log1p" if i in stats["scale"]["log_items"] else "identity"
+                                   for i in stats["scale"]["items"]]
+    stats["scale"]["transform"][0] = "log1p"
+    stats["scale"]["bound"] = over
+    (out / "stats.json").write_text(json.dumps(stats))
+    _rehash(out, "stats.json")
+
+
+def test_bounded_edges_are_counted_per_item_from_z_bounded(out):
+    _mark_bounded(out, over=10.0)
+    edges = _edges_by_item(out, "Z_BOUNDED")
+    expected = edges.groupby("ITEMID")["Z_BOUNDED"].sum().astype("int64")
+    inspection = inspect_build(out)
+    assert inspection.problems == []
+    table = inspection.items
+    assert (table["bounded"] == expected.reindex(table.index)).all() and table["bounded"].sum() > 0
+    first = json.loads((out / "stats.json").read_text())["scale"]["items"][0]
+    assert table.loc[first, "transform"] == "log1p"
+    section, rows = _items(out, "--top", "0")
+    assert "  z bound: |z| <= 10" in section and not any("Z_BOUNDED" in line for line in section)
+    shown = {int(ROW.match(row).group(1)): int(row.split()[-1]) for row in rows}
+    assert shown == expected.reindex(table.index).to_dict()
+
+
+def test_an_unbounded_build_says_so(out):
+    _mark_bounded(out, over=10.0)
+    stats = json.loads((out / "stats.json").read_text())
+    stats["scale"]["bound"] = None
+    (out / "stats.json").write_text(json.dumps(stats))
+    _rehash(out, "stats.json")
+    section, _ = _items(out)
+    assert "  z bound: none (z is not bounded)" in section
+
+
+def test_items_do_not_depend_on_the_order_graphs_are_read_in(out):
+    first = runner.invoke(app, ["inspect", str(out), "--items", "--top", "0"]).output
+    assert runner.invoke(app, ["inspect", str(out), "--items", "--top", "0"]).output == first
+    before = inspect_build(out).items
+    manifest = json.loads((out / MANIFEST).read_text())
+    manifest["graphs"].reverse()
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    pd.testing.assert_frame_equal(inspect_build(out).items, before)
+
+
+def test_a_broken_graph_is_left_out_of_the_item_figures(out):
+    name = "graphs/val/batch_00000.pt"
+    record = torch.load(out / name, weights_only=True)
+    record[EDGE]["edge_attr"][0, 1] = float("nan")
+    torch.save(record, out / name)
+    _rehash(out, name)
+    result = runner.invoke(app, ["inspect", str(out), "--items"])
+    assert result.exit_code == 1
+    assert "  1 graph(s) with problems left out of the item figures" in result.output.splitlines()
