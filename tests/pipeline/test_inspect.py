@@ -71,7 +71,7 @@ def test_inspect_shows_the_feature_columns_and_where_the_raw_ids_are(built):
     lines = [line for line in result.output.splitlines() if line.startswith("features ")]
     assert lines == [f"features {name}: {', '.join(manifest['features'][name])}"
                      for name in ("admission.x", "labitem.x", "edge_attr")]
-    assert "features edge_attr: CODE, Z" in lines and "features labitem.x: FLUID_CODE, CATEGORY_CODE" in lines
+    assert "features edge_attr: CODE, Z, Z_BOUNDED, Z_UNSEEN" in lines and "features labitem.x: FLUID_CODE, CATEGORY_CODE" in lines
     assert "node_id = arange(num_nodes)" in result.output and "admission.hadm_id" in result.output
     assert "labitem.itemid" in result.output
 
@@ -233,11 +233,13 @@ def test_items_are_capped_with_a_line_saying_how_many_more(built):
 
 def test_a_build_without_z_bounded_transform_or_names_shows_dashes(out):
     manifest = json.loads((out / MANIFEST).read_text())
-    assert "Z_BOUNDED" not in manifest["features"]["edge_attr"]  # this build's format: bounded is not marked
+    edge_attr = manifest["features"]["edge_attr"]
+    edge_attr[edge_attr.index("Z_BOUNDED")] = "Z_OLDER"  # a build from before z was bounded marked none
     del manifest["item_names"]  # a build from before names were kept
     (out / MANIFEST).write_text(json.dumps(manifest))
     stats = json.loads((out / "stats.json").read_text())
-    del stats["scale"]["log_items"]
+    for key in ("log_items", "transform", "bound"):
+        del stats["scale"][key]
     (out / "stats.json").write_text(json.dumps(stats))
     _rehash(out, "stats.json")
     section, rows = _items(out, "--top", "0")
@@ -254,6 +256,7 @@ def test_an_older_build_names_its_log1p_items_from_log_items(out):
     stats = json.loads((out / "stats.json").read_text())
     logged = stats["scale"]["items"][0]
     stats["scale"]["log_items"] = [logged]
+    del stats["scale"]["transform"]  # a build from before each item's transform was recorded
     (out / "stats.json").write_text(json.dumps(stats))
     _rehash(out, "stats.json")
     table = inspect_build(out).items
@@ -262,39 +265,17 @@ def test_an_older_build_names_its_log1p_items_from_log_items(out):
     assert set(table.loc[fitted.drop(logged), "transform"]) == {"identity"}
 
 
-def _mark_bounded(out: Path, over: float) -> None:
-    """What a build that bounds z writes: a 0/1 Z_BOUNDED column on every edge (here |z| > ``over``), the
-    transform per item and the bound in stats.json."""
-    manifest = json.loads((out / MANIFEST).read_text())
-    manifest["features"]["edge_attr"].append("Z_BOUNDED")
-    at = manifest["features"]["edge_attr"].index("Z")
-    (out / MANIFEST).write_text(json.dumps(manifest))
-    for entry in manifest["graphs"]:
-        record = torch.load(out / entry["path"], weights_only=True)
-        for edge in (EDGE, REVERSE):
-            attr = record[edge]["edge_attr"]
-            record[edge]["edge_attr"] = torch.cat([attr, (attr[:, at].abs() > over).float()[:, None]], dim=1)
-        torch.save(record, out / entry["path"])
-        _rehash(out, entry["path"])
-    stats = json.loads((out / "stats.json").read_text())
-    stats["scale"]["transform"] = ["log1p" if i in stats["scale"]["log_items"] else "identity"
-                                   for i in stats["scale"]["items"]]
-    stats["scale"]["transform"][0] = "log1p"
-    stats["scale"]["bound"] = over
-    (out / "stats.json").write_text(json.dumps(stats))
-    _rehash(out, "stats.json")
-
-
 def test_bounded_edges_are_counted_per_item_from_z_bounded(out):
-    _mark_bounded(out, over=10.0)
     edges = _edges_by_item(out, "Z_BOUNDED")
     expected = edges.groupby("ITEMID")["Z_BOUNDED"].sum().astype("int64")
     inspection = inspect_build(out)
     assert inspection.problems == []
     table = inspection.items
     assert (table["bounded"] == expected.reindex(table.index)).all() and table["bounded"].sum() > 0
-    first = json.loads((out / "stats.json").read_text())["scale"]["items"][0]
-    assert table.loc[first, "transform"] == "log1p"
+    stats = json.loads((out / "stats.json").read_text())["scale"]
+    fitted = table.index.intersection(stats["items"])
+    transforms = dict(zip(stats["items"], stats["transform"]))
+    assert table.loc[fitted, "transform"].tolist() == [transforms[item] for item in fitted]
     section, rows = _items(out, "--top", "0")
     assert "  z bound: |z| <= 10" in section and not any("Z_BOUNDED" in line for line in section)
     shown = {int(ROW.match(row).group(1)): int(row.split()[-1]) for row in rows}
@@ -302,7 +283,6 @@ def test_bounded_edges_are_counted_per_item_from_z_bounded(out):
 
 
 def test_an_unbounded_build_says_so(out):
-    _mark_bounded(out, over=10.0)
     stats = json.loads((out / "stats.json").read_text())
     stats["scale"]["bound"] = None
     (out / "stats.json").write_text(json.dumps(stats))

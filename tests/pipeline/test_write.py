@@ -157,7 +157,7 @@ def test_manifest_names_every_feature_column_the_graphs_hold(out, manifest, buil
     prepared = built.validation.prepared
     codes = sorted(c for c in prepared.admissions.columns if c.endswith("_CODE"))
     assert manifest["features"] == {"admission.x": codes, "labitem.x": ["FLUID_CODE", "CATEGORY_CODE"],
-                                    "edge_attr": ["CODE", "Z"]}
+                                    "edge_attr": ["CODE", "Z", "Z_BOUNDED", "Z_UNSEEN"]}
     for split in SPLITS:
         for graph in load_graphs(out, split):
             assert graph["admission"].x.shape[1] == len(manifest["features"]["admission.x"])
