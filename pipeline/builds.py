@@ -99,14 +99,15 @@ class MadeGraph:
 
 
 def made_graphs(parts: Iterable[pd.DataFrame], admissions: pd.DataFrame, labitems: pd.DataFrame, *, out_dir: Path,
-                limits: Any, batch_size: int, labels: bool, hidden: int, layers: int,
-                start: Mapping[str, int] | None = None) -> Iterator[MadeGraph]:
+                limits: Any, batch_size: int, labels: bool, admission_features: tuple[str, ...], hidden: int,
+                layers: int, start: Mapping[str, int] | None = None) -> Iterator[MadeGraph]:
     """The graphs of edge rows in parts (:func:`pipeline.stages.graph.stream_graphs`) each built, guarded, sized,
     serialised and staged in ``out_dir`` at once, so only what :class:`MadeGraph` keeps stays."""
     from pipeline import write
     from pipeline.stages import graph
 
-    for g in graph.stream_graphs(parts, admissions, labitems, batch_size=batch_size, labels=labels, start=start):
+    for g in graph.stream_graphs(parts, admissions, labitems, batch_size=batch_size, labels=labels,
+                                 admission_features=admission_features, start=start):
         file = write.graph_file(g)
         try:
             staged: bool | OSError = write.stage_file(out_dir, file.path, file.data)
@@ -128,13 +129,15 @@ def _graphs_into(staged: Any, validation: Validation, config: Config, progress: 
 
     out, prepared = staged.out_dir, validation.prepared
     limits = graph.graph_limits(prepared.fitted.get("encode"), prepared.admissions,
-                                max_timestep=config.bucket.max_timestep)
+                                max_timestep=config.bucket.max_timestep,
+                                admission_features=config.graph.admission_features)
     # Built, guarded, serialised and staged a few batches at a time, from the edge rows' parts (only the columns
     # graphs read), on the engine's workers (here without any): what stays is each graph's hash and summary, never
     # all the graphs' tensors or bytes.
     made = engine.in_batches(made_graphs, prepared.edges, prepared.admissions, prepared.labitems,
                              batch_size=config.graph.batch_size, columns=graph.graph_columns(prepared.edges), sees=out,
-                             out_dir=out, limits=limits, labels=config.graph.labels, hidden=config.graph.hidden,
+                             out_dir=out, limits=limits, labels=config.graph.labels,
+                             admission_features=config.graph.admission_features, hidden=config.graph.hidden,
                              layers=config.graph.layers)
     graphs = _Graphs.of(made, staged)
     progress.step(guarding, rows=len(graphs.summaries), unit="graphs")
@@ -251,7 +254,8 @@ def _write(built: Build, staged: Any, graphs: _Graphs, config: Config, progress:
         fitted=prepared.saved_state(), quarantine=quarantine, index=index, report=report.as_json(),
         accounting=accounting, splits=splits,
         memory=graphs.memory, report_html=page.encode("utf-8"),
-        features=graph.feature_columns(prepared.edges, prepared.admissions),
+        features=graph.feature_columns(prepared.edges, prepared.admissions,
+                                       admission_features=config.graph.admission_features),
         item_names=graphs.carried_names(prepared.labitems))
     progress.step("write", rows=len(outputs.manifest["outputs"]), unit="files")
     write.write_build(out, outputs, staged)

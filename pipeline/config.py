@@ -126,6 +126,8 @@ class _Config:
                 return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
             if isinstance(value, Mapping):
                 return {str(k): plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+            if isinstance(value, tuple):  # a list key's names
+                return [plain(v) for v in value]
             return value
         return plain(self)
 

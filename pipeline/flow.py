@@ -214,6 +214,7 @@ def prepare(tables: RawTables, config: Config, *, fitted: Any = (), progress: Pr
     engine = engine or PANDAS
     ledger = Ledger(warn_removed_fraction=config.filters.warn_removed_fraction,
                     error_removed_fraction=config.filters.error_removed_fraction)
+    ledger.findings.extend(ORDER.options_findings(config))  # known from the config alone, even if a stage stops
     given = ORDER.fitted_by(fitted)
     run = _Run(tables, config, progress or NO_PROGRESS, engine, Context(
         tables=tables, engine=engine, ledger=ledger, max_lines=config.report.max_lines, fitted=given))

@@ -32,15 +32,20 @@ class Allowed:
     Declared once per key, in its dataclass field (:func:`setting`), and checked whenever a section is made.
     """
 
-    kind: type  # float (finite; an integer is taken as float), int (a float that is whole is taken), bool, str
+    kind: type  # float (finite; an integer is taken as float), int (a float that is whole is taken), bool, str,
+    # list (of strings, held as a tuple)
     low: float | None = None
     high: float | None = None
     above: bool = False
-    words: tuple[str, ...] = ()  # the strings a str key takes, or those a number key takes besides numbers
+    # the strings a str key takes, those a number key takes besides numbers, or those a list key may hold (each
+    # at most once; held in this order, whatever the order written)
+    words: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         if self.kind is bool:
             return "true or false"
+        if self.kind is list:
+            return f"a list of any of {', '.join(self.words)}" if self.words else "a list of strings"
         choices = " or ".join(f"'{word}'" for word in self.words)
         if self.kind is str:
             return f"one of {', '.join(self.words)}"
@@ -53,6 +58,8 @@ class Allowed:
 
     def parse(self, where: str, value: Any) -> Any:
         """``value`` as this key's type, or ConfigError naming the key, the value and its class, and the range."""
+        if self.kind is list:
+            return self._names(where, value)
         if isinstance(value, str) and value in self.words:
             return value
         if self.kind in (int, float):
@@ -64,8 +71,23 @@ class Allowed:
                 return self.kind(value)
         elif isinstance(value, self.kind) and (not self.words or value in self.words):
             return value
-        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-        raise ConfigError(f"{where} must be {self}, got {shown} ({type(value).__name__})")
+        raise ConfigError(f"{where} must be {self}, got {_shown(value)} ({type(value).__name__})")
+
+    def _names(self, where: str, value: Any) -> tuple[str, ...]:
+        """A list key's strings as a tuple (in the order of ``words`` when it has them), or ConfigError naming the
+        string it does not take, and the ones it does."""
+        if not isinstance(value, (list, tuple)) or not all(isinstance(name, str) for name in value):
+            raise ConfigError(f"{where} must be {self}, got {_shown(value)} ({type(value).__name__})")
+        unknown = [name for name in value if self.words and name not in self.words]
+        require(not unknown, f"{where} names {', '.join(map(repr, unknown))}, which it does not take: it must be "
+                f"{self}")
+        twice = sorted({name for name in value if value.count(name) > 1})
+        require(not twice, f"{where} names {', '.join(map(repr, twice))} more than once")
+        return tuple(word for word in self.words if word in value) if self.words else tuple(value)
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
 
 
 def _number(bound: float) -> str:
@@ -78,8 +100,8 @@ def setting(kind: type, default: Any = MISSING, *, doc: str = "", note: str = ""
     the key, and ``note``, a comment after its value.
 
     The default is checked against what the key takes when it is declared, and held as the key's type (``24`` for
-    a float key is 24.0); the documented TOML writes it as declared. Functions take it from the section by the
-    key's name (``min_rows: int = Options.min_rows``)."""
+    a float key is 24.0; a list key holds a tuple); the documented TOML writes it as declared. Functions take it
+    from the section by the key's name (``min_rows: int = Options.min_rows``)."""
     rule = Allowed(kind, **allowed)
     value = default if default is MISSING or default is None else rule.parse("a declared default", default)
     return field(default=value, metadata={"allowed": rule, "doc": doc, "note": note, "written": default})
@@ -98,7 +120,8 @@ def comments(doc: str) -> list[str]:
 
 
 def toml_value(value: Any) -> str:
-    """``value`` as TOML writes it: ``true``, ``"quarantine"``, ``1_048_576``, ``3.0``, ``1e6``, ``1e-12``."""
+    """``value`` as TOML writes it: ``true``, ``"quarantine"``, ``1_048_576``, ``3.0``, ``1e6``, ``1e-12``,
+    ``["INSURANCE", "LANGUAGE"]``."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -113,6 +136,8 @@ def toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return f"[{', '.join(map(toml_value, value))}]"
     raise TypeError(f"no TOML form for a config default of type {type(value).__name__}")
 
 

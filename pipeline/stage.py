@@ -74,6 +74,9 @@ class Stage:
     # (label, text), and its sections of the HTML report (drawn with ``pipeline.page``), in flow order.
     summary: Callable[[Shown], list[tuple[str, str]]] | None = None
     sections: Callable[[Shown], list[str]] | None = None
+    # What its config section alone says, whatever the data (a legal but risky choice): findings of the options it
+    # is handed, reported by every run of the stages, validate's and build's alike.
+    checks_options: Callable[[Any], list[Finding]] | None = None
 
     @property
     def section(self) -> str | None:
@@ -305,6 +308,11 @@ class Order:
     def reasons(self) -> dict[str, Reason]:
         """Every declared quarantine reason, by its text."""
         return {reason.text: reason for stage in self.stages for reason in stage.reasons}
+
+    def options_findings(self, config: Any) -> list[Finding]:
+        """What each stage finds of its own config section (:attr:`Stage.checks_options`), in flow order."""
+        return [finding for stage in self.stages if stage.checks_options is not None
+                for finding in stage.checks_options(stage.options_in(config))]
 
     def passes(self, config: Any, fitted: Collection[str] = ()) -> list[Pass]:
         return passes(self.prepare, config, fitted)

@@ -52,6 +52,9 @@ CHECKS = (  # what the graph stage finds (schemas.checks puts them into the cata
               "Multi-hot labels must be 0 or 1.", locked=GRAPH_FILE),
     CheckInfo("graph_pyg", "graph", ERROR, "graph that HeteroData.validate() rejects",
               "PyG's own validation failed; the message names the store.", locked=GRAPH_FILE),
+    CheckInfo("feature_known_after_admission", "graph", WARNING, "admission feature recorded at or after discharge",
+              "Known only at discharge, it leaks the outcome into every admission node (DISCHARGE_LOCATION holds "
+              "DEAD/EXPIRED, DIED and HOSPICE); remove it from [graph] admission_features."),
     CheckInfo("graph_memory", "graph", WARNING, "batch whose memory estimate exceeds the budget",
               "Lower [graph] batch_size or raise memory_budget_mb; whole-graph node counts are what ran "
               "the seed out of memory."),

@@ -45,6 +45,10 @@ ADMISSION_CATEGORICALS = (
     "ETHNICITY",
     "RACE",
 )
+# Admission columns recorded at or after discharge (MIMIC's DISCHARGE_LOCATION holds DEAD/EXPIRED, DIED and
+# HOSPICE): known only once the stay is over, so a feature made of one leaks the outcome into every admission node.
+# A column derived from DISCHTIME (a length of stay) belongs here too, should badpoints ever read one.
+KNOWN_AFTER_ADMISSION = ("DISCHARGE_LOCATION", "HOSPITAL_EXPIRE_FLAG", "DEATHTIME", "DISCHTIME")
 # MIMIC-IV names that differ from MIMIC-III's beyond case.
 ALIASES = {"LABEVENT_ID": "ROW_ID"}
 

@@ -344,6 +344,8 @@ FIRES: dict[str, Fires] = {
         lambda g, limits: g[EDGE].edge_attr.__setitem__((12, 0), limits.max_code + 1)), 1),
     "graph_label_range": Fires(broken_graph(lambda g, _: g["admission"].y.__setitem__((7, 3), 2.0)), 1),
     "graph_pyg": Fires(pyg_rejects, 1),
+    "feature_known_after_admission": config('[graph]\nadmission_features = ["ADMISSION_TYPE", "DISCHARGE_LOCATION"]\n',
+                                            1, exit_code=0),
     "graph_memory": config("[graph]\nmemory_budget_mb = 0.01\n", 3, command="build", exit_code=0),  # 3 batches
     "graph_manifest": Fires(no_manifest, 1),
     "graph_unsafe": Fires(unsafe_graph, 1),

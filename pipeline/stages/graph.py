@@ -1,7 +1,8 @@
 """Graph stage: deduplicated edge rows to PyTorch Geometric heterographs, one per batch of admissions.
 
 Per split, admissions are taken in HADM_ID order and batched; each batch is a
-``HeteroData`` with ``admission`` nodes (x = encoded admission columns),
+``HeteroData`` with ``admission`` nodes (x = the codes of the admission columns
+``[graph] admission_features`` chooses, by default those known at admission),
 ``labitem`` nodes (x = FLUID and CATEGORY codes; the whole dictionary in every
 graph, so an index means the same item everywhere), ``(admission, did,
 labitem)`` edges with ``edge_attr`` = [category code, z-score, the marks
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
+from pipeline.findings import Finding, summary_finding
 from pipeline.options import POSITIVE, Section, setting
 from pipeline.stage import Stage
 from pipeline.stages.dedup import KEY, edge_key, split_codes
@@ -29,6 +31,7 @@ from schemas.dedup import EdgeRows
 from schemas.errors import StageError
 from schemas.fill import TENSOR_COLUMNS
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
+from schemas.raw import ADMISSION_CATEGORICALS, KNOWN_AFTER_ADMISSION
 from schemas.split import SPLITS
 
 if TYPE_CHECKING:  # torch and PyG load when graphs are built, not when the stages are declared
@@ -46,6 +49,15 @@ class Options(Section):
         Admissions per graph, per split, in HADM_ID order.""")
     labels: bool = setting(bool, True, doc="""
         Add the next-timestep target: admission.y, multi-hot over lab items at each admission's last timestep.""")
+    admission_features: tuple[str, ...] = setting(list, tuple(c for c in ADMISSION_CATEGORICALS
+                                                                if c not in KNOWN_AFTER_ADMISSION),
+                                                  words=ADMISSION_CATEGORICALS, doc="""
+        The admission columns whose codes make admission.x: any of those below and DISCHARGE_LOCATION (a column
+        the data lacks is skipped), always in this order (DISCHARGE_LOCATION after ADMISSION_LOCATION), whatever
+        the order written. By default every column known at admission. DISCHARGE_LOCATION is known only at
+        discharge (MIMIC's DEAD/EXPIRED, HOSPICE): as a feature it leaks the outcome, and choosing it is a warning
+        (check feature_known_after_admission). labitem.x (FLUID, CATEGORY) and edge_attr (the value's code and
+        z-score, fill's indicators) are all known when the lab is charted.""")
     hidden: int = setting(int, 64, low=1, high=1 << 16, note="at most 65536", doc="""
         Each batch's memory is estimated (tensors, and a float32 GNN's activations at this width and depth);
         above the budget it is a warning (graph_memory).""")
@@ -69,9 +81,12 @@ class GraphBatch:
         return f"{self.split}/batch {self.batch}"
 
 
-def admission_feature_columns(admissions: pd.DataFrame) -> list[str]:
-    """The encoded admission columns that make up admission x, in a fixed order."""
-    return sorted(column for column in admissions.columns if column.endswith("_CODE"))
+def admission_feature_columns(admissions: pd.DataFrame, *,
+                              admission_features: tuple[str, ...] = Options.admission_features) -> list[str]:
+    """The encoded admission columns that make up admission x: those of ``admission_features`` the admissions
+    have, in the order of ``ADMISSION_CATEGORICALS`` whatever the order given."""
+    return [f"{column}_CODE" for column in ADMISSION_CATEGORICALS
+            if column in admission_features and f"{column}_CODE" in admissions.columns]
 
 
 def edge_feature_columns(edges: pd.DataFrame) -> list[str]:
@@ -88,16 +103,19 @@ def graph_columns(edges: Any) -> list[str]:
     return ["SPLIT", *KEY, *edge_feature_columns(edges)]
 
 
-def feature_columns(edges: pd.DataFrame, admissions: pd.DataFrame) -> dict[str, list[str]]:
+def feature_columns(edges: pd.DataFrame, admissions: pd.DataFrame, *,
+                    admission_features: tuple[str, ...] = Options.admission_features) -> dict[str, list[str]]:
     """The name of every column of admission x, labitem x and edge_attr, in order: what the manifest records."""
-    return {"admission.x": admission_feature_columns(admissions), "labitem.x": list(LABITEM_FEATURES),
+    return {"admission.x": admission_feature_columns(admissions, admission_features=admission_features),
+            "labitem.x": list(LABITEM_FEATURES),
             "edge_attr": edge_feature_columns(edges)}
 
 
-def graph_limits(vocabularies, admissions: pd.DataFrame, *, max_timestep: int) -> GraphLimits:
+def graph_limits(vocabularies, admissions: pd.DataFrame, *, max_timestep: int,
+                 admission_features: tuple[str, ...] = Options.admission_features) -> GraphLimits:
     """The largest legal code of every tensor column, from the fitted vocabularies' sizes."""
     sizes = dict(vocabularies.admission_)
-    columns = admission_feature_columns(admissions)
+    columns = admission_feature_columns(admissions, admission_features=admission_features)
     return GraphLimits(
         max_timestep=int(max_timestep),
         max_code=max((code for _, _, code in vocabularies.lab_values_), default=0),
@@ -108,6 +126,7 @@ def graph_limits(vocabularies, admissions: pd.DataFrame, *, max_timestep: int) -
 
 def stream_graphs(parts: Iterable[pd.DataFrame], admissions: pd.DataFrame, labitems: pd.DataFrame, *,
                   batch_size: int = Options.batch_size, labels: bool = Options.labels,
+                  admission_features: tuple[str, ...] = Options.admission_features,
                   start: Mapping[str, int] | None = None
                   ) -> Iterator[GraphBatch]:
     """:func:`build_graphs` of edge rows that come in parts in (split, HADM_ID) order, every admission's rows in one
@@ -137,7 +156,7 @@ def stream_graphs(parts: Iterable[pd.DataFrame], admissions: pd.DataFrame, labit
         taken = pd.MultiIndex.from_arrays([split, hadm]).isin(pd.MultiIndex.from_frame(ready))
         if taken.any():
             yield from graph_batches(rows[taken], admissions, labitems, batch_size=batch_size, labels=labels,
-                                     first_batch=first)
+                                     admission_features=admission_features, first_batch=first)
         for s, n in ready["split"].value_counts().items():
             done[SPLITS[s]] += int(n)
         carry = rows[~taken]
@@ -145,23 +164,25 @@ def stream_graphs(parts: Iterable[pd.DataFrame], admissions: pd.DataFrame, labit
 
 def build_graphs(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
                  batch_size: int = Options.batch_size, labels: bool = Options.labels,
+                 admission_features: tuple[str, ...] = Options.admission_features,
                  first_batch: Mapping[str, int] | None = None
                  ) -> list[GraphBatch]:
     """One HeteroData per batch of ``batch_size`` admissions, per split, in a deterministic order (a split's
     batches numbered from its ``first_batch``, 0 by default: :func:`stream_graphs` builds them a few at a time)."""
     return list(graph_batches(edges, admissions, labitems, batch_size=batch_size, labels=labels,
-                              first_batch=first_batch))
+                              admission_features=admission_features, first_batch=first_batch))
 
 
 def graph_batches(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
                   batch_size: int = Options.batch_size, labels: bool = Options.labels,
+                  admission_features: tuple[str, ...] = Options.admission_features,
                   first_batch: Mapping[str, int] | None = None
                   ) -> Iterator[GraphBatch]:
     """:func:`build_graphs`' graphs made one at a time, so a build that serialises each as it comes holds one
     graph's tensors, not those of every batch of a part."""
     items = labitems.sort_values("ITEMID")
     item_ids = items["ITEMID"].to_numpy("int64").copy()
-    columns = feature_columns(edges, admissions)
+    columns = feature_columns(edges, admissions, admission_features=admission_features)
     import torch
 
     item_x = torch.from_numpy(items[columns["labitem.x"]].to_numpy("float32").copy())
@@ -265,5 +286,18 @@ def check_graphs(graphs: list[GraphBatch], limits: GraphLimits) -> list:
     return [problem for g in graphs for problem in graph_problems(g.data, limits, where=g.where)]
 
 
+def features_known_after_admission(options: Options) -> list[Finding]:
+    """A warning when ``[graph] admission_features`` chooses a column recorded at or after discharge (the stage's
+    :attr:`Stage.checks_options`: every run of the stages reports it, validate's too)."""
+    leaking = [column for column in options.admission_features if column in KNOWN_AFTER_ADMISSION]
+    if not leaking:
+        return []
+    return [summary_finding(
+        stage=NAME, check="feature_known_after_admission", table="ADMISSIONS", column=", ".join(leaking),
+        count=len(leaking), message="chosen in [graph] admission_features for admission.x, but recorded at or "
+                                    "after discharge")]
+
+
 # Built by ``pipeline.build`` from the edge rows (torch and PyG load only then).
-STAGE = Stage(NAME, colour="#e377c2", options=Options, takes=EdgeRows, progress=("graphs", "guard"))
+STAGE = Stage(NAME, colour="#e377c2", options=Options, takes=EdgeRows, progress=("graphs", "guard"),
+              checks_options=features_known_after_admission)

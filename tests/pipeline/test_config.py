@@ -103,6 +103,12 @@ def test_empty_user_file_is_the_defaults(write):
     )
 
 
+def test_the_effective_config_is_plain_json_a_list_key_a_list():
+    effective = load_config().as_json()
+    assert json.loads(json.dumps(effective)) == effective
+    assert effective["graph"]["admission_features"] == list(load_config().graph.admission_features)
+
+
 def test_severity_of_an_unknown_check_is_a_key_error():
     with pytest.raises(KeyError):
         load_config().severity_of("no_such_check")

@@ -10,6 +10,7 @@ argument (``min_rows=10``), a dict entry, a declaration (``setting(int, 10, ...)
 second writing. Prose that mentions a value ("1000 by default") is not read.
 
 Names that only happen to spell a key and hold its value (UNRELATED) are listed, each checked to be still there.
+A list key (names among those it takes, held as a tuple in their declared order) is read and written here too.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any, Iterator
 import pytest
 
 from pipeline.config import SECTIONS, documented_defaults
-from pipeline.options import ConfigError, setting, toml_value
+from pipeline.options import Allowed, ConfigError, setting, toml_value
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("pipeline", "schemas", "bench")  # the package, and the benchmark beside it (which reads the defaults)
@@ -245,3 +246,37 @@ def test_a_declared_default_outside_its_range_is_refused_when_declared():
     with pytest.raises(ConfigError, match="a declared default must be a whole number >= 2, got 1"):
         setting(int, 1, low=2)
     assert setting(float, 24).default == 24.0  # held as the key's type
+
+
+# -- a list key ---------------------------------------------------------------------------------------------------
+NAMES = Allowed(list, words=("ADMISSION_TYPE", "DISCHARGE_LOCATION", "INSURANCE"))
+
+
+def test_a_list_key_holds_the_names_it_takes_as_a_tuple_in_their_declared_order():
+    assert NAMES.parse("[graph] k", ["INSURANCE", "ADMISSION_TYPE"]) == ("ADMISSION_TYPE", "INSURANCE")
+    assert NAMES.parse("[graph] k", ("ADMISSION_TYPE", "INSURANCE")) == ("ADMISSION_TYPE", "INSURANCE")
+    assert NAMES.parse("[graph] k", []) == ()
+    assert Allowed(list).parse("[graph] k", ["b", "a"]) == ("b", "a")  # without words: as written
+    assert setting(list, ["INSURANCE", "ADMISSION_TYPE"], words=NAMES.words).default == ("ADMISSION_TYPE", "INSURANCE")
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    (["INSURANCE", "RACE"], "[graph] k names 'RACE', which it does not take: it must be a list of any of "
+                            "ADMISSION_TYPE, DISCHARGE_LOCATION, INSURANCE"),
+    (["insurance"], "[graph] k names 'insurance', which it does not take"),
+    (["INSURANCE", "INSURANCE"], "[graph] k names 'INSURANCE' more than once"),
+    ("INSURANCE", "[graph] k must be a list of any of ADMISSION_TYPE, DISCHARGE_LOCATION, INSURANCE, "
+                  "got 'INSURANCE' (str)"),
+    ([1], "[graph] k must be a list of any of ADMISSION_TYPE, DISCHARGE_LOCATION, INSURANCE, got [1] (list)"),
+], ids=["unknown", "lower-case", "twice", "a-string", "a-number"])
+def test_a_list_key_refuses_what_it_does_not_take_naming_what_it_does(value, message):
+    with pytest.raises(ConfigError) as caught:
+        NAMES.parse("[graph] k", value)
+    assert str(caught.value).startswith(message)
+
+
+def test_a_list_default_is_written_as_a_toml_array_that_reads_back_as_its_names():
+    text = toml_value(("ADMISSION_TYPE", "INSURANCE"))
+    assert text == '["ADMISSION_TYPE", "INSURANCE"]'
+    assert tomllib.loads(f"v = {text}")["v"] == ["ADMISSION_TYPE", "INSURANCE"]
+    assert toml_value(()) == "[]"

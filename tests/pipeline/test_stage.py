@@ -114,6 +114,21 @@ def test_a_stage_is_shown_its_own_state_and_section():
     assert stage.summary(shown) == [("x", "y")]
 
 
+def test_each_stage_checks_its_own_options_and_stages_that_read_another_section_check_that_one():
+    config = SimpleNamespace(mine=SimpleNamespace(risky=True), theirs=SimpleNamespace(risky=False))
+    mine, theirs = (type("Options", (), {"NAME": name}) for name in ("mine", "theirs"))
+
+    def check(options):
+        return [("risky", options)] if options.risky else []
+
+    order = _order(Stage("plain", colour="#000000", plan=_plan),
+                   Stage("mine", colour="#000000", plan=_plan, options=mine, checks_options=check),
+                   Stage("reader", colour="#000000", plan=_plan, reads="mine", checks_options=check),
+                   Stage("theirs", colour="#000000", options=theirs, checks_options=check))
+    assert order.options_findings(config) == [("risky", config.mine), ("risky", config.mine)]  # in flow order
+    assert _order(Stage("plain", colour="#000000", plan=_plan)).options_findings(config) == []
+
+
 def test_the_ledger_refuses_an_empty_step_and_names_it():
     ledger = Ledger(warn_removed_fraction=0.5, error_removed_fraction=0.99)
     step = Step(table="LABEVENTS", stage="first", step="keep none", rows_in=10, rows_out=0)

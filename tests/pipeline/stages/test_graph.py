@@ -3,12 +3,15 @@
 Graphs come per split in train/val/test order, admissions in HADM_ID order;
 ``node_id`` is ``arange(num_nodes)`` and every tensor can be joined back
 through ``hadm_id`` and ``itemid`` to the edge row it came from, labels are the items of each admission's last timestep, and the same
-rows in any order give byte-identical graphs.
+rows in any order give byte-identical graphs. ``admission.x`` holds the admission columns ``[graph]
+admission_features`` chooses (by default those known at admission: no DISCHARGE_LOCATION), in one fixed order;
+choosing one known only at discharge is a warning.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -16,18 +19,22 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline.config import load_config
-from pipeline.flow import prepare
-from pipeline.stages.graph import (GraphBatch, admission_feature_columns, build_graphs, feature_columns, graph_limits,
-                            memory_estimate)
+from pipeline.config import ConfigError, load_config
+from pipeline.flow import prepare, validate
+from pipeline.stages.graph import (GraphBatch, Options, admission_feature_columns, build_graphs, feature_columns,
+                                   graph_limits, memory_estimate)
 from pipeline.load import load_text_tables
 from pipeline.parse import check_raw
 from pipeline.write import graph_bytes
 from schemas.graph import EDGE, REVERSE, graph_problems
+from schemas.raw import ADMISSION_CATEGORICALS
 from schemas.split import SPLITS
 
 SAMPLE = Path(__file__).resolve().parents[3] / "data" / "sample"
 BATCH = 16
+# The sample's admission columns known at admission, in ADMISSION_CATEGORICALS' order: what admission.x holds.
+KNOWN_AT_ADMISSION = ["ADMISSION_TYPE_CODE", "ADMISSION_LOCATION_CODE", "INSURANCE_CODE", "LANGUAGE_CODE",
+                      "RELIGION_CODE", "MARITAL_STATUS_CODE", "ETHNICITY_CODE"]
 
 
 # -- inputs ------------------------------------------------------------------------------------------
@@ -109,7 +116,7 @@ def test_admissions_are_in_hadm_id_order_and_each_in_one_graph_of_its_split(grap
 
 def test_admission_nodes_carry_their_hadm_id_and_encoded_columns(graphs, prepared):
     features = admission_feature_columns(prepared.admissions)
-    assert features == sorted(c for c in prepared.admissions.columns if c.endswith("_CODE")) and features
+    assert features == KNOWN_AT_ADMISSION
     by_hadm = prepared.admissions.set_index("HADM_ID")
     for g in graphs:
         store = g.data["admission"]
@@ -178,6 +185,129 @@ def test_fills_indicators_become_edge_attr_columns_named_after_them(tables, conf
     assert attr[:, names.index("Z_MISSING")].sum() == prepared.edges["Z_MISSING"].sum() > 0
     limits = graph_limits(prepared.fitted.get("encode"), prepared.admissions, max_timestep=config.bucket.max_timestep)
     assert all(graph_problems(g.data, limits, where=g.where) == [] for g in graphs)
+
+
+# -- which admission columns make admission.x ----------------------------------------------------------------
+def chosen(config, *names: str):
+    return dataclasses.replace(config, graph=dataclasses.replace(config.graph, admission_features=names))
+
+
+def test_by_default_admission_x_holds_the_columns_known_at_admission_never_discharge_location(graphs, prepared):
+    assert "DISCHARGE_LOCATION_CODE" in prepared.admissions  # encoded (stats.json keeps its vocabulary) ...
+    assert Options().admission_features == tuple(c for c in ADMISSION_CATEGORICALS if c != "DISCHARGE_LOCATION")
+    names = feature_columns(prepared.edges, prepared.admissions)["admission.x"]
+    assert names == KNOWN_AT_ADMISSION and "DISCHARGE_LOCATION_CODE" not in names  # ... but no feature
+    assert all(g.data["admission"].x.shape[1] == len(KNOWN_AT_ADMISSION) for g in graphs)
+
+
+def test_the_mimic3_demo_admission_x_leaves_discharge_location_out(mimic3demo):
+    validation = validate(mimic3demo, load_config())
+    prepared = validation.prepared
+    assert prepared.stopped_at is None and "DISCHARGE_LOCATION_CODE" in prepared.admissions
+    assert admission_feature_columns(prepared.admissions) == KNOWN_AT_ADMISSION  # the demo has no RACE either
+    graphs = build_graphs(prepared.edges, prepared.admissions, prepared.labitems)
+    by_hadm = prepared.admissions.set_index("HADM_ID")
+    for g in graphs:
+        x = g.data["admission"].x.numpy()
+        np.testing.assert_array_equal(x, by_hadm.loc[g.data["admission"].hadm_id.numpy(),
+                                                     KNOWN_AT_ADMISSION].to_numpy("float32"))
+    assert "feature_known_after_admission" not in {f.check for f in validation.report.findings}
+
+
+def test_choosing_discharge_location_puts_it_back_and_warns_naming_it(config, prepared):
+    leaking = chosen(config, "INSURANCE", "DISCHARGE_LOCATION")
+    validation = validate(SAMPLE, leaking)
+    (warning,) = [f for f in validation.report.findings if f.check == "feature_known_after_admission"]
+    assert (warning.severity, warning.stage, warning.table, warning.column, warning.count) == \
+        ("warning", "graph", "ADMISSIONS", "DISCHARGE_LOCATION", 1)
+    assert warning.message == (
+        "ADMISSIONS.DISCHARGE_LOCATION: chosen in [graph] admission_features for admission.x, but recorded at or "
+        "after discharge. Known only at discharge, it leaks the outcome into every admission node "
+        "(DISCHARGE_LOCATION holds DEAD/EXPIRED, DIED and HOSPICE); remove it from [graph] admission_features.")
+    assert validation.exit_code == 0  # a warning: the graphs may still be built
+    features = leaking.graph.admission_features
+    assert feature_columns(prepared.edges, prepared.admissions, admission_features=features)["admission.x"] == \
+        ["DISCHARGE_LOCATION_CODE", "INSURANCE_CODE"]
+    graphs = build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=BATCH,
+                          admission_features=features)
+    by_hadm = prepared.admissions.set_index("HADM_ID")
+    for g in graphs:
+        np.testing.assert_array_equal(g.data["admission"].x.numpy(), by_hadm.loc[
+            g.data["admission"].hadm_id.numpy(), ["DISCHARGE_LOCATION_CODE", "INSURANCE_CODE"]].to_numpy("float32"))
+    limits = graph_limits(prepared.fitted.get("encode"), prepared.admissions, max_timestep=config.bucket.max_timestep,
+                          admission_features=features)
+    sizes = dict(prepared.fitted.get("encode").admission_)
+    assert limits.max_node_code["admission"] == (len(sizes["DISCHARGE_LOCATION"]), len(sizes["INSURANCE"]))
+    assert all(graph_problems(g.data, limits, where=g.where) == [] for g in graphs)
+
+
+def test_a_build_of_a_chosen_column_warns_and_its_manifest_and_inspect_name_the_columns(tmp_path):
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    runner = CliRunner()
+    (tmp_path / "badpoints.toml").write_text('[graph]\nadmission_features = ["INSURANCE", "DISCHARGE_LOCATION"]\n')
+    built = runner.invoke(app, ["build", str(SAMPLE), "--out", str(tmp_path / "out"), "--json",
+                                str(tmp_path / "report.json"), "--config", str(tmp_path / "badpoints.toml")])
+    assert built.exit_code == 0, built.output
+    assert "WARNING graph/feature_known_after_admission ADMISSIONS.DISCHARGE_LOCATION (1)" in built.output
+    (warning,) = [f for f in json.loads((tmp_path / "report.json").read_text())["findings"]
+                  if f["check"] == "feature_known_after_admission"]
+    assert (warning["severity"], warning["column"]) == ("warning", "DISCHARGE_LOCATION")
+    assert "remove it from [graph] admission_features" in warning["message"]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["features"]["admission.x"] == ["DISCHARGE_LOCATION_CODE", "INSURANCE_CODE"]
+    assert len(manifest["limits"]["max_node_code"]["admission"]) == 2
+    inspected = runner.invoke(app, ["inspect", str(tmp_path / "out")])
+    assert inspected.exit_code == 0, inspected.output
+    assert "features admission.x: DISCHARGE_LOCATION_CODE, INSURANCE_CODE" in inspected.output
+
+
+def test_the_warning_is_reported_even_when_a_stage_stops_the_run(tables, config):
+    stopping = chosen(config, "DISCHARGE_LOCATION")
+    stopping = dataclasses.replace(stopping, scale=dataclasses.replace(config.scale, warn_bound=10.0, error_bound=50.0))
+    stopped = prepare(tables, stopping)
+    assert stopped.stopped_at == "scale"
+    assert [f.column for f in stopped.findings if f.check == "feature_known_after_admission"] == ["DISCHARGE_LOCATION"]
+
+
+def test_no_admission_feature_is_an_admission_x_of_width_zero(prepared):
+    graphs = build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=BATCH,
+                          admission_features=())
+    assert all(g.data["admission"].x.shape == (g.data["admission"].num_nodes, 0) for g in graphs)
+
+
+def test_a_column_badpoints_does_not_read_is_a_config_error_naming_the_allowed_ones(tmp_path):
+    path = tmp_path / "badpoints.toml"
+    path.write_text('[graph]\nadmission_features = ["ADMISSION_TYPE", "HOSPITAL_EXPIRE_FLAG"]\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == (
+        "[graph] admission_features names 'HOSPITAL_EXPIRE_FLAG', which it does not take: it must be a list of any "
+        "of ADMISSION_TYPE, ADMISSION_LOCATION, DISCHARGE_LOCATION, INSURANCE, LANGUAGE, RELIGION, MARITAL_STATUS, "
+        "ETHNICITY, RACE")
+
+
+def test_admission_x_columns_come_in_one_order_whatever_the_order_chosen_or_the_frames(prepared):
+    written = ("ETHNICITY", "DISCHARGE_LOCATION", "ADMISSION_TYPE")
+    assert Options(admission_features=written).admission_features == \
+        Options(admission_features=written[::-1]).admission_features == \
+        ("ADMISSION_TYPE", "DISCHARGE_LOCATION", "ETHNICITY")
+    shuffled = prepared.admissions[prepared.admissions.columns[::-1]]
+    assert admission_feature_columns(shuffled, admission_features=written) == \
+        admission_feature_columns(prepared.admissions, admission_features=written[::-1]) == \
+        ["ADMISSION_TYPE_CODE", "DISCHARGE_LOCATION_CODE", "ETHNICITY_CODE"]
+    once, again = (build_graphs(prepared.edges, admissions, prepared.labitems, batch_size=BATCH,
+                                admission_features=features)
+                   for admissions, features in ((prepared.admissions, written), (shuffled, written[::-1])))
+    assert [graph_bytes(g.data) for g in once] == [graph_bytes(g.data) for g in again]
+
+
+def test_a_column_the_data_lacks_is_skipped(prepared):
+    assert "RACE" in Options().admission_features and "RACE_CODE" not in prepared.admissions  # MIMIC-IV's
+    assert admission_feature_columns(prepared.admissions.drop(columns="RELIGION_CODE")) == \
+        [c for c in KNOWN_AT_ADMISSION if c != "RELIGION_CODE"]
 
 
 # -- edges ---------------------------------------------------------------------------------------------
@@ -350,7 +480,7 @@ def test_graph_limits_are_the_sizes_of_the_fitted_vocabularies(prepared):
     sizes = dict(vocabularies.admission_)
     columns = admission_feature_columns(prepared.admissions)
     assert limits.max_node_code["admission"] == tuple(len(sizes[c.removesuffix("_CODE")]) for c in columns) \
-        == (4, 3, 6, 4, 3, 2, 3, 5)
+        == (3, 4, 3, 2, 5, 3, 4)
     assert limits.max_node_code["labitem"] == (len(vocabularies.fluid_), len(vocabularies.category_)) == (4, 3)
     assert limits.max_timestep == 7
 
