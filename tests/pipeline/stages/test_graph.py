@@ -11,6 +11,7 @@ choosing one known only at discharge is a warning.
 from __future__ import annotations
 
 import dataclasses
+from types import MappingProxyType
 import json
 from pathlib import Path
 
@@ -266,7 +267,8 @@ def test_a_build_of_a_chosen_column_warns_and_its_manifest_and_inspect_name_the_
 
 def test_the_warning_is_reported_even_when_a_stage_stops_the_run(tables, config):
     stopping = chosen(config, "DISCHARGE_LOCATION")
-    stopping = dataclasses.replace(stopping, scale=dataclasses.replace(config.scale, warn_bound=10.0, error_bound=50.0))
+    stopping = dataclasses.replace(stopping, scale=dataclasses.replace(
+        config.scale, warn_bound=10.0, error_bound=50.0, policy=MappingProxyType({"default": "none"})))  # raw z
     stopped = prepare(tables, stopping)
     assert stopped.stopped_at == "scale"
     assert [f.column for f in stopped.findings if f.check == "feature_known_after_admission"] == ["DISCHARGE_LOCATION"]
