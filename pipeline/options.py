@@ -13,7 +13,7 @@ import textwrap
 import tomllib
 from dataclasses import MISSING, dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 
 class ConfigError(ValueError):
@@ -107,10 +107,13 @@ def setting(kind: type, default: Any = MISSING, *, doc: str = "", note: str = ""
     return field(default=value, metadata={"allowed": rule, "doc": doc, "note": note, "written": default})
 
 
-def table(*, doc: str = "") -> Any:
-    """A config sub-table whose keys the user names (``[scale.policy]``: ITEMID = policy), empty by default:
-    ``doc`` documents it, with an example, in the comment lines under its header."""
-    return field(default_factory=lambda: MappingProxyType({}), metadata={"table": True, "doc": doc})
+def table(*, doc: str = "", default: Mapping[str, Any] | None = None) -> Any:
+    """A config sub-table whose keys the user names (``[scale.policy]``: ITEMID = policy), empty by default or
+    holding the ``default`` entries (written once, here: the documented TOML writes them under its header, and a
+    file's entries are added to them): ``doc`` documents it, with an example, in the comment lines under its
+    header."""
+    entries = MappingProxyType(dict(default or {}))
+    return field(default_factory=lambda: entries, metadata={"table": True, "doc": doc, "entries": entries})
 
 
 def comments(doc: str) -> list[str]:
@@ -184,7 +187,8 @@ class Section:
                 note = f"  # {about['note']}" if about["note"] else ""
                 keys += [*comments(about["doc"]), f"{key.name} = {toml_value(about['written'])}{note}"]
             elif about.get("table"):
-                tables += ["", f"[{cls.NAME}.{key.name}]", *comments(about["doc"])]
+                tables += ["", f"[{cls.NAME}.{key.name}]", *comments(about["doc"]),
+                           *(f"{toml_value(entry)} = {toml_value(value)}" for entry, value in about["entries"].items())]
         return "\n".join(keys + tables) + "\n"
 
 
