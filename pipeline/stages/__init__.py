@@ -8,9 +8,10 @@ schema module in ``schemas/`` and one line here.
 
 from __future__ import annotations
 
-from pipeline.stages import bucket, clean, dedup, encode, fill, graph, scale, split
+from pipeline.stages import bucket, clean, dedup, encode, fill, graph, scale, split, text
 
 STAGES = (
+    text.STAGE,
     clean.STAGE,
     split.STAGE,
     encode.STAGE,
