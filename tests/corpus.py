@@ -416,6 +416,14 @@ def impossible_date(d: Dataset) -> Expect:
 
 
 @case
+def edregtime_text(d: Dataset) -> Expect:
+    """An EDREGTIME that is not a time: null with a warning, its admission kept (EDREGTIME is optional metadata)."""
+    row = d.first("ADMISSIONS", "EDREGTIME", lambda v: v != "")
+    line = d.set("ADMISSIONS", row, "EDREGTIME", CANARY)
+    return Expect(0, "edregtime_iso", "ADMISSIONS", "EDREGTIME", lines=(line,), severity="warning", secret=CANARY)
+
+
+@case
 def empty_charttime(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 27, "CHARTTIME", "")
     d.plant("LABEVENTS", 27, "VALUE")

@@ -271,6 +271,7 @@ FIRES: dict[str, Fires] = {
     "flag_value": case("unknown_flag", 1, exit_code=0),
     "datetime_missing": case("empty_charttime", 1, exit_code=1),
     "datetime_iso": case("two_digit_year", 1, exit_code=1),
+    "edregtime_iso": case("edregtime_text", 1, exit_code=0),
     "primary_key_unique": case("duplicate_admission", 2, exit_code=1),
     "foreign_key": case("unknown_itemid", 1, exit_code=1),
     "subject_mismatch": case("subject_mismatch", 1, exit_code=1),
