@@ -554,6 +554,18 @@ def discharge_decades_late(d: Dataset) -> Expect:
 
 
 @case
+def lab_in_the_ed_the_evening_before(d: Dataset) -> Expect:
+    """A lab drawn at ED registration, the evening before the admission day: kept at timestep 0 and counted."""
+    hadm, admit, registered = (d.col("ADMISSIONS", c) for c in ("HADM_ID", "ADMITTIME", "EDREGTIME"))
+    evening = {r[hadm]: r[registered] for r in d.rows["ADMISSIONS"]
+               if r[registered] and r[registered][:10] < r[admit][:10]}
+    row = d.first("LABEVENTS", "HADM_ID", lambda v: v in evening)
+    line = d.set("LABEVENTS", row, "CHARTTIME", evening[d.rows["LABEVENTS"][row][d.col("LABEVENTS", "HADM_ID")]])
+    d.plant("ADMISSIONS", 0, "DIAGNOSIS")
+    return Expect(0, "from_ed_stay", "LABEVENTS", "CHARTTIME", lines=(line,), severity="info", secret=CANARY)
+
+
+@case
 def huge_text_field(d: Dataset) -> Expect:
     d.set("ADMISSIONS", 10, "DIAGNOSIS", CANARY + "x" * 200_000)
     return Expect(0, secret=CANARY)
