@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests import mimic4
 from tests.pipeline.stages.sample import sample_filled, typed
 
 from pipeline.stages import bucket as bucket_stage
@@ -443,6 +444,46 @@ def test_shuffled_rows_and_admissions_keep_the_same_ed_rows():
     assert first.steps == second.steps and ed_step(first)[3] == 2
     pd.testing.assert_frame_equal(ed_stay_rows(first.frame, admissions),
                                   ed_stay_rows(second.frame, admissions).sort_index())
+
+
+# -- MIMIC-IV's lower-case edregtime ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def mimic4_data(tmp_path_factory):
+    """The MIMIC-IV-shaped dataset written as is, and written without ``edregtime``; the ED admission's lab lines."""
+    data = mimic4.dataset()
+    folder = data.write(tmp_path_factory.mktemp("mimic4") / "data")
+    column = data.col("ADMISSIONS", "edregtime")
+    data.header["ADMISSIONS"].pop(column)
+    for record in data.rows["ADMISSIONS"]:
+        record.pop(column)
+    without = data.write(tmp_path_factory.mktemp("mimic4") / "without")
+    hadm, admittime = data.col("ADMISSIONS", "hadm_id"), data.col("ADMISSIONS", "admittime")
+    admit = pd.Timestamp(next(r[admittime] for r in data.rows["ADMISSIONS"] if r[hadm] == str(mimic4.ED_HADM)))
+    hadm, charttime = data.col("LABEVENTS", "hadm_id"), data.col("LABEVENTS", "charttime")
+    lines = [n + 2 for n, r in enumerate(data.rows["LABEVENTS"])
+             if r[hadm] == str(mimic4.ED_HADM) and pd.Timestamp(r[charttime]) < admit.normalize()]
+    return folder, without, lines
+
+
+def test_mimic4_labs_drawn_in_the_ed_the_evening_before_reach_the_graphs(mimic4_data):
+    folder, _, lines = mimic4_data
+    prepared = validate(folder, load_config()).prepared
+    assert len(lines) == 2 and (prepared.edges.loc[lines, "TIMESTEP"] == 0).all()
+    assert (prepared.edges.loc[lines, "HADM_ID"] == mimic4.ED_HADM).all()
+    (finding,) = [f for f in prepared.findings if f.check == "from_ed_stay"]
+    assert (finding.count, finding.lines) == (2, lines) and "of 1 admission " in finding.message
+    assert "before_admission" not in {f.check for f in prepared.findings}
+
+
+def test_mimic4_without_edregtime_bounds_the_ed_stay_by_ed_hours(mimic4_data):
+    # Drawn 13 h before admittime: beyond the 12 h window, so only EDREGTIME kept them.
+    _, without, lines = mimic4_data
+    prepared = validate(without, load_config()).prepared
+    quarantine = prepared.quarantine.whole()
+    assert quarantine.loc[lines, "REASON"].tolist() == [BEFORE, BEFORE]
+    assert "from_ed_stay" not in {f.check for f in prepared.findings}
+    wide = dataclasses.replace(load_config(), bucket=dataclasses.replace(load_config().bucket, ed_hours=13.0))
+    assert (validate(without, wide).prepared.edges.loc[lines, "TIMESTEP"] == 0).all()
 
 
 # -- the real MIMIC-III demo ----------------------------------------------------------------------------
