@@ -65,10 +65,10 @@ class Options(Section):
         day but at or after the ED stay's start is kept at timestep 0 (check from_ed_stay, counted), not
         quarantined. The start is ADMISSIONS' EDREGTIME where present (and not after ADMITTIME), else ADMITTIME
         minus ed_hours. 12 h: every one of the MIMIC-III demo's 391 rows charted before the admission day lies
-        within 8.2 h of ADMITTIME, and the MIMIC-IV demo's 7 admissions lost to them had their ED labs within 9 h;
-        12 h holds an ED stay of typical length plus boarding, while labs a day or more earlier (another
-        encounter) stay quarantined (check before_admission). 0 keeps no row before the admission day, EDREGTIME
-        or not (the behaviour before this key). At most 168 (a week).""")
+        within 8.2 h of ADMITTIME, and the 7 MIMIC-IV demo admissions that quarantining such rows lost whole had
+        their ED labs 2-9 h before it; 12 h holds an ED stay of typical length plus boarding, while labs a day or
+        more earlier (another encounter) stay quarantined (check before_admission). 0 keeps no row before the
+        admission day, EDREGTIME or not (as before this key). At most 168 (a week).""")
     # "none": the timestep max_stay_days reaches (see last_timestep), set on construction
     max_timestep: int = setting(int, "none", low=0, high=2**31 - 1, words=("none",), doc="""
         A deliberate horizon, in intervals: rows past it are reported (check beyond_max_timestep) and quarantined
