@@ -14,7 +14,7 @@ CHECKS = (  # what the bucket stage finds (schemas.checks puts them into the cat
               "Before their admission's ED stay too (EDREGTIME, else [bucket] ed_hours before ADMITTIME): another "
               "encounter's labs, or a broken time. They have no timestep and are quarantined."),
     CheckInfo("from_ed_stay", "bucket", INFO, "lab rows drawn in the ED stay before the admission day",
-              "Emergency department labs belong to the admission: kept at timestep 0. [bucket] ed_hours = 0 "
+              "Emergency department labs belong to their admission. [bucket] ed_hours = 0 "
               "quarantines them as before_admission instead."),
     CheckInfo("after_discharge", "bucket", WARNING, "lab rows charted after discharge",
               "More than [bucket] after_discharge_hours after DISCHTIME: quarantined or clipped by late_policy."),
