@@ -27,6 +27,7 @@ class Settings:
     interval_hours: float  # [bucket]: a timestep's length
     max_stay_days: float  # [bucket]: rows later after the admission day are dropped
     after_discharge_hours: float  # [bucket]: rows later after DISCHTIME are dropped
+    ed_hours: float  # [bucket]: rows before the admission day are kept at 0 from the ED stay's start (else EDREGTIME)
     max_timestep: int | None  # [bucket]: rows past it are dropped (resolved: "none" is what max_stay_days reaches)
     train: float  # [split]: the share of patients in train ...
     val: float  # ... and in val (the baselines split by a hash, in tenths of patients)
@@ -76,9 +77,11 @@ def plain_pandas(data_dir: Path, settings: Settings) -> dict:
 
     Its rows match badpoints' kept edges exactly on valid data: outpatient rows, rows without any result
     (MIMIC-IV's results only in comments) and the text rows of mixed items are dropped, timesteps count whole
-    intervals from the midnight of the admission day (not from ADMITTIME), and rows before that midnight, more than
-    ``max_stay_days`` after it, past ``max_timestep`` or more than ``after_discharge_hours`` after discharge are
-    dropped, as badpoints' bucket stage does with the same ``settings``. It differs where counts do not: the split
+    intervals from the midnight of the admission day (not from ADMITTIME), rows before that midnight drawn in the
+    ED stay (from EDREGTIME where present and not after ADMITTIME, else ``ed_hours`` before ADMITTIME) get timestep
+    0, and earlier rows, rows more than ``max_stay_days`` after that midnight, past ``max_timestep`` or more than
+    ``after_discharge_hours`` after discharge are dropped, as badpoints' bucket stage does with the same
+    ``settings``. It differs where counts do not: the split
     is by a hash of SUBJECT_ID (badpoints permutes patients with a seed), vocabularies are sorted (badpoints orders
     them by frequency), z-scores use every training row with std 0 set to 1 (badpoints fits on normal rows with
     3-sigma clipping), and it writes no graphs. Column names are read in any case (MIMIC-III upper, MIMIC-IV lower).
@@ -90,7 +93,8 @@ def plain_pandas(data_dir: Path, settings: Settings) -> dict:
     lab = _pandas_usable(lab)
     # Split admissions by patient: a stable hash of SUBJECT_ID.
     adm = adm.assign(SPLIT=_split(pd.util.hash_array(adm["SUBJECT_ID"].to_numpy()), settings))
-    lab = lab.merge(adm[["HADM_ID", "ADMITTIME", "DISCHTIME", "SPLIT"]], on="HADM_ID", how="inner")
+    stays = ["HADM_ID", "ADMITTIME", "DISCHTIME", *[c for c in ("EDREGTIME",) if c in adm], "SPLIT"]
+    lab = lab.merge(adm[stays], on="HADM_ID", how="inner")
     lab = _pandas_zscores(_pandas_codes(lab, settings), settings)
     lab = _pandas_timesteps(lab, settings)
     # One row per (HADM_ID, TIMESTEP, ITEMID): the latest CHARTTIME; sorted for slicing by offsets.
@@ -115,7 +119,10 @@ def _pandas_tables(data_dir: Path, settings: Settings):
     adm = read("ADMISSIONS")
     items = read("D_LABITEMS", ("ITEMID", "FLUID", "CATEGORY"))
     categorical = [c for c in settings.admission_categoricals if c in adm]
-    return lab, adm[["SUBJECT_ID", "HADM_ID", "ADMITTIME", "DISCHTIME", *categorical]], items
+    if "EDREGTIME" in adm:  # an empty column is read as no type: as times, all null
+        adm = adm.assign(EDREGTIME=pd.to_datetime(adm["EDREGTIME"]))
+    registered = [c for c in ("EDREGTIME",) if c in adm]
+    return lab, adm[["SUBJECT_ID", "HADM_ID", "ADMITTIME", "DISCHTIME", *registered, *categorical]], items
 
 
 def _pandas_usable(lab):
@@ -162,12 +169,17 @@ def _pandas_zscores(lab, settings: Settings):
 
 
 def _pandas_timesteps(lab, settings: Settings):
-    """Timesteps of ``interval_hours`` from the midnight of the admission day; early and late rows out."""
+    """Timesteps of ``interval_hours`` from the midnight of the admission day, 0 for rows drawn in the ED stay
+    before it; earlier and late rows out."""
     import pandas as pd
 
     elapsed = lab["CHARTTIME"] - lab["ADMITTIME"].dt.floor("D")
-    lab = lab.assign(TIMESTEP=elapsed // pd.Timedelta(hours=settings.interval_hours))
-    keep = ((elapsed >= pd.Timedelta(0)) & (elapsed <= pd.Timedelta(days=settings.max_stay_days))
+    start = lab["ADMITTIME"] - pd.Timedelta(hours=settings.ed_hours)
+    if "EDREGTIME" in lab and settings.ed_hours > 0:
+        start = lab["EDREGTIME"].where(lab["EDREGTIME"] <= lab["ADMITTIME"], start)
+    from_ed = (elapsed < pd.Timedelta(0)) & (lab["CHARTTIME"] >= start)
+    lab = lab.assign(TIMESTEP=(elapsed // pd.Timedelta(hours=settings.interval_hours)).where(~from_ed, 0))
+    keep = (((elapsed >= pd.Timedelta(0)) | from_ed) & (elapsed <= pd.Timedelta(days=settings.max_stay_days))
             & (lab["CHARTTIME"] <= lab["DISCHTIME"] + pd.Timedelta(hours=settings.after_discharge_hours)))
     if settings.max_timestep is not None:
         keep &= lab["TIMESTEP"] <= settings.max_timestep
@@ -185,7 +197,8 @@ def plain_polars(data_dir: Path, settings: Settings) -> dict:
     lab = _polars_usable(lab)
     # Split admissions by patient: the same hash of SUBJECT_ID as pandas.
     adm = adm.with_columns(pl.Series("SPLIT", _split(_splitmix64(adm["SUBJECT_ID"].to_numpy()), settings)))
-    lab = lab.join(adm.select("HADM_ID", "ADMITTIME", "DISCHTIME", "SPLIT"), on="HADM_ID", how="inner")
+    stays = ["HADM_ID", "ADMITTIME", "DISCHTIME", *[c for c in ("EDREGTIME",) if c in adm.columns], "SPLIT"]
+    lab = lab.join(adm.select(stays), on="HADM_ID", how="inner")
     lab = _polars_zscores(_polars_codes(lab, settings), settings)
     lab = _polars_timesteps(lab, settings)
     # One row per (HADM_ID, TIMESTEP, ITEMID): the latest CHARTTIME; sorted for slicing by offsets.
@@ -215,8 +228,9 @@ def _polars_tables(data_dir: Path, settings: Settings):
     moment = "%Y-%m-%d %H:%M:%S"
     lab = lab.with_columns(pl.col("CHARTTIME").str.to_datetime(moment))
     categorical = [c for c in settings.admission_categoricals if c in adm.columns]
+    registered = [pl.col("EDREGTIME").str.to_datetime(moment) for c in ("EDREGTIME",) if c in adm.columns]
     adm = adm.select("SUBJECT_ID", "HADM_ID", pl.col("ADMITTIME").str.to_datetime(moment),
-                     pl.col("DISCHTIME").str.to_datetime(moment), *categorical)
+                     pl.col("DISCHTIME").str.to_datetime(moment), *registered, *categorical)
     return lab, adm, items
 
 
@@ -274,9 +288,14 @@ def _polars_timesteps(lab, settings: Settings):
 
     interval_us = round(settings.interval_hours * 3_600_000_000)
     elapsed = pl.col("CHARTTIME") - pl.col("ADMITTIME").dt.truncate("1d")
+    start = pl.col("ADMITTIME") - pl.duration(hours=settings.ed_hours)
+    if "EDREGTIME" in lab.columns and settings.ed_hours > 0:  # a null EDREGTIME compares null: the window
+        start = pl.when(pl.col("EDREGTIME") <= pl.col("ADMITTIME")).then(pl.col("EDREGTIME")).otherwise(start)
     lab = lab.with_columns(ELAPSED=elapsed).with_columns(
-        TIMESTEP=pl.col("ELAPSED").dt.total_microseconds() // interval_us)
-    keep = ((pl.col("ELAPSED") >= pl.duration(seconds=0))
+        FROM_ED=(pl.col("ELAPSED") < pl.duration(seconds=0)) & (pl.col("CHARTTIME") >= start))
+    lab = lab.with_columns(TIMESTEP=pl.when(pl.col("FROM_ED")).then(0).otherwise(
+        pl.col("ELAPSED").dt.total_microseconds() // interval_us))
+    keep = (((pl.col("ELAPSED") >= pl.duration(seconds=0)) | pl.col("FROM_ED"))
             & (pl.col("ELAPSED") <= pl.duration(days=settings.max_stay_days))
             & (pl.col("CHARTTIME") <= pl.col("DISCHTIME") + pl.duration(hours=settings.after_discharge_hours)))
     if settings.max_timestep is not None:

@@ -126,7 +126,8 @@ def baseline_settings(config: Config | None = None) -> plain.Settings:
         raise BenchError("the baselines drop late rows and fill constants: [bucket] late_policy must be "
                          "'quarantine' and every [fill] policy 'constant'")
     return plain.Settings(interval_hours=bucket.interval_hours, max_stay_days=bucket.max_stay_days,
-                          after_discharge_hours=bucket.after_discharge_hours, max_timestep=bucket.max_timestep,
+                          after_discharge_hours=bucket.after_discharge_hours, ed_hours=bucket.ed_hours,
+                          max_timestep=bucket.max_timestep,
                           train=split.train, val=split.val, z_fill=fill["Z"].value, code_fill=fill["CODE"].value,
                           admission_categoricals=tuple(ADMISSION_CATEGORICALS))
 

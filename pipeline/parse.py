@@ -37,9 +37,11 @@ from schemas.raw import (
 STAGE = "raw"
 _TIMES = ("ADMITTIME", "DISCHTIME", "CHARTTIME")
 # Checks whose failing text cannot become a value: the typed column holds null there.
-_UNPARSEABLE = ("id_positive_integer", "datetime_iso", "valuenum_numeric", "valuenum_finite", "ref_range_numeric")
-# Checks of metadata (MIMIC-IV's reference range bounds): the failing text becomes null, the row is never rejected.
-_METADATA = ("ref_range_numeric",)
+_UNPARSEABLE = ("id_positive_integer", "datetime_iso", "valuenum_numeric", "valuenum_finite", "ref_range_numeric",
+                "edregtime_iso")
+# Checks of metadata (MIMIC-IV's reference range bounds, the ED registration time): the failing text becomes null,
+# the row is never rejected.
+_METADATA = ("ref_range_numeric", "edregtime_iso")
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ class Step:
     rows_out: int
     quarantined: int = 0
     merged: int = 0
-    clipped: int = 0
+    clipped: int = 0  # rows kept with a value moved to a bound (a timestep to a stay's last, or to 0)
     table: str = "LABEVENTS"
     column: str | None = None  # the column its filter read (CHARTTIME, HADM_ID, ...), named in its findings
 

@@ -91,6 +91,10 @@ _BEFORE = [
               "Every row needs this time; drop or repair the rows."),
     CheckInfo("datetime_iso", "raw", ERROR, "a time that is not ISO 'YYYY-MM-DD HH:MM:SS'",
               "Re-export the original file; a spreadsheet re-save rewrites dates and can lose the century."),
+    CheckInfo("edregtime_iso", "raw", WARNING, "an EDREGTIME that is not ISO 'YYYY-MM-DD HH:MM:SS'",
+              "EDREGTIME is optional, read only for where the ED stay began: this one is left empty (null) and its "
+              "admission kept; the bucket stage then bounds its ED stay by [bucket] ed_hours. Re-export the time "
+              "as ISO to use it."),
     # -- relations ----------------------------------------------------------------------
     CheckInfo("primary_key_unique", "raw", ERROR, "a key that appears more than once",
               "Each admission and lab item must appear once; drop the duplicated rows."),
@@ -398,6 +402,13 @@ def datetime_iso(text: pd.Series) -> pd.Series:
 
 
 @extensions.register_check_method(check_type="vectorized")
+def edregtime_iso(text: pd.Series) -> pd.Series:
+    """EDREGTIME is a time by ``datetime_iso``'s grammar (anything else becomes null, and rejects no admission)."""
+    times, rows = parsed(text, ParsedTimes)
+    return _answer(text, times.values.notna().to_numpy()[rows])
+
+
+@extensions.register_check_method(check_type="vectorized")
 def flag_value(text: pd.Series) -> pd.Series:
     """FLAG is 'abnormal' or 'delta' (any case); empty means normal."""
     flags, rows = parsed(text, ParsedFlags)
@@ -409,6 +420,7 @@ PARSED_AS: dict[str, type[ParsedText]] = {
     "id_positive_integer": ParsedIds,
     "id_float_format": ParsedIds,
     "datetime_iso": ParsedTimes,
+    "edregtime_iso": ParsedTimes,
     "valuenum_numeric": ParsedNumbers,
     "valuenum_finite": ParsedNumbers,
     "valuenum_bound": ParsedNumbers,

@@ -37,6 +37,7 @@ class CleanAdmissions(pa.DataFrameModel):
     HADM_ID: Series[np.int64] = pa.Field(gt=0, unique=True)
     ADMITTIME: Series[pa.DateTime] = pa.Field(nullable=False)
     DISCHTIME: Series[pa.DateTime] = pa.Field(nullable=False)
+    EDREGTIME: Series[pa.DateTime] = pa.Field(nullable=True, required=False)  # when present: the ED stay's start
 
     @pa.dataframe_check(name="discharge_after_admit")
     def discharge_after_admit(cls, frame: pd.DataFrame) -> pd.Series:

@@ -37,6 +37,7 @@ class EncodedAdmissions(pa.DataFrameModel):
     HADM_ID: Series[np.int64] = pa.Field(gt=0, unique=True)
     ADMITTIME: Series[pa.DateTime] = pa.Field(nullable=False)
     DISCHTIME: Series[pa.DateTime] = pa.Field(nullable=False)
+    EDREGTIME: Series[pa.DateTime] = pa.Field(nullable=True, required=False)  # when present: the ED stay's start
     SPLIT: Series[str] = pa.Field(nullable=False)
     CODES: Series[np.int64] = pa.Field(ge=0, alias=r".*_CODE$", regex=True, required=False)
 

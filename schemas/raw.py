@@ -27,7 +27,7 @@ REQUIRED = {
     "LABEVENTS": ("HADM_ID", "ITEMID", "CHARTTIME", "VALUE", "FLAG"),
 }
 OPTIONAL = {
-    "ADMISSIONS": ("SUBJECT_ID",),
+    "ADMISSIONS": ("SUBJECT_ID", "EDREGTIME"),  # EDREGTIME: when the emergency department stay began
     "D_LABITEMS": ("LABEL",),  # free text, but dictionary metadata: findings name items by it
     "LABEVENTS": ("SUBJECT_ID", "VALUENUM", "COMMENTS", "REF_RANGE_LOWER", "REF_RANGE_UPPER"),
 }
@@ -66,6 +66,7 @@ class RawAdmissions(_Text):
     HADM_ID: Series[str] = pa.Field(nullable=False, id_positive_integer=(), id_float_format=())
     ADMITTIME: Series[str] = pa.Field(nullable=False, datetime_iso=())
     DISCHTIME: Series[str] = pa.Field(nullable=False, datetime_iso=())
+    EDREGTIME: Series[str] = pa.Field(nullable=True, required=False, edregtime_iso=())
 
 
 class RawLabItems(_Text):
@@ -117,12 +118,14 @@ class _Typed(pa.DataFrameModel):
 
 
 class Admissions(_Typed):
-    """Parsed admissions; rows whose key or times failed are kept with ``REJECT`` naming the check."""
+    """Parsed admissions; rows whose key or times failed are kept with ``REJECT`` naming the check. EDREGTIME,
+    when present, is metadata: null where it is empty or not a time, and never a reason to reject its row."""
 
     SUBJECT_ID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0, required=False)
     HADM_ID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
     ADMITTIME: Series[pa.DateTime] = pa.Field(nullable=True)
     DISCHTIME: Series[pa.DateTime] = pa.Field(nullable=True)
+    EDREGTIME: Series[pa.DateTime] = pa.Field(nullable=True, required=False)
     REJECT: Series[str] = pa.Field(nullable=True)
 
 

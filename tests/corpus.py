@@ -416,6 +416,14 @@ def impossible_date(d: Dataset) -> Expect:
 
 
 @case
+def edregtime_text(d: Dataset) -> Expect:
+    """An EDREGTIME that is not a time: null with a warning, its admission kept (EDREGTIME is optional metadata)."""
+    row = d.first("ADMISSIONS", "EDREGTIME", lambda v: v != "")
+    line = d.set("ADMISSIONS", row, "EDREGTIME", CANARY)
+    return Expect(0, "edregtime_iso", "ADMISSIONS", "EDREGTIME", lines=(line,), severity="warning", secret=CANARY)
+
+
+@case
 def empty_charttime(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 27, "CHARTTIME", "")
     d.plant("LABEVENTS", 27, "VALUE")
@@ -543,6 +551,18 @@ def discharge_decades_late(d: Dataset) -> Expect:
     d.set("LABEVENTS", row, "CHARTTIME", f"{int(discharge[:4]) + 5}{discharge[4:]}")
     d.plant("LABEVENTS", row, "VALUE")
     return Expect(0, "beyond_max_stay", "LABEVENTS", severity="warning", secret=CANARY)
+
+
+@case
+def lab_in_the_ed_the_evening_before(d: Dataset) -> Expect:
+    """A lab drawn at ED registration, the evening before the admission day: kept at timestep 0 and counted."""
+    hadm, admit, registered = (d.col("ADMISSIONS", c) for c in ("HADM_ID", "ADMITTIME", "EDREGTIME"))
+    evening = {r[hadm]: r[registered] for r in d.rows["ADMISSIONS"]
+               if r[registered] and r[registered][:10] < r[admit][:10]}
+    row = d.first("LABEVENTS", "HADM_ID", lambda v: v in evening)
+    line = d.set("LABEVENTS", row, "CHARTTIME", evening[d.rows["LABEVENTS"][row][d.col("LABEVENTS", "HADM_ID")]])
+    d.plant("ADMISSIONS", 0, "DIAGNOSIS")
+    return Expect(0, "from_ed_stay", "LABEVENTS", "CHARTTIME", lines=(line,), severity="info", secret=CANARY)
 
 
 @case

@@ -10,6 +10,11 @@ some of its rows have an empty ``value`` and ``valuenum`` and their result in ``
 - :data:`RARE_COMMENT` on the second day of one admission only (the first, or the one ``rare_hadm`` names): code 0;
 - one creatinine row (:data:`NO_RESULT_ROW`) without any result: no value, valuenum nor comment.
 
+Admissions come through the emergency department (``edregtime`` :data:`ED_LEAD` before ``admittime``), but every
+fourth, whose ``edregtime`` is empty; :data:`ED_HADM` was registered the evening before, :data:`ED_EVENING` before
+its ``admittime``, and its first day's labs (creatinine, leukocytes) were drawn there an hour after registration:
+charted the day before its admission day, more than ``[bucket] ed_hours`` (12) before ``admittime``, in its ED stay.
+
 The tables are a :class:`tests.corpus.Dataset`, so a test changes fields with ``set``/``plant`` and writes
 them with ``write``; a row's source line is its index + 2.
 """
@@ -30,7 +35,7 @@ LABEVENTS_HEADER = [
 ]
 ADMISSIONS_HEADER = ["subject_id", "hadm_id", "admittime", "dischtime", "deathtime", "admission_type",
                      "admission_location", "discharge_location", "insurance", "language", "marital_status", "race",
-                     "hospital_expire_flag"]
+                     "edregtime", "edouttime", "hospital_expire_flag"]
 LABITEMS_HEADER = ["itemid", "label", "fluid", "category"]
 
 NUMERIC_ITEM = 50912  # creatinine: a number with its reference range on every row
@@ -40,6 +45,9 @@ COMMON_COMMENT = "NEG."
 RARE_COMMENT = "RARE COMMENT"
 NO_RESULT_ROW = 0  # the first lab row (line 2): creatinine without any result
 DAYS = 3
+ED_HADM = 20_000_002  # the second admission: registered in the ED the evening before, its first labs drawn there
+ED_LEAD = pd.Timedelta(hours=3)  # edregtime before admittime (08:00), the same day
+ED_EVENING = pd.Timedelta(hours=14)  # ED_HADM's: 18:00 the day before; its first creatinine at 19:00
 
 
 def dataset(*, admissions: int = 40, rare_hadm: int | None = None) -> Dataset:
@@ -61,11 +69,15 @@ def dataset(*, admissions: int = 40, rare_hadm: int | None = None) -> Dataset:
     rare_hadm = hadm_ids[0] if rare_hadm is None else rare_hadm
     for n, hadm in enumerate(hadm_ids):
         subject, admit = str(10_000_001 + n), first + pd.Timedelta(days=7 * n)
+        registered = admit - (ED_EVENING if hadm == ED_HADM else ED_LEAD)
+        ed = [_time(registered), _time(admit + pd.Timedelta(minutes=30))] if n % 4 != 3 else ["", ""]
         data.rows["ADMISSIONS"].append([subject, str(hadm), _time(admit), _time(admit + pd.Timedelta(days=DAYS)), "",
                                         "EW EMER.", "EMERGENCY ROOM", "HOME", "Medicare", "ENGLISH", "MARRIED",
-                                        "WHITE", "0"])
+                                        "WHITE", *ed, "0"])
         for day in range(DAYS):
             at = admit + pd.Timedelta(days=day, hours=1)
+            if hadm == ED_HADM and day == 0:  # drawn in the ED, the evening before the admission day
+                at = registered + pd.Timedelta(hours=1)
             number = f"{0.7 + 0.1 * ((n + day) % 5):.1f}"
             _lab(data, subject, hadm, NUMERIC_ITEM, at, number, number, "mg/dL", "0.5", "1.2")
             _lab(data, subject, hadm, CATEGORICAL_ITEM, at, "NEG", "", "", "", "")

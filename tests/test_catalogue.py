@@ -272,6 +272,7 @@ FIRES: dict[str, Fires] = {
     "flag_value": case("unknown_flag", 1, exit_code=0),
     "datetime_missing": case("empty_charttime", 1, exit_code=1),
     "datetime_iso": case("two_digit_year", 1, exit_code=1),
+    "edregtime_iso": case("edregtime_text", 1, exit_code=0),
     "primary_key_unique": case("duplicate_admission", 2, exit_code=1),
     "foreign_key": case("unknown_itemid", 1, exit_code=1),
     "subject_mismatch": case("subject_mismatch", 1, exit_code=1),
@@ -315,6 +316,7 @@ FIRES: dict[str, Fires] = {
     "fill_left_nulls": config("[fill.Z]\npolicy = \"ffill\"\n", 276, exit_code=1),  # as 'filled' Z counts
     # bucket
     "before_admission": Fires(AS_IS, 85),
+    "from_ed_stay": case("lab_in_the_ed_the_evening_before", 1, exit_code=0),
     "after_discharge": Fires(AS_IS, 67),
     "beyond_max_stay": case("discharge_decades_late", 1, exit_code=0),
     "beyond_max_timestep": config("[bucket]\nmax_timestep = 2\n", 5452, exit_code=0),

@@ -543,17 +543,18 @@ def test_mimic3demo_every_admission_accounted_for_and_the_124_day_stay_whole(mim
     for name, split in ledger["splits"].items():
         assert split["read"] == split["in_graphs"] + split["dropped"]
         assert split["in_graphs"] == int((index["split"] == name).sum())
-    assert ledger["in_graphs"] == len(index) == 128
-    # HADM_ID 160442: every lab row charted before its admission day, now reported, not silent.
-    (dropped,) = [f for f in built.report.findings if f.check == "admission_labs_quarantined"]
-    assert dropped.count == 1 and "HADM_ID 160442" in dropped.message and "train 1" in dropped.message
+    assert ledger["in_graphs"] == len(index) == 129
+    # HADM_ID 160442: every lab row drawn in the ED the evening before its admission day, once all quarantined (the
+    # admission dropped as admission_labs_quarantined), now kept at timestep 0.
+    assert 160442 in set(index["HADM_ID"])
+    assert "admission_labs_quarantined" not in {f.check for f in built.report.findings}
     edges = prepared.edges
     longest = edges.groupby("HADM_ID")["TIMESTEP"].max()
     assert longest.max() == 123 and set(range(100, 124)) <= set(edges.loc[edges["HADM_ID"] == longest.idxmax(),
                                                                          "TIMESTEP"])
     assert not {"beyond_max_timestep", "beyond_max_stay", "after_discharge"} & {f.check for f in built.report.findings}
     page = (tmp_path / "out" / "report.html").read_text()
-    assert "ADMISSIONS: read 129 = in graphs 128 + dropped 1" in page
+    assert "ADMISSIONS: read 129 = in graphs 129 + dropped 0" in page
 
 
 def test_a_deliberate_max_timestep_reports_under_its_own_check_with_rows_and_admissions(tables, config):

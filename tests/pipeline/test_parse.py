@@ -218,6 +218,39 @@ def test_reference_range_raised_to_error_still_rejects_no_row(mimic4_text):
     assert result.tables.labevents["REJECT"].isna().all()
 
 
+# -- EDREGTIME: when the ED stay began, read when present ----------------------------------------------------------
+def test_edregtime_is_typed_as_a_time_null_where_empty(text):
+    admissions = check_raw(text).tables.admissions
+    assert str(admissions["EDREGTIME"].dtype) == "datetime64[ns]"
+    given = text["ADMISSIONS"]["EDREGTIME"]
+    assert admissions["EDREGTIME"].isna().equals(given.isna())  # the sample's admissions not from the ED: empty
+    first = given.first_valid_index()
+    assert admissions.loc[first, "EDREGTIME"] == pd.Timestamp(given[first])
+
+
+def test_unusable_edregtime_is_null_with_a_warning_and_keeps_the_admission(text):
+    admissions = text["ADMISSIONS"].copy()
+    lines = admissions.index[admissions["EDREGTIME"].notna()][:2]
+    admissions.loc[lines[0], "EDREGTIME"] = "10/23/64 21:09"
+    admissions.loc[lines[1], "EDREGTIME"] = "2163-02-30 19:36:00"  # no such day
+    for severity in ({}, {"edregtime_iso": "error"}):  # raised to an error, it still rejects no admission
+        result = check_raw({**text, "ADMISSIONS": admissions}, severity=severity)
+        typed = result.tables.admissions
+        assert typed.loc[lines, "EDREGTIME"].isna().all() and typed["REJECT"].isna().all()
+        assert typed.loc[lines, "ADMITTIME"].notna().all()
+        (found,) = [f for f in result.findings if f.check == "edregtime_iso"]
+        assert (found.table, found.column, found.count, found.lines) == ("ADMISSIONS", "EDREGTIME", 2, list(lines))
+        assert found.severity == "warning"  # as declared: the report applies [severity]
+        assert "10/23/64" not in found.message  # described by class, never by value
+
+
+def test_admissions_without_edregtime_parse_as_before(text):
+    admissions = text["ADMISSIONS"].drop(columns="EDREGTIME")
+    result = check_raw({**text, "ADMISSIONS": admissions})
+    assert "EDREGTIME" not in result.tables.admissions
+    assert _checks(result) == [c for c in _checks(check_raw(text)) if c[0] != "edregtime_iso"]
+
+
 def test_shuffled_mimic4_rows_parse_to_the_same_typed_labevents(mimic4_text):
     text, _, _ = mimic4_text
     first = check_raw(text)

@@ -149,8 +149,9 @@ def test_a_stage_error_on_some_parts_is_the_whole_tables_error(cluster, syntheti
 
 
 def test_an_empty_step_is_judged_on_the_sums_of_the_parts(cluster, synthetic_tables):
-    """Every part's bucket step removes all its rows: one step_empty error for the whole table, as in pandas."""
-    config = _config(dict(bucket=dict(max_timestep=0, interval_hours=1e-3)))
+    """Every part's bucket step removes all its rows: one step_empty error for the whole table, as in pandas (no row
+    kept from an ED stay at timestep 0 either: ed_hours 0)."""
+    config = _config(dict(bucket=dict(max_timestep=0, interval_hours=1e-3, ed_hours=0.0)))
     expected = prepare(synthetic_tables, config)
     assert expected.stopped_at == "bucket"
     assert [f.check for f in expected.findings if f.severity == "error"] == ["step_empty"]

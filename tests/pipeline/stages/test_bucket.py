@@ -1,23 +1,29 @@
 """pipeline/stages/bucket.py: timestep = whole intervals since midnight of the admission day.
 
-Rows charted before the admission day are quarantined; rows beyond the last
-timestep or too long after discharge are quarantined or clipped, per policy,
-and every row is accounted for in the stage's steps.
+Rows charted before the admission day are kept at timestep 0 when drawn in the
+admission's ED stay (from EDREGTIME, else ``ed_hours`` before ADMITTIME) and
+quarantined otherwise; rows beyond the last timestep or too long after
+discharge are quarantined or clipped, per policy, and every row is accounted
+for in the stage's steps.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from tests.pipeline.stages.sample import sample_filled
+from tests import mimic4
+from tests.pipeline.stages.sample import sample_filled, typed
 
 from pipeline.stages import bucket as bucket_stage
-from pipeline.stages.bucket import AFTER_DISCHARGE, BEFORE, BEYOND_MAX, BEYOND_STAY, bucket
+from pipeline.stages.bucket import (AFTER_DISCHARGE, BEFORE, BEYOND_MAX, BEYOND_STAY, FROM_ED, bucket,
+                                    ed_stay_findings, ed_stay_rows)
 from pipeline.config import load_config
+from pipeline.flow import prepare, validate
 from schemas.errors import StageError
 
 SAMPLE = Path(__file__).resolve().parents[3] / "data" / "sample"
@@ -36,13 +42,20 @@ def sample(config) -> tuple[pd.DataFrame, pd.DataFrame]:
     return sample_filled()
 
 
-def admissions_frame(stays: dict[int, tuple[str, str]] | None = None) -> pd.DataFrame:
+def admissions_frame(stays: dict[int, tuple[str, str]] | None = None,
+                     registered: dict[int, str | None] | None = None) -> pd.DataFrame:
+    """Clean admissions of ``stays`` (HADM_ID: ADMITTIME, DISCHTIME); with ``registered``, an EDREGTIME column
+    (HADM_ID: the time, or None for null; admissions it leaves out get null)."""
     stays = stays or {100: (str(ADMIT), str(DISCHARGE))}
-    return pd.DataFrame({
+    frame = pd.DataFrame({
         "HADM_ID": pd.Series(list(stays), dtype="int64"),
         "ADMITTIME": pd.to_datetime([a for a, _ in stays.values()], format="ISO8601").astype("datetime64[ns]"),
         "DISCHTIME": pd.to_datetime([d for _, d in stays.values()], format="ISO8601").astype("datetime64[ns]"),
     })
+    if registered is not None:
+        times = [registered.get(hadm) for hadm in stays]
+        frame["EDREGTIME"] = pd.to_datetime(times, format="ISO8601").astype("datetime64[ns]")
+    return frame
 
 
 def filled_rows(times: list[str], hadm_id: int = 100, first_line: int = 2) -> pd.DataFrame:
@@ -209,6 +222,139 @@ def test_sample_late_rows_are_quarantined_or_clipped_and_every_row_is_counted(sa
     assert (last["TIMESTEP"] == np.minimum((discharge_day - admit_day).dt.days, 99)).all()
 
 
+# -- rows drawn in the ED stay, before the admission day -----------------------------------------------
+NIGHT = {300: ("2150-03-10 01:30", "2150-03-12 09:00")}  # admitted at 01:30 from an ED stay begun the evening before
+
+
+def ed_step(kept) -> tuple[int, int, int, int]:
+    """(rows_in, rows_out, quarantined, clipped) of the step that counts the rows kept from the ED stay."""
+    (step,) = [s for s in kept.steps if s.step == FROM_ED]
+    return step.rows_in, step.rows_out, step.quarantined, step.clipped
+
+
+def test_rows_from_edregtime_on_are_kept_at_timestep_zero():
+    events = filled_rows(["2150-03-09 19:59", "2150-03-09 20:00", "2150-03-09 23:10", "2150-03-10 00:40",
+                          "2150-03-11 08:00"], hadm_id=300)
+    kept = bucket(events, admissions_frame(NIGHT, {300: "2150-03-09 20:00"}))
+    assert timesteps(kept) == {"03-09 20:00": 0, "03-09 23:10": 0, "03-10 00:40": 0, "03-11 08:00": 1}
+    assert kept.quarantine.index.tolist() == [2] and kept.quarantine["REASON"].tolist() == [BEFORE]
+    assert ed_step(kept) == (4, 4, 0, 2)  # removes none; two rows moved to timestep 0
+    assert kept.frame.drop(columns="TIMESTEP").equals(events.loc[kept.frame.index])
+
+
+def test_edregtime_is_the_start_whatever_the_window():
+    # Registered 15 h before ADMITTIME: a row 14 h before is in the ED stay, though beyond ed_hours.
+    events = filled_rows(["2150-03-09 10:29", "2150-03-09 11:30"], hadm_id=300)
+    kept = bucket(events, admissions_frame(NIGHT, {300: "2150-03-09 10:30"}), ed_hours=12.0)
+    assert kept.frame.index.tolist() == [3] and kept.quarantine.index.tolist() == [2]
+
+
+def test_without_edregtime_the_ed_stay_is_ed_hours_before_admittime():
+    # ADMITTIME 03-10 01:30 - 12 h = 03-09 13:30: at it kept, a minute before quarantined.
+    events = filled_rows(["2150-03-09 13:29", "2150-03-09 13:30", "2150-03-09 22:00", "2150-03-10 00:10"],
+                         hadm_id=300)
+    kept = bucket(events, admissions_frame(NIGHT), ed_hours=12.0)
+    assert timesteps(kept) == {"03-09 13:30": 0, "03-09 22:00": 0, "03-10 00:10": 0}
+    assert kept.quarantine.index.tolist() == [2] and kept.quarantine["REASON"].tolist() == [BEFORE]
+    assert ed_step(kept) == (3, 3, 0, 2)
+    assert bucket(events, admissions_frame(NIGHT), ed_hours=3.0).frame.index.tolist() == [5]  # from 22:30 on
+
+
+@pytest.mark.parametrize("registered", [None, "2150-03-10 02:00"], ids=["null", "after_admittime"])
+def test_a_null_or_later_edregtime_falls_back_to_the_window(registered):
+    events = filled_rows(["2150-03-09 13:29", "2150-03-09 13:30"], hadm_id=300)
+    stays = {**NIGHT, 100: (str(ADMIT), str(DISCHARGE))}
+    with_column = bucket(events, admissions_frame(stays, {300: registered, 100: "2150-03-10 09:00"}), ed_hours=12.0)
+    without = bucket(events, admissions_frame(stays), ed_hours=12.0)
+    assert with_column.frame.index.tolist() == [3] == without.frame.index.tolist()
+    pd.testing.assert_frame_equal(with_column.quarantine, without.quarantine)
+
+
+def test_rows_a_day_or_more_before_admission_stay_quarantined():
+    # Another encounter's labs: before the ED stay however it is bounded.
+    events = filled_rows(["2150-03-08 23:00", "2150-03-09 09:00", "2150-03-10 03:00"], hadm_id=300)
+    for admissions in (admissions_frame(NIGHT), admissions_frame(NIGHT, {300: "2150-03-09 21:00"})):
+        kept = bucket(events, admissions)
+        assert kept.frame.index.tolist() == [4]
+        assert kept.quarantine.index.tolist() == [2, 3] and set(kept.quarantine["REASON"]) == {BEFORE}
+        before = next(s for s in kept.steps if s.step == BEFORE)
+        assert (before.rows_in, before.rows_out, before.quarantined, before.column) == (3, 1, 2, "CHARTTIME")
+        assert ed_step(kept) == (1, 1, 0, 0)
+
+
+@pytest.mark.parametrize("late_policy", ["quarantine", "clip"])
+def test_ed_hours_zero_keeps_no_row_before_the_admission_day_edregtime_or_not(late_policy):
+    events = pd.concat([filled_rows(["2150-03-09 20:00", "2150-03-09 23:30", "2150-03-10 00:10", "2150-03-14 10:00"],
+                                    hadm_id=300),
+                        filled_rows(["2150-03-09 23:00", "2150-03-10 12:00"], first_line=6)])
+    stays = {**NIGHT, 100: (str(ADMIT), str(DISCHARGE))}
+    for admissions in (admissions_frame(stays), admissions_frame(stays, {300: "2150-03-09 19:00"})):
+        kept = bucket(events, admissions, ed_hours=0.0, late_policy=late_policy)
+        # As before ed_hours: every row before its admission day quarantined, every other row's timestep its own.
+        day = events["HADM_ID"].map(admissions.set_index("HADM_ID")["ADMITTIME"]).dt.normalize()
+        early = events.index[events["CHARTTIME"] < day]
+        assert kept.quarantine.loc[kept.quarantine["REASON"] == BEFORE].index.tolist() == early.tolist() == [2, 3, 6]
+        assert (kept.frame["TIMESTEP"] == (kept.frame["CHARTTIME"].dt.normalize() - day[kept.frame.index]).dt.days
+                ).all() if late_policy == "quarantine" else kept.frame["TIMESTEP"].min() == 0
+        assert ed_step(kept)[3] == 0
+        steps = [s for s in kept.steps if s.step != FROM_ED]
+        legacy = bucket(events, admissions.drop(columns="EDREGTIME", errors="ignore"), ed_hours=0.0,
+                        late_policy=late_policy)
+        assert steps == [s for s in legacy.steps if s.step != FROM_ED]
+        pd.testing.assert_frame_equal(kept.frame, legacy.frame)
+
+
+def test_clip_policy_keeps_ed_rows_at_timestep_zero():
+    events = filled_rows(["2150-03-09 22:00", "2150-03-11 10:00", "2150-03-20 12:00"], hadm_id=300)
+    kept = bucket(events, admissions_frame(NIGHT, {300: "2150-03-09 21:00"}), late_policy="clip")
+    assert kept.frame["TIMESTEP"].tolist() == [0, 1, 3] and kept.quarantine.empty
+    assert {s.step: s.clipped for s in kept.steps if s.clipped} == {FROM_ED: 1, f"{AFTER_DISCHARGE} (clipped)": 1}
+
+
+def test_smaller_intervals_keep_ed_rows_at_zero_and_count_the_admission_day_as_before():
+    events = filled_rows(["2150-03-09 22:00", "2150-03-10 00:40", "2150-03-10 07:00"], hadm_id=300)
+    kept = bucket(events, admissions_frame(NIGHT), interval_hours=6)
+    assert kept.frame["TIMESTEP"].tolist() == [0, 0, 1]
+
+
+def test_the_ed_rows_finding_counts_rows_and_admissions_and_names_the_option():
+    stays = {**NIGHT, 100: (str(ADMIT), str(DISCHARGE)), 200: ("2150-03-12 02:00", "2150-03-14 10:00")}
+    events = pd.concat([filled_rows(["2150-03-09 22:00", "2150-03-09 23:00", "2150-03-10 05:00"], hadm_id=300),
+                        filled_rows(["2150-03-11 21:00", "2150-03-10 09:00"], hadm_id=200, first_line=5),
+                        filled_rows(["2150-03-10 16:00"], first_line=7)])
+    admissions = admissions_frame(stays, {300: "2150-03-09 21:30"})
+    kept = bucket(events, admissions)
+    rows = ed_stay_rows(kept.frame, admissions)
+    assert rows.index.tolist() == [2, 3, 5] and rows["HADM_ID"].tolist() == [300, 300, 200]
+    assert len(rows) == ed_step(kept)[3]
+    (finding,) = ed_stay_findings(rows, max_lines=2)
+    assert (finding.check, finding.severity, finding.stage, finding.column) == ("from_ed_stay", "info", "bucket",
+                                                                                "CHARTTIME")
+    assert (finding.count, finding.lines) == (3, [2, 3])
+    assert "3 rows of 2 admissions charted in the ED stay before the admission day" in finding.message
+    assert "EDREGTIME" in finding.message and "[bucket] ed_hours" in finding.message
+    assert ed_stay_findings(ed_stay_rows(kept.frame.loc[[4, 7]], admissions), max_lines=2) == []  # none
+
+
+def test_the_flow_reports_the_ed_rows_as_a_step_and_a_finding():
+    # The sample's rows before their admission day lie 18-39 h before ADMITTIME (none from the ED stay); a window
+    # of 40 h takes those of admissions without EDREGTIME.
+    tables, config = typed(), load_config()
+    wide = dataclasses.replace(config, bucket=dataclasses.replace(config.bucket, ed_hours=40.0))
+    default, widened = prepare(tables, config), prepare(tables, wide)
+    counted = [[s for s in p.attrition()["steps"] if s["step"] == FROM_ED] for p in (default, widened)]
+    assert [(s["stage"], s["rows_in"] == s["rows_out"], s["clipped"]) for s in counted[0]] == [("bucket", True, 0)]
+    assert not [f for f in default.findings if f.check == "from_ed_stay"]
+    (step,) = counted[1]
+    (finding,) = [f for f in widened.findings if f.check == "from_ed_stay"]
+    assert step["clipped"] == finding.count > 0 and step["rows_in"] == step["rows_out"]
+    before = [int((p.quarantine.whole()["REASON"] == BEFORE).sum()) for p in (default, widened)]
+    assert before[1] == before[0] - finding.count
+    assert widened.ledger()["quarantined"] == default.ledger()["quarantined"] - finding.count
+    assert "from_ed_stay" not in {f.check for f in prepare(tables, dataclasses.replace(
+        wide, bucket=dataclasses.replace(wide.bucket, ed_hours=0.0))).findings}
+
+
 # -- bad input ----------------------------------------------------------------------------------------
 def test_unfilled_input_is_refused_naming_the_column_and_line():
     events = filled_rows(["2150-03-10 15:00", "2150-03-11 15:00"])
@@ -283,3 +429,91 @@ def test_shuffled_rows_give_the_same_timesteps_and_quarantine(sample, late_polic
     pd.testing.assert_frame_equal(first.frame, second.frame.sort_index())
     pd.testing.assert_frame_equal(first.quarantine.sort_index(), second.quarantine.sort_index())
     assert first.steps == second.steps
+
+
+def test_shuffled_rows_and_admissions_keep_the_same_ed_rows():
+    stays = {**NIGHT, 100: (str(ADMIT), str(DISCHARGE)), 200: ("2150-03-12 02:00", "2150-03-14 10:00")}
+    events = pd.concat([filled_rows(["2150-03-09 22:00", "2150-03-09 11:00", "2150-03-10 05:00"], hadm_id=300),
+                        filled_rows(["2150-03-11 21:00", "2150-03-10 09:00"], hadm_id=200, first_line=5),
+                        filled_rows(["2150-03-09 23:00", "2150-03-10 16:00"], first_line=7)])
+    admissions = admissions_frame(stays, {300: "2150-03-09 21:30", 200: None})
+    first = bucket(events, admissions)
+    second = bucket(events.sample(frac=1.0, random_state=3), admissions.sample(frac=1.0, random_state=4))
+    pd.testing.assert_frame_equal(first.frame, second.frame.sort_index())
+    pd.testing.assert_frame_equal(first.quarantine.sort_index(), second.quarantine.sort_index())
+    assert first.steps == second.steps and ed_step(first)[3] == 2
+    pd.testing.assert_frame_equal(ed_stay_rows(first.frame, admissions),
+                                  ed_stay_rows(second.frame, admissions).sort_index())
+
+
+# -- MIMIC-IV's lower-case edregtime ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def mimic4_data(tmp_path_factory):
+    """The MIMIC-IV-shaped dataset written as is, and written without ``edregtime``; the ED admission's lab lines."""
+    data = mimic4.dataset()
+    folder = data.write(tmp_path_factory.mktemp("mimic4") / "data")
+    column = data.col("ADMISSIONS", "edregtime")
+    data.header["ADMISSIONS"].pop(column)
+    for record in data.rows["ADMISSIONS"]:
+        record.pop(column)
+    without = data.write(tmp_path_factory.mktemp("mimic4") / "without")
+    hadm, admittime = data.col("ADMISSIONS", "hadm_id"), data.col("ADMISSIONS", "admittime")
+    admit = pd.Timestamp(next(r[admittime] for r in data.rows["ADMISSIONS"] if r[hadm] == str(mimic4.ED_HADM)))
+    hadm, charttime = data.col("LABEVENTS", "hadm_id"), data.col("LABEVENTS", "charttime")
+    lines = [n + 2 for n, r in enumerate(data.rows["LABEVENTS"])
+             if r[hadm] == str(mimic4.ED_HADM) and pd.Timestamp(r[charttime]) < admit.normalize()]
+    return folder, without, lines
+
+
+def test_mimic4_labs_drawn_in_the_ed_the_evening_before_reach_the_graphs(mimic4_data):
+    folder, _, lines = mimic4_data
+    prepared = validate(folder, load_config()).prepared
+    assert len(lines) == 2 and (prepared.edges.loc[lines, "TIMESTEP"] == 0).all()
+    assert (prepared.edges.loc[lines, "HADM_ID"] == mimic4.ED_HADM).all()
+    (finding,) = [f for f in prepared.findings if f.check == "from_ed_stay"]
+    assert (finding.count, finding.lines) == (2, lines) and "of 1 admission " in finding.message
+    assert "before_admission" not in {f.check for f in prepared.findings}
+
+
+def test_mimic4_without_edregtime_bounds_the_ed_stay_by_ed_hours(mimic4_data):
+    # Drawn 13 h before admittime: beyond the 12 h window, so only EDREGTIME kept them.
+    _, without, lines = mimic4_data
+    prepared = validate(without, load_config()).prepared
+    quarantine = prepared.quarantine.whole()
+    assert quarantine.loc[lines, "REASON"].tolist() == [BEFORE, BEFORE]
+    assert "from_ed_stay" not in {f.check for f in prepared.findings}
+    wide = dataclasses.replace(load_config(), bucket=dataclasses.replace(load_config().bucket, ed_hours=13.0))
+    assert (validate(without, wide).prepared.edges.loc[lines, "TIMESTEP"] == 0).all()
+
+
+# -- the real MIMIC-III demo ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def demo(mimic3demo):
+    """The MIMIC-III demo validated with the default config (its ADMISSIONS has no EDREGTIME: the window)."""
+    validation = validate(mimic3demo, load_config())
+    assert validation.exit_code == 0
+    return validation
+
+
+def test_the_demos_ed_admission_reaches_the_graphs(demo):
+    """HADM 160442 was admitted at 2130-10-06 01:34 with every lab drawn 23:15-23:45 the evening before: all of
+    them were once quarantined and the admission lost."""
+    prepared = demo.prepared
+    fates = prepared.fates.set_index("HADM_ID")["FATE"]
+    assert fates[160442] == "in_graphs"
+    edges = prepared.edges
+    assert (edges.loc[edges["HADM_ID"] == 160442, "TIMESTEP"] == 0).all() and (edges["HADM_ID"] == 160442).any()
+    (finding,) = [f for f in prepared.findings if f.check == "from_ed_stay"]
+    assert "of 9 admissions" in finding.message  # every admission with labs before its admission day
+    assert "before_admission" not in {f.check for f in prepared.findings}
+
+
+def test_no_row_of_the_demo_kept_from_before_its_admission_day_is_more_than_12_hours_before_admittime(demo):
+    # Rows charted on the admission day before ADMITTIME were always kept (one 12 h 15 min before it, for an
+    # admission late in the day); of the rows charted the day before, none is kept from further back than ed_hours.
+    edges, admissions = demo.prepared.edges, demo.prepared.admissions.set_index("HADM_ID")
+    admit = edges["HADM_ID"].map(admissions["ADMITTIME"])
+    earlier = edges["CHARTTIME"] < admit.dt.normalize()
+    lead = (admit - edges["CHARTTIME"])[earlier]
+    assert lead.max() <= pd.Timedelta(hours=load_config().bucket.ed_hours)
+    assert lead.max() > pd.Timedelta(hours=8) and edges.loc[earlier, "TIMESTEP"].eq(0).all()
