@@ -33,7 +33,11 @@ class Settings:
     val: float  # ... and in val (the baselines split by a hash, in tenths of patients)
     z_fill: float  # [fill.Z] value: a text row's z-score (and an unscaled item's)
     code_fill: float  # [fill.CODE] value: a numeric row's code
-    admission_categoricals: tuple[str, ...]  # schemas.raw.ADMISSION_CATEGORICALS: the admission features
+    admission_categoricals: tuple[str, ...]  # [graph] admission_features: the admission features
+    censored: bool  # [clean]: censored results ('<0.01') of items that have numbers are read as their bound
+    censoring: str  # the text stage's pattern of a censored result (sign, number), matched ignoring case
+    text_values: dict[str, float]  # [clean.text_values]: declared words read as numbers
+    text_bound: float  # a censored number beyond it stays text
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -90,7 +94,7 @@ def plain_pandas(data_dir: Path, settings: Settings) -> dict:
 
     lab, adm, items = _pandas_tables(data_dir, settings)
     read_rows = len(lab)
-    lab = _pandas_usable(lab)
+    lab = _pandas_usable(_pandas_text(lab, settings))
     # Split admissions by patient: a stable hash of SUBJECT_ID.
     adm = adm.assign(SPLIT=_split(pd.util.hash_array(adm["SUBJECT_ID"].to_numpy()), settings))
     stays = ["HADM_ID", "ADMITTIME", "DISCHTIME", *[c for c in ("EDREGTIME",) if c in adm], "SPLIT"]
@@ -123,6 +127,23 @@ def _pandas_tables(data_dir: Path, settings: Settings):
         adm = adm.assign(EDREGTIME=pd.to_datetime(adm["EDREGTIME"]))
     registered = [c for c in ("EDREGTIME",) if c in adm]
     return lab, adm[["SUBJECT_ID", "HADM_ID", "ADMITTIME", "DISCHTIME", *registered, *categorical]], items
+
+
+def _pandas_text(lab, settings: Settings):
+    """In items that have numbers, censored results ('<0.01': 0.01) and the declared words read as numbers."""
+    import re
+
+    import pandas as pd
+
+    numbered = lab.loc[lab["VALUENUM"].notna(), "ITEMID"].unique()
+    text = lab["VALUENUM"].isna() & lab["VALUE"].notna() & lab["ITEMID"].isin(numbered)
+    values = lab.loc[text, "VALUE"].astype("str")
+    number = pd.Series(float("nan"), index=values.index)
+    if settings.censored:
+        number = pd.to_numeric(values.str.extract(settings.censoring, flags=re.IGNORECASE)[1], errors="coerce")
+        number = number.where(number.abs() <= settings.text_bound)
+    words = values.str.strip().str.rstrip(".").str.strip().str.upper().map(settings.text_values)
+    return lab.assign(VALUENUM=lab["VALUENUM"].fillna(number.fillna(words).astype("float64")))
 
 
 def _pandas_usable(lab):
@@ -194,7 +215,7 @@ def plain_polars(data_dir: Path, settings: Settings) -> dict:
 
     lab, adm, items = _polars_tables(data_dir, settings)
     read_rows = lab.height
-    lab = _polars_usable(lab)
+    lab = _polars_usable(_polars_text(lab, settings))
     # Split admissions by patient: the same hash of SUBJECT_ID as pandas.
     adm = adm.with_columns(pl.Series("SPLIT", _split(_splitmix64(adm["SUBJECT_ID"].to_numpy()), settings)))
     stays = ["HADM_ID", "ADMITTIME", "DISCHTIME", *[c for c in ("EDREGTIME",) if c in adm.columns], "SPLIT"]
@@ -232,6 +253,23 @@ def _polars_tables(data_dir: Path, settings: Settings):
     adm = adm.select("SUBJECT_ID", "HADM_ID", pl.col("ADMITTIME").str.to_datetime(moment),
                      pl.col("DISCHTIME").str.to_datetime(moment), *registered, *categorical)
     return lab, adm, items
+
+
+def _polars_text(lab, settings: Settings):
+    """:func:`_pandas_text` in polars."""
+    import polars as pl
+
+    numbered = lab.filter(pl.col("VALUENUM").is_not_null()).select(pl.col("ITEMID").unique(), NUMBERED=pl.lit(True))
+    lab = lab.join(numbered, on="ITEMID", how="left")
+    text = pl.col("VALUENUM").is_null() & pl.col("VALUE").is_not_null() & pl.col("NUMBERED").fill_null(False)
+    number = pl.lit(None, dtype=pl.Float64)
+    if settings.censored:
+        parsed = pl.col("VALUE").str.extract(f"(?i){settings.censoring}", 2).cast(pl.Float64, strict=False)
+        number = pl.when(parsed.abs() <= settings.text_bound).then(parsed)
+    word = pl.col("VALUE").str.strip_chars().str.strip_chars_end(".").str.strip_chars().str.to_uppercase()
+    words = word.replace_strict(settings.text_values, default=None, return_dtype=pl.Float64)
+    read = pl.when(text).then(pl.coalesce(number, words))
+    return lab.with_columns(VALUENUM=pl.coalesce(pl.col("VALUENUM"), read)).drop("NUMBERED")
 
 
 def _polars_usable(lab):

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from bench import plain
 from pipeline.config import Config, load_config
-from schemas.raw import ADMISSION_CATEGORICALS
+from pipeline.stages.text import CENSORING
+from schemas.raw import DEFAULT_VALUENUM_ABS_BOUND
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1_000_000
@@ -129,7 +130,9 @@ def baseline_settings(config: Config | None = None) -> plain.Settings:
                           after_discharge_hours=bucket.after_discharge_hours, ed_hours=bucket.ed_hours,
                           max_timestep=bucket.max_timestep,
                           train=split.train, val=split.val, z_fill=fill["Z"].value, code_fill=fill["CODE"].value,
-                          admission_categoricals=tuple(ADMISSION_CATEGORICALS))
+                          admission_categoricals=tuple(config.graph.admission_features),
+                          censored=config.clean.censored, censoring=CENSORING.pattern,
+                          text_values=dict(config.clean.text_values), text_bound=DEFAULT_VALUENUM_ABS_BOUND)
 
 
 def python_step(name: str, data: Path, out: Path, settings: plain.Settings) -> StepResult:

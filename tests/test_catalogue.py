@@ -288,7 +288,10 @@ FIRES: dict[str, Fires] = {
     "quarantine_outpatient": Fires(AS_IS, 660),
     "quarantine_raw_error": case("text_in_valuenum", 1),
     "quarantine_admission": case("discharge_before_admit", 169),  # the lab rows of the rejected admission
-    "mixed_item_text": Fires(AS_IS, 62),
+    "mixed_item_text": Fires(AS_IS, 5),
+    # text
+    "censored_value": Fires(AS_IS, 32),
+    "mapped_text_value": Fires(AS_IS, 25),
     "result_in_comments": case("result_only_in_comments", 1),
     "no_result": case("lab_row_without_result", 1, exit_code=0),
     # split
@@ -307,11 +310,11 @@ FIRES: dict[str, Fires] = {
     "z_finite": Fires(infinite_z, 163),  # the rows of the first item, 50802
     "z_warn_bound": config(RAW_Z, 5),
     "z_error_bound": config("[scale]\nerror_bound = 500.0\n" + RAW_Z, 3, exit_code=1),
-    "z_bounded": Fires(AS_IS, 703),
+    "z_bounded": Fires(AS_IS, 714),
     "policy_group_unknown": config("[scale.policy]\n\"Chemstry\" = \"log\"\n", 1, exit_code=0),
     "log_domain": config("[scale.policy]\n50802 = \"log\"\n", 75, exit_code=1),
     # fill
-    "filled": Fires(AS_IS, 12043, column="CODE"),
+    "filled": Fires(AS_IS, 12100, column="CODE"),
     "fill_collides": config("[fill.CODE]\npolicy = \"constant\"\nvalue = 1\n", 181, exit_code=1),
     "fill_left_nulls": config("[fill.Z]\npolicy = \"ffill\"\n", 276, exit_code=1),  # as 'filled' Z counts
     # bucket
@@ -319,10 +322,10 @@ FIRES: dict[str, Fires] = {
     "from_ed_stay": case("lab_in_the_ed_the_evening_before", 1, exit_code=0),
     "after_discharge": Fires(AS_IS, 67),
     "beyond_max_stay": case("discharge_decades_late", 1, exit_code=0),
-    "beyond_max_timestep": config("[bucket]\nmax_timestep = 2\n", 5452, exit_code=0),
+    "beyond_max_timestep": config("[bucket]\nmax_timestep = 2\n", 5479, exit_code=0),
     # dedup
-    "merged": Fires(AS_IS, 2835),
-    "below_min_timesteps": config("[graph]\nmin_timesteps = 3\n", 308, exit_code=0),
+    "merged": Fires(AS_IS, 2843),
+    "below_min_timesteps": config("[graph]\nmin_timesteps = 3\n", 311, exit_code=0),
     # the admission ledger
     "admission_no_labs": case("admission_without_labs", 1, exit_code=0),
     "admission_rejected": case("negative_hadm_id", 1, exit_code=1),

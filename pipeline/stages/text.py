@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline import page
-from pipeline.findings import Finding, format_items, summary_finding
+from pipeline.findings import Finding, format_items, item_names, summary_finding
 from pipeline.options import Section, require, setting, table, typed
 from pipeline.shared import reads
 from pipeline.stage import Context, Outcome, Plan, Shown, Stage
@@ -206,10 +206,11 @@ def plan(context: Context) -> Plan:
     """The stage in flow, per admission on the engine: censored and mapped text read as numbers, counted per item."""
     options, numbered = context.options, context.fitted[NAME]
     kwargs = dict(censored=options.censored, text_values=options.text_values)
+    names = item_names(context.tables.labitems)  # the typed D_LABITEMS: clean has not named the items yet
 
     def report(outcome: Outcome) -> list[Finding]:
         counts, = outcome.counts
-        return read_findings(counts, names=context.ledger.names, max_lines=context.max_lines)
+        return read_findings(counts, names=names, max_lines=context.max_lines)
 
     return Plan(context=context, report=report, calls=(Call(read_numbers, (numbered,), kwargs),),
                 counts=(Call(read_counts, (numbered,), kwargs),))

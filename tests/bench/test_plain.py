@@ -62,4 +62,4 @@ def test_pandas_baseline_keeps_badpoints_edges_on_mimic4(small_sets, settings):
     # Lower-case headers, outpatient rows and results only in comments: still exactly badpoints' kept rows.
     kept = validate(small_sets["mimic4"], load_config()).prepared.ledger()["kept"]
     found = plain_pandas(small_sets["mimic4"], settings)
-    assert found["edges"] == kept and found["read"] == 50_000 and found["admission_features"] == 7
+    assert found["edges"] == kept and found["read"] == 50_000 and found["admission_features"] == 6  # DISCHARGE_LOCATION is known after admission

@@ -8,6 +8,7 @@ edges with a non-finite z-score or make ``prepare`` raise.
 from __future__ import annotations
 
 import dataclasses
+from types import MappingProxyType
 from pathlib import Path
 
 import numpy as np
@@ -100,8 +101,9 @@ def test_sample_fitted_state_is_kept(prepared):
 
 def test_sample_findings_of_every_stage_are_present(prepared):
     found = checks_of(prepared)
-    expected = {"attrition", "unseen_category", "fallback_item", "unseen_item", "z_warn_bound", "filled",
-                "mixed_item_text", "quarantine_outpatient", "before_admission", "after_discharge", "merged"}
+    expected = {"attrition", "unseen_category", "fallback_item", "unseen_item", "z_bounded", "filled",
+                "censored_value", "mapped_text_value", "mixed_item_text", "quarantine_outpatient", "before_admission",
+                "after_discharge", "merged"}
     assert expected <= set(found)
     assert {f.stage for f in prepared.findings} >= {"clean", "encode", "scale", "fill", "bucket", "flow"}
     assert not [f for f in prepared.findings if f.severity == "error"]
@@ -123,11 +125,17 @@ def test_sample_quarantine_findings_count_the_quarantined_rows(prepared):
     assert found["after_discharge"][0].count == reasons[bucket_stage.AFTER_DISCHARGE]
     assert "in 9 admissions" in found["after_discharge"][0].message
     assert found["quarantine_outpatient"][0].count == reasons["outpatient lab (no HADM_ID)"]
-    assert "items 51003 Troponin T (Blood) (24 rows), 51275 PTT (Blood) (10 rows), 51514 Urobilinogen (Urine) " \
-           "(28 rows)" in found["mixed_item_text"][0].message  # named from D_LABITEMS' LABEL and FLUID
+    assert "items 51003 Troponin T (Blood) (5 rows) (lines " in found["mixed_item_text"][0].message  # LABEL, FLUID
+
+
+def as_text(config):
+    """``config`` with the text stage reading nothing: every text row of a numeric item stays mixed text."""
+    return dataclasses.replace(config, clean=dataclasses.replace(config.clean, censored=False,
+                                                                 text_values=MappingProxyType({})))
 
 
 def test_findings_that_list_items_stop_at_max_lines(tables, config):
+    config = as_text(config)
     capped = dataclasses.replace(config, report=dataclasses.replace(config.report, max_lines=1))
     (mixed,) = checks_of(prepare(tables, capped))["mixed_item_text"]
     assert "items 51003 Troponin T (Blood) (24 rows) and 2 more" in mixed.message
@@ -138,8 +146,10 @@ def test_findings_that_list_items_stop_at_max_lines(tables, config):
 def test_scale_findings_name_their_items_by_label_and_fluid(tables, config):
     (fallback,) = checks_of(prepare(tables, config))["fallback_item"]
     assert "ITEMID 50963 NTproBNP (Blood) (9 fitted rows)" in fallback.message
-    assert "ITEMID 51100 Sodium, Urine (Urine) (23 fitted rows)" in fallback.message
-    capped = dataclasses.replace(config, report=dataclasses.replace(config.report, max_lines=1))
+    assert "ITEMID 51100 Sodium, Urine (Urine) (24 fitted rows)" in fallback.message  # one more: a text result read as a number
+    raw = dataclasses.replace(config, scale=dataclasses.replace(config.scale, policy=MappingProxyType(
+        {"default": "none"})))  # the raw z: its heavy tails pass the warning bound
+    capped = dataclasses.replace(raw, report=dataclasses.replace(config.report, max_lines=1))
     (beyond,) = checks_of(prepare(tables, capped))["z_warn_bound"]
     assert "|z| > 100: ITEMID 5" in beyond.message and " more" in beyond.message  # one item named, the rest counted
 
@@ -147,7 +157,7 @@ def test_scale_findings_name_their_items_by_label_and_fluid(tables, config):
 def test_the_mimic3_demo_names_its_mixed_items(mimic3demo, config):
     text, problems = load_text_tables(mimic3demo)
     assert not problems
-    result = prepare(check_raw({name: table.frame for name, table in text.items()}).tables, config)
+    result = prepare(check_raw({name: table.frame for name, table in text.items()}).tables, as_text(config))
     (mixed,) = checks_of(result)["mixed_item_text"]
     assert "items 50809 Glucose (Blood) (1 row), 50835 Albumin, Ascites (Ascites) (4 rows), " in mixed.message
     assert "50993 Thyroid Stimulating Hormone (Blood) (3 rows) and 36 more (lines " in mixed.message  # 20 named
@@ -170,7 +180,7 @@ def test_saved_stats_and_vocabularies_are_reused_not_refitted(tables, config, pr
     # Stats fitted elsewhere are used as they are: an item they do not know gets z = 0.
     without_ast = dataclasses.replace(prepared.fitted.get("scale"), **{
         name: tuple(v for i, v in zip(prepared.fitted.get("scale").items_, getattr(prepared.fitted.get("scale"), name)) if i != 50878)
-        for name in ("items_", "mean_", "scale_", "count_", "rule_", "normal_count_")})
+        for name in ("items_", "mean_", "scale_", "count_", "rule_", "normal_count_", "transform_", "policy_")})
     reused = prepare(tables, config, fitted=(without_ast,))  # states in any order: by their kind
     assert (reused.edges.loc[reused.edges["ITEMID"] == 50878, "Z"] == 0.0).all()
     assert "50878" in next(f for f in reused.findings if f.check == "unseen_item").message
@@ -178,7 +188,8 @@ def test_saved_stats_and_vocabularies_are_reused_not_refitted(tables, config, pr
 
 # -- a stage that fails stops the flow ----------------------------------------------------------------
 def test_a_stage_error_stops_the_flow_and_is_reported(tables, config):
-    strict = dataclasses.replace(config, scale=dataclasses.replace(config.scale, warn_bound=10.0, error_bound=50.0))
+    strict = dataclasses.replace(config, scale=dataclasses.replace(
+        config.scale, warn_bound=10.0, error_bound=50.0, policy=MappingProxyType({"default": "none"})))  # raw z
     stopped = prepare(tables, strict)
     assert stopped.stopped_at == "scale"
     assert stopped.edges is None and stopped.fitted.get("fill") is None
@@ -588,22 +599,23 @@ class _Steps:
 
 
 def test_stages_run_in_one_pass_up_to_the_next_fit_that_reads_their_rows(tables, config, prepared):
-    """clean's fit reads the raw rows, encode's split's; the z-score fit is read with encode's (split's rows, which
-    encode only adds CODE to) and fill's constants read no row: two passes. A fill by the mean waits for scale's
-    rows; vocabularies and stats of an earlier run make one pass of all the stages. The results are the same."""
+    """text's fit reads the raw rows, clean's text's, encode's split's; the z-score fit is read with encode's
+    (split's rows, which encode only adds CODE to) and fill's constants read no row: three passes. A fill by the mean waits for scale's
+    rows; vocabularies and stats of an earlier run make one pass of all the stages after text (clean's item kinds
+    are learned from its rows). The results are the same."""
     steps = _Steps()
     assert prepare(tables, config, progress=steps).findings == prepared.findings
-    assert steps.names == ["clean+split", "encode+scale+fill+bucket+dedup"]
+    assert steps.names == ["text", "clean+split", "encode+scale+fill+bucket+dedup"]
 
     mean = dataclasses.replace(config, fill={**config.fill, "Z": dataclasses.replace(config.fill["Z"], policy="mean",
                                                                                         value=None)})
     steps = _Steps()
     by_mean = prepare(tables, mean, progress=steps)
-    assert steps.names == ["clean+split", "encode+scale", "fill+bucket+dedup"]
+    assert steps.names == ["text", "clean+split", "encode+scale", "fill+bucket+dedup"]
     assert by_mean.fitted.get("fill") != prepared.fitted.get("fill") and by_mean.fitted.get("scale") == prepared.fitted.get("scale")
 
     steps = _Steps()
     again = prepare(tables, config, fitted={"scale": prepared.fitted["scale"], "encode": prepared.fitted["encode"]},
                     progress=steps)
-    assert steps.names == ["clean+split+encode+scale+fill+bucket+dedup"]
+    assert steps.names == ["text", "clean+split+encode+scale+fill+bucket+dedup"]
     pd.testing.assert_frame_equal(again.edges, prepared.edges)

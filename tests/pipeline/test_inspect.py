@@ -71,7 +71,7 @@ def test_inspect_shows_the_feature_columns_and_where_the_raw_ids_are(built):
     lines = [line for line in result.output.splitlines() if line.startswith("features ")]
     assert lines == [f"features {name}: {', '.join(manifest['features'][name])}"
                      for name in ("admission.x", "labitem.x", "edge_attr")]
-    assert "features edge_attr: CODE, Z, Z_BOUNDED, Z_UNSEEN" in lines and "features labitem.x: FLUID_CODE, CATEGORY_CODE" in lines
+    assert "features edge_attr: CODE, Z, Z_BOUNDED, Z_CENSORED, Z_UNSEEN" in lines and "features labitem.x: FLUID_CODE, CATEGORY_CODE" in lines
     assert "node_id = arange(num_nodes)" in result.output and "admission.hadm_id" in result.output
     assert "labitem.itemid" in result.output
 

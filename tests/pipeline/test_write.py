@@ -159,7 +159,7 @@ def test_manifest_names_every_feature_column_the_graphs_hold(out, manifest, buil
     codes = ["ADMISSION_TYPE_CODE", "ADMISSION_LOCATION_CODE", "INSURANCE_CODE", "LANGUAGE_CODE", "RELIGION_CODE",
              "MARITAL_STATUS_CODE", "ETHNICITY_CODE"]
     assert manifest["features"] == {"admission.x": codes, "labitem.x": ["FLUID_CODE", "CATEGORY_CODE"],
-                                    "edge_attr": ["CODE", "Z", "Z_BOUNDED", "Z_UNSEEN"]}
+                                    "edge_attr": ["CODE", "Z", "Z_BOUNDED", "Z_CENSORED", "Z_UNSEEN"]}
     for split in SPLITS:
         for graph in load_graphs(out, split):
             assert graph["admission"].x.shape[1] == len(manifest["features"]["admission.x"])

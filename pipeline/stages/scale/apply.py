@@ -33,8 +33,9 @@ def zscores(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Opt
 
 
 def scaled(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Options.warn_bound,
-           strict: bool = True) -> tuple[pd.Series, pd.Series]:
-    """The z of each row with a number (NaN elsewhere) and whether the bound drew it in: each item's values
+           strict: bool = True) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """The z of each row with a number (NaN elsewhere), whether the bound drew it in, and the z before the bound
+    (what the error bound is held against: the bound must not hide a unit error): each item's values
     through its transform, then (x - mean) / scale with train stats; items unseen in train get 0; constant items
     are clipped at the stats' ``constant_bound``, 'clip' items at ``warn_bound``, and the items of a bounded
     policy bounded softly (:func:`soft_bound`). Nothing is checked but, when ``strict``, the log1p domain:
@@ -49,8 +50,9 @@ def scaled(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Opti
     clipped = events["ITEMID"].isin(stats.items_where(stats.policies, ("clip",)))
     z = z.where(~clipped, z.clip(-warn_bound, warn_bound))
     bounded = events["ITEMID"].isin(stats.items_where(stats.policies, BOUNDED)) & ~constant & values.notna()
+    unbounded = z.where(values.notna())
     z, drawn = soft_bound(z, stats.bound, bounded)
-    return z.where(values.notna()), drawn
+    return z.where(values.notna()), drawn, unbounded
 
 
 def soft_bound(z: pd.Series, bound: float, rows: pd.Series) -> tuple[pd.Series, pd.Series]:
@@ -70,12 +72,12 @@ def apply_zscore(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float 
                  error_bound: float = Options.error_bound) -> pd.DataFrame:
     """Z for every row with a number from the fitted stats (:func:`scaled`), with two 0/1 marks: Z_BOUNDED (the
     bound drew it in) and Z_UNSEEN (its item has no training row: Z = 0 carries no measurement)."""
-    z, drawn = scaled(events, stats, warn_bound=warn_bound)
+    z, drawn, unbounded = scaled(events, stats, warn_bound=warn_bound)
     number = events["VALUENUM"].notna()
-    nonfinite = number & pd.Series(~np.isfinite(z.to_numpy("float64", na_value=np.nan)), index=z.index)
+    nonfinite = number & pd.Series(~np.isfinite(unbounded.to_numpy("float64", na_value=np.nan)), index=z.index)
     _raise_if(nonfinite, events, "z_finite",
               "z-score that is inf or NaN", "Check the item's mean and scale in stats.json")
-    _raise_if(z.abs() > error_bound, events, "z_error_bound", f"|z| above the error bound {error_bound:g}",
+    _raise_if(unbounded.abs() > error_bound, events, "z_error_bound", f"|z| above the error bound {error_bound:g}",
               "Beyond any real measurement: the mark of a failed std guard or a unit error")
     unseen = number & ~events["ITEMID"].isin(stats.items_)
     return events.assign(Z=z.astype("float64"), Z_BOUNDED=drawn.astype("int8"), Z_UNSEEN=unseen.astype("int8"))
@@ -85,7 +87,7 @@ def apply_zscore(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float 
 def bounded_counts(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Options.warn_bound
                    ) -> pd.Series:
     """Per fitted item (all of them, in order), how many rows of ``events`` the bound draws in: parts add up."""
-    _, drawn = scaled(events, stats, warn_bound=warn_bound, strict=False)
+    _, drawn, _ = scaled(events, stats, warn_bound=warn_bound, strict=False)
     counts = events.loc[drawn.to_numpy(bool), "ITEMID"].value_counts()
     return counts.reindex(pd.Index(stats.items_, dtype="int64", name="ITEMID"), fill_value=0).astype("int64")
 

@@ -51,7 +51,9 @@ class Options(Section):
     warn_bound: float = setting(float, 100.0, low=0, high=MAX_Z_BOUND, above=True, doc="""
         |z| above warn_bound is a warning naming the items and the rule that scaled each (a heavy tail on an
         item fitted on its normal rows is real: AST reaches z ~ 1,100); above error_bound it is an error:
-        beyond any real measurement, the mark of a failed std guard. Both at most 1e15.""")
+        beyond any real measurement, the mark of a failed std guard or a unit error. The error bound is held
+        against the z before [scale] bound draws it in (a bound never hides a unit error), the warning bound
+        against the z handed on. Both at most 1e15.""")
     error_bound: float = setting(float, 1e6, low=0, high=MAX_Z_BOUND, above=True)
     range_widths: float = setting(float, 10.0, **POSITIVE, doc="""
         Where LABEVENTS has reference ranges (MIMIC-IV's ref_range_lower / ref_range_upper), each row above

@@ -6,6 +6,7 @@ even when the stage stopped the run on an error bound.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -16,7 +17,7 @@ from pipeline import page
 from pipeline.findings import format_items
 from pipeline.quarantine import LineMask
 from pipeline.stage import Shown
-from pipeline.stages.scale.apply import zscores
+from pipeline.stages.scale.apply import scaled
 from pipeline.stages.scale.fit import ZScoreStats
 from pipeline.stages.scale.options import Options
 
@@ -55,19 +56,22 @@ class DrawnZ:
                       beyond=np.concatenate([p.beyond for p in parts])[order], lines=lines[order])
 
 
-def z_scores(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, warn_bound: float,
+def z_scores(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, warn_bound: float, error_bound: float = math.inf,
              items: Iterable[int] | None = None) -> pd.DataFrame:
     """The z of each scaled lab row of a part of LABEVENTS (index = source line), computed from the fitted stats: the
     rows the scale stage saw (LABEVENTS less what clean quarantined: ``cleaned``), so the chart exists even when the
     scale stage stopped the run on an error bound; of ``items`` only, when given. ``seen`` is False for items unseen
-    in train (z = 0)."""
+    in train (z = 0). ``beyond``: the z handed on is above ``warn_bound``, or the z before [scale] bound drew it
+    in is above ``error_bound`` or not finite (what stops the stage)."""
     chosen = ~cleaned.of(part.index.to_numpy("int64")) & part["VALUENUM"].notna().to_numpy() \
         & part["ITEMID"].notna().to_numpy()
     if items is not None:
         chosen &= part["ITEMID"].isin(list(items)).to_numpy()
     rows = part.loc[chosen, ["ITEMID", "VALUENUM"]].astype({"ITEMID": "int64", "VALUENUM": "float64"})
-    z = zscores(rows, stats, warn_bound=warn_bound, strict=False)
-    return pd.DataFrame({"ITEMID": rows["ITEMID"], "Z": z.astype("float64"), "seen": rows["ITEMID"].isin(stats.items_)})
+    z, _, before = scaled(rows, stats, warn_bound=warn_bound, strict=False)
+    beyond = (z.abs() > warn_bound) | (before.abs() > error_bound) | ~np.isfinite(before)
+    return pd.DataFrame({"ITEMID": rows["ITEMID"], "Z": z.astype("float64"), "seen": rows["ITEMID"].isin(stats.items_),
+                         "beyond": beyond.to_numpy(bool)}, index=rows.index)
 
 
 def _z_sources(shown: Shown) -> tuple | None:
@@ -78,14 +82,15 @@ def _z_sources(shown: Shown) -> tuple | None:
     return stats, shown.prepared.quarantine.taken("LABEVENTS", "clean")
 
 
-def _part_summary(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, warn_bound: float) -> pd.DataFrame:
+def _part_summary(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, warn_bound: float,
+                  error_bound: float = math.inf) -> pd.DataFrame:
     """Per ITEMID of one part: rows, non-finite z, max finite |z|, rows above the bound or not finite, seen."""
-    z = z_scores(part, stats, cleaned, warn_bound=warn_bound)
+    z = z_scores(part, stats, cleaned, warn_bound=warn_bound, error_bound=error_bound)
     absolute = z["Z"].abs()
     finite = np.isfinite(z["Z"])
     frame = pd.DataFrame({"ITEMID": z["ITEMID"], "abs": absolute.where(finite),
                           "nonfinite": (~finite).astype("int64"),
-                          "flagged": ((absolute > warn_bound) | ~finite).astype("int64"), "seen": z["seen"]})
+                          "flagged": (z["beyond"] | ~finite).astype("int64"), "seen": z["seen"]})
     return frame.groupby("ITEMID", sort=True).agg(
         rows=("abs", "size"), nonfinite=("nonfinite", "sum"), max_abs=("abs", "max"), flagged=("flagged", "sum"),
         seen=("seen", "any"))
@@ -97,7 +102,7 @@ def z_summary(shown: Shown) -> pd.DataFrame:
     sources = _z_sources(shown)
     summaries = [] if sources is None else list(shown.engine.per_part(
         _part_summary, shown.tables.labevents, *sources, columns=["ITEMID", "VALUENUM"],
-        warn_bound=shown.options.warn_bound))
+        warn_bound=shown.options.warn_bound, error_bound=shown.options.error_bound))
     if not summaries:
         return pd.DataFrame({"rows": [], "nonfinite": [], "max_abs": [], "flagged": [], "seen": []},
                             index=pd.Index([], name="ITEMID", dtype="int64")).astype(
@@ -107,16 +112,16 @@ def z_summary(shown: Shown) -> pd.DataFrame:
     return summary.assign(max_abs=summary["max_abs"].fillna(0.0))
 
 
-def _part_drawn(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, warn_bound: float,
-                items: list[int]) -> dict[int, DrawnZ]:
+def _part_drawn(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, warn_bound: float, items: list[int],
+                error_bound: float = math.inf) -> dict[int, DrawnZ]:
     """The drawn items' z of one part (:class:`DrawnZ`), by ITEMID."""
-    z = z_scores(part, stats, cleaned, warn_bound=warn_bound, items=items)
+    z = z_scores(part, stats, cleaned, warn_bound=warn_bound, error_bound=error_bound, items=items)
     z = z[z["seen"] & np.isfinite(z["Z"])]
     order = np.argsort(z["ITEMID"].to_numpy("int64"), kind="stable")  # by item, each in the part's row order
     item, values, lines = (z["ITEMID"].to_numpy("int64")[order], z["Z"].to_numpy("float64")[order],
                            z.index.to_numpy("int64")[order])
     starts = np.flatnonzero(np.r_[True, item[1:] != item[:-1]]) if len(item) else np.array([], dtype="int64")
-    beyond = np.abs(values) > warn_bound
+    beyond = z["beyond"].to_numpy(bool)[order]
     return {int(item[start]): DrawnZ(values=np.sort(values[start:stop]), beyond=values[start:stop][beyond[start:stop]],
                                      lines=lines[start:stop][beyond[start:stop]])
             for start, stop in zip(starts, [*starts[1:], len(item)])}
@@ -129,7 +134,7 @@ def drawn_z(shown: Shown, items: Iterable[int]) -> dict[int, DrawnZ]:
     if sources is not None:
         for drawn in shown.engine.per_part(_part_drawn, shown.tables.labevents, *sources,
                                            columns=["ITEMID", "VALUENUM"],
-                                           warn_bound=shown.options.warn_bound, items=[int(item) for item in items]):
+                                           error_bound=shown.options.error_bound, warn_bound=shown.options.warn_bound, items=[int(item) for item in items]):
             for item, part in drawn.items():
                 found.setdefault(item, []).append(part)
     return {item: DrawnZ.combine(parts) for item, parts in sorted(found.items())}

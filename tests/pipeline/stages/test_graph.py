@@ -161,7 +161,7 @@ def test_feature_columns_name_every_tensor_column_in_order(graphs, prepared, joi
     names = feature_columns(prepared.edges, prepared.admissions)
     assert names == {"admission.x": admission_feature_columns(prepared.admissions),
                      "labitem.x": ["FLUID_CODE", "CATEGORY_CODE"],
-                     "edge_attr": ["CODE", "Z", "Z_BOUNDED", "Z_UNSEEN"]}
+                     "edge_attr": ["CODE", "Z", "Z_BOUNDED", "Z_CENSORED", "Z_UNSEEN"]}
     for g in graphs:
         assert g.data["admission"].x.shape[1] == len(names["admission.x"])
         assert g.data["labitem"].x.shape[1] == len(names["labitem.x"])
@@ -177,11 +177,11 @@ def test_fills_indicators_become_edge_attr_columns_named_after_them(tables, conf
     prepared = prepare(tables, dataclasses.replace(config, fill=policies))
     assert prepared.stopped_at is None
     names = feature_columns(prepared.edges, prepared.admissions)["edge_attr"]
-    assert names == ["CODE", "Z", "CODE_MISSING", "Z_BOUNDED", "Z_MISSING", "Z_UNSEEN"]  # the marks by name
+    assert names == ["CODE", "Z", "CODE_MISSING", "Z_BOUNDED", "Z_CENSORED", "Z_MISSING", "Z_UNSEEN"]  # by name
     graphs = build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=BATCH)
     edges = edge_frame(graphs).merge(prepared.edges, on=["HADM_ID", "ITEMID", "TIMESTEP"], validate="one_to_one")
     attr = torch.cat([g.data[EDGE].edge_attr for g in graphs]).numpy()
-    assert attr.shape == (len(prepared.edges), 6)
+    assert attr.shape == (len(prepared.edges), 7)
     np.testing.assert_array_equal(attr, edges[names].to_numpy("float32"))
     assert attr[:, names.index("Z_MISSING")].sum() == prepared.edges["Z_MISSING"].sum() > 0
     limits = graph_limits(prepared.fitted.get("encode"), prepared.admissions, max_timestep=config.bucket.max_timestep)
@@ -318,7 +318,7 @@ def test_edge_tensors_have_the_types_and_shapes_of_pyg(graphs):
         store = g.data[EDGE]
         edges = store.edge_index.shape[1]
         assert store.edge_index.dtype == torch.int64 and store.edge_index.shape == (2, edges) and edges > 0
-        assert store.edge_attr.dtype == torch.float32 and store.edge_attr.shape == (edges, 4)
+        assert store.edge_attr.dtype == torch.float32 and store.edge_attr.shape == (edges, 5)
         assert store.timestep.dtype == torch.int64 and store.timestep.shape == (edges,)
         assert store.is_history.dtype == torch.bool and store.is_history.shape == (edges,)
 

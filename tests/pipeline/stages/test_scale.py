@@ -665,7 +665,7 @@ def test_on_the_mimic3_demo_no_varying_item_is_constant_and_fallback_z_stays_sma
     constant = list(stats.constant_items_)
     assert constant and (spread.loc[constant, "min"] == spread.loc[constant, "max"]).all()
     assert not set(spread.index[spread["min"] < spread["max"]]) & set(constant)
-    assert (len(constant), len(stats.fallback_items_)) == (47, 91)  # 64 and 38 when scale 1 meant constant
+    assert (len(constant), len(stats.fallback_items_)) == (43, 92)  # 64 and 38 when scale 1 meant constant
     assert stats.table().loc[D_DIMER, "rule"] == "all"
     rule = edges["ITEMID"].map(stats.table()["rule"])
     z = edges["Z"].abs()
@@ -784,5 +784,5 @@ def test_on_the_mimic3_demo_the_default_z_is_bounded_in_order_and_every_bounded_
     (bounded,) = [f for f in demo_default.findings if f.check == "z_bounded"]
     assert bounded.severity == "info" and "51274 PT (Blood)" in bounded.message
     unseen = numbers[numbers["Z_UNSEEN"] == 1]
-    assert len(unseen) == 79 and (unseen["Z"] == 0).all() and not unseen["ITEMID"].isin(stats.items_).any()
+    assert len(unseen) == 83 and (unseen["Z"] == 0).all() and not unseen["ITEMID"].isin(stats.items_).any()
     assert "asinh" in stats.transforms and set(stats.policies) == {"auto"}
