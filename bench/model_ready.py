@@ -13,8 +13,7 @@ import numpy as np
 
 from pipeline.write import read_graph, read_manifest
 from schemas.graph import EDGE
-
-KNOWN_AFTER = ("DISCHARGE_LOCATION", "HOSPITAL_EXPIRE_FLAG", "DEATHTIME", "DISCHTIME")
+from schemas.raw import KNOWN_AFTER_ADMISSION
 
 
 def figures(out: Path) -> dict:
@@ -40,7 +39,7 @@ def figures(out: Path) -> dict:
             "kept_rows": manifest.get("accounting", {}).get("LABEVENTS", {}).get("kept"),
             "admission_x": manifest["features"]["admission.x"],
             "admission_x_known_after": [c for c in manifest["features"]["admission.x"]
-                                        if c.removesuffix("_CODE") in KNOWN_AFTER],
+                                        if c.removesuffix("_CODE") in KNOWN_AFTER_ADMISSION],
             "attrition": attrition.get("message", "")[:200]}
 
 

@@ -22,7 +22,7 @@ CHECKS = (  # what the scale stage finds (schemas.checks puts them into the cata
               "differences; the item varies outside train, so more training rows would give it a real scale."),
     CheckInfo("unseen_item", "scale", WARNING, "numeric lab item not seen in the training split",
               "Its rows get z = 0, marked Z_UNSEEN = 1 in edge_attr: they carry no information about the value."),
-    CheckInfo("z_bounded", "scale", INFO, "values whose z the bound drew in",
+    CheckInfo("z_bounded", "scale", INFO, "values whose z a bound changed",
               "Heavy tails are real but would dominate a model: beyond [scale] bound / 2 their z is drawn in "
               "under the bound, order kept, and marked Z_BOUNDED. [scale.policy] \"none\" gives the raw z."),
     CheckInfo("policy_group_unknown", "scale", WARNING, "[scale.policy] group naming no category or fluid",

@@ -120,3 +120,15 @@ def _lab(data: Dataset, subject: str, hadm: int, item: int, at: pd.Timestamp, va
     rows.append([str(len(rows) + 1), subject, str(hadm), str(70_000_000 + len(rows)), str(item), "P12345",
                  _time(at), _time(at + pd.Timedelta(hours=1)), value, valuenum, unit, lower, upper, "", "ROUTINE",
                  comments])
+
+
+def in_mimic4_layout(mimic3: Path, folder: Path) -> Path:
+    """MIMIC-III-layout tables (``ADMISSIONS.csv`` ...) written as MIMIC-IV lays them out: ``hosp/*.csv.gz`` with
+    lower-case headers and MIMIC-IV's names (``ethnicity`` is ``race``); the values as they are. ``folder``."""
+    names = {"ADMISSIONS": "admissions", "D_LABITEMS": "d_labitems", "LABEVENTS": "labevents"}
+    (folder / "hosp").mkdir(parents=True, exist_ok=True)
+    for table, name in names.items():
+        frame = pd.read_csv(mimic3 / f"{table}.csv", dtype="str", keep_default_na=False)
+        frame.columns = [{"ETHNICITY": "race"}.get(column, column.lower()) for column in frame.columns]
+        frame.to_csv(folder / "hosp" / f"{name}.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})
+    return folder

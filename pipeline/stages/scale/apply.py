@@ -34,8 +34,9 @@ def zscores(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Opt
 
 def scaled(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Options.warn_bound,
            strict: bool = True) -> tuple[pd.Series, pd.Series, pd.Series]:
-    """The z of each row with a number (NaN elsewhere), whether the bound drew it in, and the z before the bound
-    (what the error bound is held against: the bound must not hide a unit error): each item's values
+    """The z of each row with a number (NaN elsewhere), whether a bound changed it (Z_BOUNDED: the soft bound, a
+    constant item's ``constant_bound``, a 'clip' item's ``warn_bound``), and the z before any bound (what the
+    error bound is held against: a bound must not hide a unit error): each item's values
     through its transform, then (x - mean) / scale with train stats; items unseen in train get 0; constant items
     are clipped at the stats' ``constant_bound``, 'clip' items at ``warn_bound``, and the items of a bounded
     policy bounded softly (:func:`soft_bound`). Nothing is checked but, when ``strict``, the log1p domain:
@@ -45,14 +46,15 @@ def scaled(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Opti
     mean, scale = events["ITEMID"].map(table["mean"]), events["ITEMID"].map(table["scale"])
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         z = ((values - mean) / scale).where(mean.notna(), 0.0)
-    constant = events["ITEMID"].isin(stats.constant_items_)
-    z = z.where(~constant, z.clip(-stats.constant_bound, stats.constant_bound))
-    clipped = events["ITEMID"].isin(stats.items_where(stats.policies, ("clip",)))
-    z = z.where(~clipped, z.clip(-warn_bound, warn_bound))
-    bounded = events["ITEMID"].isin(stats.items_where(stats.policies, BOUNDED)) & ~constant & values.notna()
     unbounded = z.where(values.notna())
+    constant = events["ITEMID"].isin(stats.constant_items_)
+    clipped = events["ITEMID"].isin(stats.items_where(stats.policies, ("clip",)))
+    limit = pd.Series(np.where(constant, stats.constant_bound, np.where(clipped, warn_bound, np.inf)), index=z.index)
+    cut = z.abs() > limit  # a constant item's other values, a 'clip' item's beyond the warning bound
+    z = z.clip(-limit, limit)
+    bounded = events["ITEMID"].isin(stats.items_where(stats.policies, BOUNDED)) & ~constant & values.notna()
     z, drawn = soft_bound(z, stats.bound, bounded)
-    return z.where(values.notna()), drawn, unbounded
+    return z.where(values.notna()), (drawn | cut) & values.notna(), unbounded
 
 
 def soft_bound(z: pd.Series, bound: float, rows: pd.Series) -> tuple[pd.Series, pd.Series]:
@@ -205,8 +207,9 @@ def _bounded_finding(bounded: pd.Series, stats: ZScoreStats, *, names: Mapping[i
     total = int(counts.sum())
     return [summary_finding(
         stage=NAME, check="z_bounded", table="LABEVENTS", column="Z", count=total,
-        message=f"{total} value(s) of {len(counts)} item(s) beyond |z| {stats.bound / 2:g} drawn in under "
-                f"[scale] bound {stats.bound:g}, each marked Z_BOUNDED = 1 in edge_attr, their order kept: ITEMID "
+        message=f"{total} value(s) of {len(counts)} item(s) changed by a bound (beyond |z| {stats.bound / 2:g} "
+                f"drawn in under [scale] bound {stats.bound:g}, order kept; a constant item's other values at "
+                f"constant_bound {stats.constant_bound:g}), each marked Z_BOUNDED = 1 in edge_attr: ITEMID "
                 f"{format_items(counts, names=names, limit=max_lines)}")]
 
 
