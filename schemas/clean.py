@@ -18,7 +18,8 @@ CHECKS = (  # what the clean stage finds (schemas.checks puts them into the cata
     CheckInfo("quarantine_admission", "clean", WARNING, "lab rows of an admission that failed a raw check",
               "The admission's key or times are unusable; see the ADMISSIONS findings."),
     CheckInfo("mixed_item_text", "clean", WARNING, "non-numeric value in numeric item",
-              "Mixed items' text rows ('<0.01', 'See Comments') are quarantined; map them to numbers to keep them."),
+              "Text the text stage could not read as a number ('See Comments', '0-2', 'TR'); declare a word's "
+              "number in [clean.text_values] to keep its rows (censored results such as '<0.01' are read already)."),
     CheckInfo("result_in_comments", "clean", WARNING, "lab rows whose result is only in COMMENTS",
               "MIMIC-IV writes some results ('NEG.', 'UNABLE TO REPORT.') only in comments, with VALUE and "
               "VALUENUM empty. They are quarantined by default; [comments] empty_value = \"category\" keeps them "
