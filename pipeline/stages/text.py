@@ -238,7 +238,7 @@ def sections(shown: Shown) -> list[str]:
                          numeric={2, 3, 4}, sortable=True) + more + "</section>"]
 
 
-STAGE = Stage(NAME, colour="#17becf", plan=plan, options=Options, takes=LabEvents, gives=TextEvents,
+STAGE = Stage(NAME, colour="#aec7e8", plan=plan, options=Options, takes=LabEvents, gives=TextEvents,
               fit=Fit(whole=fit_numbered, partial=count_numbered, combine=add_numbered, finish=numbered_from_counts,
                       inputs=fit_inputs, state=NumberedItems, saved_as="text_values"),
               by_admission=True, filters=False, writes=("VALUENUM", CENSORED), sections=sections)

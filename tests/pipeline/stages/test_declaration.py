@@ -167,3 +167,9 @@ def test_a_fit_read_ahead_is_the_fit_of_its_own_stages_rows(sample_dir):
     assert validation.prepared.fitted.get("scale") == fit_zscore(
         engine.seen[scale][0], eps=options.eps, clip_sigma=options.clip_sigma, min_rows=options.min_rows,
         constant_bound=options.constant_bound, policy=options.policy)
+
+
+def test_each_declared_stage_has_a_colour_of_its_own():
+    """The HTML report tells stages apart by colour: two stages of the list never share one."""
+    colours = [stage.colour for stage in STAGES]
+    assert len(set(colours)) == len(colours), colours
