@@ -291,7 +291,11 @@ class _Run:
             self.context = self._for(stage)
             if stage.fit is not None and stage.name not in self.context.fitted:
                 rows, args, kwargs = stage.fit.inputs(self.events, self.context)
-                state = self.engine.fit(stage.fit, rows, *args, **kwargs)
+                # A fit that reads the rows, within a pass: the stages before it were replayable (stage_pass), and
+                # it reads the rows their calls give.
+                calls = tuple(call for plan in plans for call in plan.calls)
+                fit = stage.fit.replaying(calls) if stage.fit.reads_rows(self.context.options) else stage.fit
+                state = self.engine.fit(fit, rows, *args, **kwargs)
                 self.context = replace(self.context, fitted={**self.context.fitted, stage.name: state})
             try:
                 plans.append(stage.plan(self.context))

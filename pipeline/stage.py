@@ -66,6 +66,9 @@ class Stage:
     by_admission: bool = False
     filters: bool = True
     writes: tuple[str, ...] | None = None
+    # Its calls are cheap: the next stage's fit may read the rows they give by replaying them on the rows they take
+    # (:meth:`Fit.replaying`), so the pass goes on through that stage instead of ending before it.
+    replay: bool = False
     progress: tuple[str, ...] = ()  # the progress steps it shows (default: its name, when it runs)
     # The split each admission will get, known from the raw ADMISSIONS and the stage's options alone (HADM_ID,
     # SPLIT; None when the stage will fail): how an engine cuts lab rows into parts before any stage runs.
@@ -213,11 +216,18 @@ def _waits_for_rows(stage: Stage, config: Any, fitted: Collection[str]) -> bool:
 
 def stage_pass(prepare: Sequence[Stage], start: int, config: Any, fitted: Collection[str] = ()) -> tuple[Stage, ...]:
     """The stages of ``prepare`` (those that work on the lab rows, in order) from ``start`` that work on the rows in
-    one pass: up to the next one whose fit waits for its rows (``fitted``: the stages whose state is known)."""
+    one pass: up to the next one whose fit waits for its rows (``fitted``: the stages whose state is known), unless
+    every stage before it in the pass may be replayed for its fit (:attr:`Stage.replay`)."""
     end = start + 1
-    while end < len(prepare) and not _waits_for_rows(prepare[end], config, fitted):
+    while end < len(prepare) and (not _waits_for_rows(prepare[end], config, fitted)
+                                  or _replays(prepare[start:end], prepare[end])):
         end += 1
     return tuple(prepare[start:end])
+
+
+def _replays(before: Sequence[Stage], stage: Stage) -> bool:
+    """Whether ``stage``'s fit can read the rows of the stages ``before`` it by replaying their calls."""
+    return all(s.replay for s in before) and stage.fit is not None and stage.fit.parts is None
 
 
 def fits_ahead(prepare: Sequence[Stage], end: int, config: Any, fitted: Collection[str] = ()

@@ -8,7 +8,8 @@ A stage's plan (:class:`pipeline.stage.Plan`) is made of :class:`Call` s; a stag
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 import pandas as pd
@@ -66,6 +67,23 @@ class Fit:
 
     def reads_rows(self, options: Any) -> bool:
         return self.rows is None or self.rows(options)
+
+    def replaying(self, calls: tuple[Call, ...]) -> "Fit":
+        """The same fit of the rows ``calls`` give (each applied in turn to what the one before gave): read from the
+        rows before them, so it needs no pass of its own (see :attr:`pipeline.stage.Stage.replay`)."""
+        if not calls:
+            return self
+        return replace(self, whole=functools.partial(replayed, calls=calls, then=self.whole),
+                       partial=None if self.partial is None else functools.partial(replayed, calls=calls,
+                                                                                   then=self.partial))
+
+
+def replayed(part: Any, *args: Any, calls: tuple[Call, ...], then: Callable[..., Any], **kwargs: Any) -> Any:
+    """``then`` of what ``calls`` make of ``part``, one after another (a call's :class:`Kept` hands on its rows)."""
+    for call in calls:
+        made = call(part)
+        part = made.frame if isinstance(made, Kept) else made
+    return then(part, *args, **kwargs)
 
 
 @dataclass(frozen=True)

@@ -241,4 +241,4 @@ def sections(shown: Shown) -> list[str]:
 STAGE = Stage(NAME, colour="#aec7e8", plan=plan, options=Options, takes=LabEvents, gives=TextEvents,
               fit=Fit(whole=fit_numbered, partial=count_numbered, combine=add_numbered, finish=numbered_from_counts,
                       inputs=fit_inputs, state=NumberedItems, saved_as="text_values"),
-              by_admission=True, filters=False, writes=("VALUENUM", CENSORED), sections=sections)
+              by_admission=True, filters=False, writes=("VALUENUM", CENSORED), replay=True, sections=sections)

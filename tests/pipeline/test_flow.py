@@ -599,23 +599,23 @@ class _Steps:
 
 
 def test_stages_run_in_one_pass_up_to_the_next_fit_that_reads_their_rows(tables, config, prepared):
-    """text's fit reads the raw rows, clean's text's, encode's split's; the z-score fit is read with encode's
-    (split's rows, which encode only adds CODE to) and fill's constants read no row: three passes. A fill by the mean waits for scale's
-    rows; vocabularies and stats of an earlier run make one pass of all the stages after text (clean's item kinds
-    are learned from its rows). The results are the same."""
+    """text's fit reads the raw rows, clean's the rows text gives (its calls replayed on the raw rows: Stage.replay),
+    encode's split's; the z-score fit is read with encode's (split's rows, which encode only adds CODE to) and
+    fill's constants read no row: two passes. A fill by the mean waits for scale's
+    rows; vocabularies and stats of an earlier run make one pass of all the stages. The results are the same."""
     steps = _Steps()
     assert prepare(tables, config, progress=steps).findings == prepared.findings
-    assert steps.names == ["text", "clean+split", "encode+scale+fill+bucket+dedup"]
+    assert steps.names == ["text+clean+split", "encode+scale+fill+bucket+dedup"]
 
     mean = dataclasses.replace(config, fill={**config.fill, "Z": dataclasses.replace(config.fill["Z"], policy="mean",
                                                                                         value=None)})
     steps = _Steps()
     by_mean = prepare(tables, mean, progress=steps)
-    assert steps.names == ["text", "clean+split", "encode+scale", "fill+bucket+dedup"]
+    assert steps.names == ["text+clean+split", "encode+scale", "fill+bucket+dedup"]
     assert by_mean.fitted.get("fill") != prepared.fitted.get("fill") and by_mean.fitted.get("scale") == prepared.fitted.get("scale")
 
     steps = _Steps()
     again = prepare(tables, config, fitted={"scale": prepared.fitted["scale"], "encode": prepared.fitted["encode"]},
                     progress=steps)
-    assert steps.names == ["text", "clean+split+encode+scale+fill+bucket+dedup"]
+    assert steps.names == ["text+clean+split+encode+scale+fill+bucket+dedup"]
     pd.testing.assert_frame_equal(again.edges, prepared.edges)

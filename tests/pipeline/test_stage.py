@@ -3,7 +3,7 @@ declaration implies, saved states matched to their stage, the ledger's judgement
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
 import pandas as pd
@@ -12,10 +12,10 @@ import pytest
 from pipeline.engines import PANDAS
 from pipeline.ledgers import Prepared, dropped
 from pipeline.parse import RawTables
-from pipeline.quarantine import Step
+from pipeline.quarantine import Kept, Step
 from pipeline.shared import reads
 from pipeline.stage import Drop, Ledger, Order, Reason, Stage, in_flow_order, passes
-from pipeline.work import Fit
+from pipeline.work import Call, Fit
 from schemas.catalogue import INFO, CheckInfo
 from schemas.errors import StageError
 
@@ -80,6 +80,23 @@ def test_a_mergeable_fit_is_read_from_the_rows_of_the_pass_before_it():
     # b's fit is read from a's rows, and so is the later early fit: b keeps every row and writes no column it reads
     assert [([s.name for s in p.stages], [s.name for s in p.ahead]) for p in cut] == [(["a"], ["b", "early"]),
                                                                                    (["b", "early"], [])]
+
+
+def test_a_fit_after_replayable_stages_goes_on_in_their_pass_and_reads_the_rows_they_give():
+    cheap = Stage("cheap", colour="#000000", plan=_plan, replay=True, writes=("A",))
+    b = Stage("b", colour="#000000", plan=_plan, fit=_fit(partial=_count_a), writes=("B",))
+    custom = Stage("custom", colour="#000000", plan=_plan, fit=replace(_fit(), parts=lambda keep, each: None))
+    assert [[s.name for s in p.stages] for p in passes((cheap, b), config=None)] == [["cheap", "b"]]
+    assert [[s.name for s in p.stages] for p in passes((cheap, b, Stage("c", colour="#000000", plan=_plan),
+                                                        custom), config=None)] == [["cheap", "b", "c"], ["custom"]]
+    # The fit reads what the calls give, each in turn: here rows doubled, then one taken away.
+    doubled = Call(lambda part: pd.concat([part, part]))
+    kept = Call(lambda part: Kept(frame=part.iloc[1:]))
+    fit = _fit(partial=_count_a).replaying((doubled, kept))
+    rows = pd.DataFrame({"A": [1, 2, 3]})
+    assert fit.whole(rows) == Counts(5) and fit.partial(rows) == 5
+    plain = _fit()
+    assert plain.replaying(()) is plain  # nothing to replay: the fit as it is
 
 
 def test_a_fit_that_reads_no_row_waits_for_nothing():
