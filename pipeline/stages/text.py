@@ -75,6 +75,11 @@ def _word(text: str) -> str:
     return text.strip().rstrip(".").strip().upper()
 
 
+def _words(values: pd.Series) -> pd.Series:
+    """:func:`_word` of every value, vectorized."""
+    return values.str.strip().str.rstrip(".").str.strip().str.upper()
+
+
 @dataclass(frozen=True)
 class NumberedItems:
     """Per lab item that has numbers (sorted by ITEMID): its rows with a number, with censored text and with a
@@ -107,11 +112,12 @@ def read_text(events: pd.DataFrame, *, censored: bool = Options.censored,
     if "REJECT" in events:
         text &= events["REJECT"].isna()
     values = events.loc[text.to_numpy(bool), "VALUE"].astype("str")
-    parts = values.str.extract(CENSORING) if censored else \
-        pd.DataFrame({0: pd.Series(pd.NA, index=values.index, dtype="str"), 1: pd.Series(pd.NA, index=values.index)})
+    # Only text that starts like a censored result goes through the pattern (most text is a category's word).
+    signed = values[values.str.match(r"^\s*[<>lLgG]").to_numpy(bool)] if censored else values.iloc[:0]
+    parts = signed.str.extract(CENSORING)
     number = pd.to_numeric(parts[1], errors="coerce").astype("float64").reindex(values.index)
     direction = parts[0].str.upper().map(DIRECTION).reindex(values.index)
-    mapped = values.map(_word).map(dict(text_values)).astype("float64")
+    mapped = _words(values).map(dict(text_values)).astype("float64")
     number = number.where(number.abs() <= DEFAULT_VALUENUM_ABS_BOUND)
     direction = direction.where(number.notna())
     return pd.DataFrame({"NUMBER": number.fillna(mapped), "CENSORED": direction.fillna(0).astype("int8"),
