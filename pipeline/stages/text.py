@@ -116,7 +116,7 @@ def read_text(events: pd.DataFrame, *, censored: bool = Options.censored,
     signed = values[values.str.match(r"^\s*[<>lLgG]").to_numpy(bool)] if censored else values.iloc[:0]
     parts = signed.str.extract(CENSORING)
     number = pd.to_numeric(parts[1], errors="coerce").astype("float64").reindex(values.index)
-    direction = parts[0].str.upper().map(DIRECTION).reindex(values.index)
+    direction = pd.to_numeric(parts[0].str.upper().map(DIRECTION), errors="coerce").reindex(values.index)
     mapped = _words(values).map(dict(text_values)).astype("float64")
     number = number.where(number.abs() <= DEFAULT_VALUENUM_ABS_BOUND)
     direction = direction.where(number.notna())

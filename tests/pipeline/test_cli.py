@@ -135,7 +135,7 @@ def test_log_mode_prints_plain_progress_to_stderr_and_the_summary_last(tmp_path)
     assert "\x1b[" not in done.stdout + done.stderr  # not a terminal: no colour, no bars
     progress = done.stderr.splitlines()
     assert [line.split()[1] for line in progress[:2]] == ["read", "check"]
-    assert any(line.startswith("badpoints: clean") and "rows/s" in line for line in progress)
+    assert any(line.startswith("badpoints: text+clean") and "rows/s" in line for line in progress)
     assert "badpoints:" not in done.stdout
     summary = done.stdout[done.stdout.index("summary\n"):].splitlines()
     assert summary[-1] == "status: warnings (0 errors, 9 warnings, 17 notes)"

@@ -36,7 +36,7 @@ def test_validate_reports_every_step_in_flow_order_with_rows():
     steps = [call[1] for call in recorder.calls if call[0] == "step"]
     assert tuple(steps) == steps_of(load_config())
     rows = {call[1]: call[2] for call in recorder.calls if call[0] == "step"}
-    assert rows["clean+split"] == 13_041 and rows["check LABEVENTS"] == 13_041
+    assert rows["text+clean+split"] == 13_041 and rows["check LABEVENTS"] == 13_041
     assert ("rows", 13_041) in recorder.calls  # the table's rows, known once it was read
     assert recorder.calls[-1] == ("end",)
     assert validation.exit_code == 0
