@@ -105,10 +105,14 @@ class NumberedItems:
 
 
 def read_text(events: pd.DataFrame, *, censored: bool = Options.censored,
-              text_values: Mapping[str, float] = DEFAULT_TEXT_VALUES) -> pd.DataFrame:
-    """Per row that passed the raw checks and has text but no number: the number its text stands for (NaN: none)
-    and its censoring (-1, +1; 0 for a mapped word), as NUMBER and CENSORED, indexed like those rows."""
+              text_values: Mapping[str, float] = DEFAULT_TEXT_VALUES,
+              items: Sequence[int] | None = None) -> pd.DataFrame:
+    """Per row that passed the raw checks and has text but no number (of ``items`` only, when given): the number
+    its text stands for (NaN: none) and its censoring (-1, +1; 0 for a mapped word), as NUMBER and CENSORED,
+    indexed like those rows."""
     text = events["VALUE"].notna() & events["VALUENUM"].isna() & events["ITEMID"].notna()
+    if items is not None:
+        text &= events["ITEMID"].isin(items)
     if "REJECT" in events:
         text &= events["REJECT"].isna()
     values = events.loc[text.to_numpy(bool), "VALUE"].astype("str")
@@ -163,9 +167,8 @@ def fit_numbered(events: pd.DataFrame, *, censored: bool = Options.censored,
 def read_numbers(events: pd.DataFrame, numbered: NumberedItems, *, censored: bool = Options.censored,
                  text_values: Mapping[str, float] = DEFAULT_TEXT_VALUES) -> pd.DataFrame:
     """VALUENUM for the censored and mapped text of the items that have numbers, with Z_CENSORED (-1, 0, +1)."""
-    read = read_text(events, censored=censored, text_values=text_values)
-    taken = read["NUMBER"].notna() & events.loc[read.index, "ITEMID"].isin(numbered.items_)
-    read = read[taken.to_numpy(bool)]
+    read = read_text(events, censored=censored, text_values=text_values, items=numbered.items_)
+    read = read[read["NUMBER"].notna().to_numpy(bool)]
     mark = pd.Series(np.int8(0), index=events.index)
     mark.loc[read.index] = read["CENSORED"].to_numpy("int8")
     values = events["VALUENUM"].copy()
@@ -177,9 +180,9 @@ def read_numbers(events: pd.DataFrame, numbered: NumberedItems, *, censored: boo
 def read_counts(events: pd.DataFrame, numbered: NumberedItems, *, censored: bool = Options.censored,
                 text_values: Mapping[str, float] = DEFAULT_TEXT_VALUES) -> pd.DataFrame:
     """Per item, the rows :func:`read_numbers` turns into numbers: CENSORED and MAPPED (parts add up)."""
-    read = read_text(events, censored=censored, text_values=text_values)
+    read = read_text(events, censored=censored, text_values=text_values, items=numbered.items_)
     items = events.loc[read.index, "ITEMID"]
-    read = read[(read["NUMBER"].notna() & items.isin(numbered.items_)).to_numpy(bool)]
+    read = read[read["NUMBER"].notna().to_numpy(bool)]
     frame = pd.DataFrame({"CENSORED": (read["CENSORED"] != 0).astype("int64"), "MAPPED": read["WORD"].astype("int64")})
     counts = frame.groupby(items.loc[read.index].to_numpy("int64")).sum()
     return counts.reindex(pd.Index(numbered.items_, dtype="int64", name="ITEMID"), fill_value=0)

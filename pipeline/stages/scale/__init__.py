@@ -43,7 +43,7 @@ from pipeline.stages.scale.fit import (BASES, ZScoreStats, add_fit_rows, add_sum
                                       fit_by_passes, fit_from_rows, fit_from_sums, fit_rows, fit_sums, fit_zscore,
                                       item_sums, item_transforms)
 from pipeline.stages.scale.options import (BOUNDED, DEFAULT_POLICY, MAX_Z_BOUND, NAME, POLICIES, RULES,  # noqa: F401
-                                           TRANSFORMS, Options, item_policies, policy_of, unmatched_groups)
+                                           TRANSFORMS, Options, item_policies, policy_of, rows_with, unmatched_groups)
 from pipeline.stages.scale.view import sections
 from schemas.encode import EncodedEvents
 from schemas.scale import ScaledEvents

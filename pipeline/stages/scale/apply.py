@@ -41,7 +41,7 @@ def scaled(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Opti
     are clipped at the stats' ``constant_bound``, 'clip' items at ``warn_bound``, and the items of a bounded
     policy bounded softly (:func:`soft_bound`). Nothing is checked but, when ``strict``, the log1p domain:
     :func:`apply_zscore` guards the result."""
-    values = _transformed(events, row_transforms(events["ITEMID"], stats), strict=strict)
+    values = _transformed(events, *row_transforms(events["ITEMID"], stats), strict=strict)
     table = stats.table()
     mean, scale = events["ITEMID"].map(table["mean"]), events["ITEMID"].map(table["scale"])
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):

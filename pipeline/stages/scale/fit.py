@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.shared import reads
-from pipeline.stages.scale.options import NAME, POLICIES, RULES, TRANSFORMS, Options, policy_of
+from pipeline.stages.scale.options import NAME, POLICIES, RULES, TRANSFORMS, Options, policy_of, rows_with
 from schemas.errors import StageError
 
 # The two row sets each pass of the fit sums over: an item's normal training rows, and all of them.
@@ -169,14 +169,15 @@ def _centred(sums: Callable[[pd.Series | None], pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame({"mean": mean, "std": std, "count": count})
 
 
-def _transformed(events: pd.DataFrame, transforms: pd.Series, *, strict: bool = True) -> pd.Series:
-    """VALUENUM through each row's transform (``transforms``: per row, one of :data:`TRANSFORMS`).
+def _transformed(events: pd.DataFrame, logged: pd.Series | np.ndarray, asinh: pd.Series | np.ndarray | None = None,
+                 *, strict: bool = True) -> pd.Series:
+    """VALUENUM, with log1p applied to the ``logged`` rows and asinh to the ``asinh`` rows (boolean, per row).
 
-    ``strict``: a value at or below -1 of a 'log1p' row is a StageError; otherwise it gives NaN or -inf. asinh
+    ``strict``: a value at or below -1 of a log1p row is a StageError; otherwise it gives NaN or -inf. asinh
     takes every number.
     """
     values = events["VALUENUM"].astype("float64")
-    logged = (transforms == "log1p").to_numpy(bool) & values.notna().to_numpy(bool)
+    logged = np.asarray(logged, dtype=bool) & values.notna().to_numpy(bool)
     domain = logged & (values <= -1).to_numpy(bool)
     if strict and domain.any():
         raise StageError(
@@ -187,13 +188,16 @@ def _transformed(events: pd.DataFrame, transforms: pd.Series, *, strict: bool = 
         )
     with np.errstate(divide="ignore", invalid="ignore"):
         values = values.where(~logged, np.log1p(values.where(logged, 0.0)))
-    return values.where((transforms != "asinh").to_numpy(bool), np.arcsinh(values))
+    if asinh is None:
+        return values
+    return values.where(~np.asarray(asinh, dtype=bool), np.arcsinh(values))
 
 
-def row_transforms(items: pd.Series, stats: "ZScoreStats") -> pd.Series:
-    """Each row's transform (``items``: ITEMIDs) from the fitted stats: identity for an item unseen in train."""
-    table = pd.Series(stats.transforms, index=pd.Index(stats.items_, dtype="int64"), dtype="str")
-    return pd.Series(table.reindex(items.to_numpy()).fillna("identity").to_numpy(), index=items.index, dtype="str")
+def row_transforms(items: pd.Series, stats: "ZScoreStats") -> tuple[np.ndarray, np.ndarray]:
+    """Which rows (``items``: their ITEMIDs) the fitted stats take log1p of, and which asinh (an item unseen in
+    train: neither)."""
+    return (items.isin(stats.items_where(stats.transforms, ("log1p",))).to_numpy(bool),
+            items.isin(stats.items_where(stats.transforms, ("asinh",))).to_numpy(bool))
 
 
 def item_transforms(rows: pd.DataFrame, policies: pd.Series, *, skew: float = Options.skew) -> pd.Series:
@@ -278,8 +282,7 @@ def fit_rows(events: pd.DataFrame, *args: Any, policy: Mapping[Any, str] | None 
     chosen = ((events["SPLIT"] == "train") & events["VALUENUM"].notna()).to_numpy()
     # Only the three columns the fit reads are gathered.
     train = events.loc[chosen, ["ITEMID", "VALUENUM"]]
-    logged = policy_of(train["ITEMID"], policy) == "log"
-    values = _transformed(train, pd.Series(np.where(logged, "log1p", "identity"), index=train.index))
+    values = _transformed(train, rows_with(train["ITEMID"], policy, "log").to_numpy(bool))
     rows = pd.DataFrame({"ITEMID": train["ITEMID"].to_numpy("int64"), "X": values.to_numpy("float64"),
                          "NORMAL": events["FLAG"].isna().to_numpy()[chosen]})
     return _counted(rows.assign(COUNT=np.int64(1)))

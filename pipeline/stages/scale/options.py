@@ -130,6 +130,15 @@ def unmatched_groups(policy: Mapping[Any, str] | None, labitems: pd.DataFrame) -
                   and key.strip().casefold() not in known)
 
 
+def rows_with(items: pd.Series, policy: Mapping[Any, str] | None, wanted: str) -> pd.Series:
+    """Whether each row's policy (``items``: ITEMIDs; the mapping of :func:`item_policies`) is ``wanted``: the
+    rows of the items named so, or of every item not named otherwise when it is the default."""
+    policy = dict(policy or {})
+    if policy.get("default", DEFAULT_POLICY) == wanted:
+        return ~items.isin([key for key, value in policy.items() if isinstance(key, int) and value != wanted])
+    return items.isin([key for key, value in policy.items() if isinstance(key, int) and value == wanted])
+
+
 def policy_of(items: pd.Series, policy: Mapping[Any, str] | None) -> pd.Series:
     """Each row's policy (``items``: ITEMIDs) from :func:`item_policies`' mapping: its own, else the default."""
     policy = dict(policy or {})

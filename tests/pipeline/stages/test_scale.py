@@ -786,3 +786,10 @@ def test_on_the_mimic3_demo_the_default_z_is_bounded_in_order_and_every_bounded_
     unseen = numbers[numbers["Z_UNSEEN"] == 1]
     assert len(unseen) == 83 and (unseen["Z"] == 0).all() and not unseen["ITEMID"].isin(stats.items_).any()
     assert "asinh" in stats.transforms and set(stats.policies) == {"auto"}
+
+
+def test_the_rows_of_a_policy_are_those_policy_of_names():
+    items = pd.Series([1, 2, 3, 4, 99])
+    for policy in ({"default": "log", 2: "none", 3: "log"}, {"default": "auto", 2: "log"}, {}):
+        for wanted in ("log", "auto", "none"):
+            assert scale.rows_with(items, policy, wanted).tolist() == (scale.policy_of(items, policy) == wanted).tolist()
