@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Iterator, Optional
+from typing import Annotated, Any, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -267,12 +268,26 @@ class _Console(Console):
     pipe, which reads as "the data has errors"; here the rest of that stream is dropped and the run goes on,
     so the JSON, HTML and JUnit files are written and the exit code says what the data is."""
 
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        """Print with every text made safe for a terminal (:func:`printable`): a D_LABITEMS label holding
+        ``ESC[2K`` must not rewrite the status line. The markup is ours; the JSON report keeps the text exact."""
+        super().print(*(printable(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
     def on_broken_pipe(self) -> None:
         self.quiet = True
         with contextlib.suppress(AttributeError, OSError, ValueError):  # later writes, and the flush at exit
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, self.file.fileno())
             os.close(devnull)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # every control character but tab and newline
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character (ESC, CR, BEL, DEL, C1 ...) written as its escape, ``\\x1b``: shown,
+    never obeyed by the terminal."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
 
 
 def _consoles() -> tuple[Console, Console]:

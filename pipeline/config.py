@@ -10,6 +10,8 @@ field per section, the stages' in flow order, so a new stage's section needs no 
 
 from __future__ import annotations
 
+import os
+import stat
 import tomllib
 from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
@@ -164,13 +166,29 @@ def _merge(base: dict[str, Any], user: Mapping[str, Any], where: str = "") -> di
     return merged
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config is a page of keys: far more than any real one, far less than /dev/zero
+
+
+def _config_text(path: Path) -> str:
+    """The config file's text: a regular file of at most MAX_CONFIG_BYTES (a device, FIFO or folder is refused
+    before it is read: /dev/zero would be read until memory ran out)."""
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
+    with os.fdopen(descriptor, "rb") as handle:
+        status = os.fstat(handle.fileno())
+        require(stat.S_ISREG(status.st_mode), f"config {str(path)!r} is not a regular file; give a TOML file")
+        data = handle.read(MAX_CONFIG_BYTES + 1)
+    require(len(data) <= MAX_CONFIG_BYTES,
+            f"config {str(path)!r} is larger than {MAX_CONFIG_BYTES:,} bytes; a config holds only the keys it changes")
+    return data.decode("utf-8")
+
+
 def load_config(path: Path | None = None) -> Config:
     """Defaults, overridden by the TOML file at ``path`` when given."""
     defaults = _defaults()
     merged = defaults
     if path is not None:
         try:
-            user = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+            user = tomllib.loads(_config_text(Path(path)))
         except OSError as exc:
             raise ConfigError(f"cannot read config {str(path)!r}: {exc.strerror}") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

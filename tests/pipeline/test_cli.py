@@ -308,3 +308,29 @@ def test_checks_shows_which_severities_are_fixed_and_every_id_whole():
     assert "graph file" in rows["graph_finite"] and "cannot run" in rows["file_missing"]
     assert "graph file" not in rows["graph_memory"]
     assert 'may set it to "error" only' in result.output
+
+
+INJECTION = "Troponin \x1b[1A\x1b[2K\x1b[32mstatus: ok\x1b[0m\x07"  # moves up, erases, paints a fake status, rings
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_escape_sequences_in_a_label_are_shown_never_obeyed(tmp_path, terminal):
+    """A D_LABITEMS LABEL reaches finding messages (items are named by it): the terminal gets its escapes written
+    out, the JSON report keeps it exact."""
+    from tests.corpus import Dataset
+
+    data = Dataset.sample()
+    row = data.first("D_LABITEMS", "ITEMID", lambda value: value == "51003")
+    data.set("D_LABITEMS", row, "LABEL", INJECTION)
+    data.write(tmp_path / "data")
+    env = {"FORCE_COLOR": "1", "TERM": "xterm-256color"} if terminal else {"NO_COLOR": "1", "TERM": "dumb"}
+    done = _badpoints("validate", str(tmp_path / "data"), "--json", str(tmp_path / "r.json"), "--no-cache",
+                      env={**os.environ, **env})
+    named = "Troponin \\x1b[1A\\x1b[2K\\x1b[32mstatus: ok\\x1b[0m\\x07"
+    assert named in done.stdout
+    data_escapes = done.stdout.replace(named, "")
+    assert "[1A" not in data_escapes and "\x07" not in done.stdout
+    if not terminal:
+        assert "\x1b" not in done.stdout + done.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert any(INJECTION in finding["message"] for finding in report["findings"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from pipeline.config import (RUN_SECTIONS, SECTIONS, Allowed, Config, ConfigError, RawConfig, ReportConfig,
+from pipeline.config import (MAX_CONFIG_BYTES, RUN_SECTIONS, SECTIONS, Allowed, Config, ConfigError, RawConfig, ReportConfig,
                              documented_defaults, load_config)
 from pipeline.stages.fill import FLOAT32_MAX, FillPolicy
 from pipeline.stages.fill import VALUES as FILL_VALUES
@@ -410,3 +411,23 @@ def test_the_cli_runs_any_config_to_exit_0_1_or_2_without_an_internal_error(writ
     assert done.returncode in (0, 1, 2), done.stdout + done.stderr
     assert "internal error" not in done.stderr and "Traceback" not in done.stdout + done.stderr, done.stderr
     assert (done.returncode == 2 and "cannot run" in done.stderr) == refused, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "fifo", "folder"])
+def test_a_config_that_is_not_a_regular_file_is_refused_before_it_is_read(tmp_path, device):
+    """/dev/zero was read until memory ran out; a FIFO would block the run for ever."""
+    path = Path(device)
+    if device == "fifo":
+        path = tmp_path / "config.fifo"
+        os.mkfifo(path)
+    elif device == "folder":
+        path = tmp_path
+    with pytest.raises(ConfigError, match=r"is not a regular file|Is a directory"):
+        load_config(path)
+
+
+def test_a_config_larger_than_its_bound_is_refused_naming_the_bound(tmp_path):
+    path = tmp_path / "huge.toml"
+    path.write_text("# " + "x" * (MAX_CONFIG_BYTES + 10) + "\n")
+    with pytest.raises(ConfigError, match=r"larger than 1,048,576 bytes"):
+        load_config(path)
