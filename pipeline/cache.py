@@ -194,6 +194,7 @@ class Cache:
                 findings=[Finding(**f) for f in record["findings"]],
                 overrides=dict(record["overrides"]),
                 attrition=record["attrition"],
+                summary=[(str(label), str(text)) for label, text in record.get("summary", [])],
             )
         except (KeyError, TypeError, ValueError) as exc:
             self._health.damaged.append(f"{path} ({type(exc).__name__})")
@@ -205,7 +206,8 @@ class Cache:
         if not self._usable():
             return
         record = {"inputs": [asdict(i) for i in report.inputs], "findings": [asdict(f) for f in report.findings],
-                  "overrides": report.overrides, "attrition": report.attrition}
+                  "overrides": report.overrides, "attrition": report.attrition,
+                  "summary": [list(line) for line in report.summary]}
         path = self.root / "reports" / f"{key}.json"
         try:
             write_atomic(path, json.dumps(record).encode())

@@ -21,13 +21,12 @@ from pipeline.cache import Cache
 from pipeline.cache import default_dir as default_cache_dir
 from pipeline.config import Config, ConfigError, load_config
 from pipeline.builds import build as run_build
-from pipeline.engines import PANDAS
 from pipeline.flow import ORDER
 from pipeline.flow import steps as run_steps
 from pipeline.flow import validate as run_validate
 from pipeline.paths import OutputError
 from pipeline.progress import progress_for
-from pipeline.report import Report, item_names
+from pipeline.report import Report
 from pipeline.stage import in_flow_order
 from schemas.checks import CHECKS, LOCKED
 from schemas.errors import ValidationDisabled
@@ -187,7 +186,7 @@ def validate(
         if result.cached:
             err.print("report reused from the cache: inputs, config and badpoints unchanged (--no-cache to rerun)")
         _print_report(console, result.report, quiet=quiet)
-        _print_summary(console, result.report, result, settings)
+        _print_summary(console, result.report)
         _write_json(err, result.report, json_path)
         _write_html(err, result, settings, html_path, show_values=show_values)
         _write_junit(err, result.report, junit_path, name="badpoints validate")
@@ -223,7 +222,7 @@ def build(
                                                      progress=progress, cache=cache, engine=running))
     _cache_warning(err, cache)
     _print_report(console, result.report, quiet=quiet)
-    _print_summary(console, result.report, result.validation, settings)
+    _print_summary(console, result.report)
     if result.out_dir is not None:
         console.print(f"wrote {len(result.graphs)} graphs and the report "
                       f"{escape(str(result.out_dir / REPORT_HTML))}")
@@ -407,7 +406,7 @@ def _print_report(console: Console, report: Report, *, quiet: bool = False) -> N
             console.print(f"        values: {escape(', '.join(repr(v) for v in finding['samples']))}")
 
 
-def _print_summary(console: Console, report: Report, validation, config: Config) -> None:
+def _print_summary(console: Console, report: Report) -> None:
     """The compact end: findings by stage, the LABEVENTS ledger and funnel, each stage's own lines (scale: its
     constant and fallback items), status."""
     console.print("[bold]summary[/]")
@@ -441,13 +440,8 @@ def _print_summary(console: Console, report: Report, validation, config: Config)
                            for name, split in admissions["splits"].items())
         console.print(f"  ADMISSIONS read {admissions['read']:,} = in graphs {admissions['in_graphs']:,} + dropped "
                       f"{admissions['dropped']:,}{f' ({reasons})' if reasons else ''}; in graphs/read: {splits}")
-    prepared = validation.prepared
-    names = item_names(prepared.labitems)
-    for stage in prepared.order.stages:
-        shown = stage.shown(config, tables=validation.tables, prepared=prepared, report=report, engine=PANDAS,
-                            names=names) if stage.summary is not None else None
-        for label, text in stage.summary(shown) if shown is not None else ():
-            console.print(f"  {label:<9} {escape(text)}")
+    for label, text in report.summary:  # the stages' own lines, as the run that made the report made them
+        console.print(f"  {label:<9} {escape(text)}")
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
     style = {"errors": "bold red", "warnings": "yellow", "ok": "green"}[report.status]

@@ -19,7 +19,7 @@ import pandas as pd
 from pipeline.cache import Cache
 from pipeline.cache import key_of as cache_key
 from pipeline.config import Config
-from pipeline.findings import finding_from_error
+from pipeline.findings import finding_from_error, item_names
 from pipeline.ledgers import (Prepared, admission_fates, admission_findings, attrition_finding,
                               quarantine_findings)
 from pipeline.engines import PANDAS, Engine
@@ -105,9 +105,19 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
     report.attrition = prepared.attrition() if all(raw.tables.of(t) is not None for t in TABLES) else {}
     validation = Validation(report=report.with_severities(dict(config.severity)), tables=raw.tables,
                             prepared=prepared)
+    validation.report.summary = summary_lines(validation, config)
     if report_key is not None and validation.exit_code != 2:
         cache.put_report(report_key, validation.report)
     return validation
+
+
+def summary_lines(validation: Validation, config: Config) -> list[tuple[str, str]]:
+    """Each stage's lines of the terminal summary (:attr:`Stage.summary`), in flow order, from what the run made."""
+    prepared = validation.prepared
+    names = item_names(prepared.labitems)
+    return [line for stage in prepared.order.stages if stage.summary is not None
+            for line in stage.summary(stage.shown(config, tables=validation.tables, prepared=prepared,
+                                                  report=validation.report, engine=PANDAS, names=names))]
 
 
 class _Reading:

@@ -40,6 +40,9 @@ class Report:
     # The stages that report, in flow order, with their colours (the run's ``pipeline.stage.Order``): how findings
     # are ordered and drawn. Not part of the JSON.
     stages: dict[str, str] = field(default_factory=dict)
+    # The stages' lines of the terminal summary (label, text), made by the run that made the report from what it
+    # fitted: a report reused from the cache prints them as the run did (the terminal's alone: not in as_json).
+    summary: list[tuple[str, str]] = field(default_factory=list)
 
     def _place(self, stage: str) -> int:
         return list(self.stages).index(stage) if stage in self.stages else 99

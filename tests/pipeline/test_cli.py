@@ -334,3 +334,15 @@ def test_escape_sequences_in_a_label_are_shown_never_obeyed(tmp_path, terminal):
         assert "\x1b" not in done.stdout + done.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert any(INJECTION in finding["message"] for finding in report["findings"])
+
+
+def test_a_warm_run_prints_the_report_and_summary_of_the_cold_run(tmp_path):
+    """A report reused from the cache has no fitted stats: the stages' summary lines (scale's constant and fallback
+    items) come with it, as the run that made it printed them."""
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    cold = _badpoints("validate", "data/sample", *cache)
+    warm = _badpoints("validate", "data/sample", *cache)
+    assert "report reused from the cache" in warm.stderr and "report reused" not in cold.stderr
+    summary = cold.stdout[cold.stdout.index("summary\n"):]
+    assert "  fallback  50963 NTproBNP (Blood), 51100 Sodium, Urine (Urine)" in summary
+    assert warm.stdout == cold.stdout
