@@ -106,7 +106,10 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
     validation = Validation(report=report.with_severities(dict(config.severity)), tables=raw.tables,
                             prepared=prepared)
     validation.report.summary = summary_lines(validation, config)
-    if report_key is not None and validation.exit_code != 2:
+    # Stored under the files' hashes only when the bytes read are those bytes: a file replaced during the run (mv,
+    # rsync) must not leave its report under the key of the file it replaced.
+    read_as_hashed = all(i.sha256 == digests.get(i.table) for i in inputs) and len(inputs) == len(digests)
+    if report_key is not None and validation.exit_code != 2 and read_as_hashed:
         cache.put_report(report_key, validation.report)
     return validation
 

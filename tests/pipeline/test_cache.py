@@ -300,3 +300,27 @@ def test_temporary_files_of_killed_runs_are_removed_at_the_next_run(data, cache)
     validate(data, config, cache=Cache(cache.root))  # a new run: its cache opens the folder
 
     assert not stale.exists() and fresh.exists()
+
+
+def test_a_file_replaced_during_the_run_leaves_no_report_under_the_first_files_key(data, cache, monkeypatch):
+    """The files are hashed, then read: a LABEVENTS replaced in between (mv, rsync) was read as the other file, and its
+    report must not be served later for the original bytes."""
+    import pipeline.flow as flow
+
+    labevents = data / "LABEVENTS.csv"
+    original = labevents.read_bytes()
+    hashed = {path.name: flow.file_sha256(path, "LABEVENTS") for path in (labevents,)}
+    lines = original.decode().split("\n")
+    fields = lines[5].split(",")
+    fields[6] = "not a number"  # VALUENUM: an error once read
+    labevents.write_text("\n".join([*lines[:5], ",".join(fields), *lines[6:]]))
+    real = flow.file_sha256
+    monkeypatch.setattr(flow, "file_sha256", lambda path, table: hashed.get(Path(path).name) or real(path, table))
+    replaced = validate(data, load_config(None), cache=cache)  # hashed as the original, read as the broken file
+    assert replaced.exit_code == 1 and not replaced.cached
+    assert entries(cache, "reports") == set()
+
+    monkeypatch.setattr(flow, "file_sha256", real)
+    labevents.write_bytes(original)
+    again = validate(data, load_config(None), cache=cache)
+    assert not again.cached and again.exit_code == 0  # the original's own report, not the broken file's
