@@ -25,6 +25,7 @@ from pipeline.flow import ORDER
 from pipeline.flow import steps as run_steps
 from pipeline.flow import validate as run_validate
 from pipeline.paths import OutputError
+from pipeline.shared import ScratchError
 from pipeline.progress import progress_for
 from pipeline.report import Report
 from pipeline.stage import in_flow_order
@@ -297,7 +298,7 @@ def _consoles() -> tuple[Console, Console]:
 def _guarded_run(err: Console, run):
     try:
         return run()
-    except (ConfigError, ValidationDisabled, OutputError) as exc:
+    except (ConfigError, ValidationDisabled, OutputError, ScratchError) as exc:
         err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(exc))}")
         raise typer.Exit(2)
     except Exception as exc:  # noqa: BLE001 - never a traceback for a user; the type is enough to report

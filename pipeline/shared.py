@@ -5,10 +5,12 @@ and each process reads a frame once, not once per task); and the columns a funct
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pandas as pd
 import pyarrow as pa
@@ -38,12 +40,32 @@ def share(value: pd.DataFrame | pd.Series, path: Path) -> Shared:
 PART_OPTIONS = pa.ipc.IpcWriteOptions(compression=None)  # parts are written once and read a few times: fast, not small
 
 
+class ScratchError(ValueError):
+    """A write to a run's scratch space (an engine's parts, frames shared with tasks) failed: the CLI's "cannot run"
+    (exit 2), naming the file and the system's reason. A ValueError, so it crosses from a worker process whole."""
+
+
 def write_part(frame: pd.DataFrame, path: Path) -> None:
     """A frame as an Arrow IPC file, its index kept (pandas metadata): a part of an engine (read back exactly by
-    ``pipeline.engines.stored.read_part``), or a frame shared with every task."""
+    ``pipeline.engines.stored.read_part``), or a frame shared with every task. A failed write (a full disk) removes
+    what it wrote and is a :class:`ScratchError`."""
     table = pa.Table.from_pandas(frame, preserve_index=True)
-    with pa.ipc.new_file(path, table.schema, options=PART_OPTIONS) as writer:
+    with scratch(path), pa.ipc.new_file(path, table.schema, options=PART_OPTIONS) as writer:
         writer.write_table(table)
+
+
+@contextlib.contextmanager
+def scratch(path: Path) -> Iterator[None]:
+    """A write to a scratch file at ``path``: an OSError (a full disk, a folder gone) removes the file and is a
+    :class:`ScratchError` naming it and the system's reason."""
+    try:
+        yield
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            Path(path).unlink()
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise ScratchError(f"could not write {path}: {reason}. A run's parts and records go to the temporary folder "
+                           "(TMPDIR): free space there, or set TMPDIR to a larger disk") from None
 
 
 def value_of(value: Any) -> Any:

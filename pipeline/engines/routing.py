@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 
 from pipeline.engines.stored import Batches, Stored
-from pipeline.shared import PART_OPTIONS, value_of
+from pipeline.shared import PART_OPTIONS, scratch, value_of
 from schemas.split import SPLITS, split_codes
 
 
@@ -87,7 +87,7 @@ class BlockRoute:
         rows = frame if np.array_equal(order, np.arange(len(order))) else frame.iloc[order]
         batch = pa.RecordBatch.from_pandas(rows, preserve_index=True)
         path = self.folder / f"block-{uuid.uuid4().hex}.arrow"
-        with pa.ipc.new_file(path, batch.schema, options=PART_OPTIONS) as writer:
+        with scratch(path), pa.ipc.new_file(path, batch.schema, options=PART_OPTIONS) as writer:
             for start, stop in zip(starts, stops):
                 writer.write_batch(batch.slice(int(start), int(stop - start)))
         return Routed(path=path, buckets=tuple(int(ranked[s]) for s in starts),

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from pipeline.engines.workers import give_back_memory
 from pipeline.quarantine import LINE_RANGE, empty_quarantine
+from pipeline.shared import scratch
 
 
 @dataclass(frozen=True)
@@ -113,14 +114,17 @@ class LineFiles:
             key = int(number[start])
             if key not in self._writers:
                 self._files[key] = self.new_path()
-                self._writers[key] = pa.ipc.new_file(self._files[key], self._schema, options=_RECORDS)
-            self._writers[key].write_table(pa.Table.from_pandas(records.iloc[start:stop], schema=self._schema,
-                                                                preserve_index=True))
+                with scratch(self._files[key]):
+                    self._writers[key] = pa.ipc.new_file(self._files[key], self._schema, options=_RECORDS)
+            with scratch(self._files[key]):
+                self._writers[key].write_table(pa.Table.from_pandas(records.iloc[start:stop], schema=self._schema,
+                                                                    preserve_index=True))
 
     def finish(self) -> Ranged | pd.DataFrame:
         """The records by line range (none: an empty quarantine frame)."""
-        for writer in self._writers.values():
-            writer.close()
+        for key, writer in self._writers.items():
+            with scratch(self._files[key]):
+                writer.close()
         if not self._files:
             return empty_quarantine()
         return Ranged(files=tuple(sorted(self._files.items())))

@@ -346,3 +346,16 @@ def test_a_warm_run_prints_the_report_and_summary_of_the_cold_run(tmp_path):
     summary = cold.stdout[cold.stdout.index("summary\n"):]
     assert "  fallback  50963 NTproBNP (Blood), 51100 Sodium, Urine (Urine)" in summary
     assert warm.stdout == cold.stdout
+
+
+@pytest.mark.parametrize("engine", ["parts", "dask"])
+def test_a_full_temporary_disk_is_exit_2_naming_the_file_and_the_reason(tmp_path, engine):
+    from tests.mounts import small_tmpfs
+
+    with small_tmpfs(tmp_path / "tmp", "256k") as tiny:
+        done = _badpoints("validate", "data/sample", "--engine", engine, "--partitions", "4", "--no-cache",
+                          env={"TMPDIR": str(tiny)})
+        leftovers = sorted(p.name for p in tiny.iterdir() if p.name.startswith("badpoints-parts"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "cannot run: could not write" in done.stderr and "No space left on device" in done.stderr
+    assert "internal error" not in done.stderr and leftovers == []

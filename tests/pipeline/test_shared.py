@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from pipeline.engines.parts import PartsEngine
-from pipeline.shared import Shared, reads, share, value_of
+from pipeline.shared import ScratchError, Shared, reads, share, value_of, write_part
 
 
 def test_a_shared_frame_is_read_back_equal_and_once_per_process(tmp_path):
@@ -47,3 +48,14 @@ def test_a_part_function_reads_only_the_columns_it_declares(tmp_path):
 
     picked = engine.rows(stored, late_rows)
     pd.testing.assert_frame_equal(picked, frame.loc[frame["VALUENUM"] > 8, ["HADM_ID", "VALUENUM"]])
+
+
+def test_a_part_that_does_not_fit_its_disk_is_a_scratch_error_naming_it_and_left_out(tmp_path):
+    from tests.mounts import small_tmpfs
+
+    frame = pd.DataFrame({"X": np.arange(200_000, dtype="float64")})
+    with small_tmpfs(tmp_path / "tiny", "256k") as tiny:
+        path = tiny / "part.arrow"
+        with pytest.raises(ScratchError, match=r"could not write .*part\.arrow: No space left on device"):
+            write_part(frame, path)
+        assert not path.exists()  # what it wrote is removed, the disk freed
