@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import threading
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -132,8 +133,19 @@ class Report:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Readers see the old file or the new one, never half of it."""
-    with atomic_path(path) as tmp:
+    """Readers see the old file or the new one, never half of it. A link is followed (its target is written, the
+    link kept); a device, FIFO or socket (``--json /dev/stdout``) is written in place: neither is replaced by a file."""
+    path = Path(path)
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        with open(target, "wb") as handle:  # a folder is an OSError here, as it was
+            handle.write(data)
+        return
+    with atomic_path(target) as tmp:
         with open(tmp, "wb") as handle:
             handle.write(data)
 

@@ -290,3 +290,28 @@ def test_format_items_names_counts_and_caps():
         "50963 NTproBNP (Blood) (28 train rows), 51100 Sodium, Urine (Urine) (1 train row) and 1 more"
     assert format_items(range(1, 31)).endswith("20 and 10 more")  # the cap defaults to a finding's lines
     assert format_items([]) == ""
+
+
+def test_a_report_path_that_is_a_link_or_a_fifo_is_written_through_never_replaced(tmp_path):
+    """--json, --junit and --html write beside the target and rename: a link became a file, a device or FIFO (as
+    root, /dev/stdout itself) was replaced."""
+    import threading
+
+    from pipeline.report import write_atomic
+
+    target = tmp_path / "reports" / "report.json"
+    target.parent.mkdir()
+    link = tmp_path / "latest.json"
+    link.symlink_to(target)
+    write_atomic(link, b'{"status": "ok"}\n')
+    assert link.is_symlink() and target.read_bytes() == b'{"status": "ok"}\n'
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    write_atomic(fifo, b"through the pipe\n")
+    reader.join(timeout=10)
+    assert got == [b"through the pipe\n"] and stat.S_ISFIFO(fifo.stat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.json", "pipe", "reports"]  # no temp file left
