@@ -134,18 +134,18 @@ class Report:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Readers see the old file or the new one, never half of it. A link is followed (its target is written, the
-    link kept); a device, FIFO or socket (``--json /dev/stdout``) is written in place: neither is replaced by a file."""
+    link kept). A device, FIFO or socket, or anything named under /dev or /proc (``--json /dev/stdout``, whatever
+    stdout is), is written in place, appended to: none is ever replaced by a file."""
     path = Path(path)
-    target = Path(os.path.realpath(path)) if path.is_symlink() else path
     try:
-        mode = target.stat().st_mode
+        mode = path.stat().st_mode  # through any link
     except FileNotFoundError:
         mode = None
-    if mode is not None and not stat.S_ISREG(mode):
-        with open(target, "wb") as handle:  # a folder is an OSError here, as it was
+    if mode is not None and (not stat.S_ISREG(mode) or str(path).startswith(("/dev/", "/proc/"))):
+        with open(path, "ab") as handle:  # a folder is an OSError here, as it was
             handle.write(data)
         return
-    with atomic_path(target) as tmp:
+    with atomic_path(Path(os.path.realpath(path)) if path.is_symlink() else path) as tmp:
         with open(tmp, "wb") as handle:
             handle.write(data)
 

@@ -359,3 +359,13 @@ def test_a_full_temporary_disk_is_exit_2_naming_the_file_and_the_reason(tmp_path
     assert done.returncode == 2, done.stdout + done.stderr
     assert "cannot run: could not write" in done.stderr and "No space left on device" in done.stderr
     assert "internal error" not in done.stderr and leftovers == []
+
+
+def test_json_to_dev_stdout_prints_the_report_after_the_summary():
+    """--json /dev/stdout: the JSON follows the terminal report on stdout, whether stdout is a pipe or a file."""
+    done = _badpoints("validate", "data/sample", "--json", "/dev/stdout", "-q", "--no-cache")
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert "status: warnings" in text and '"status": "warnings"' in text
+    assert text.index("status: warnings") < text.index('"status": "warnings"')
+    assert json.loads(text[text.index("{"):])["status"] == "warnings"
