@@ -51,7 +51,7 @@ from pipeline.engines.pandas import PANDAS
 from pipeline.engines.routing import Router, admission_parts
 from pipeline.engines.stored import Batches, LineFiles, Stored, read_part
 from pipeline.engines.tasks import ChainDone, LinkDone, block_part, call_part, chain_part, pick_part, step_part
-from pipeline.engines.workers import give_back_all, start_worker
+from pipeline.engines.workers import give_back_all, start_worker, started
 from pipeline.parse import PartCheck, check_part
 from pipeline.quarantine import Kept
 from pipeline.shared import Shared, share, shared_frames, write_part
@@ -244,7 +244,8 @@ class PartsEngine:
             context = multiprocessing.get_context("spawn")
             self._pool = concurrent.futures.ProcessPoolExecutor(
                 self.workers, mp_context=context, initializer=start_worker,
-                initargs=(context.Barrier(self.workers),))
+                initargs=(context.Barrier(self.workers), os.getpid()))
+            started(self._pool, self.workers)
         return self._then_give_back(ahead_of_results(lambda item: self._pool.submit(function, item, **kwargs), items,
                                                      ahead=2 * self.workers))
 

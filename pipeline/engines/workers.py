@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import signal
 import threading
+import time
 from typing import Any
 
 import pyarrow as pa
@@ -25,13 +27,51 @@ def give_back_memory() -> None:
         pa.default_memory_pool().release_unused()
 
 
-def start_worker(barrier: Any) -> None:
+def start_worker(barrier: Any, parent: int | None = None) -> None:
     """A :class:`PartsEngine` worker process, before its first task: torch's and the BLAS libraries' loops run on one
     thread (:data:`ONE_THREAD`, as Dask's nanny sets for its workers), since the workers are already one per core, and
     it keeps the memory a part frees (:func:`keep_freed_memory`). With two threads in each of two workers, torch's
     OpenMP threads spun against each other: the graphs of 27.8M rows took 43 s on the workers against 12 s here."""
     os.environ.update(ONE_THREAD)
+    die_with_parent(parent)
     keep_freed_memory(barrier)
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """A worker ends with the build that started it: a watchdog thread ends it within a second of its parent's
+    death (a build killed -9, or by the system for memory, left its workers holding a gigabyte for good), and it
+    leaves Ctrl-C to its parent, which ends the run (its own KeyboardInterrupt tracebacks reached the terminal).
+    Linux's parent-death signal would follow the thread that started the worker, which may end before the build."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid() if parent is None else parent  # the build's pid: it may have died while this one started
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="badpoints-parent-watch", daemon=True).start()
+
+
+PARENT_CHECK_SECONDS = 0.5
+
+
+def started(pool: Any, workers: int) -> None:
+    """Every worker of a new ``pool`` started now, from this thread, born with Ctrl-C ignored (a disposition kept
+    across exec): one interrupted while it still imported printed its KeyboardInterrupt. A process pool starts a
+    worker per task submitted until it has them all, and then no more."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set a handler
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for _ in range(workers):
+            pool.submit(_ready)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ready() -> None:
+    """A task that starts a worker and does nothing."""
 
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
