@@ -25,7 +25,7 @@ from pipeline.flow import ORDER
 from pipeline.flow import steps as run_steps
 from pipeline.flow import validate as run_validate
 from pipeline.paths import OutputError
-from pipeline.shared import ScratchError
+from pipeline.shared import ScratchError, as_shown
 from pipeline.progress import progress_for
 from pipeline.report import Report
 from pipeline.stage import in_flow_order
@@ -287,7 +287,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # every control charact
 def printable(text: str) -> str:
     """``text`` with each control character (ESC, CR, BEL, DEL, C1 ...) written as its escape, ``\\x1b``: shown,
     never obeyed by the terminal."""
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+    return as_shown(_CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text))  # a path's odd bytes too
 
 
 def _consoles() -> tuple[Console, Console]:

@@ -26,6 +26,7 @@ from pipeline.config import Config
 from pipeline.engines import PANDAS
 from pipeline import page
 from pipeline.report import Report, item_names, write_atomic
+from pipeline.shared import as_shown
 from schemas.checks import CHECKS
 
 
@@ -48,7 +49,7 @@ class HtmlReport:
         """Write the page atomically (a temp file in the same folder, then rename)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, self.text.encode("utf-8"))
+        write_atomic(path, as_shown(self.text).encode("utf-8"))  # a data path's odd bytes as escapes
 
     def _repr_html_(self) -> str:
         # An iframe keeps the page's CSS and script away from the notebook's own.

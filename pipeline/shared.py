@@ -40,6 +40,12 @@ def share(value: pd.DataFrame | pd.Series, path: Path) -> Shared:
 PART_OPTIONS = pa.ipc.IpcWriteOptions(compression=None)  # parts are written once and read a few times: fast, not small
 
 
+def as_shown(text: str) -> str:
+    """``text`` with the bytes of a path that are not UTF-8 (Python holds them as surrogates: ``data\\xff``)
+    written as escapes, ``\\xff``: printable and encodable as UTF-8, never an error."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 class ScratchError(ValueError):
     """A write to a run's scratch space (an engine's parts, frames shared with tasks) failed: the CLI's "cannot run"
     (exit 2), naming the file and the system's reason. A ValueError, so it crosses from a worker process whole."""

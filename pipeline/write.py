@@ -168,7 +168,7 @@ def stage_quarantine(quarantine: Quarantine, staged: "StagedBuild", *,
 
 def write_quarantine(quarantine: Quarantine, path: Path) -> None:
     """``quarantine.parquet`` at ``path`` (:func:`quarantine_parquet`)."""
-    with pa.OSFile(str(path), "wb") as sink:
+    with open(path, "wb") as handle, pa.PythonFile(handle, mode="w") as sink:  # a path of any bytes (out\xff)
         quarantine_parquet(quarantine, sink)
 
 

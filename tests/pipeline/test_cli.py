@@ -369,3 +369,20 @@ def test_json_to_dev_stdout_prints_the_report_after_the_summary():
     assert "status: warnings" in text and '"status": "warnings"' in text
     assert text.index("status: warnings") < text.index('"status": "warnings"')
     assert json.loads(text[text.index("{"):])["status"] == "warnings"
+
+
+def test_paths_that_are_not_utf8_are_read_written_and_shown_as_escapes(tmp_path):
+    """A data folder and an output folder named with a byte that is not UTF-8 (b'data\\xff'): a strict UTF-8 stdout
+    printed a traceback, --html and the quarantine writer failed as internal errors."""
+    data = Path(os.fsdecode(bytes(tmp_path) + b"/data\xff"))
+    out = Path(os.fsdecode(bytes(tmp_path) + b"/out\xff"))
+    shutil.copytree(ROOT / "data" / "sample", data, ignore=shutil.ignore_patterns("*.py", "*.png"))
+    strict = {"PYTHONIOENCODING": "utf-8:strict"}
+    checked = _badpoints("validate", str(data), "--html", str(tmp_path / "r.html"), "--no-cache", env=strict)
+    assert checked.returncode == 0, checked.stderr
+    assert "data\\xff" in checked.stdout and "Traceback" not in checked.stderr
+    assert "data\\xff" in (tmp_path / "r.html").read_text(encoding="utf-8")
+    built = _badpoints("build", str(ROOT / "data" / "sample"), "--out", str(out), "--no-cache", env=strict)
+    assert built.returncode == 0, built.stderr
+    assert "out\\xff" in built.stdout and (out / "quarantine.parquet").is_file()
+    assert _badpoints("inspect", str(out), env=strict).returncode == 0
