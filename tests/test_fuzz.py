@@ -397,7 +397,7 @@ def _check_planting(factory: pytest.TempPathFactory, table: str, row: int, colum
     rendered = io.StringIO()
     console = Console(file=rendered, highlight=False, soft_wrap=True)
     _print_report(console, result.report)  # as the CLI prints it
-    _print_summary(console, result.report, result, CONFIG)
+    _print_summary(console, result.report)
     report = json.loads(json.dumps(result.report.as_json()))
     assert "status:" in rendered.getvalue()
     assert_errors_name(report, exit_code, {table, "LABEVENTS"})
