@@ -29,6 +29,7 @@ from pipeline.options import Section, require, setting, table, typed
 from pipeline.shared import reads
 from pipeline.stage import Context, Outcome, Plan, Shown, Stage
 from pipeline.work import Call, Fit
+from schemas.errors import SAMPLE_CAP
 from schemas.guard import guarded
 from schemas.raw import DEFAULT_VALUENUM_ABS_BOUND, LabEvents
 from schemas.text import CENSORED, TextEvents
@@ -188,7 +189,7 @@ def read_counts(events: pd.DataFrame, numbered: NumberedItems, *, censored: bool
     return counts.reindex(pd.Index(numbered.items_, dtype="int64", name="ITEMID"), fill_value=0)
 
 
-def read_findings(counts: pd.DataFrame, *, names: Mapping[int, str] | None = None, max_lines: int = 20
+def read_findings(counts: pd.DataFrame, *, names: Mapping[int, str] | None = None, max_lines: int = SAMPLE_CAP
                   ) -> list[Finding]:
     """How many text results became numbers, per item: the censored ones and the mapped words."""
     findings = []
