@@ -57,17 +57,18 @@ PARENT_CHECK_SECONDS = 0.5
 
 
 def started(pool: Any, workers: int) -> None:
-    """Every worker of a new ``pool`` started now, from this thread, born with Ctrl-C ignored (a disposition kept
-    across exec): one interrupted while it still imported printed its KeyboardInterrupt. A process pool starts a
-    worker per task submitted until it has them all, and then no more."""
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set a handler
+    """Every worker of a new ``pool`` started now, from this thread, with Ctrl-C blocked while they start: a worker
+    inherits the blocked signal (the mask is kept across exec), so one interrupted while it still imported can no
+    longer print its KeyboardInterrupt, while a Ctrl-C that comes meanwhile waits, pending, and reaches this process
+    once they are started. A process pool starts a worker per task submitted until it has them all, then no more."""
+    if threading.current_thread() is not threading.main_thread():  # the main thread takes the signals
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         for _ in range(workers):
             pool.submit(_ready)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _ready() -> None:
