@@ -282,7 +282,7 @@ class _Run:
         # The fits read from this pass's rows: their arguments are their options (Fit.early) or known now.
         ahead = () if stopped else segment.ahead
         fits = [(stage.fit, *stage.fit.inputs(None, self._for(stage))[1:]) for stage in ahead]
-        chained = self.engine.chain(self.events, [Link(calls=p.calls, counts=p.counts, picks=p.picks)
+        chained = self.engine.chain(self.events, [Link(calls=p.calls, counts=p.counts, picks=p.picks, tallies=p.tallies)
                                                   for p in plans], fits) if plans else Chained(links=())
         for plan, linked in zip(plans, chained.links):  # reported stage by stage, as they ran
             _take(plan, linked, self.context.ledger)
@@ -323,7 +323,7 @@ def _take(plan: Plan, linked: Linked, ledger: Ledger) -> None:
     ledger.findings.extend(plan.before)
     for kept in plan.taken:
         ledger.take(kept)
-    outcome = Outcome(counts=linked.counts, picks=linked.picks, rows=linked.rows,
+    outcome = Outcome(counts=linked.counts, picks=linked.picks, rows=linked.rows, tallies=linked.tallies,
                       steps=tuple(step for kept in linked.kept if kept is not None for step in kept.steps))
     if plan.counted is not None:
         ledger.findings.extend(plan.counted(outcome))

@@ -180,20 +180,22 @@ class Ledger:
 @dataclass(frozen=True)
 class Outcome:
     """What a stage's calls made of all the rows, for its findings: its counts (of its input, added up), its picks
-    (of its output, in row order), its steps and how many rows it handed on."""
+    (of its output, in row order), its tallies (of its output, added up), its steps and how many rows it handed
+    on."""
 
     counts: tuple[Any, ...] = ()
     picks: tuple[pd.DataFrame, ...] = ()
     steps: tuple[Step, ...] = ()
     rows: int = 0
+    tallies: tuple[Any, ...] = ()  # of its output, added up
 
 
 @dataclass(frozen=True)
 class Plan:
     """What a stage does, once its fit is known, made before any part is worked on (``plan(context)``).
 
-    ``calls`` run on each part in turn (the last one's rows go on); ``counts`` read each part's input and
-    ``picks`` its output. What the stage reports comes in this order: ``before`` (findings known from the small
+    ``calls`` run on each part in turn (the last one's rows go on); ``counts`` read each part's input, ``picks``
+    and ``tallies`` (counts that add up) its output. What the stage reports comes in this order: ``before`` (findings known from the small
     tables alone), ``taken`` (ADMISSIONS' and D_LABITEMS' own quarantines and steps), ``counted(outcome)``, the
     steps of its calls, then ``report(outcome)``. ``context`` is what the next stage sees.
     """
@@ -202,6 +204,7 @@ class Plan:
     calls: tuple[Call, ...] = ()
     counts: tuple[Call, ...] = ()
     picks: tuple[Call, ...] = ()
+    tallies: tuple[Call, ...] = ()
     before: tuple[Finding, ...] = ()
     taken: tuple[Kept, ...] = ()
     counted: Callable[[Outcome], list[Finding]] | None = None

@@ -88,12 +88,13 @@ def replayed(part: Any, *args: Any, calls: tuple[Call, ...], then: Callable[...,
 
 @dataclass(frozen=True)
 class Link:
-    """One stage's work on a part, in a chain (:meth:`Engine.chain`): counts of its input, its calls in order, and
-    picks of its output (:class:`Call`)."""
+    """One stage's work on a part, in a chain (:meth:`Engine.chain`): counts of its input, its calls in order, picks
+    of its output and tallies of its output (counts that add up, like ``counts``) (:class:`Call`)."""
 
     calls: tuple[Call, ...]
     counts: tuple[Call, ...] = ()
     picks: tuple[Call, ...] = ()
+    tallies: tuple[Call, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class Linked:
     picks: tuple[pd.DataFrame, ...] = ()
     rows: int = 0
     error: StageError | None = None
+    tallies: tuple[Any, ...] = ()  # of its output, added up over parts
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,7 @@ def run_link(link: Link, frame: pd.DataFrame) -> tuple[Linked, pd.DataFrame]:
         kept.append(replace(done, frame=None) if isinstance(done, Kept) else None)  # no frame kept but the last
         frame = done.frame if isinstance(done, Kept) else done
     return Linked(counts=counts, kept=tuple(kept), picks=tuple(pick(frame) for pick in link.picks),
-                  rows=len(frame)), frame
+                  rows=len(frame), tallies=tuple(tally(frame) for tally in link.tallies)), frame
 
 
 def picked(pick: Callable[..., pd.DataFrame] | None, columns: Sequence[str] | None, args: tuple, kwargs: dict,

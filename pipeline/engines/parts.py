@@ -167,7 +167,7 @@ class PartsEngine:
         """The links and the fits' partial results as a part's task takes them: frames among the calls' arguments
         (ADMISSIONS, the split) go into the parts folder once, not into every task."""
         return (tuple(Link(*(tuple(self._shared(call) for call in calls) for calls in (link.calls, link.counts,
-                                                                                        link.picks)))
+                                                                                        link.picks, link.tallies)))
                       for link in links),
                 tuple(self._shared(Call(fit.partial, args, kwargs)) for fit, args, kwargs in fits))
 
@@ -303,6 +303,7 @@ class _ChainSums:
         self.steps: list[list[list]] = [[[] for _ in link.calls] for link in links]
         self.kept = [[False] * len(link.calls) for link in links]
         self.counts: list[list[Any]] = [[None] * len(link.counts) for link in links]
+        self.tallies: list[list[Any]] = [[None] * len(link.tallies) for link in links]
         self.picks: list[list[list[pd.DataFrame]]] = [[[] for _ in link.picks] for link in links]
         self.rows = [0] * len(links)
         self.partials: list[list[Any]] = [[] for _ in fits]
@@ -325,8 +326,9 @@ class _ChainSums:
                 self.partials[f] = [self.fits[f][0].combine(self.partials[f])]
 
     def _add_link(self, n: int, part: LinkDone) -> None:
-        for k, count in enumerate(part.counts):
-            self.counts[n][k] = count if self.counts[n][k] is None else self.counts[n][k] + count
+        for added, given in ((self.counts[n], part.counts), (self.tallies[n], part.tallies)):
+            for k, count in enumerate(given):
+                added[k] = count if added[k] is None else added[k] + count
         for k, call in enumerate(part.kept):
             if call is not None:
                 self.kept[n][k] = True
@@ -351,7 +353,7 @@ class _ChainSums:
                 kept=tuple(Kept(frame=None, quarantine=quarantines[n][k], steps=add_steps(self.steps[n][k]))
                            if self.kept[n][k] else None for k in range(calls)),
                 picks=tuple(in_row_order(frames, order) for frames in self.picks[n]) if whole else (),
-                rows=self.rows[n]))
+                rows=self.rows[n], tallies=tuple(self.tallies[n]) if whole else ()))
         return linked
 
     def fitted(self) -> tuple[Any, ...]:

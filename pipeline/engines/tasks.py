@@ -29,6 +29,7 @@ class LinkDone:
     kept: tuple[tuple[pd.DataFrame, tuple[Step, ...]] | None, ...] = ()
     picks: tuple[pd.DataFrame, ...] = ()
     rows: int = 0
+    tallies: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def chain_part(paths: tuple[Any, Path], *, work: Any, schema: type | None) -> Ch
         frame = vouch(read_part(source), schema)
         for n, link in enumerate(links):
             linked, frame = run_link(link, frame)
-            done.append(LinkDone(counts=linked.counts, picks=linked.picks, rows=linked.rows,
+            done.append(LinkDone(counts=linked.counts, picks=linked.picks, rows=linked.rows, tallies=linked.tallies,
                                  kept=tuple(None if k is None else (k.quarantine, k.steps) for k in linked.kept)))
             if linked.error is not None:
                 return ChainDone(links=tuple(done), error=(n, len(linked.kept), error_as_data(linked.error)))

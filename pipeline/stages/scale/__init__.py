@@ -79,7 +79,7 @@ def plan(context: Context) -> Plan:
 
     def report(outcome: Outcome) -> list[Finding]:
         reported, = outcome.picks
-        bounded, = outcome.counts
+        bounded, = outcome.tallies
         return scale_findings(reported, stats, warn_bound=options.warn_bound, max_lines=context.max_lines,
                               ranges=reference_ranges(context.tables.labevents, reported.index, context.engine),
                               range_widths=options.range_widths, names=context.ledger.names, bounded=bounded)
@@ -87,7 +87,7 @@ def plan(context: Context) -> Plan:
     return Plan(context=context, report=report, before=before,
                 calls=(Call(apply_zscore, (stats,), dict(warn_bound=options.warn_bound,
                                                          error_bound=options.error_bound)),),
-                counts=(Call(bounded_counts, (stats,), dict(warn_bound=options.warn_bound)),),
+                tallies=(Call(bounded_counts, (stats,)),),
                 picks=(Call(reported_rows, (stats,), dict(warn_bound=options.warn_bound)),))
 
 

@@ -85,12 +85,12 @@ def apply_zscore(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float 
     return events.assign(Z=z.astype("float64"), Z_BOUNDED=drawn.astype("int8"), Z_UNSEEN=unseen.astype("int8"))
 
 
-@reads("ITEMID", "VALUENUM")
-def bounded_counts(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Options.warn_bound
-                   ) -> pd.Series:
-    """Per fitted item (all of them, in order), how many rows of ``events`` the bound draws in: parts add up."""
-    _, drawn, _ = scaled(events, stats, warn_bound=warn_bound, strict=False)
-    counts = events.loc[drawn.to_numpy(bool), "ITEMID"].value_counts()
+@reads("ITEMID", "Z_BOUNDED")
+def bounded_counts(scaled_events: pd.DataFrame, stats: ZScoreStats) -> pd.Series:
+    """Per fitted item (all of them, in order), how many rows of :func:`apply_zscore`'s output a bound changed
+    (Z_BOUNDED): parts add up."""
+    marked = scaled_events["Z_BOUNDED"].to_numpy() == 1
+    counts = scaled_events.loc[marked, "ITEMID"].value_counts()
     return counts.reindex(pd.Index(stats.items_, dtype="int64", name="ITEMID"), fill_value=0).astype("int64")
 
 
