@@ -251,7 +251,8 @@ def _write(built: Build, staged: Any, graphs: _Graphs, config: Config, progress:
         graphs=graphs.files, limits=limits, config=config.as_json(),
         inputs=[{"table": i.table, "sha256": i.sha256, "rows": i.rows, "file": Path(i.path).name}
                 for i in report.inputs],
-        fitted=prepared.saved_state(), quarantine=quarantine, index=index, report=report.as_json(),
+        # OUT_DIR/report.json travels with the graphs: no raw values even with show_values (--json has them)
+        fitted=prepared.saved_state(), quarantine=quarantine, index=index, report=report.without_samples().as_json(),
         accounting=accounting, splits=splits,
         memory=graphs.memory, report_html=page.encode("utf-8"),
         features=graph.feature_columns(prepared.edges, prepared.admissions,

@@ -230,7 +230,7 @@ def prepare(tables: RawTables, config: Config, *, fitted: Any = (), progress: Pr
     ledger.findings.extend(ORDER.options_findings(config))  # known from the config alone, even if a stage stops
     given = ORDER.fitted_by(fitted)
     run = _Run(tables, config, progress or NO_PROGRESS, engine, Context(
-        tables=tables, engine=engine, ledger=ledger, max_lines=config.report.max_lines, fitted=given))
+        tables=tables, engine=engine, ledger=ledger, max_lines=config.report.max_lines, fitted=given, settings=config))
     with trusted_chain():  # each stage's output goes straight to the next: its guard ran already
         try:
             for segment in ORDER.passes(config, given):

@@ -124,6 +124,10 @@ class Report:
             "attrition": self.attrition,
         }
 
+    def without_samples(self) -> "Report":
+        """The report without any raw value (``--show-values``' samples): what travels with a build."""
+        return replace(self, findings=[replace(f, samples=None) for f in self.findings])
+
     def write_json(self, path: Path) -> None:
         """Write the report atomically: a temp file in the same folder (umask applies), then rename."""
         path = Path(path)

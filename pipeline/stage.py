@@ -133,6 +133,9 @@ class Context:
     splits: pd.DataFrame | None = None
     fitted: Mapping[str, Any] = field(default_factory=dict)  # by stage name
     options: Any = None  # the running stage's config section
+    # Every section, for a setting that holds across stages (scale keeps out of stats.json what [encode]
+    # min_admissions keeps out of the vocabularies); a stage's own options are ``options``.
+    settings: Any = None
 
 
 class Ledger:

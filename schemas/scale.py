@@ -14,6 +14,10 @@ CHECKS = (  # what the scale stage finds (schemas.checks puts them into the cata
     CheckInfo("constant_item", "scale", WARNING, "lab item whose training values are all equal",
               "Its value gets z = 0 and any other value a bounded relative difference ([scale] constant_bound); "
               "the item carries no spread to scale by until its training rows vary."),
+    CheckInfo("rare_item", "scale", INFO, "lab item seen in fewer than [encode] min_admissions training admissions",
+              "Its mean and scale would give its few patients' values back, so stats.json keeps nothing of them "
+              "(mean 0, scale 1, rule 'rare') and its rows get z = 0, marked Z_UNSEEN = 1 in edge_attr. A lower "
+              "[encode] min_admissions keeps more items, and more that could single out a patient."),
     CheckInfo("fallback_item", "scale", WARNING, "lab item scaled on all its training rows",
               "It has fewer than [scale] min_rows normal training rows (or none, or none with spread), so its "
               "mean and scale come from all its training rows, abnormal ones included."),

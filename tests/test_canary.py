@@ -207,12 +207,12 @@ def test_show_values_puts_the_canary_only_in_capped_samples(tmp_path, name):
     assert built.exit_code == 0
     assert where(found, said(without_samples(built), "build")) == []
     files = written(out)
-    saved = json.loads(files.pop("report.json"))
-    assert_samples_capped(saved, MAX_LINES)
-    stripped = without_samples(Run(0, "", "", "", "", saved)).report
-    # report.html is saved with the build and never holds raw values, even with --show-values: checked whole.
-    assert "report.html" in files
-    assert where(found, {**files, "report.json": json.dumps(stripped, ensure_ascii=False)}) == []
+    # Every file of the build travels with its graphs: report.json and report.html hold no raw value, even with
+    # --show-values (the samples are in --json's report alone), so every file is checked whole.
+    assert "report.html" in files and "report.json" in files
+    assert not any("samples" in f for f in json.loads(files["report.json"])["findings"])
+    assert where(found, files) == []
+    assert json.loads(files["report.json"]) == without_samples(built).report
 
 
 @pytest.mark.parametrize("max_lines", [None, 3], ids=["default", "config"])
@@ -289,6 +289,44 @@ def test_rare_categorical_values_never_reach_stats_json(rare_build, rare_values)
     _, files = rare_build
     _, planted = rare_values
     assert where(tuple(planted.values()), {"stats.json": files["stats.json"]}) == []
+
+
+# -- numeric items of few training admissions: their mean and scale would give the values back ------------------
+def test_numeric_items_of_few_training_admissions_keep_nothing_of_their_values_in_stats_json(tmp_path):
+    """A lab item with one training row (31337.777) and one with two rows in two admissions (111.111, 222.222):
+    a mean and scale fitted on them give the values back, so stats.json holds neither, nor their mean or std."""
+    splits = sample_stages().splits.set_index("HADM_ID")["SPLIT"]
+    data = Dataset.sample()
+    hadm, item = data.col("LABEVENTS", "HADM_ID"), data.col("LABEVENTS", "ITEMID")
+    used = {r[item] for r in data.rows["LABEVENTS"]}
+    spare = [r[data.col("D_LABITEMS", "ITEMID")] for r in data.rows["D_LABITEMS"]
+             if r[data.col("D_LABITEMS", "ITEMID")] not in used][:2]
+    train = [n for n, r in enumerate(data.rows["LABEVENTS"]) if r[hadm] and splits.get(int(r[hadm])) == "train"
+             and data.rows["LABEVENTS"][n][data.col("LABEVENTS", "VALUENUM")]]
+    rows, seen = [], set()
+    for n in train:  # three rows of three training admissions
+        if data.rows["LABEVENTS"][n][hadm] not in seen:
+            rows.append(n)
+            seen.add(data.rows["LABEVENTS"][n][hadm])
+        if len(rows) == 3:
+            break
+    planted = {rows[0]: (spare[0], "31337.777"), rows[1]: (spare[1], "111.111"), rows[2]: (spare[1], "222.222")}
+    for n, (itemid, value) in planted.items():
+        data.set("LABEVENTS", n, "ITEMID", itemid)
+        data.set("LABEVENTS", n, "VALUE", value)
+        data.set("LABEVENTS", n, "VALUENUM", value)
+        data.set("LABEVENTS", n, "FLAG", "")
+    data.write(tmp_path / "data")
+    run = invoke("build", str(tmp_path / "data"), "--out", str(tmp_path / "out"), json_path=tmp_path / "build.json")
+    assert run.exit_code == 0, run.stdout
+    text = (tmp_path / "out" / "stats.json").read_text(encoding="utf-8")
+    assert where(("31337.777", "111.111", "222.222", "166.666", "78.567"), {"stats.json": text}) == []
+    stats = json.loads(text)["scale"]
+    fitted = {int(i): (m, s, r) for i, m, s, r in zip(stats["items"], stats["mean"], stats["scale"], stats["rule"])}
+    assert fitted[int(spare[0])] == fitted[int(spare[1])] == (0.0, 1.0, "rare")
+    (rare,) = [f for f in run.report["findings"] if f["check"] == "rare_item"]
+    assert rare["severity"] == "info" and spare[0] in rare["message"] and spare[1] in rare["message"]
+    assert "fewer than 5 training admissions" in rare["message"]
 
 
 # -- MIMIC-IV comments: free text that may name a patient -----------------------------------------------------

@@ -34,7 +34,9 @@ class Options(Section):
     min_admissions: int = setting(int, 5, low=1, doc="""
         A categorical value (an admission's ETHNICITY, a lab item's text VALUE) gets a code of its own only when
         at least this many training admissions have it; rarer values get code 0, like unseen ones. Vocabularies
-        are saved in stats.json: this keeps values that could single out a patient out of it.""")
+        are saved in stats.json: this keeps values that could single out a patient out of it. A numeric lab item
+        seen in fewer training admissions is scaled to z = 0 (scale's rule "rare"): its mean and scale would give
+        its values back.""")
     fold_case: bool = setting(bool, True, doc="""
         D_LABITEMS' FLUID and CATEGORY values that differ only in letter case ('BLOOD' and 'Blood', both in the
         MIMIC-III demo) are reported (category_case_variants). true: they share one code, the spelling most items

@@ -3,6 +3,9 @@
 Each item is scaled by the first rule of a declared chain that fits it, on its
 training rows only (``RULES``):
 
+- ``rare``: seen in fewer than [encode] min_admissions distinct training admissions: z = 0
+  (marked Z_UNSEEN), and stats.json keeps nothing of its values (mean 0, scale 1);
+
 - ``normal``: its normal (unflagged) training rows after ``clip_sigma`` clipping,
   when it has at least ``min_rows`` of them and their std is above ``eps`` x |mean|;
 - ``all``: all its training rows, clipped the same way, when their std is above
@@ -50,11 +53,13 @@ from schemas.scale import ScaledEvents
 
 
 def fit_inputs(events: Any, context: Context) -> tuple[Any, tuple, dict]:
-    """What the fit reads in flow: every lab row (on the engine's parts: each part's :func:`fit_rows`), [scale] options."""
+    """What the fit reads in flow: every lab row (on the engine's parts: each part's :func:`fit_rows`), [scale]
+    options and [encode] min_admissions (an item seen in fewer training admissions keeps nothing in stats.json)."""
     options = context.options
     return events, (), dict(eps=options.eps, clip_sigma=options.clip_sigma, min_rows=options.min_rows,
                             constant_bound=options.constant_bound, bound=options.bound, skew=options.skew,
-                            policy=item_policies(options.policy, context.labitems))
+                            policy=item_policies(options.policy, context.labitems),
+                            min_admissions=context.settings.encode.min_admissions)
 
 
 def summary(shown: Shown) -> list[tuple[str, str]]:

@@ -37,7 +37,7 @@ def scaled(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Opti
     """The z of each row with a number (NaN elsewhere), whether a bound changed it (Z_BOUNDED: the soft bound, a
     constant item's ``constant_bound``, a 'clip' item's ``warn_bound``), and the z before any bound (what the
     error bound is held against: a bound must not hide a unit error): each item's values
-    through its transform, then (x - mean) / scale with train stats; items unseen in train get 0; constant items
+    through its transform, then (x - mean) / scale with train stats; items unseen in train or rare get 0; constant items
     are clipped at the stats' ``constant_bound``, 'clip' items at ``warn_bound``, and the items of a bounded
     policy bounded softly (:func:`soft_bound`). Nothing is checked but, when ``strict``, the log1p domain:
     :func:`apply_zscore` guards the result."""
@@ -45,7 +45,7 @@ def scaled(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Opti
     table = stats.table()
     mean, scale = events["ITEMID"].map(table["mean"]), events["ITEMID"].map(table["scale"])
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        z = ((values - mean) / scale).where(mean.notna(), 0.0)
+        z = ((values - mean) / scale).where(mean.notna() & ~events["ITEMID"].isin(stats.rare_items_), 0.0)
     unbounded = z.where(values.notna())
     constant = events["ITEMID"].isin(stats.constant_items_)
     clipped = events["ITEMID"].isin(stats.items_where(stats.policies, ("clip",)))
@@ -73,7 +73,7 @@ def soft_bound(z: pd.Series, bound: float, rows: pd.Series) -> tuple[pd.Series, 
 def apply_zscore(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Options.warn_bound,
                  error_bound: float = Options.error_bound) -> pd.DataFrame:
     """Z for every row with a number from the fitted stats (:func:`scaled`), with two 0/1 marks: Z_BOUNDED (the
-    bound drew it in) and Z_UNSEEN (its item has no training row: Z = 0 carries no measurement)."""
+    bound drew it in) and Z_UNSEEN (its item has no training row, or is rare: Z = 0 carries no measurement)."""
     z, drawn, unbounded = scaled(events, stats, warn_bound=warn_bound)
     number = events["VALUENUM"].notna()
     nonfinite = number & pd.Series(~np.isfinite(unbounded.to_numpy("float64", na_value=np.nan)), index=z.index)
@@ -81,7 +81,7 @@ def apply_zscore(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float 
               "z-score that is inf or NaN", "Check the item's mean and scale in stats.json")
     _raise_if(unbounded.abs() > error_bound, events, "z_error_bound", f"|z| above the error bound {error_bound:g}",
               "Beyond any real measurement: the mark of a failed std guard or a unit error")
-    unseen = number & ~events["ITEMID"].isin(stats.items_)
+    unseen = number & (~events["ITEMID"].isin(stats.items_) | events["ITEMID"].isin(stats.rare_items_))
     return events.assign(Z=z.astype("float64"), Z_BOUNDED=drawn.astype("int8"), Z_UNSEEN=unseen.astype("int8"))
 
 
@@ -165,6 +165,14 @@ def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: floa
         findings.append(summary_finding(
             stage=NAME, check="constant_item", table="LABEVENTS", column="VALUENUM", count=len(constant),
             message=f"{len(constant)} item(s) whose training values are all equal: ITEMID {listed}"))
+    rare = stats.rare_items_
+    if rare:
+        counts = table.loc[list(rare), "count"].sort_values(ascending=False, kind="stable")
+        listed = format_items(counts, names=names, limit=max_lines, unit="train row")
+        findings.append(summary_finding(
+            stage=NAME, check="rare_item", table="LABEVENTS", column="VALUENUM", count=len(rare),
+            message=f"{len(rare)} item(s) seen in fewer than {stats.min_admissions} training admissions, kept out "
+                    f"of stats.json and given z = 0 (Z_UNSEEN = 1): ITEMID {listed}"))
     fallback = stats.fallback_items_
     if fallback:
         reasons = table.loc[list(fallback)].assign(WHY=[_fallback_reason(table, i, stats.min_rows) for i in fallback])

@@ -30,7 +30,8 @@ class ZScoreStats:
 
     ``rule_`` names the rule of :data:`RULES` that scaled each item, ``count_`` the rows it was fitted on and
     ``normal_count_`` the item's normal training rows. For a constant item, ``mean_`` is its value and
-    ``scale_`` |value| (1 when 0), and its z is clipped to ``constant_bound``.
+    ``scale_`` |value| (1 when 0), and its z is clipped to ``constant_bound``. A rare item (seen in fewer than
+    ``min_admissions`` training admissions) keeps nothing of its values: mean 0, scale 1, no transform; its z is 0.
     """
 
     items_: tuple[int, ...]
@@ -45,6 +46,7 @@ class ZScoreStats:
     transform_: tuple[str, ...] | None = None  # per item, of TRANSFORMS (None: identity for every item)
     policy_: tuple[str, ...] | None = None  # per item, its [scale.policy] (None: "none" for every item)
     bound: float = math.inf  # [scale] bound of the items whose policy is one of BOUNDED (inf: "none")
+    min_admissions: int = 1  # [encode] min_admissions: an item seen in fewer training admissions is rare
 
     @property
     def transforms(self) -> tuple[str, ...]:
@@ -68,6 +70,11 @@ class ZScoreStats:
         return tuple(i for i, r in zip(self.items_, self.rule_) if r == "constant")
 
     @property
+    def rare_items_(self) -> tuple[int, ...]:
+        """Items seen in fewer than ``min_admissions`` training admissions: z = 0, nothing of their values kept."""
+        return tuple(i for i, r in zip(self.items_, self.rule_) if r == "rare")
+
+    @property
     def fallback_items_(self) -> tuple[int, ...]:
         """Items scaled on all their training rows (rule ``all`` or ``all_unclipped``)."""
         return tuple(i for i, r in zip(self.items_, self.rule_) if r in ("all", "all_unclipped"))
@@ -83,6 +90,7 @@ class ZScoreStats:
             "items": list(self.items_), "mean": list(self.mean_), "scale": list(self.scale_),
             "count": list(self.count_), "rule": list(self.rule_), "normal_count": list(self.normal_count_),
             "constant_items": list(self.constant_items_), "fallback_items": list(self.fallback_items_),
+            "rare_items": list(self.rare_items_), "min_admissions": self.min_admissions,
             "log_items": list(self.log_items_), "transform": list(self.transforms), "policy": list(self.policies),
             "bound": self.bound if math.isfinite(self.bound) else None, "eps": self.eps, "min_rows": self.min_rows,
             "constant_bound": self.constant_bound,
@@ -111,6 +119,13 @@ class ZScoreStats:
                              "refit the stats instead of editing them")
         if not (np.isfinite(self.constant_bound) and self.constant_bound > 0):
             raise ValueError(f"ZScoreStats: constant_bound must be finite and > 0, got {self.constant_bound!r}")
+        if self.min_admissions < 1:
+            raise ValueError(f"ZScoreStats: min_admissions must be >= 1, got {self.min_admissions!r}")
+        kept = [item for item, r, m, s, t in zip(self.items_, self.rule_, self.mean_, self.scale_, self.transforms)
+                if r == "rare" and (m, s, t) != (0.0, 1.0, "identity")]
+        if kept:
+            raise ValueError(f"ZScoreStats: rare ITEMID {kept[:10]} must keep nothing of their values (mean 0, "
+                             "scale 1, identity); refit the stats instead of editing them")
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ZScoreStats":
@@ -126,6 +141,7 @@ class ZScoreStats:
             policy_=tuple(str(p) for p in data["policy"]) if "policy" in data else None,
             bound=math.inf if bound is None else float(bound), eps=float(data["eps"]),
             min_rows=int(data["min_rows"]), constant_bound=float(data["constant_bound"]),
+            min_admissions=int(data.get("min_admissions", 1)),
         )
 
 
@@ -226,71 +242,97 @@ def _skewness(values: pd.Series, items: pd.Series, weights: pd.Series) -> pd.Ser
 def fit_zscore(events: pd.DataFrame, *, eps: float = Options.eps, clip_sigma: float = Options.clip_sigma,
                min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
                policy: Mapping[Any, str] | None = None, bound: float = Options.bound,
-               skew: float = Options.skew) -> ZScoreStats:
-    """Fit per-item stats on the training rows that carry a number (``events`` has SPLIT and FLAG); ``policy``
-    as :func:`pipeline.stages.scale.options.item_policies` gives it (ITEMIDs and "default")."""
+               skew: float = Options.skew, min_admissions: int = 1) -> ZScoreStats:
+    """Fit per-item stats on the training rows that carry a number (``events`` has SPLIT, FLAG and HADM_ID);
+    ``policy`` as :func:`pipeline.stages.scale.options.item_policies` gives it (ITEMIDs and "default"); an item seen
+    in fewer than ``min_admissions`` training admissions is rare (nothing of its values kept)."""
     return fit_from_rows(add_fit_rows([fit_rows(events, policy=policy)]), eps=eps, clip_sigma=clip_sigma,
-                         min_rows=min_rows, constant_bound=constant_bound, policy=policy, bound=bound, skew=skew)
+                         min_rows=min_rows, constant_bound=constant_bound, policy=policy, bound=bound, skew=skew,
+                         min_admissions=min_admissions)
 
 
 def fit_by_passes(keep: Callable[[Callable[[pd.DataFrame], pd.DataFrame]], Any],
                   each: Callable[[Any, Callable[[pd.DataFrame], pd.DataFrame]], Sequence[pd.DataFrame]], *,
                   eps: float = Options.eps, clip_sigma: float = Options.clip_sigma, min_rows: int = Options.min_rows,
                   constant_bound: float = Options.constant_bound, policy: Mapping[Any, str] | None = None,
-                  bound: float = Options.bound, skew: float = Options.skew) -> ZScoreStats:
+                  bound: float = Options.bound, skew: float = Options.skew, min_admissions: int = 1) -> ZScoreStats:
     """The fit of rows that may lie in parts: ``keep(step)`` applies ``step`` to every part and keeps what it
     gives where the part is; ``each(kept, step)`` gives ``step`` of every kept part. Each part's
     :func:`fit_rows` (its distinct values, counted) come back and add up (:func:`add_fit_rows`) to the very
     table one part gives, so one part or many give the same stats, bit for bit."""
     kept = keep(functools.partial(fit_rows, policy=policy))
     return fit_from_rows(add_fit_rows(each(kept, _as_is)), eps=eps, clip_sigma=clip_sigma, min_rows=min_rows,
-                         constant_bound=constant_bound, policy=policy, bound=bound, skew=skew)
+                         constant_bound=constant_bound, policy=policy, bound=bound, skew=skew,
+                         min_admissions=min_admissions)
 
 
-def _as_is(rows: pd.DataFrame) -> pd.DataFrame:
+def _as_is(rows: FitRows) -> FitRows:
     """A part's fit rows as they were kept (a module function: a worker process is sent it by name)."""
     return rows
 
 
-def fit_from_rows(rows: pd.DataFrame, *, eps: float = Options.eps, clip_sigma: float = Options.clip_sigma,
+def fit_from_rows(rows: FitRows, *, eps: float = Options.eps, clip_sigma: float = Options.clip_sigma,
                   min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
                   policy: Mapping[Any, str] | None = None, bound: float = Options.bound,
-                  skew: float = Options.skew) -> ZScoreStats:
+                  skew: float = Options.skew, min_admissions: int = 1) -> ZScoreStats:
     """The stats from the counted training values of all the rows (:func:`add_fit_rows`): each item's transform
     is chosen from them (:func:`item_transforms`), then its mean and scale are fitted on the transformed values
-    (strictly increasing: distinct values stay distinct and in order)."""
-    items = pd.Series(rows["ITEMID"].unique())
+    (strictly increasing: distinct values stay distinct and in order). An item seen in fewer than
+    ``min_admissions`` training admissions is rare: no transform, and nothing of its values is kept."""
+    values = rows.values
+    items = pd.Series(values["ITEMID"].unique())
     policies = pd.Series(policy_of(items, policy).to_numpy(), index=pd.Index(items, dtype="int64"))
-    transforms = item_transforms(rows, policies, skew=skew)
-    asinh = rows["ITEMID"].map(transforms).to_numpy() == "asinh"
-    rows = rows.assign(X=np.where(asinh, np.arcsinh(rows["X"].to_numpy("float64")), rows["X"].to_numpy("float64")))
-    return fit_from_sums(functools.partial(fit_sums, rows, clip_sigma=clip_sigma), eps=eps, min_rows=min_rows,
+    rare = rows.admissions.reindex(policies.index, fill_value=0) < min_admissions
+    transforms = item_transforms(values, policies, skew=skew).where(~rare, "identity")
+    asinh = values["ITEMID"].map(transforms).to_numpy() == "asinh"
+    values = values.assign(X=np.where(asinh, np.arcsinh(values["X"].to_numpy("float64")),
+                                      values["X"].to_numpy("float64")))
+    return fit_from_sums(functools.partial(fit_sums, values, clip_sigma=clip_sigma), eps=eps, min_rows=min_rows,
                          constant_bound=constant_bound, transforms=transforms, policies=policies,
-                         bound=math.inf if bound == "none" else float(bound))
+                         bound=math.inf if bound == "none" else float(bound), rare=rare,
+                         min_admissions=min_admissions)
 
 
-@reads("SPLIT", "VALUENUM", "ITEMID", "FLAG")
+@dataclass(frozen=True)
+class FitRows:
+    """What the fit reads of some rows (:func:`fit_rows`): ``values``, their training values counted (ITEMID, X,
+    NORMAL, COUNT); ``admissions``, each item's distinct training admissions (by ITEMID). Those of parts that share
+    no admission add up (:func:`add_fit_rows`)."""
+
+    values: pd.DataFrame
+    admissions: pd.Series
+
+
+@reads("SPLIT", "VALUENUM", "ITEMID", "FLAG", "HADM_ID")
 
 
 def fit_rows(events: pd.DataFrame, *args: Any, policy: Mapping[Any, str] | None = None,
-             **kwargs: Any) -> pd.DataFrame:
+             **kwargs: Any) -> FitRows:
     """What the fit reads of ``events`` (all of them, or the rows of some admissions): the training rows that
     carry a number, as their distinct ITEMID, X (VALUENUM, log1p for 'log' items) and NORMAL (no FLAG), with
     COUNT (rows), sorted by ITEMID, X and NORMAL: it never depends on the input's row order, and the tables of
-    parts add up (:func:`add_fit_rows`). Lab values repeat, so it is much smaller than the rows.
+    parts add up (:func:`add_fit_rows`). Lab values repeat, so it is much smaller than the rows. With them, each
+    item's distinct training admissions (the rows' HADM_IDs).
     """
     chosen = ((events["SPLIT"] == "train") & events["VALUENUM"].notna()).to_numpy()
-    # Only the three columns the fit reads are gathered.
-    train = events.loc[chosen, ["ITEMID", "VALUENUM"]]
+    # Only the columns the fit reads are gathered.
+    train = events.loc[chosen, ["ITEMID", "VALUENUM", "HADM_ID"]]
     values = _transformed(train, rows_with(train["ITEMID"], policy, "log").to_numpy(bool))
     rows = pd.DataFrame({"ITEMID": train["ITEMID"].to_numpy("int64"), "X": values.to_numpy("float64"),
                          "NORMAL": events["FLAG"].isna().to_numpy()[chosen]})
-    return _counted(rows.assign(COUNT=np.int64(1)))
+    admissions = train.groupby(rows["ITEMID"].to_numpy())["HADM_ID"].nunique()
+    return FitRows(values=_counted(rows.assign(COUNT=np.int64(1))), admissions=_admissions(admissions))
 
 
-def add_fit_rows(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    """The counted training values of all the rows from those of each part."""
-    return _counted(pd.concat(list(parts)))
+def add_fit_rows(parts: Sequence[FitRows]) -> FitRows:
+    """The counted training values and admissions of all the rows from those of parts that share no admission."""
+    parts = list(parts)
+    return FitRows(values=_counted(pd.concat([part.values for part in parts])),
+                   admissions=_admissions(pd.concat([part.admissions for part in parts]).groupby(level=0).sum()))
+
+
+def _admissions(counts: pd.Series) -> pd.Series:
+    return counts.rename_axis("ITEMID").rename("ADMISSIONS").astype("int64").sort_index()
 
 
 def _counted(rows: pd.DataFrame) -> pd.DataFrame:
@@ -346,12 +388,12 @@ def _centred_bases(sums: Callable[[pd.DataFrame | None], pd.DataFrame], known: p
 def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: float = Options.eps,
                   min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
                   transforms: pd.Series | None = None, policies: pd.Series | None = None,
-                  bound: float = math.inf) -> ZScoreStats:
+                  bound: float = math.inf, rare: pd.Series | None = None, min_admissions: int = 1) -> ZScoreStats:
     """The stats from ``sums(known)``: :func:`fit_sums` of every training row, in one part or added over many.
 
     Five passes: counts and ranges; per basis, the mean and centred std (two passes), which set the
     ``clip_sigma`` window; the mean and centred std of the rows inside it (two passes). Each item then takes
-    the first rule of :data:`RULES` that fits it.
+    the first rule of :data:`RULES` that fits it: ``rare`` (by ITEMID) first, which keeps mean 0 and scale 1.
     """
     first = sums(None)
     index = first.index
@@ -370,12 +412,14 @@ def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: f
     }
     rules = list(fits)
     # An item's values that differ at float64's resolution only (the std underflows) count as constant too.
-    rule = pd.Series(np.select([~constant & fits[r] for r in rules], rules, default="constant"), index=index)
+    rare = pd.Series(False, index=index) if rare is None else rare.reindex(index, fill_value=False).astype(bool)
+    rule = pd.Series(np.select([rare] + [~constant & fits[r] for r in rules], ["rare"] + rules, default="constant"),
+                     index=index)
     value = low.where(low != 0, 0.0)  # the constant value (-0.0 read as 0)
     mean = pd.Series(np.select([rule == r for r in rules], [candidates[r]["mean"] for r in rules], default=value),
-                     index=index)
+                     index=index).where(~rare, 0.0)
     scale = pd.Series(np.select([rule == r for r in rules], [candidates[r]["std"] for r in rules],
-                                default=value.abs().where(value != 0, 1.0)), index=index)
+                                default=value.abs().where(value != 0, 1.0)), index=index).where(~rare, 1.0)
     count = pd.Series(np.select([rule == r for r in rules], [candidates[r]["count"] for r in rules],
                                 default=unclipped["ALL"]["count"]), index=index)
     return ZScoreStats(
@@ -385,6 +429,7 @@ def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: f
         transform_=None if transforms is None else tuple(transforms.reindex(index).fillna("identity").astype("str")),
         policy_=None if policies is None else tuple(policies.reindex(index).fillna("none").astype("str")),
         bound=float(bound), eps=float(eps), min_rows=int(min_rows), constant_bound=float(constant_bound),
+        min_admissions=int(min_admissions),
     )
 
 

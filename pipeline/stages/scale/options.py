@@ -12,8 +12,9 @@ import pandas as pd
 from pipeline.options import POSITIVE, Section, require, setting, table, typed
 
 NAME = "scale"
-# The fallback chain, in order; an item is scaled by the first rule that fits it.
-RULES = ("normal", "all", "all_unclipped", "constant")
+# The fallback chain, in order; an item is scaled by the first rule that fits it ("rare": seen in fewer than
+# [encode] min_admissions training admissions, z = 0 and nothing of its values kept).
+RULES = ("rare", "normal", "all", "all_unclipped", "constant")
 # Per item, group or default ([scale.policy]): "auto" takes asinh for right-skewed items, "log" log1p, "linear"
 # none; the three are then bounded ([scale] bound). "clip" clips at warn_bound, "none" is the raw z.
 POLICIES = ("auto", "log", "linear", "clip", "none")

@@ -1,5 +1,5 @@
 """How the scale stage shows in the HTML report: the z-score distributions of the most extreme items (a box per
-item from every row, the rows above the warn bound marked) and its constant, single-observation, fallback and unseen
+item from every row, the rows above the warn bound marked) and its constant, rare, fallback and unseen
 items. The z are computed from the raw LABEVENTS and the fitted stats, on the rows the stage saw, so the chart exists
 even when the stage stopped the run on an error bound.
 """
@@ -170,12 +170,12 @@ def _items(stats: ZScoreStats | None, summary: pd.DataFrame, names: Mapping[int,
     if stats is None:
         return ""
     counts = dict(zip(stats.items_, stats.count_))
-    single = [item for item, count in counts.items() if count == 1]
     unseen = summary.loc[~summary["seen"], "rows"]
     groups = [
         ("constant", "every training value equal: z = 0 on it, other values' z bounded by [scale] constant_bound",
          stats.constant_items_),
-        ("single-observation", "one training observation", single),
+        ("rare", f"seen in fewer than {stats.min_admissions} training admissions ([encode] min_admissions): z = 0, "
+                 "nothing of their values kept in stats.json", stats.rare_items_),
         ("fallback", "fewer than [scale] min_rows normal training rows (or none with spread): fitted on all "
                      "their training rows", stats.fallback_items_),
         ("unseen", "numeric items not in the training split: z = 0", list(unseen.index)),
@@ -189,7 +189,7 @@ def _items(stats: ZScoreStats | None, summary: pd.DataFrame, names: Mapping[int,
                                   limit=max_lines, unit="train row")
         rows.append([name, str(len(items)), listed or "none", what])
     table = page.table(["items", "count", "ITEMID", "meaning"], rows, numeric={1})
-    return f'<section id="items"><h2>Constant, single-observation, fallback and unseen items</h2>{table}</section>'
+    return f'<section id="items"><h2>Constant, rare, fallback and unseen items</h2>{table}</section>'
 
 
 def _z_chart(drawn: dict[int, DrawnZ], top: pd.DataFrame, warn: float, error: float):
@@ -236,7 +236,7 @@ def _z_chart(drawn: dict[int, DrawnZ], top: pd.DataFrame, warn: float, error: fl
 
 def sections(shown: Shown) -> list[str]:
     """The stage's sections of the HTML report: the z-score distributions of the items with the largest |z|, and
-    its constant, single-observation, fallback and unseen items. Two passes over LABEVENTS (part by part where its
+    its constant, rare, fallback and unseen items. Two passes over LABEVENTS (part by part where its
     parts are): per-item summaries, then the z of the items drawn."""
     summary = z_summary(shown)
     top = extreme_items(summary)

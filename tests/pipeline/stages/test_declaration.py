@@ -166,7 +166,7 @@ def test_a_fit_read_ahead_is_the_fit_of_its_own_stages_rows(sample_dir):
     options = config.scale
     assert validation.prepared.fitted.get("scale") == fit_zscore(
         engine.seen[scale][0], eps=options.eps, clip_sigma=options.clip_sigma, min_rows=options.min_rows,
-        constant_bound=options.constant_bound, policy=options.policy)
+        constant_bound=options.constant_bound, policy=options.policy, min_admissions=config.encode.min_admissions)
 
 
 def test_each_declared_stage_has_a_colour_of_its_own():

@@ -537,6 +537,60 @@ def test_fit_by_passes_over_parts_records_the_same_rules_ranges_and_counts():
         np.testing.assert_allclose(split.scale_, whole.scale_, rtol=1e-12)
 
 
+# -- rare items: fewer training admissions than [encode] min_admissions ----------------------------------------
+def _admissions_rows(item: int, values: list[float], admissions: list[int], split: str = "train") -> pd.DataFrame:
+    events = lab_rows([(item, v, None, split) for v in values])
+    events["HADM_ID"] = pd.Series(admissions, index=events.index, dtype="int64")
+    return events
+
+
+def test_an_item_of_fewer_training_admissions_than_min_admissions_keeps_nothing_and_scales_to_zero():
+    spread = [10.0, 11.0, 12.5, 9.0, 10.5, 11.5]
+    events = pd.concat([
+        _admissions_rows(1, [31337.777], [100]),  # one row
+        _admissions_rows(2, [111.111, 222.222], [101, 102]),  # two rows, two admissions
+        _admissions_rows(3, spread * 3, [103] * 6 + [104] * 6 + [105] * 6),  # many rows, three admissions
+        _admissions_rows(4, spread * 3, [100, 101, 102, 103, 104, 105] * 3),  # six admissions
+        _admissions_rows(3, [50.0], [200], split="test"),
+    ], ignore_index=True)
+    events.index = pd.RangeIndex(2, len(events) + 2, name="line")
+    stats = fit_raw(events, min_admissions=5)
+    table = stats.table()
+    assert stats.rare_items_ == (1, 2, 3) and table.loc[4, "rule"] == "normal"
+    assert table.loc[[1, 2, 3], ["mean", "scale"]].to_numpy().tolist() == [[0.0, 1.0]] * 3
+    assert table.loc[[1, 2, 3], "count"].tolist() == [1, 2, 18]  # rows are counted, values kept out
+    saved = json.dumps(stats.as_json())
+    assert not any(v in saved for v in ("31337.777", "111.111", "222.222", "166.666"))
+    scaled = scale.apply_zscore(events, stats)
+    rare = scaled["ITEMID"].isin([1, 2, 3])
+    assert (scaled.loc[rare, "Z"] == 0).all() and (scaled.loc[rare, "Z_UNSEEN"] == 1).all()
+    assert (scaled.loc[~rare, "Z_UNSEEN"] == 0).all() and scaled.loc[~rare, "Z"].abs().max() > 0
+    (finding,) = [f for f in scale.scale_findings(scaled, stats, warn_bound=100.0) if f.check == "rare_item"]
+    assert finding.severity == "info" and finding.count == 3
+    assert "ITEMID 3 (18 train rows), 2 (2 train rows), 1 (1 train row)" in finding.message
+    # With min_admissions 1 (what the fit did before), the one row's value was the mean: the leak this closes.
+    assert fit_raw(events).table().loc[1, "mean"] == 31337.777
+
+
+def test_rare_items_are_the_same_from_parts_cut_by_admission():
+    events = pd.concat([_admissions_rows(1, [1.0, 2.0, 3.0, 4.0], [100, 101, 102, 103]),
+                        _admissions_rows(2, [5.0, 6.0, 7.0, 8.0, 9.0], [100, 101, 102, 103, 104])], ignore_index=True)
+    events.index = pd.RangeIndex(2, len(events) + 2, name="line")
+    whole = fit_raw(events, min_admissions=5)
+    assert whole.rare_items_ == (1,)
+    for parts in (2, 3):
+        assert _fit_from_parts(events, parts, min_admissions=5) == whole
+
+
+def test_stats_json_of_a_rare_item_round_trips_and_an_edited_one_is_refused():
+    stats = fit_raw(_admissions_rows(1, [7.0, 8.0], [100, 101]), min_admissions=5)
+    again = scale.ZScoreStats.from_json(json.loads(json.dumps(stats.as_json())))
+    assert again == stats and again.rare_items_ == (1,) and again.min_admissions == 5
+    edited = {**stats.as_json(), "mean": [7.5]}
+    with pytest.raises(ValueError, match="rare ITEMID \\[1\\] must keep nothing of their values"):
+        scale.ZScoreStats.from_json(edited)
+
+
 def test_add_sums_takes_min_of_mins_and_max_of_maxes():
     one = pd.DataFrame({"N_NORMAL": [1, 0], "MIN": [3.0, -1.0], "MAX": [5.0, 2.0]}, index=[7, 8])
     two = pd.DataFrame({"N_NORMAL": [2], "MIN": [-4.0], "MAX": [4.0]}, index=[7])
@@ -653,15 +707,18 @@ D_DIMER = 51196  # one normal training row among abnormal ones: z reached 8,900 
 
 @pytest.fixture(scope="module")
 def demo(mimic3demo):
-    """The demo validated by the flow with today's raw z, and its lab rows as the scale stage received them."""
-    validation = validate(mimic3demo, raw_config())
+    """The demo validated by the flow with today's raw z and every item fitted ([encode] min_admissions 1: no item
+    is rare), and its lab rows as the scale stage received them."""
+    config = raw_config()
+    validation = validate(mimic3demo, dataclasses.replace(config, encode=dataclasses.replace(config.encode,
+                                                                                            min_admissions=1)))
     return validation.prepared, run_stages(validation.tables).encoded
 
 
 def test_on_the_mimic3_demo_no_varying_item_is_constant_and_fallback_z_stays_small(demo):
     prepared, encoded = demo
     stats, edges = prepared.fitted.get("scale"), prepared.edges
-    spread = scale.fit_rows(encoded).groupby("ITEMID")["X"].agg(["min", "max"])
+    spread = scale.fit_rows(encoded).values.groupby("ITEMID")["X"].agg(["min", "max"])
     constant = list(stats.constant_items_)
     assert constant and (spread.loc[constant, "min"] == spread.loc[constant, "max"]).all()
     assert not set(spread.index[spread["min"] < spread["max"]]) & set(constant)
@@ -784,7 +841,11 @@ def test_on_the_mimic3_demo_the_default_z_is_bounded_in_order_and_every_bounded_
     (bounded,) = [f for f in demo_default.findings if f.check == "z_bounded"]
     assert bounded.severity == "info" and "51274 PT (Blood)" in bounded.message
     unseen = numbers[numbers["Z_UNSEEN"] == 1]
-    assert len(unseen) == 83 and (unseen["Z"] == 0).all() and not unseen["ITEMID"].isin(stats.items_).any()
+    rare = unseen["ITEMID"].isin(stats.rare_items_)
+    assert (unseen["Z"] == 0).all() and not unseen.loc[~rare, "ITEMID"].isin(stats.items_).any()
+    # 83 rows of items unseen in train; 449 of the 98 items seen in fewer than 5 of the 103 training admissions
+    assert (int((~rare).sum()), int(rare.sum()), len(stats.rare_items_)) == (83, 449, 98)
+    assert not numbers.loc[numbers["Z_UNSEEN"] == 0, "ITEMID"].isin(stats.rare_items_).any()
     assert "asinh" in stats.transforms and set(stats.policies) == {"auto"}
 
 
