@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import textwrap
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Optional
@@ -390,21 +391,37 @@ def config_defaults() -> None:
     typer.echo(documented_defaults(), nl=False)
 
 
+# The terminal's findings: a message wrapped at this width, under an indent; a note is one line, its title.
+_WIDTH, _INDENT = 110, " " * 8
+
+
 def _print_report(console: Console, report: Report, *, quiet: bool = False) -> None:
-    """Every finding with its message (errors only when quiet), then the status line."""
+    """Every error and warning with its message, wrapped; every note on one line, with its check's title (the
+    JSON and HTML reports hold its message); errors only when quiet. Then the status line."""
     if not quiet:
         for source in report.inputs:
             console.print(f"read {source.table:<10} {source.rows:>10,} rows  {escape(source.path)}")
+    notes = 0
     for finding in report.as_json()["findings"]:
         if quiet and finding["severity"] != "error":
             continue
         style = _STYLE.get(finding["severity"], "")
         where = ".".join(p for p in (finding["table"], finding["column"]) if p)
-        console.print(f"[{style}]{finding['severity'].upper():<7}[/] {finding['stage']}/{finding['check']} "
-                      f"{escape(where)} ({finding['count']:,})")
-        console.print(f"        {escape(finding['message'])}")
+        label = _NOUN.get(finding["severity"], finding["severity"]).upper()
+        head = f"{finding['stage']}/{finding['check']} {where} ({finding['count']:,})"
+        if finding["severity"] == "info":
+            notes += 1
+            line = textwrap.shorten(f"{head}: {CHECKS[finding['check']].title}", _WIDTH + len(_INDENT) - 8)
+            console.print(f"[{style}]{label:<7}[/] {escape(line)}")
+            continue
+        console.print(f"[{style}]{label:<7}[/] {escape(head)}")
+        for line in textwrap.wrap(finding["message"], _WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT):
+            console.print(escape(line))
         if finding.get("samples"):
             console.print(f"        values: {escape(', '.join(repr(v) for v in finding['samples']))}")
+    if notes:
+        console.print(f"{notes} note{'s' if notes != 1 else ''} in short: their messages are in the JSON (--json) "
+                      "and HTML (--html) reports")
 
 
 def _print_summary(console: Console, report: Report) -> None:
@@ -413,11 +430,20 @@ def _print_summary(console: Console, report: Report) -> None:
     console.print("[bold]summary[/]")
     counts = report.stage_counts()
     if counts:
-        by_stage = " · ".join(
-            f"{stage} " + ", ".join(f"[{_STYLE.get(sev, '')}]{n} {_NOUN.get(sev, sev)}{'s' if n != 1 else ''}[/]"
-                                    for sev, n in sorted(levels.items(), key=lambda kv: _RANK.get(kv[0], 3)))
-            for stage, levels in counts.items())
-        console.print(f"  findings  {by_stage}")
+        entries = [(f"{stage} " + ", ".join(f"{n} {_NOUN.get(sev, sev)}{'s' if n != 1 else ''}" for sev, n in ordered),
+                    f"{stage} " + ", ".join(f"[{_STYLE.get(sev, '')}]{n} {_NOUN.get(sev, sev)}{'s' if n != 1 else ''}[/]"
+                                            for sev, n in ordered))
+                   for stage, levels in counts.items()
+                   for ordered in [sorted(levels.items(), key=lambda kv: _RANK.get(kv[0], 3))]]
+        lines, width = [[]], 12
+        for plain, styled in entries:  # wrapped by the text shown, not by its markup
+            if lines[-1] and width + 3 + len(plain) > _WIDTH + len(_INDENT):
+                lines.append([])
+                width = 12
+            width += len(plain) + (3 if lines[-1] else 0)
+            lines[-1].append(styled)
+        console.print("\n".join(("  findings  " if n == 0 else " " * 12) + " · ".join(line)
+                                 for n, line in enumerate(lines)))
     attrition = report.attrition or {}
     ledger = attrition.get("LABEVENTS")
     if not ledger and any(f.stage == "load" and f.severity == "error" for f in report.findings):
@@ -442,7 +468,8 @@ def _print_summary(console: Console, report: Report) -> None:
         console.print(f"  ADMISSIONS read {admissions['read']:,} = in graphs {admissions['in_graphs']:,} + dropped "
                       f"{admissions['dropped']:,}{f' ({reasons})' if reasons else ''}; in graphs/read: {splits}")
     for label, text in report.summary:  # the stages' own lines, as the run that made the report made them
-        console.print(f"  {label:<9} {escape(text)}")
+        for line in textwrap.wrap(f"  {label:<9} {text}", _WIDTH + len(_INDENT), subsequent_indent=" " * 12):
+            console.print(escape(line))
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
     style = {"errors": "bold red", "warnings": "yellow", "ok": "green"}[report.status]

@@ -19,6 +19,9 @@ from schemas.errors import SAMPLE_CAP, StageError, format_lines, summarize_class
 
 # How many failing values a finding reads to describe them by class ("inf ×2, non-numeric text").
 CLASS_SAMPLE = 100_000
+# How many entries of a list (lab items, admissions, source lines) a message shows: the most rows first, then
+# "+K more". A finding's JSON holds every lab item it names (``items``) and its first [report] max_lines lines.
+LISTED = 5
 
 @dataclass(frozen=True)
 class Finding:
@@ -32,13 +35,15 @@ class Finding:
     message: str
     default_severity: str | None = None
     samples: list[str] | None = None
+    items: list[int] | None = None  # every lab item (ITEMID) the message names, most rows first
 
     def as_json(self) -> dict[str, Any]:
         record = asdict(self)
         if record["default_severity"] is None or record["default_severity"] == record["severity"]:
             record.pop("default_severity")
-        if record["samples"] is None:
-            record.pop("samples")
+        for key in ("samples", "items"):
+            if record[key] is None:
+                record.pop(key)
         return record
 
 
@@ -70,9 +75,11 @@ def finding_from_mask(
     show_values: bool = False,
     max_lines: int = SAMPLE_CAP,
     count: int | None = None,
+    items: Iterable[int] | Mapping[int, int] | pd.Series | None = None,
 ) -> Finding | None:
     """One finding for the rows where ``failed`` is true (index = source line), or None; ``count``: how many rows
-    failed in all, when ``failed`` holds only the first of them."""
+    failed in all, when ``failed`` holds only the first of them; ``items``: the lab items the message lists
+    (:func:`format_items`), every one kept in the finding."""
     failing = failed[failed.fillna(False).astype(bool)].index
     count = len(failing) if count is None else int(count)
     if count == 0:
@@ -88,24 +95,36 @@ def finding_from_mask(
     info = CHECKS[check]
     where = f"{table}.{column}" if column else table
     rows = "row" if count == 1 else "rows"
-    message = f"{where}: {count} {rows} {verb} {what or info.title} ({format_lines(lines, count)})"
+    message = f"{where}: {count} {rows} {verb} {what or info.title} ({format_lines(lines[:LISTED], count)})"
     if classes:
         message += f": {classes}"
     message += f". {info.advice}"
     return Finding(
         severity=info.severity, stage=stage, table=table, check=check, column=column,
-        count=count, lines=lines, message=message, samples=samples,
+        count=count, lines=lines, message=message, samples=samples, items=ordered(items),
     )
 
 
 def summary_finding(*, stage: str, check: str, table: str | None, column: str | None, count: int, message: str,
-                    lines: list[int] | None = None) -> Finding:
-    """A finding about a whole table or item set rather than failing rows (constant items, fills, attrition)."""
+                    lines: list[int] | None = None,
+                    items: Iterable[int] | Mapping[int, int] | pd.Series | None = None) -> Finding:
+    """A finding about a whole table or item set rather than failing rows (constant items, fills, attrition);
+    ``items``: the lab items the message lists (:func:`format_items`), every one kept in the finding."""
     info = CHECKS[check]
     where = ".".join(part for part in (table, column) if part)
     return Finding(severity=info.severity, stage=stage, table=table, check=check, column=column, count=int(count),
                    lines=list(lines or []), message=f"{where}: {message}. {info.advice}" if where else
-                   f"{message}. {info.advice}")
+                   f"{message}. {info.advice}", items=ordered(items))
+
+
+def ordered(items: Iterable[int] | Mapping[int, int] | pd.Series | None) -> list[int] | None:
+    """ITEMIDs as :func:`format_items` lists them: with counts, the most first (ties in the given order)."""
+    if items is None:
+        return None
+    if hasattr(items, "items"):
+        counts = dict(items.items())
+        return [int(i) for i in sorted(counts, key=lambda i: -int(counts[i]))]  # sorted() is stable
+    return [int(i) for i in items]
 
 
 def item_names(labitems: pd.DataFrame | None) -> dict[int, str]:
@@ -128,16 +147,16 @@ def item_names(labitems: pd.DataFrame | None) -> dict[int, str]:
 
 
 def format_items(items: Iterable[int] | Mapping[int, int] | pd.Series, *, names: Mapping[int, str] | None = None,
-                 limit: int = SAMPLE_CAP, unit: str = "row", why: Callable[[int], str] | None = None) -> str:
-    """``'50963 NTproBNP (Blood) (28 rows), 51100 Troponin T (Blood) (3 rows) and 12 more'``.
+                 limit: int = LISTED, unit: str = "row", why: Callable[[int], str] | None = None) -> str:
+    """``'50963 NTproBNP (Blood) (28 rows), 51100 Troponin T (Blood) (3 rows) +12 more'``.
 
     ``items`` are ITEMIDs in the order to list them, or ITEMID -> count (a dict, or a Series such as
-    ``value_counts().sort_index()``), each then followed by its count of ``unit``. ``names`` comes from
-    :func:`item_names` (an item without a name is its number alone). At most ``limit`` items are listed,
-    like a finding's lines (``[report] max_lines``). ``why(item)``, when given, follows the count.
+    ``value_counts()``), each then followed by its count of ``unit``, the most first. ``names`` comes from
+    :func:`item_names` (an item without a name is its number alone). At most ``limit`` items are listed
+    (:data:`LISTED`); the finding keeps them all (its ``items``). ``why(item)``, when given, follows the count.
     """
     counts = dict(items.items()) if hasattr(items, "items") else None
-    listed = list(counts) if counts is not None else list(items)
+    listed = ordered(items)
     names = names or {}
     parts = []
     for item in listed[:limit]:
@@ -147,4 +166,4 @@ def format_items(items: Iterable[int] | Mapping[int, int] | pd.Series, *, names:
             part += f" ({count:,} {unit}{'' if count == 1 else 's'}{'; ' + why(int(item)) if why else ''})"
         parts.append(part)
     more = len(listed) - limit
-    return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
+    return ", ".join(parts) + (f" +{more} more in the JSON report" if more > 0 else "")

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.engines import PANDAS, Engine
-from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
+from pipeline.findings import LISTED, Finding, finding_from_mask, format_items, summary_finding
 from pipeline.parse import RawTables
 from pipeline.quarantine import Quarantine, Step
 from pipeline.stage import Order
@@ -158,12 +158,13 @@ def admission_findings(prepared: Prepared, *, max_lines: int) -> list[Finding]:
         stages = ""
         if check == LABS_QUARANTINED:
             taken = rows["STAGE"].value_counts()
-            stages = "; last rows taken at " + ", ".join(
-                f"{stage} {int(taken[stage])}" for stage in sorted(taken.index, key=prepared.order.index.get))
+            stages = "; the stage that set aside their last lab rows: " + ", ".join(
+                f"{stage} ({int(taken[stage])} admission{'s' if int(taken[stage]) != 1 else ''})"
+                for stage in sorted(taken.index, key=prepared.order.index.get))
         ids = rows["HADM_ID"].dropna().astype("int64").sort_values()
-        shown = ", ".join(map(str, ids[:cap])) + (f" (+{len(ids) - cap} more, every one in the report's admissions "
-                                                  f"ledger: attrition.ADMISSIONS.dropped_admissions)"
-                                                  if len(ids) > cap else "")
+        shown = ", ".join(map(str, ids[:LISTED])) + (f" +{len(ids) - LISTED} more in the JSON report's "
+                                                     f"attrition.ADMISSIONS.dropped_admissions"
+                                                     if len(ids) > LISTED else "")
         noun = "admission" if len(rows) == 1 else "admissions"
         findings.append(summary_finding(
             stage="flow", check=check, table="ADMISSIONS", column=None, count=len(rows),
@@ -177,18 +178,18 @@ def quarantine_findings(quarantine: Quarantine, order: Order, *, max_lines: int,
     """One finding per quarantine reason, with the first source lines (LABEVENTS rows); items named."""
     findings = []
     for (table, stage, reason), rows in quarantine.by_reason(lines=max_lines).items():
-        items = ""
+        items, listed = "", None
         declared = order.reasons.get(reason)
         check = declared.check if declared is not None else "quarantine_raw_error"
         if declared is not None and declared.per_item:
-            items = ": items " + format_items(rows.items, names=names, limit=max_lines)
+            items, listed = ": items " + format_items(rows.items, names=names), rows.items
         if declared is not None and declared.per_admission:
             n = len(rows.admissions)
             items = f", in {n} admission{'s' if n != 1 else ''}"
         failed = pd.Series(True, index=rows.lines)
         findings.append(finding_from_mask(stage=stage, table=table, check=check, column=None, failed=failed,
                                           verb="quarantined:", what=f"{reason}{items}",
-                                          max_lines=max_lines, count=rows.rows))
+                                          max_lines=max_lines, count=rows.rows, items=listed))
     return [f for f in findings if f is not None]
 
 

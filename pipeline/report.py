@@ -76,7 +76,8 @@ class Report:
         for finding in self.findings:
             level = severity.get(finding.check)
             if level is None or level == finding.severity:
-                kept.append(finding)
+                if finding.severity != OFF:  # a check off by default is reported only when the config says how
+                    kept.append(finding)
             elif level != OFF:
                 note = f" (severity changed from {finding.severity} to {level} by config)"
                 kept.append(replace(finding, severity=level, default_severity=finding.severity,

@@ -10,13 +10,13 @@ from schemas.catalogue import INFO, WARNING, CheckInfo
 from schemas.fill import FilledEvents
 
 CHECKS = (  # what the bucket stage finds (schemas.checks puts them into the catalogue)
-    CheckInfo("before_admission", "bucket", WARNING, "lab rows charted before the admission day",
+    CheckInfo("before_admission", "bucket", INFO, "lab rows charted before the admission day",
               "Before their admission's ED stay too (EDREGTIME, else [bucket] ed_hours before ADMITTIME): another "
               "encounter's labs, or a broken time. They have no timestep and are quarantined."),
     CheckInfo("from_ed_stay", "bucket", INFO, "lab rows drawn in the ED stay before the admission day",
               "Emergency department labs belong to their admission. [bucket] ed_hours = 0 "
               "quarantines them as before_admission instead."),
-    CheckInfo("after_discharge", "bucket", WARNING, "lab rows charted after discharge",
+    CheckInfo("after_discharge", "bucket", INFO, "lab rows charted after discharge",
               "More than [bucket] after_discharge_hours after DISCHTIME: quarantined or clipped by late_policy."),
     CheckInfo("beyond_max_stay", "bucket", WARNING, "lab rows more than max_stay_days after the admission day",
               "No real stay lasts that long: a DISCHTIME or CHARTTIME with a broken year. Quarantined; repair "

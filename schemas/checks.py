@@ -72,15 +72,16 @@ _BEFORE = [
               "IDs must be positive integers below 10^18; repair the export (no text, signs, or separators)."),
     CheckInfo("id_float_format", "raw", WARNING, "an integer ID written as a float ('123.0')",
               "Read as an integer; re-export with integer IDs (pandas writes 123.0 when the column had NaN)."),
-    CheckInfo("hadm_id_missing", "raw", WARNING, "no HADM_ID (outpatient labs)",
-              "Expected in MIMIC: outpatient labs have no admission. They are kept out of the graphs."),
+    CheckInfo("hadm_id_missing", "raw", OFF, "no HADM_ID (outpatient labs)",
+              "Outpatient labs have no admission: the clean stage sets them aside and counts them "
+              "(quarantine_outpatient), so this check is off unless [severity] turns it on."),
     CheckInfo("valuenum_numeric", "raw", ERROR, "VALUENUM that is not a number",
               "VALUENUM must be a plain decimal number or empty; move text results to VALUE."),
     CheckInfo("valuenum_finite", "raw", ERROR, "VALUENUM that is inf or NaN",
               "Non-finite values poison the z-scores and the gradients; repair the export step that wrote them."),
     CheckInfo("valuenum_bound", "raw", ERROR, "VALUENUM beyond the configured magnitude bound",
               "No lab measurement is this large; raise [raw] valuenum_abs_bound only if it is real."),
-    CheckInfo("valuenum_derived", "raw", WARNING, "VALUENUM derived from VALUE",
+    CheckInfo("valuenum_derived", "raw", INFO, "VALUENUM derived from VALUE",
               "The table has no VALUENUM column; numbers were parsed from VALUE with a strict grammar."),
     CheckInfo("ref_range_numeric", "raw", WARNING, "a reference range bound that is not a finite number",
               "REF_RANGE_LOWER/UPPER are metadata, read as numbers when present: this bound is left empty "
@@ -105,9 +106,9 @@ _BEFORE = [
               "The lab row names a different patient than its admission; check the join that made it."),
     CheckInfo("discharge_before_admit", "raw", ERROR, "DISCHTIME earlier than ADMITTIME",
               "The stay has negative length; repair the admission's times."),
-    CheckInfo("charttime_outside_stay", "raw", WARNING, "CHARTTIME outside the admission's stay",
-              "Common in MIMIC (ED labs before admission, results after discharge); "
-              "the bucket stage quarantines or clips them."),
+    CheckInfo("charttime_outside_stay", "raw", OFF, "CHARTTIME outside the admission's stay",
+              "The bucket stage decides each such row and counts what it does (from_ed_stay, before_admission, "
+              "after_discharge, beyond_max_stay), so this check is off unless [severity] turns it on."),
     # -- every stage ---------------------------------------------------------------------
     CheckInfo("stage_guard", "all", ERROR, "rows that break the stage's schema",
               "A stage received or produced data its schema forbids; the message names the column and check.",

@@ -24,7 +24,7 @@ CHECKS = (  # what the clean stage finds (schemas.checks puts them into the cata
               "MIMIC-IV writes some results ('NEG.', 'UNABLE TO REPORT.') only in comments, with VALUE and "
               "VALUENUM empty. They are quarantined by default; [comments] empty_value = \"category\" keeps them "
               "with the comment as a categorical VALUE (coded under [encode] min_admissions)."),
-    CheckInfo("no_result", "clean", WARNING, "lab rows without any result (no VALUE, VALUENUM or comment)",
+    CheckInfo("no_result", "clean", INFO, "lab rows without any result (no VALUE, VALUENUM or comment)",
               "They carry nothing to learn from and are quarantined; if the export dropped the results, re-export."),
 )
 

@@ -7,14 +7,15 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
-from schemas.catalogue import INFO, WARNING, CheckInfo
+from schemas.catalogue import INFO, CheckInfo
 from schemas.split import SplitEvents
 
 CHECKS = (  # what the encode stage finds (schemas.checks puts them into the catalogue)
-    CheckInfo("unseen_category", "encode", WARNING, "categorical values not seen in the training split",
-              "They get code 0 (missing/unseen); more training data or a coarser vocabulary avoids it."),
-    CheckInfo("category_case_variants", "encode", WARNING, "D_LABITEMS values that differ only in letter case",
-              "[encode] fold_case = true gives them one code (the most used spelling); better, fix the dictionary."),
+    CheckInfo("unseen_category", "encode", INFO, "categorical values not seen in the training split",
+              "They get code 0, the code of missing and unseen values, as values too rare to be coded do."),
+    CheckInfo("category_case_variants", "encode", INFO, "D_LABITEMS values that differ only in letter case",
+              "With [encode] fold_case = true (the default) each such value has one code, its most used spelling; "
+              "false gives each spelling a code of its own."),
     CheckInfo("rare_category", "encode", INFO, "categorical values too rare in the training split to be coded",
               "Seen in fewer than [encode] min_admissions training admissions, they get code 0 and stay out "
               "of stats.json, so no value that could single out a patient is saved."),

@@ -11,7 +11,11 @@ from schemas.scale import ScaledEvents
 
 CHECKS = (  # what the fill stage finds (schemas.checks puts them into the catalogue)
     CheckInfo("filled", "fill", INFO, "missing values filled by the declared policy",
-              "Declared in [fill]; add an indicator column to let the model see what was filled."),
+              "Declared in [fill]; indicator = true in [fill.<column>] adds a column that shows the model what was "
+              "filled."),
+    CheckInfo("structural_fill", "fill", INFO, "values a row does not have by construction, filled",
+              "Not missing data: a numeric row has no category (CODE) and a categorical row no number (Z); "
+              "the declared [fill] value stands in, and the row's other column carries its result."),
     CheckInfo("fill_collides", "fill", ERROR, "fill value that equals a real code",
               "A filled value must not pose as a real category; fill codes with 0 (reserved).", locked=STOPS),
     CheckInfo("fill_left_nulls", "fill", ERROR, "nulls left in a column that becomes a tensor",

@@ -11,20 +11,20 @@ from schemas.catalogue import ERROR, INFO, STOPS, WARNING, CheckInfo
 from schemas.encode import EncodedEvents
 
 CHECKS = (  # what the scale stage finds (schemas.checks puts them into the catalogue)
-    CheckInfo("constant_item", "scale", WARNING, "lab item whose training values are all equal",
+    CheckInfo("constant_item", "scale", INFO, "lab item whose training values are all equal",
               "Its value gets z = 0 and any other value a bounded relative difference ([scale] constant_bound); "
               "the item carries no spread to scale by until its training rows vary."),
     CheckInfo("rare_item", "scale", INFO, "lab item seen in fewer than [encode] min_admissions training admissions",
               "Its mean and scale would give its few patients' values back, so stats.json keeps nothing of them "
               "(mean 0, scale 1, rule 'rare') and its rows get z = 0, marked Z_UNSEEN = 1 in edge_attr. A lower "
               "[encode] min_admissions keeps more items, and more that could single out a patient."),
-    CheckInfo("fallback_item", "scale", WARNING, "lab item scaled on all its training rows",
+    CheckInfo("fallback_item", "scale", INFO, "lab item scaled on all its training rows",
               "It has fewer than [scale] min_rows normal training rows (or none, or none with spread), so its "
               "mean and scale come from all its training rows, abnormal ones included."),
-    CheckInfo("constant_item_value", "scale", WARNING, "value of a constant item other than its training value",
+    CheckInfo("constant_item_value", "scale", INFO, "value of a constant item other than its training value",
               "z = (x - c) / |c| ((x - c) when c = 0) clipped to [scale] constant_bound: bounded, never raw-unit "
               "differences; the item varies outside train, so more training rows would give it a real scale."),
-    CheckInfo("unseen_item", "scale", WARNING, "numeric lab item not seen in the training split",
+    CheckInfo("unseen_item", "scale", INFO, "numeric lab item not seen in the training split",
               "Its rows get z = 0, marked Z_UNSEEN = 1 in edge_attr: they carry no information about the value."),
     CheckInfo("z_bounded", "scale", INFO, "values whose z a bound changed",
               "Heavy tails are real but would dominate a model: beyond [scale] bound / 2 their z is drawn in "

@@ -299,29 +299,37 @@ def unseen_findings(zero: pd.DataFrame, seen: pd.DataFrame, admissions: pd.DataF
     in_train = pd.Series(zero_pairs.isin(seen_pairs), index=zero.index)
     lines = max_lines
 
+    def counts(failed: pd.Series) -> pd.Series:  # rows per item, ties by ITEMID
+        return zero.loc[failed, "ITEMID"].value_counts().sort_index()
+
     def items(failed: pd.Series) -> str:
-        counts = zero.loc[failed, "ITEMID"].value_counts().sort_index()
-        return "items " + format_items(counts, names=names, limit=lines)
+        return "items " + format_items(counts(failed), names=names)
 
     unseen, rare = ~in_train, in_train
     findings = [
         finding_from_mask(stage=NAME, table="LABEVENTS", check="unseen_category", column="VALUE",
                           failed=unseen, what=f"categorical VALUE unseen in train (code 0), in {items(unseen)}",
-                          max_lines=lines),
+                          max_lines=lines, items=counts(unseen)),
         finding_from_mask(stage=NAME, table="LABEVENTS", check="rare_category", column="VALUE",
-                          failed=rare, max_lines=lines,
+                          failed=rare, max_lines=lines, items=counts(rare),
                           what=f"categorical VALUE seen in fewer than {k} train admissions (code 0), in {items(rare)}"),
     ]
     train_admissions = admissions[admissions["SPLIT"] == "train"]
+    per_check: dict[str, dict[str, int]] = {"unseen_category": {}, "rare_category": {}}
     for column in admission_columns(admissions):
         zero = admissions[column].notna() & (encoded[f"{column}_CODE"] == MISSING)
         rare = zero & admissions[column].isin(train_admissions[column].dropna())
-        for check, failed, what in (("unseen_category", zero & ~rare, "a value unseen in train"),
-                                    ("rare_category", rare, f"a value seen in fewer than {k} train admissions")):
+        for check, failed in (("unseen_category", zero & ~rare), ("rare_category", rare)):
             if failed.any():
-                findings.append(summary_finding(stage=NAME, check=check, table="ADMISSIONS", column=column,
-                                                count=int(failed.sum()),
-                                                message=f"{int(failed.sum())} admissions with {what} (code 0)"))
+                per_check[check][column] = int(failed.sum())
+    for check, what in (("unseen_category", "unseen in train"),
+                        ("rare_category", f"seen in fewer than {k} train admissions")):
+        columns = per_check[check]
+        if columns:  # one finding for every admission column, the most admissions first
+            listed = ", ".join(f"{column} {n}" for column, n in sorted(columns.items(), key=lambda kv: -kv[1]))
+            findings.append(summary_finding(
+                stage=NAME, check=check, table="ADMISSIONS", column=None, count=sum(columns.values()),
+                message=f"values {what} given code 0, in {len(columns)} column(s) (admissions): {listed}"))
     return [f for f in findings if f is not None]
 
 

@@ -188,27 +188,47 @@ def _refuse_collision(events: pd.DataFrame, column: str, value: float | None) ->
     )
 
 
-@reads(*TENSOR_COLUMNS)
+# The rows a tensor column has no value for by construction: a numeric row has no category code, a row without a
+# number (a categorical one) no z. Its other nulls are missing values.
+ABSENT = {"CODE": "numeric rows (no category by construction)", "Z": "categorical rows (no number by construction)"}
+
+
+@reads(*TENSOR_COLUMNS, "VALUENUM")
 def missing_counts(events: pd.DataFrame) -> pd.Series:
-    """How many values of each tensor column are missing: what :func:`fill_findings` reports (counts of parts add
-    up)."""
-    return events[list(TENSOR_COLUMNS)].isna().sum()
+    """How many values of each tensor column are missing (``CODE``, ``Z``) and how many its rows do not have by
+    construction (``CODE_ABSENT``: numeric rows; ``Z_ABSENT``: rows without a number): what :func:`fill_findings`
+    reports (counts of parts add up)."""
+    number = events["VALUENUM"].notna()
+    absent = {"CODE": number, "Z": ~number}
+    counts = {}
+    for column in TENSOR_COLUMNS:
+        null = events[column].isna()
+        counts[column] = int((null & ~absent[column]).sum())
+        counts[f"{column}_ABSENT"] = int((null & absent[column]).sum())
+    return pd.Series(counts, dtype="int64")
 
 
 def fill_findings(events: pd.DataFrame | pd.Series, policies: Mapping[str, FillPolicy]) -> list[Finding]:
     """How many values each column had filled, and by which policy (from the rows, or their
-    :func:`missing_counts`)."""
+    :func:`missing_counts`): missing values (``filled``) apart from values its rows do not have by construction
+    (``structural_fill``)."""
     findings = []
     missing = events if isinstance(events, pd.Series) else missing_counts(events)
     for column in TENSOR_COLUMNS:
-        count = int(missing[column])
-        if count and column in policies:
-            policy = policies[column]
+        if column not in policies:
+            continue
+        policy = policies[column]
+        how = (f"policy '{policy.policy}'" + (f" with {policy.value:g}" if policy.policy == "constant" else "")
+               + (", with an indicator column" if policy.indicator else ""))
+        absent, count = int(missing.get(f"{column}_ABSENT", 0)), int(missing[column])
+        if absent:
+            findings.append(summary_finding(
+                stage=NAME, check="structural_fill", table="LABEVENTS", column=column, count=absent,
+                message=f"{absent} values of {ABSENT[column]} filled by {how}"))
+        if count:
             findings.append(summary_finding(
                 stage=NAME, check="filled", table="LABEVENTS", column=column, count=count,
-                message=f"{count} values filled by policy '{policy.policy}'"
-                        + (f" with {policy.value:g}" if policy.policy == "constant" else "")
-                        + (", with an indicator column" if policy.indicator else "")))
+                message=f"{count} missing values filled by {how}"))
     return findings
 
 
@@ -265,7 +285,10 @@ def sections(shown: Shown) -> list[str]:
                      "an error check is counted as missing.</p>")
         parts.append(page.table(["table", "column", "rows", "missing", "missing %"], rows, numeric={2, 3, 4},
                                 sortable=True))
-    filled = {f.column: f.count for f in shown.report.findings if f.check == "filled"}
+    filled: dict[str, int] = {}
+    for f in shown.report.findings:
+        if f.check in ("filled", "structural_fill"):
+            filled[f.column] = filled.get(f.column, 0) + f.count
     fitted = dict(getattr(shown.state, "values_", ()) or ())
     fills = [[column, policy.policy, f"{fitted[column]:.4g}" if column in fitted else "-",
               "yes" if policy.indicator else "no", page.n(filled.get(column, 0))]

@@ -202,7 +202,7 @@ def read_findings(counts: pd.DataFrame, *, names: Mapping[int, str] | None = Non
             findings.append(summary_finding(
                 stage=NAME, check=check, table="LABEVENTS", column="VALUE", count=total,
                 message=f"{total} {what} in {len(per_item)} item(s): ITEMID "
-                        f"{format_items(per_item, names=names, limit=max_lines)}"))
+                        f"{format_items(per_item, names=names)}", items=per_item))
     return findings
 
 

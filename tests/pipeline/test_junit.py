@@ -41,8 +41,8 @@ def test_sample_has_one_case_per_check_and_no_failure(tmp_path, sample_dir):
     assert all(cases[check].get("classname") == info.stage for check, info in CHECKS.items())
     assert failing(root) == set()
     assert root.get("tests") == str(len(CHECKS)) and root.get("failures") == "0"
-    assert "hadm_id_missing" in cases["hadm_id_missing"].findtext("system-out")  # warnings shown, not failed
-    assert "WARNING raw/hadm_id_missing" in cases["hadm_id_missing"].findtext("system-out")
+    assert "mixed_item_text" in cases["mixed_item_text"].findtext("system-out")  # warnings shown, not failed
+    assert "WARNING clean/mixed_item_text" in cases["mixed_item_text"].findtext("system-out")
     suites = root.findall("testsuite")
     assert sum(int(s.get("tests")) for s in suites) == len(CHECKS)
 
@@ -63,11 +63,12 @@ def test_broken_dataset_lists_the_failing_checks(tmp_path, case):
 
 def test_off_checks_are_skipped(tmp_path, sample_dir):
     config = tmp_path / "quiet.toml"
-    config.write_text('[severity]\nhadm_id_missing = "off"\n')
+    config.write_text('[severity]\nmixed_item_text = "off"\ncharttime_outside_stay = "info"\n')
     code, root, _ = run_junit(tmp_path, "validate", str(sample_dir), "--config", str(config))
     assert code == 0
-    skipped = [c.get("name") for c in root.iter("testcase") if c.find("skipped") is not None]
-    assert skipped == ["hadm_id_missing"] and root.get("skipped") == "1"
+    skipped = sorted(c.get("name") for c in root.iter("testcase") if c.find("skipped") is not None)
+    # hadm_id_missing is off by default; charttime_outside_stay, off by default, is turned on
+    assert skipped == ["hadm_id_missing", "mixed_item_text"] and root.get("skipped") == "2"
 
 
 def test_characters_xml_cannot_carry_are_escaped():

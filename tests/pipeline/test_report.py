@@ -285,10 +285,10 @@ def test_format_items_names_counts_and_caps():
     assert format_items([50963, 7], names=names) == "50963 NTproBNP (Blood), 7"
     counts = pd.Series([28, 1, 5], index=[50963, 51100, 7])
     assert format_items(counts, names=names) == \
-        "50963 NTproBNP (Blood) (28 rows), 51100 Sodium, Urine (Urine) (1 row), 7 (5 rows)"
+        "50963 NTproBNP (Blood) (28 rows), 7 (5 rows), 51100 Sodium, Urine (Urine) (1 row)"  # the most rows first
     assert format_items(counts, names=names, limit=2, unit="train row") == \
-        "50963 NTproBNP (Blood) (28 train rows), 51100 Sodium, Urine (Urine) (1 train row) and 1 more"
-    assert format_items(range(1, 31)).endswith("20 and 10 more")  # the cap defaults to a finding's lines
+        "50963 NTproBNP (Blood) (28 train rows), 7 (5 train rows) +1 more in the JSON report"
+    assert format_items(range(1, 31)) == "1, 2, 3, 4, 5 +25 more in the JSON report"  # LISTED by default
     assert format_items([]) == ""
 
 

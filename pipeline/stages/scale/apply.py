@@ -153,43 +153,44 @@ def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: floa
     unseen, beyond, off_constant = _named(scaled, stats, warn_bound=warn_bound)
     table = stats.table()
 
+    def counted(mask: pd.Series) -> pd.Series:  # rows per item, ties by ITEMID
+        return scaled.loc[mask, "ITEMID"].value_counts().sort_index()
+
     def items_of(mask: pd.Series, why: Callable[[int], str] | None = None) -> str:
-        counts = scaled.loc[mask, "ITEMID"].value_counts().sort_index()
-        return format_items(counts, names=names, limit=max_lines, why=why)
+        return format_items(counted(mask), names=names, why=why)
 
     constant = stats.constant_items_
     if constant:
         # The most training rows first (ties by ITEMID): an item constant over many rows matters more than one row.
         counts = table.loc[sorted(constant), "count"].sort_values(ascending=False, kind="stable")
-        listed = format_items(counts, names=names, limit=max_lines, unit="train row")
+        listed = format_items(counts, names=names, unit="train row")
         findings.append(summary_finding(
             stage=NAME, check="constant_item", table="LABEVENTS", column="VALUENUM", count=len(constant),
-            message=f"{len(constant)} item(s) whose training values are all equal: ITEMID {listed}"))
+            message=f"{len(constant)} item(s) whose training values are all equal: ITEMID {listed}", items=counts))
     rare = stats.rare_items_
     if rare:
         counts = table.loc[list(rare), "count"].sort_values(ascending=False, kind="stable")
-        listed = format_items(counts, names=names, limit=max_lines, unit="train row")
+        listed = format_items(counts, names=names, unit="train row")
         findings.append(summary_finding(
             stage=NAME, check="rare_item", table="LABEVENTS", column="VALUENUM", count=len(rare),
             message=f"{len(rare)} item(s) seen in fewer than {stats.min_admissions} training admissions, kept out "
-                    f"of stats.json and given z = 0 (Z_UNSEEN = 1): ITEMID {listed}"))
+                    f"of stats.json and given z = 0 (Z_UNSEEN = 1): ITEMID {listed}", items=counts))
     fallback = stats.fallback_items_
     if fallback:
         reasons = table.loc[list(fallback)].assign(WHY=[_fallback_reason(table, i, stats.min_rows) for i in fallback])
-        groups = "; ".join(f"{why}: ITEMID " + format_items(group["count"], names=names, limit=max_lines,
-                                                            unit="fitted row")
+        groups = "; ".join(f"{why}: ITEMID " + format_items(group["count"], names=names, unit="fitted row")
                            for why, group in reasons.groupby("WHY", sort=True))
         findings.append(summary_finding(
             stage=NAME, check="fallback_item", table="LABEVENTS", column="VALUENUM", count=len(fallback),
             message=f"{len(fallback)} item(s) scaled on all their training rows ([scale] min_rows "
-                    f"{stats.min_rows}): {groups}"))
+                    f"{stats.min_rows}): {groups}", items=reasons["count"]))
     findings.append(finding_from_mask(stage=NAME, table="LABEVENTS", check="unseen_item", column="ITEMID",
                                       failed=unseen, what=f"numeric items unseen in train: ITEMID {items_of(unseen)}",
-                                      max_lines=max_lines))
+                                      max_lines=max_lines, items=counted(unseen)))
     findings.append(finding_from_mask(
         stage=NAME, table="LABEVENTS", check="constant_item_value", column="VALUENUM", failed=off_constant,
         what=f"a value other than their item's one training value (|z| at most {stats.constant_bound:g}): "
-             f"ITEMID {items_of(off_constant)}", max_lines=max_lines))
+             f"ITEMID {items_of(off_constant)}", max_lines=max_lines, items=counted(off_constant)))
     against = ""
     if ranges is not None and beyond.any():
         classes = range_classes(scaled.loc[beyond, "VALUENUM"], ranges, range_widths=range_widths)
@@ -198,11 +199,12 @@ def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: floa
         against = (f"; against each row's own reference range: {counts.get('real extreme', 0)} real extreme(s) (more "
                    f"than {range_widths:g} range widths beyond the nearer bound), {counts.get('suspect scale', 0)} "
                    f"suspect scale(s) (within {range_widths:g} widths: the item's scale is likely too small"
-                   + (f", ITEMID {format_items(suspect, names=names, limit=max_lines)}" if len(suspect) else "") + f"), {counts.get('no range', 0)} without a range")
+                   + (f", ITEMID {format_items(suspect, names=names)}" if len(suspect) else "")
+                   + f"), {counts.get('no range', 0)} without a range")
     findings.append(finding_from_mask(
         stage=NAME, table="LABEVENTS", check="z_warn_bound", column="Z", failed=beyond, max_lines=max_lines,
         what=f"|z| > {warn_bound:g}: ITEMID {items_of(beyond, lambda item: _cause(table, item, stats.min_rows))}"
-             f"{against}"))
+             f"{against}", items=counted(beyond)))
     return [f for f in findings if f is not None]
 
 
@@ -218,7 +220,7 @@ def _bounded_finding(bounded: pd.Series, stats: ZScoreStats, *, names: Mapping[i
         message=f"{total} value(s) of {len(counts)} item(s) changed by a bound (beyond |z| {stats.bound / 2:g} "
                 f"drawn in under [scale] bound {stats.bound:g}, order kept; a constant item's other values at "
                 f"constant_bound {stats.constant_bound:g}), each marked Z_BOUNDED = 1 in edge_attr: ITEMID "
-                f"{format_items(counts, names=names, limit=max_lines)}")]
+                f"{format_items(counts, names=names)}", items=counts)]
 
 
 def _rows(n: int, what: str = "row") -> str:

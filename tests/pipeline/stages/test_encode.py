@@ -225,7 +225,7 @@ def test_case_variants_are_reported_naming_column_and_spellings(sample):
         findings = {f.column: f for f in encode.case_findings(labitems, fold_case=fold_case)}
         assert set(findings) == {"FLUID", "CATEGORY"}
         fluid = findings["FLUID"]
-        assert (fluid.check, fluid.severity, fluid.table) == ("category_case_variants", "warning", "D_LABITEMS")
+        assert (fluid.check, fluid.severity, fluid.table) == ("category_case_variants", "info", "D_LABITEMS")
         assert fluid.count == int(labitems["FLUID"].str.casefold().eq("blood").sum())
         assert "'Blood' (" in fluid.message and "'BLOOD' (3 items)" in fluid.message
         assert "'blood' (3 items)" in fluid.message

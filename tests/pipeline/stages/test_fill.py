@@ -80,8 +80,12 @@ def test_default_policies_leave_no_nulls_and_count_what_they_filled(scaled):
     assert nulls["Z"] > 0 and nulls["CODE"] > 0
     findings = {f.column: f for f in fill.fill_findings(scaled, DEFAULTS)}
     assert {column: f.count for column, f in findings.items()} == nulls
-    assert all(f.check == "filled" and f.stage == "fill" for f in findings.values())
-    assert "values filled by policy 'constant' with 0" in findings["Z"].message
+    # Every null is one a row does not have by construction: a numeric row's CODE, a categorical row's Z.
+    assert nulls["Z"] == int(scaled["VALUENUM"].isna().sum()) and nulls["CODE"] == int(scaled["VALUENUM"].notna().sum())
+    assert all(f.check == "structural_fill" and f.stage == "fill" for f in findings.values())
+    assert "values of categorical rows (no number by construction) filled by policy 'constant' with 0" in \
+        findings["Z"].message
+    assert "indicator" not in findings["Z"].message
     kept = _fill(scaled, DEFAULTS)
     filled = kept.frame
     assert filled[["Z", "CODE"]].notna().all().all()

@@ -192,7 +192,7 @@ def test_the_seed_bug_items_get_small_z_and_are_reported_with_their_reason(fitte
     findings = {f.check: f for f in scale.scale_findings(scaled, fitted, warn_bound=config.scale.warn_bound)}
     assert "constant_item" not in findings and "constant_item_value" not in findings
     fallback = findings["fallback_item"]
-    assert (fallback.stage, fallback.count, fallback.severity) == ("scale", 2, "warning")
+    assert (fallback.stage, fallback.count, fallback.severity) == ("scale", 2, "info")
     assert f"normal rows without spread: ITEMID {SODIUM_URINE} (23 fitted rows)" in fallback.message
     assert f"only 1 normal row: ITEMID {NTPROBNP} (9 fitted rows)" in fallback.message
 
@@ -229,10 +229,10 @@ def test_an_item_whose_training_values_are_all_equal_is_constant_with_bounded_ot
     assert scaled["Z"].tolist() == [0.0] * 6 + [0.5, 10.0, -5.0] + [0.0] * 3 + [0.25, -10.0]
     findings = {f.check: f for f in scale.scale_findings(scaled, stats, warn_bound=config.scale.warn_bound)}
     constant = findings["constant_item"]
-    assert (constant.count, constant.severity) == (2, "warning")
+    assert (constant.count, constant.severity) == (2, "info")
     assert "training values are all equal: ITEMID 1 (5 train rows), 3 (3 train rows)" in constant.message
     other = findings["constant_item_value"]
-    assert (other.stage, other.count, other.lines, other.severity) == ("scale", 5, [8, 9, 10, 14, 15], "warning")
+    assert (other.stage, other.count, other.lines, other.severity) == ("scale", 5, [8, 9, 10, 14, 15], "info")
     assert "ITEMID 1 (3 rows), 3 (2 rows)" in other.message and "|z| at most 10" in other.message
     assert "z_warn_bound" not in findings
     assert scale.scale_findings(scale.reported_rows(scaled, stats, warn_bound=100.0), stats,
