@@ -245,8 +245,12 @@ _TOP = typer.Option("--top", min=0, help=f"With --items (which it implies): list
 @app.command(cls=_Command)
 def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `badpoints build`.")],
             items: Annotated[bool, _ITEMS] = False, top: Annotated[Optional[int], _TOP] = None) -> None:
-    """Re-check every graph and the manifest's hashes, and summarise the build."""
-    from pipeline.inspect import inspect_build, item_lines
+    """Re-check every graph and the manifest's hashes, and summarise the build.
+
+    The summary ends with whether the files are intact (exit 1 when they are not) and the data's status as the
+    build's report records it (shown, not failing).
+    """
+    from pipeline.inspect import inspect_build, item_lines, status_lines
 
     console, err = _consoles()
     if not out_dir.is_dir():  # nothing to inspect: could not run (2), like a missing DATA_DIR
@@ -259,7 +263,8 @@ def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `b
         console.print(escape(line))
     for problem in summary.problems:
         console.print(f"[bold red]ERROR[/]   {escape(str(problem))}")
-    console.print(f"status: {'errors' if summary.problems else 'ok'}")
+    for line in status_lines(summary):
+        console.print(escape(line))
     raise typer.Exit(1 if summary.problems else 0)
 
 
