@@ -12,6 +12,11 @@ home, a full disk) turns the cache off for the rest of the run, and
 :meth:`Cache.warning` says once why; the run's report is the same as without a
 cache. The cache holds parsed copies of the data: keep it where the data may
 live (``--cache-dir``), or use ``--no-cache``.
+
+So the copies stay the user's: the folder is made private (0700, every entry 0600, whatever the umask) and marked
+with a ``CACHEDIR.TAG`` that names badpoints (backup tools skip it). The run that marks a folder says where it is (:meth:`Cache.notices`), once; an
+existing cache of this user's that others could read is made private, and says so. A folder that holds other files
+is not used (nor ever cleared).
 """
 
 from __future__ import annotations
@@ -20,20 +25,22 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import stat
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, BinaryIO, Callable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.parse import RawResult, RawTables
-from pipeline.report import Finding, InputFile, Report, atomic_path, write_atomic
+from pipeline.report import Finding, InputFile, Report, atomic_path
 
 ENV = "BADPOINTS_CACHE_DIR"
 FORMAT = 2
@@ -41,6 +48,13 @@ INDEX = "line"  # a table's index: the source line of each row
 SLICE_ROWS = 1 << 20  # rows converted to Arrow at a time when a table is stored
 STALE_TMP_SECONDS = 3600  # a temporary file untouched this long was left by a killed run, not a running one
 FOLDERS = ("tables", "reports")
+TAG = "CACHEDIR.TAG"  # https://bford.info/cachedir/: its first line is the signature; ours names badpoints
+SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"
+TAG_TEXT = f"{SIGNATURE}\n# This file is a cache directory tag created by badpoints: parsed copies of MIMIC tables.\n"
+PRIVATE_FOLDER, PRIVATE_FILE = 0o700, 0o600
+ENTRY = re.compile(r"[0-9a-f]{64}\.(?:json|parquet)")  # a key's entry: its table's Parquet and metadata, or a report
+TEMPORARY = re.compile(r"\..+\.tmp")  # a write in progress (pipeline.report.atomic_path), or one a killed run left
+
 
 
 def default_dir() -> Path | None:
@@ -85,6 +99,8 @@ class _Health:
         self.opened = False
         self.off: str | None = None
         self.damaged: list[str] = []
+        self.marked = False  # this run made the folder a cache (wrote its tag): it says where, once
+        self.loosened: int | None = None  # the mode of an existing cache that others could read, made private
 
 
 @dataclass(frozen=True)
@@ -98,6 +114,18 @@ class Cache:
     root: Path
     max_bytes: int = 8 * 2**30
     _health: _Health = field(default_factory=_Health, init=False, repr=False, compare=False)
+
+    def notices(self) -> list[str]:
+        """What a user should know about the folder after :meth:`open`: where the parsed copies go, from the run that
+        made it a cache (later runs say nothing), and an existing cache that others could read, made private."""
+        where = Path(os.path.abspath(self.root))
+        said = []
+        if self._health.marked:
+            said.append(f"cache: parsed copies of the tables kept in {where} (--no-cache keeps none)")
+        if self._health.loosened is not None:
+            said.append(f"cache: {where} could be read by others (mode {self._health.loosened:04o}); made private "
+                        f"({PRIVATE_FOLDER:04o}, its files {PRIVATE_FILE:04o})")
+        return said
 
     def warning(self) -> str | None:
         """One line on what kept the cache from working during this run, or None when it worked."""
@@ -159,14 +187,14 @@ class Cache:
         path = folder / f"{key}.parquet"
         with atomic_path(path) as tmp:
             schema = pa.Schema.from_pandas(frame.head(0), preserve_index=False)
-            with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+            with _private_file(tmp) as sink, pq.ParquetWriter(sink, schema, compression="zstd") as writer:
                 for start in range(0, max(len(frame), 1), SLICE_ROWS):
                     part = frame.iloc[start:start + SLICE_ROWS]
                     writer.write_table(pa.Table.from_pandas(part, schema=schema, preserve_index=False))
             with open(tmp, "rb") as handle:
                 digest = hashlib.file_digest(handle, "sha256").hexdigest()
         meta = {"table": table, "parquet_sha256": digest, "findings": [asdict(f) for f in result.findings]}
-        write_atomic(folder / f"{key}.json", json.dumps(meta).encode())
+        _write_private(folder / f"{key}.json", json.dumps(meta).encode())
 
     @contextlib.contextmanager
     def writing_behind(self) -> Iterator[Callable[[str, str, RawResult], None]]:
@@ -210,7 +238,7 @@ class Cache:
                   "summary": [list(line) for line in report.summary]}
         path = self.root / "reports" / f"{key}.json"
         try:
-            write_atomic(path, json.dumps(record).encode())
+            _write_private(path, json.dumps(record).encode())
         except OSError as exc:
             self._turn_off("cannot write", path, exc)
             return
@@ -249,21 +277,46 @@ class Cache:
             except OSError:  # removed meanwhile, by its run or another cleaning one
                 continue
 
-    def _usable(self) -> bool:
-        """Make the folders on first use (and clear what killed runs left); False once the cache is off."""
+    def open(self) -> None:
+        """Make the folder a private, marked cache (once a run; :meth:`notices` then says what a user should know),
+        and clear what killed runs left. Any failure turns the cache off; a folder holding other files is not used.
+        Every get and put opens it first."""
         health = self._health
-        if not health.opened:
-            health.opened = True
-            for name in FOLDERS:
-                folder = self.root / name
-                try:
-                    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-                except OSError as exc:  # a file where the folder should be, no home, a read-only disk
-                    self._turn_off("cannot create", folder, exc)
-                    break
-            else:
-                self.remove_stale_tmp()
-        return health.off is None
+        if health.opened:
+            return
+        health.opened = True
+        root = self.root
+        try:
+            root.mkdir(parents=True, mode=PRIVATE_FOLDER)
+            made = True
+        except FileExistsError:
+            made = False
+        except OSError as exc:  # no home, a read-only disk
+            self._turn_off("cannot create", root, exc)
+            return
+        if not made and root.is_dir() and not recognised(root):
+            health.off = (f"{root} is not a badpoints cache: it holds files badpoints did not write (name a new or "
+                          "empty folder with --cache-dir or $BADPOINTS_CACHE_DIR)")
+            return
+        for name in FOLDERS:
+            try:
+                (root / name).mkdir(exist_ok=True, mode=PRIVATE_FOLDER)
+            except OSError as exc:  # a file where the folder should be
+                self._turn_off("cannot create", root / name, exc)
+                return
+        try:
+            loosened = _make_private(root)
+            health.marked = _mark(root)
+        except OSError as exc:  # a read-only disk, a folder removed meanwhile
+            self._turn_off("cannot make private", root, exc)
+            return
+        health.loosened = None if made else loosened
+        self.remove_stale_tmp()
+
+    def _usable(self) -> bool:
+        """Open the folder on first use; False once the cache is off."""
+        self.open()
+        return self._health.off is None
 
     def _turn_off(self, what: str, path: Path, exc: BaseException) -> None:
         if self._health.off is None:
@@ -283,6 +336,83 @@ class Cache:
         except ValueError:
             self._health.damaged.append(f"{path} (not valid JSON)")
             return None
+
+
+def recognised(root: Path) -> bool:
+    """Whether the folder ``root`` may be used and cleared as a badpoints cache: it holds badpoints' tag, or nothing
+    but a cache's folders holding nothing but entries (a folder that is empty, or a cache made before the tag)."""
+    try:
+        with open(root / TAG, "rb") as handle:
+            head = handle.read(4096).decode("utf-8", "replace")
+        return head.startswith(SIGNATURE) and "badpoints" in head
+    except FileNotFoundError:
+        pass
+    except OSError:  # a folder named CACHEDIR.TAG, unreadable: not ours to judge
+        return False
+    for child in root.iterdir():
+        if child.name in FOLDERS and child.is_dir() and not child.is_symlink():
+            if not all(ENTRY.fullmatch(entry.name) or TEMPORARY.fullmatch(entry.name) for entry in child.iterdir()):
+                return False
+        elif not (TEMPORARY.fullmatch(child.name) and child.is_file()):  # the tag of a run making the folder now
+            return False
+    return True
+
+
+def _make_private(root: Path) -> int | None:
+    """The cache's folders 0700 and its files 0600 where they are this user's; the root's mode before when others
+    could read it (and it is ours to change), else None."""
+    folders = [root, *(root / name for name in FOLDERS)]
+    changed, before = False, None
+    for folder in folders:
+        info = folder.stat()
+        mode = stat.S_IMODE(info.st_mode)
+        if info.st_uid == os.geteuid() and mode != PRIVATE_FOLDER:
+            os.chmod(folder, PRIVATE_FOLDER)
+            changed = True
+            before = mode if folder == root and mode & 0o077 else before
+    if not changed:
+        return None  # files written since the cache was private are private: no need to look at each
+    for path in [root / TAG, *(entry for folder in folders[1:] for entry in folder.iterdir())]:
+        with contextlib.suppress(FileNotFoundError):  # removed meanwhile, by another run's prune
+            info = path.lstat()
+            if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_mode & 0o077:
+                os.chmod(path, PRIVATE_FILE)
+    return before
+
+
+def _mark(root: Path) -> bool:
+    """Write badpoints' ``CACHEDIR.TAG`` into ``root`` unless it has one: True when this run wrote it (of runs
+    starting together, exactly one: the tag appears whole, by a hard link that fails where one exists)."""
+    if (root / TAG).exists():
+        return False
+    tmp = root / f".{TAG}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with _private_file(tmp) as handle:
+            handle.write(TAG_TEXT.encode())
+        os.link(tmp, root / TAG)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
+
+
+def _private_file(path: Path) -> BinaryIO:
+    """``path`` opened for writing, readable by its owner only (0600, whatever the umask)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE)  # a file left by an earlier run keeps its mode through O_CREAT
+    except OSError:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "wb")
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write atomically (:func:`pipeline.report.atomic_path`) a file only its owner can read."""
+    with atomic_path(path) as tmp:
+        with _private_file(tmp) as handle:
+            handle.write(data)
 
 
 def _touch(path: Path) -> None:

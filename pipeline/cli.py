@@ -137,11 +137,17 @@ def _where(err: Console, data_dir: Path, *, cache_dir: Optional[Path], no_cache:
 
 
 def _cache(err: Console, root: Optional[Path]) -> Optional[Cache]:
-    """The run's cache; with no folder to put it in, a warning and none (the cache only saves time)."""
+    """The run's cache, opened before any work: the run that makes the folder says where it is, once (before
+    anything could stop the run). With no folder to put it in, a warning and none (the cache only saves time)."""
     if root is None:
         err.print("[yellow]badpoints: warning:[/] the cache was not used: no $BADPOINTS_CACHE_DIR, $XDG_CACHE_HOME "
                   "or home directory; the run went on without it (as with --no-cache)")
-    return None if root is None else Cache(root)
+        return None
+    cache = Cache(root)
+    cache.open()
+    for notice in cache.notices():
+        err.print(f"badpoints: {escape(notice)}")
+    return cache
 
 
 def _cache_warning(err: Console, cache: Optional[Cache]) -> None:
