@@ -14,7 +14,8 @@ cache. The cache holds parsed copies of the data: keep it where the data may
 live (``--cache-dir``), or use ``--no-cache``.
 
 So the copies stay the user's: the folder is made private (0700, every entry 0600, whatever the umask) and marked
-with a ``CACHEDIR.TAG`` that names badpoints (backup tools skip it). The run that marks a folder says where it is (:meth:`Cache.notices`), once; an
+with a ``CACHEDIR.TAG`` that names badpoints (backup tools skip it; ``badpoints cache --clear`` removes entries only
+from a folder it recognises). The run that marks a folder says where it is (:meth:`Cache.notices`), once; an
 existing cache of this user's that others could read is made private, and says so. A folder that holds other files
 is not used (nor ever cleared).
 """
@@ -46,15 +47,21 @@ ENV = "BADPOINTS_CACHE_DIR"
 FORMAT = 2
 INDEX = "line"  # a table's index: the source line of each row
 SLICE_ROWS = 1 << 20  # rows converted to Arrow at a time when a table is stored
+MAX_BYTES = 8 * 2**30  # least recently used entries go first beyond this
 STALE_TMP_SECONDS = 3600  # a temporary file untouched this long was left by a killed run, not a running one
 FOLDERS = ("tables", "reports")
 TAG = "CACHEDIR.TAG"  # https://bford.info/cachedir/: its first line is the signature; ours names badpoints
 SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"
-TAG_TEXT = f"{SIGNATURE}\n# This file is a cache directory tag created by badpoints: parsed copies of MIMIC tables.\n"
+TAG_TEXT = (f"{SIGNATURE}\n# This file is a cache directory tag created by badpoints: parsed copies of MIMIC tables.\n"
+            "# `badpoints cache` shows where and how much; `badpoints cache --clear` removes them.\n")
 PRIVATE_FOLDER, PRIVATE_FILE = 0o700, 0o600
 ENTRY = re.compile(r"[0-9a-f]{64}\.(?:json|parquet)")  # a key's entry: its table's Parquet and metadata, or a report
 TEMPORARY = re.compile(r"\..+\.tmp")  # a write in progress (pipeline.report.atomic_path), or one a killed run left
 
+
+class CacheError(ValueError):
+    """A folder that is not a badpoints cache, or one ``badpoints cache`` cannot read or clear: the CLI's "cannot
+    run" (exit 2). A run never raises it: there the cache is turned off with one warning."""
 
 
 def default_dir() -> Path | None:
@@ -112,7 +119,7 @@ class Cache:
     """
 
     root: Path
-    max_bytes: int = 8 * 2**30
+    max_bytes: int = MAX_BYTES
     _health: _Health = field(default_factory=_Health, init=False, repr=False, compare=False)
 
     def notices(self) -> list[str]:
@@ -121,7 +128,8 @@ class Cache:
         where = Path(os.path.abspath(self.root))
         said = []
         if self._health.marked:
-            said.append(f"cache: parsed copies of the tables kept in {where} (--no-cache keeps none)")
+            said.append(f"cache: parsed copies of the tables kept in {where} (badpoints cache --clear removes them; "
+                        "--no-cache keeps none)")
         if self._health.loosened is not None:
             said.append(f"cache: {where} could be read by others (mode {self._health.loosened:04o}); made private "
                         f"({PRIVATE_FOLDER:04o}, its files {PRIVATE_FILE:04o})")
@@ -336,6 +344,142 @@ class Cache:
         except ValueError:
             self._health.damaged.append(f"{path} (not valid JSON)")
             return None
+
+
+# -- badpoints cache: what a folder holds, and clearing it ---------------------------------------------------------
+@dataclass(frozen=True)
+class Contents:
+    """A cache folder's entries (tables, reports), their bytes with any temporary files, its mode and owner (None
+    when there is no folder), and the files in its folders the cache did not write (never removed)."""
+
+    root: Path
+    tables: int = 0
+    reports: int = 0
+    bytes: int = 0
+    mode: int | None = None
+    ours: bool = True  # this user's folder
+    others: tuple[str, ...] = ()
+
+    @property
+    def entries(self) -> str:
+        return f"{_count(self.tables, 'table')} and {_count(self.reports, 'report')}, {size_text(self.bytes)}"
+
+
+def contents(root: Path) -> Contents:
+    """What the cache at ``root`` holds; a folder that is not a badpoints cache is a :class:`CacheError`."""
+    root = Path(os.path.abspath(root))
+    if not _checked(root):
+        return Contents(root)
+    info = root.stat()
+    counted = _entries(root)
+    return Contents(root, tables=sum(p.parent.name == "tables" and p.suffix == ".parquet" for p, _ in counted),
+                    reports=sum(p.parent.name == "reports" and ENTRY.fullmatch(p.name) is not None for p, _ in counted),
+                    bytes=sum(size for _, size in counted), mode=stat.S_IMODE(info.st_mode),
+                    ours=info.st_uid == os.geteuid(), others=_others(root))
+
+
+def clear(root: Path) -> Contents:
+    """Remove the entries of the cache at ``root`` (and temporary files): what was removed. The folder, its tag and
+    any file the cache did not write stay; a folder that is not a badpoints cache is a :class:`CacheError`, and
+    nothing in it is touched."""
+    held = contents(root)
+    if held.mode is None:
+        return held
+    for path, _ in _entries(held.root):
+        try:
+            path.unlink()
+        except FileNotFoundError:  # pruned meanwhile by a run
+            continue
+        except OSError as exc:
+            raise CacheError(f"cannot remove {path} ({exc.strerror or type(exc).__name__}): the cache is only partly "
+                             "cleared; check the folder's owner and permissions") from None
+    return held
+
+
+def shown_lines(held: Contents, *, max_bytes: int = MAX_BYTES) -> list[str]:
+    """``badpoints cache``: where the cache is, what it holds, who can read it, and how to remove it."""
+    lines = [f"cache: {held.root}"]
+    if held.mode is None:
+        return [*lines, "  none yet: the first validate or build without --no-cache makes it (private to you)"]
+    lines.append(f"  holds {held.entries} (at most {size_text(max_bytes)}: the least recently used go first)")
+    if held.mode & 0o077 == 0:
+        lines.append(f"  mode {held.mode:04o}: private to you")
+    elif held.ours:
+        lines.append(f"  mode {held.mode:04o}: others can read it; the next run that uses it makes it private")
+    else:
+        lines.append(f"  mode {held.mode:04o}, another user's folder: others can read it, and badpoints leaves it so")
+    lines += _left(held)
+    return [*lines, "  parsed copies of the tables: badpoints cache --clear removes them; --no-cache keeps none"]
+
+
+def cleared_lines(removed: Contents) -> list[str]:
+    """``badpoints cache --clear``: what was removed from where, and what was left."""
+    if removed.mode is None:
+        return [f"cache: {removed.root}", "  nothing to clear: no such folder"]
+    return [f"cache: {removed.root}", f"  removed {removed.entries}; the folder stays, marked as a cache",
+            *_left(removed)]
+
+
+def size_text(size: int) -> str:
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("kB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
+def _left(held: Contents) -> list[str]:
+    if not held.others:
+        return []
+    shown = ", ".join(held.others[:5]) + (", ..." if len(held.others) > 5 else "")
+    return [f"  {_count(len(held.others), 'file')} the cache did not write, left alone: {shown}"]
+
+
+def _checked(root: Path) -> bool:
+    """True when ``root`` is a badpoints cache, False when there is no such folder; anything else a CacheError."""
+    if not os.path.lexists(root):
+        return False
+    if not root.is_dir():
+        raise CacheError(f"{root} is not a folder, so not a badpoints cache; nothing was touched (check --cache-dir "
+                         "and $BADPOINTS_CACHE_DIR)")
+    try:
+        known = recognised(root)
+    except OSError as exc:
+        raise CacheError(f"cannot read {root} ({exc.strerror or type(exc).__name__})") from None
+    if not known:
+        raise CacheError(f"{root} is not a badpoints cache: it has no {TAG} of badpoints' and holds files a cache "
+                         "does not write; nothing was touched (check --cache-dir and $BADPOINTS_CACHE_DIR)")
+    return True
+
+
+def _entries(root: Path) -> list[tuple[Path, int]]:
+    """The files the cache wrote in its folders (entries and temporary files), with their sizes."""
+    found = []
+    for name in FOLDERS:
+        folder = root / name
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        for path in sorted(folder.iterdir()):
+            if ENTRY.fullmatch(path.name) or TEMPORARY.fullmatch(path.name):
+                with contextlib.suppress(FileNotFoundError):  # pruned meanwhile by a run
+                    info = path.lstat()
+                    if stat.S_ISREG(info.st_mode):
+                        found.append((path, info.st_size))
+    return found
+
+
+def _others(root: Path) -> tuple[str, ...]:
+    """The files in the cache's folders that the cache did not write (in a tagged folder: someone put them there)."""
+    left = []
+    for name in FOLDERS:
+        folder = root / name
+        if folder.is_dir() and not folder.is_symlink():
+            left += [f"{name}/{p.name}" for p in sorted(folder.iterdir())
+                     if not (ENTRY.fullmatch(p.name) or TEMPORARY.fullmatch(p.name)) or not p.is_file()]
+    return tuple(left)
 
 
 def recognised(root: Path) -> bool:

@@ -17,7 +17,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pipeline.cache import Cache
+from pipeline.cache import Cache, CacheError, cleared_lines, contents, shown_lines
+from pipeline.cache import clear as clear_cache
 from pipeline.cache import default_dir as default_cache_dir
 from pipeline.config import Config, ConfigError, load_config
 from pipeline.builds import build as run_build
@@ -309,7 +310,7 @@ def _consoles() -> tuple[Console, Console]:
 def _guarded_run(err: Console, run):
     try:
         return run()
-    except (ConfigError, ValidationDisabled, OutputError, ScratchError) as exc:
+    except (ConfigError, ValidationDisabled, OutputError, ScratchError, CacheError) as exc:
         err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(exc))}")
         raise typer.Exit(2)
     except Exception as exc:  # noqa: BLE001 - never a traceback for a user; the type is enough to report
@@ -390,6 +391,28 @@ def checks() -> None:
     console.print("\nA check marked fixed stays an error: \\[severity] may set it to \"error\" only.")
     for why, meaning in LOCKED.items():
         console.print(f"  {why}: {escape(meaning)}")
+
+
+_CLEAR = typer.Option("--clear", help="Remove the cache's entries (every parsed copy); the folder stays, marked as "
+                                      "a cache. A folder that is not a badpoints cache is refused (exit 2).")
+
+
+@app.command(cls=_Command, name="cache")
+def cache_folder(cache_dir: Annotated[Optional[Path], _CACHE_DIR] = None,
+                 clear: Annotated[bool, _CLEAR] = False) -> None:
+    """Show where the cache of parsed tables is, what it holds and who can read it; --clear removes its entries."""
+    console, err = _consoles()
+    root = cache_dir or default_cache_dir()
+    if root is None:
+        err.print("[bold red]badpoints: cannot run:[/] no cache folder to show: no $BADPOINTS_CACHE_DIR, "
+                  "$XDG_CACHE_HOME or home directory (name one with --cache-dir)")
+        raise typer.Exit(2)
+    if clear:
+        lines = cleared_lines(_guarded_run(err, lambda: clear_cache(root)))
+    else:
+        lines = shown_lines(_guarded_run(err, lambda: contents(root)))
+    for line in lines:
+        console.print(escape(line))
 
 
 @app.command(cls=_Command, name="config")

@@ -328,7 +328,8 @@ def test_a_file_replaced_during_the_run_leaves_no_report_under_the_first_files_k
 
 
 # -- where the cache is, who can read it, and `badpoints cache` -----------------------------------------------------
-NOTICE = "badpoints: cache: parsed copies of the tables kept in {} (--no-cache keeps none)"
+NOTICE = "badpoints: cache: parsed copies of the tables kept in {} (badpoints cache --clear removes them; " \
+         "--no-cache keeps none)"
 
 
 def _validate(data: Path, cache_dir: Path, *more: str):
@@ -428,6 +429,8 @@ def test_another_users_cache_is_left_as_it_is(data, tmp_path):
     assert run.exit_code == 0 and "badpoints: cache:" not in run.stderr and "warning" not in run.stderr
     assert stat.S_IMODE(cache_dir.stat().st_mode) == 0o777
     assert [stat.S_IMODE(p.stat().st_mode) for p in (cache_dir / "reports").iterdir()] == [0o600]
+    shown = RUNNER.invoke(app, ["cache", "--cache-dir", str(cache_dir)]).stdout
+    assert "  mode 0777, another user's folder: others can read it, and badpoints leaves it so" in shown
 
 
 def test_a_cache_from_before_the_tag_is_recognised_marked_and_named_once(data, tmp_path):
@@ -460,3 +463,101 @@ def test_a_folder_holding_other_files_is_not_used_as_a_cache_and_left_as_it_was(
     assert f"the cache was not used: {folder} is not a badpoints cache: it holds files badpoints did not write" \
         in run.stderr
     assert _files(folder) == before and stat.S_IMODE(folder.stat().st_mode) == 0o755  # nothing written, no chmod
+
+
+def test_cache_shows_where_it_is_what_it_holds_and_its_size(data, tmp_path):
+    cache_dir = tmp_path / "cache"
+    none_yet = RUNNER.invoke(app, ["cache", "--cache-dir", str(cache_dir)])
+    assert none_yet.exit_code == 0 and not cache_dir.exists()  # showing makes nothing
+    assert none_yet.stdout.splitlines()[:2] == [f"cache: {cache_dir}", "  none yet: the first validate or build "
+                                                "without --no-cache makes it (private to you)"]
+    _validate(data, cache_dir)
+
+    shown = RUNNER.invoke(app, ["cache", "--cache-dir", str(cache_dir)])
+
+    size = sum(p.stat().st_size for p in cache_dir.glob("*/*"))
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.splitlines() == [
+        f"cache: {cache_dir}",
+        f"  holds 3 tables and 1 report, {size / 1024:.1f} kB (at most 8.0 GB: the least recently used go first)",
+        "  mode 0700: private to you",
+        "  parsed copies of the tables: badpoints cache --clear removes them; --no-cache keeps none"]
+
+
+def test_cache_takes_its_folder_from_the_environment_as_a_run_does(data, tmp_path, monkeypatch):
+    monkeypatch.setenv("BADPOINTS_CACHE_DIR", str(tmp_path / "env"))
+    assert RUNNER.invoke(app, ["validate", str(data), "-q"]).exit_code == 0
+    shown = RUNNER.invoke(app, ["cache"])
+    assert shown.stdout.startswith(f"cache: {tmp_path / 'env'}\n  holds 3 tables and 1 report, ")
+
+
+def test_clear_empties_the_cache_and_a_later_run_fills_it_again(data, tmp_path):
+    cache_dir = tmp_path / "cache"
+    cold = _validate(data, cache_dir, "--json", str(tmp_path / "cold.json"))
+    size = sum(p.stat().st_size for p in cache_dir.glob("*/*"))
+
+    cleared = RUNNER.invoke(app, ["cache", "--clear", "--cache-dir", str(cache_dir)])
+
+    assert cleared.exit_code == 0, cleared.output
+    assert cleared.stdout.splitlines() == [
+        f"cache: {cache_dir}", f"  removed 3 tables and 1 report, {size / 1024:.1f} kB; the folder stays, marked as "
+                               "a cache"]
+    assert list(cache_dir.glob("*/*")) == [] and (cache_dir / "CACHEDIR.TAG").is_file()
+    assert "holds 0 tables and 0 reports, 0 bytes" in RUNNER.invoke(app, ["cache", "--cache-dir", str(cache_dir)]).stdout
+    again = _validate(data, cache_dir, "--json", str(tmp_path / "again.json"))
+    assert cold.exit_code == again.exit_code == 0
+    assert "report reused" not in again.stderr and "badpoints: cache:" not in again.stderr  # rebuilt, not re-announced
+    assert _report(tmp_path / "again.json") == _report(tmp_path / "cold.json")
+    assert len(entries(Cache(cache_dir))) == 3 and len(entries(Cache(cache_dir), "reports")) == 1
+
+
+@pytest.mark.parametrize("folder", ["a project folder", "a file", "a tables folder with other files",
+                                    "another tool's tag"])
+def test_clear_refuses_a_folder_that_is_not_a_badpoints_cache_and_removes_nothing(tmp_path, folder):
+    target = tmp_path / "target"
+    key = "ab" * 32
+    if folder == "a file":
+        target.write_text("not a folder")
+    else:
+        (target / "tables").mkdir(parents=True)
+        (target / "tables" / f"{key}.parquet").write_bytes(b"named like an entry")
+        if folder == "a project folder":
+            (target / "thesis.tex").write_text("mine")
+        elif folder == "a tables folder with other files":
+            (target / "tables" / "results.csv").write_text("a,b\n")
+        else:
+            (target / "CACHEDIR.TAG").write_text("Signature: 8a477f597d28d172789f06886806bc55\n# cargo\n")
+            (target / "notes.txt").write_text("mine")
+    before = {p: p.read_bytes() for p in [target, *target.rglob("*")] if p.is_file()}
+
+    for args in (["cache", "--clear"], ["cache"]):
+        run = RUNNER.invoke(app, [*args, "--cache-dir", str(target)])
+        assert run.exit_code == 2, run.output
+        assert f"badpoints: cannot run: {target} is not a" in run.stderr and "nothing was touched" in run.stderr
+        assert "Traceback" not in run.output
+    assert {p: p.read_bytes() for p in [target, *target.rglob("*")] if p.is_file()} == before
+
+
+def test_clear_leaves_files_the_cache_did_not_write_and_says_so(data, tmp_path):
+    cache_dir = tmp_path / "cache"
+    _validate(data, cache_dir)
+    (cache_dir / "reports" / "keep.txt").write_text("someone put this here")
+    (cache_dir / "tables" / "sub").mkdir()
+
+    cleared = RUNNER.invoke(app, ["cache", "--clear", "--cache-dir", str(cache_dir)])
+
+    assert cleared.exit_code == 0, cleared.output
+    assert cleared.stdout.splitlines()[-1] == "  2 files the cache did not write, left alone: tables/sub, reports/keep.txt"
+    assert sorted(str(p.relative_to(cache_dir)) for p in cache_dir.glob("*/*")) == ["reports/keep.txt", "tables/sub"]
+
+
+def test_clear_of_a_folder_that_does_not_exist_does_nothing(tmp_path):
+    run = RUNNER.invoke(app, ["cache", "--clear", "--cache-dir", str(tmp_path / "none")])
+    assert run.exit_code == 0 and run.stdout.splitlines()[1] == "  nothing to clear: no such folder"
+    assert not (tmp_path / "none").exists()
+
+
+def test_cache_with_no_folder_to_name_cannot_run(monkeypatch):
+    monkeypatch.setattr("pipeline.cli.default_cache_dir", lambda: None)
+    run = RUNNER.invoke(app, ["cache"])
+    assert run.exit_code == 2 and "cannot run: no cache folder to show" in run.stderr
