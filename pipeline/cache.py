@@ -12,6 +12,12 @@ home, a full disk) turns the cache off for the rest of the run, and
 :meth:`Cache.warning` says once why; the run's report is the same as without a
 cache. The cache holds parsed copies of the data: keep it where the data may
 live (``--cache-dir``), or use ``--no-cache``.
+
+So the copies stay the user's: the folder is made private (0700, every entry 0600, whatever the umask) and marked
+with a ``CACHEDIR.TAG`` that names badpoints (backup tools skip it; ``badpoints cache --clear`` removes entries only
+from a folder it recognises). The run that marks a folder says where it is (:meth:`Cache.notices`), once; an
+existing cache of this user's that others could read is made private, and says so. A folder that holds other files
+is not used (nor ever cleared).
 """
 
 from __future__ import annotations
@@ -20,27 +26,42 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import stat
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, BinaryIO, Callable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.parse import RawResult, RawTables
-from pipeline.report import Finding, InputFile, Report, atomic_path, write_atomic
+from pipeline.report import Finding, InputFile, Report, atomic_path
 
 ENV = "BADPOINTS_CACHE_DIR"
 FORMAT = 2
 INDEX = "line"  # a table's index: the source line of each row
 SLICE_ROWS = 1 << 20  # rows converted to Arrow at a time when a table is stored
+MAX_BYTES = 8 * 2**30  # least recently used entries go first beyond this
 STALE_TMP_SECONDS = 3600  # a temporary file untouched this long was left by a killed run, not a running one
 FOLDERS = ("tables", "reports")
+TAG = "CACHEDIR.TAG"  # https://bford.info/cachedir/: its first line is the signature; ours names badpoints
+SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"
+TAG_TEXT = (f"{SIGNATURE}\n# This file is a cache directory tag created by badpoints: parsed copies of MIMIC tables.\n"
+            "# `badpoints cache` shows where and how much; `badpoints cache --clear` removes them.\n")
+PRIVATE_FOLDER, PRIVATE_FILE = 0o700, 0o600
+ENTRY = re.compile(r"[0-9a-f]{64}\.(?:json|parquet)")  # a key's entry: its table's Parquet and metadata, or a report
+TEMPORARY = re.compile(r"\..+\.tmp")  # a write in progress (pipeline.report.atomic_path), or one a killed run left
+
+
+class CacheError(ValueError):
+    """A folder that is not a badpoints cache, or one ``badpoints cache`` cannot read or clear: the CLI's "cannot
+    run" (exit 2). A run never raises it: there the cache is turned off with one warning."""
 
 
 def default_dir() -> Path | None:
@@ -85,6 +106,8 @@ class _Health:
         self.opened = False
         self.off: str | None = None
         self.damaged: list[str] = []
+        self.marked = False  # this run made the folder a cache (wrote its tag): it says where, once
+        self.loosened: int | None = None  # the mode of an existing cache that others could read, made private
 
 
 @dataclass(frozen=True)
@@ -96,8 +119,21 @@ class Cache:
     """
 
     root: Path
-    max_bytes: int = 8 * 2**30
+    max_bytes: int = MAX_BYTES
     _health: _Health = field(default_factory=_Health, init=False, repr=False, compare=False)
+
+    def notices(self) -> list[str]:
+        """What a user should know about the folder after :meth:`open`: where the parsed copies go, from the run that
+        made it a cache (later runs say nothing), and an existing cache that others could read, made private."""
+        where = Path(os.path.abspath(self.root))
+        said = []
+        if self._health.marked:
+            said.append(f"cache: parsed copies of the tables kept in {where} (badpoints cache --clear removes them; "
+                        "--no-cache keeps none)")
+        if self._health.loosened is not None:
+            said.append(f"cache: {where} could be read by others (mode {self._health.loosened:04o}); made private "
+                        f"({PRIVATE_FOLDER:04o}, its files {PRIVATE_FILE:04o})")
+        return said
 
     def warning(self) -> str | None:
         """One line on what kept the cache from working during this run, or None when it worked."""
@@ -159,14 +195,14 @@ class Cache:
         path = folder / f"{key}.parquet"
         with atomic_path(path) as tmp:
             schema = pa.Schema.from_pandas(frame.head(0), preserve_index=False)
-            with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+            with _private_file(tmp) as sink, pq.ParquetWriter(sink, schema, compression="zstd") as writer:
                 for start in range(0, max(len(frame), 1), SLICE_ROWS):
                     part = frame.iloc[start:start + SLICE_ROWS]
                     writer.write_table(pa.Table.from_pandas(part, schema=schema, preserve_index=False))
             with open(tmp, "rb") as handle:
                 digest = hashlib.file_digest(handle, "sha256").hexdigest()
         meta = {"table": table, "parquet_sha256": digest, "findings": [asdict(f) for f in result.findings]}
-        write_atomic(folder / f"{key}.json", json.dumps(meta).encode())
+        _write_private(folder / f"{key}.json", json.dumps(meta).encode())
 
     @contextlib.contextmanager
     def writing_behind(self) -> Iterator[Callable[[str, str, RawResult], None]]:
@@ -210,7 +246,7 @@ class Cache:
                   "summary": [list(line) for line in report.summary]}
         path = self.root / "reports" / f"{key}.json"
         try:
-            write_atomic(path, json.dumps(record).encode())
+            _write_private(path, json.dumps(record).encode())
         except OSError as exc:
             self._turn_off("cannot write", path, exc)
             return
@@ -249,21 +285,46 @@ class Cache:
             except OSError:  # removed meanwhile, by its run or another cleaning one
                 continue
 
-    def _usable(self) -> bool:
-        """Make the folders on first use (and clear what killed runs left); False once the cache is off."""
+    def open(self) -> None:
+        """Make the folder a private, marked cache (once a run; :meth:`notices` then says what a user should know),
+        and clear what killed runs left. Any failure turns the cache off; a folder holding other files is not used.
+        Every get and put opens it first."""
         health = self._health
-        if not health.opened:
-            health.opened = True
-            for name in FOLDERS:
-                folder = self.root / name
-                try:
-                    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-                except OSError as exc:  # a file where the folder should be, no home, a read-only disk
-                    self._turn_off("cannot create", folder, exc)
-                    break
-            else:
-                self.remove_stale_tmp()
-        return health.off is None
+        if health.opened:
+            return
+        health.opened = True
+        root = self.root
+        try:
+            root.mkdir(parents=True, mode=PRIVATE_FOLDER)
+            made = True
+        except FileExistsError:
+            made = False
+        except OSError as exc:  # no home, a read-only disk
+            self._turn_off("cannot create", root, exc)
+            return
+        if not made and root.is_dir() and not recognised(root):
+            health.off = (f"{root} is not a badpoints cache: it holds files badpoints did not write (name a new or "
+                          "empty folder with --cache-dir or $BADPOINTS_CACHE_DIR)")
+            return
+        for name in FOLDERS:
+            try:
+                (root / name).mkdir(exist_ok=True, mode=PRIVATE_FOLDER)
+            except OSError as exc:  # a file where the folder should be
+                self._turn_off("cannot create", root / name, exc)
+                return
+        try:
+            loosened = _make_private(root)
+            health.marked = _mark(root)
+        except OSError as exc:  # a read-only disk, a folder removed meanwhile
+            self._turn_off("cannot make private", root, exc)
+            return
+        health.loosened = None if made else loosened
+        self.remove_stale_tmp()
+
+    def _usable(self) -> bool:
+        """Open the folder on first use; False once the cache is off."""
+        self.open()
+        return self._health.off is None
 
     def _turn_off(self, what: str, path: Path, exc: BaseException) -> None:
         if self._health.off is None:
@@ -283,6 +344,219 @@ class Cache:
         except ValueError:
             self._health.damaged.append(f"{path} (not valid JSON)")
             return None
+
+
+# -- badpoints cache: what a folder holds, and clearing it ---------------------------------------------------------
+@dataclass(frozen=True)
+class Contents:
+    """A cache folder's entries (tables, reports), their bytes with any temporary files, its mode and owner (None
+    when there is no folder), and the files in its folders the cache did not write (never removed)."""
+
+    root: Path
+    tables: int = 0
+    reports: int = 0
+    bytes: int = 0
+    mode: int | None = None
+    ours: bool = True  # this user's folder
+    others: tuple[str, ...] = ()
+
+    @property
+    def entries(self) -> str:
+        return f"{_count(self.tables, 'table')} and {_count(self.reports, 'report')}, {size_text(self.bytes)}"
+
+
+def contents(root: Path) -> Contents:
+    """What the cache at ``root`` holds; a folder that is not a badpoints cache is a :class:`CacheError`."""
+    root = Path(os.path.abspath(root))
+    if not _checked(root):
+        return Contents(root)
+    info = root.stat()
+    counted = _entries(root)
+    return Contents(root, tables=sum(p.parent.name == "tables" and p.suffix == ".parquet" for p, _ in counted),
+                    reports=sum(p.parent.name == "reports" and ENTRY.fullmatch(p.name) is not None for p, _ in counted),
+                    bytes=sum(size for _, size in counted), mode=stat.S_IMODE(info.st_mode),
+                    ours=info.st_uid == os.geteuid(), others=_others(root))
+
+
+def clear(root: Path) -> Contents:
+    """Remove the entries of the cache at ``root`` (and temporary files): what was removed. The folder, its tag and
+    any file the cache did not write stay; a folder that is not a badpoints cache is a :class:`CacheError`, and
+    nothing in it is touched."""
+    held = contents(root)
+    if held.mode is None:
+        return held
+    for path, _ in _entries(held.root):
+        try:
+            path.unlink()
+        except FileNotFoundError:  # pruned meanwhile by a run
+            continue
+        except OSError as exc:
+            raise CacheError(f"cannot remove {path} ({exc.strerror or type(exc).__name__}): the cache is only partly "
+                             "cleared; check the folder's owner and permissions") from None
+    return held
+
+
+def shown_lines(held: Contents, *, max_bytes: int = MAX_BYTES) -> list[str]:
+    """``badpoints cache``: where the cache is, what it holds, who can read it, and how to remove it."""
+    lines = [f"cache: {held.root}"]
+    if held.mode is None:
+        return [*lines, "  none yet: the first validate or build without --no-cache makes it (private to you)"]
+    lines.append(f"  holds {held.entries} (at most {size_text(max_bytes)}: the least recently used go first)")
+    if held.mode & 0o077 == 0:
+        lines.append(f"  mode {held.mode:04o}: private to you")
+    elif held.ours:
+        lines.append(f"  mode {held.mode:04o}: others can read it; the next run that uses it makes it private")
+    else:
+        lines.append(f"  mode {held.mode:04o}, another user's folder: others can read it, and badpoints leaves it so")
+    lines += _left(held)
+    return [*lines, "  parsed copies of the tables: badpoints cache --clear removes them; --no-cache keeps none"]
+
+
+def cleared_lines(removed: Contents) -> list[str]:
+    """``badpoints cache --clear``: what was removed from where, and what was left."""
+    if removed.mode is None:
+        return [f"cache: {removed.root}", "  nothing to clear: no such folder"]
+    return [f"cache: {removed.root}", f"  removed {removed.entries}; the folder stays, marked as a cache",
+            *_left(removed)]
+
+
+def size_text(size: int) -> str:
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("kB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
+def _left(held: Contents) -> list[str]:
+    if not held.others:
+        return []
+    shown = ", ".join(held.others[:5]) + (", ..." if len(held.others) > 5 else "")
+    return [f"  {_count(len(held.others), 'file')} the cache did not write, left alone: {shown}"]
+
+
+def _checked(root: Path) -> bool:
+    """True when ``root`` is a badpoints cache, False when there is no such folder; anything else a CacheError."""
+    if not os.path.lexists(root):
+        return False
+    if not root.is_dir():
+        raise CacheError(f"{root} is not a folder, so not a badpoints cache; nothing was touched (check --cache-dir "
+                         "and $BADPOINTS_CACHE_DIR)")
+    try:
+        known = recognised(root)
+    except OSError as exc:
+        raise CacheError(f"cannot read {root} ({exc.strerror or type(exc).__name__})") from None
+    if not known:
+        raise CacheError(f"{root} is not a badpoints cache: it has no {TAG} of badpoints' and holds files a cache "
+                         "does not write; nothing was touched (check --cache-dir and $BADPOINTS_CACHE_DIR)")
+    return True
+
+
+def _entries(root: Path) -> list[tuple[Path, int]]:
+    """The files the cache wrote in its folders (entries and temporary files), with their sizes."""
+    found = []
+    for name in FOLDERS:
+        folder = root / name
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        for path in sorted(folder.iterdir()):
+            if ENTRY.fullmatch(path.name) or TEMPORARY.fullmatch(path.name):
+                with contextlib.suppress(FileNotFoundError):  # pruned meanwhile by a run
+                    info = path.lstat()
+                    if stat.S_ISREG(info.st_mode):
+                        found.append((path, info.st_size))
+    return found
+
+
+def _others(root: Path) -> tuple[str, ...]:
+    """The files in the cache's folders that the cache did not write (in a tagged folder: someone put them there)."""
+    left = []
+    for name in FOLDERS:
+        folder = root / name
+        if folder.is_dir() and not folder.is_symlink():
+            left += [f"{name}/{p.name}" for p in sorted(folder.iterdir())
+                     if not (ENTRY.fullmatch(p.name) or TEMPORARY.fullmatch(p.name)) or not p.is_file()]
+    return tuple(left)
+
+
+def recognised(root: Path) -> bool:
+    """Whether the folder ``root`` may be used and cleared as a badpoints cache: it holds badpoints' tag, or nothing
+    but a cache's folders holding nothing but entries (a folder that is empty, or a cache made before the tag)."""
+    try:
+        with open(root / TAG, "rb") as handle:
+            head = handle.read(4096).decode("utf-8", "replace")
+        return head.startswith(SIGNATURE) and "badpoints" in head
+    except FileNotFoundError:
+        pass
+    except OSError:  # a folder named CACHEDIR.TAG, unreadable: not ours to judge
+        return False
+    for child in root.iterdir():
+        if child.name in FOLDERS and child.is_dir() and not child.is_symlink():
+            if not all(ENTRY.fullmatch(entry.name) or TEMPORARY.fullmatch(entry.name) for entry in child.iterdir()):
+                return False
+        elif not (TEMPORARY.fullmatch(child.name) and child.is_file()):  # the tag of a run making the folder now
+            return False
+    return True
+
+
+def _make_private(root: Path) -> int | None:
+    """The cache's folders 0700 and its files 0600 where they are this user's; the root's mode before when others
+    could read it (and it is ours to change), else None."""
+    folders = [root, *(root / name for name in FOLDERS)]
+    changed, before = False, None
+    for folder in folders:
+        info = folder.stat()
+        mode = stat.S_IMODE(info.st_mode)
+        if info.st_uid == os.geteuid() and mode != PRIVATE_FOLDER:
+            os.chmod(folder, PRIVATE_FOLDER)
+            changed = True
+            before = mode if folder == root and mode & 0o077 else before
+    if not changed:
+        return None  # files written since the cache was private are private: no need to look at each
+    for path in [root / TAG, *(entry for folder in folders[1:] for entry in folder.iterdir())]:
+        with contextlib.suppress(FileNotFoundError):  # removed meanwhile, by another run's prune
+            info = path.lstat()
+            if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_mode & 0o077:
+                os.chmod(path, PRIVATE_FILE)
+    return before
+
+
+def _mark(root: Path) -> bool:
+    """Write badpoints' ``CACHEDIR.TAG`` into ``root`` unless it has one: True when this run wrote it (of runs
+    starting together, exactly one: the tag appears whole, by a hard link that fails where one exists)."""
+    if (root / TAG).exists():
+        return False
+    tmp = root / f".{TAG}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with _private_file(tmp) as handle:
+            handle.write(TAG_TEXT.encode())
+        os.link(tmp, root / TAG)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
+
+
+def _private_file(path: Path) -> BinaryIO:
+    """``path`` opened for writing, readable by its owner only (0600, whatever the umask)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE)  # a file left by an earlier run keeps its mode through O_CREAT
+    except OSError:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "wb")
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write atomically (:func:`pipeline.report.atomic_path`) a file only its owner can read."""
+    with atomic_path(path) as tmp:
+        with _private_file(tmp) as handle:
+            handle.write(data)
 
 
 def _touch(path: Path) -> None:

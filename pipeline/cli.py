@@ -18,7 +18,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pipeline.cache import Cache
+from pipeline.cache import Cache, CacheError, cleared_lines, contents, shown_lines
+from pipeline.cache import clear as clear_cache
 from pipeline.cache import default_dir as default_cache_dir
 from pipeline.config import Config, ConfigError, load_config
 from pipeline.builds import build as run_build
@@ -138,11 +139,17 @@ def _where(err: Console, data_dir: Path, *, cache_dir: Optional[Path], no_cache:
 
 
 def _cache(err: Console, root: Optional[Path]) -> Optional[Cache]:
-    """The run's cache; with no folder to put it in, a warning and none (the cache only saves time)."""
+    """The run's cache, opened before any work: the run that makes the folder says where it is, once (before
+    anything could stop the run). With no folder to put it in, a warning and none (the cache only saves time)."""
     if root is None:
         err.print("[yellow]badpoints: warning:[/] the cache was not used: no $BADPOINTS_CACHE_DIR, $XDG_CACHE_HOME "
                   "or home directory; the run went on without it (as with --no-cache)")
-    return None if root is None else Cache(root)
+        return None
+    cache = Cache(root)
+    cache.open()
+    for notice in cache.notices():
+        err.print(f"badpoints: {escape(notice)}")
+    return cache
 
 
 def _cache_warning(err: Console, cache: Optional[Cache]) -> None:
@@ -246,8 +253,12 @@ _TOP = typer.Option("--top", min=0, help=f"With --items (which it implies): list
 @app.command(cls=_Command)
 def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `badpoints build`.")],
             items: Annotated[bool, _ITEMS] = False, top: Annotated[Optional[int], _TOP] = None) -> None:
-    """Re-check every graph and the manifest's hashes, and summarise the build."""
-    from pipeline.inspect import inspect_build, item_lines
+    """Re-check every graph and the manifest's hashes, and summarise the build.
+
+    The summary ends with whether the files are intact (exit 1 when they are not) and the data's status as the
+    build's report records it (shown, not failing).
+    """
+    from pipeline.inspect import inspect_build, item_lines, status_lines
 
     console, err = _consoles()
     if not out_dir.is_dir():  # nothing to inspect: could not run (2), like a missing DATA_DIR
@@ -260,7 +271,8 @@ def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `b
         console.print(escape(line))
     for problem in summary.problems:
         console.print(f"[bold red]ERROR[/]   {escape(str(problem))}")
-    console.print(f"status: {'errors' if summary.problems else 'ok'}")
+    for line in status_lines(summary):
+        console.print(escape(line))
     raise typer.Exit(1 if summary.problems else 0)
 
 
@@ -299,7 +311,7 @@ def _consoles() -> tuple[Console, Console]:
 def _guarded_run(err: Console, run):
     try:
         return run()
-    except (ConfigError, ValidationDisabled, OutputError, ScratchError) as exc:
+    except (ConfigError, ValidationDisabled, OutputError, ScratchError, CacheError) as exc:
         err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(exc))}")
         raise typer.Exit(2)
     except Exception as exc:  # noqa: BLE001 - never a traceback for a user; the type is enough to report
@@ -380,6 +392,28 @@ def checks() -> None:
     console.print("\nA check marked fixed stays an error: \\[severity] may set it to \"error\" only.")
     for why, meaning in LOCKED.items():
         console.print(f"  {why}: {escape(meaning)}")
+
+
+_CLEAR = typer.Option("--clear", help="Remove the cache's entries (every parsed copy); the folder stays, marked as "
+                                      "a cache. A folder that is not a badpoints cache is refused (exit 2).")
+
+
+@app.command(cls=_Command, name="cache")
+def cache_folder(cache_dir: Annotated[Optional[Path], _CACHE_DIR] = None,
+                 clear: Annotated[bool, _CLEAR] = False) -> None:
+    """Show where the cache of parsed tables is, what it holds and who can read it; --clear removes its entries."""
+    console, err = _consoles()
+    root = cache_dir or default_cache_dir()
+    if root is None:
+        err.print("[bold red]badpoints: cannot run:[/] no cache folder to show: no $BADPOINTS_CACHE_DIR, "
+                  "$XDG_CACHE_HOME or home directory (name one with --cache-dir)")
+        raise typer.Exit(2)
+    if clear:
+        lines = cleared_lines(_guarded_run(err, lambda: clear_cache(root)))
+    else:
+        lines = shown_lines(_guarded_run(err, lambda: contents(root)))
+    for line in lines:
+        console.print(escape(line))
 
 
 @app.command(cls=_Command, name="config")

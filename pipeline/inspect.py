@@ -1,5 +1,9 @@
 """``badpoints inspect``: re-check a build's manifest hashes and every graph, and summarise it.
 
+It says two things apart: whether the files are intact (every hash matches the manifest, every graph loads and
+passes its checks: what decides inspect's exit code) and what the build's own report (``report.json``) says of the
+data (``ok`` or ``warnings``, with its findings by severity), which is shown and never fails inspect.
+
 The summary names the feature columns the manifest records (admission x, labitem x and
 edge_attr, in order) and where the raw identifiers are (``node_id`` is ``arange``). Per lab item it
 tallies, one graph at a time, the edges that carry the item, their largest |z| and how many are marked
@@ -27,16 +31,28 @@ if TYPE_CHECKING:
 
 SCALE = scale.STAGE.fit.saved_as  # where stats.json keeps the z-score stats
 STATS = "stats.json"
+REPORT = "report.json"
 Z, Z_BOUNDED = "Z", "Z_BOUNDED"  # edge_attr's z-score and its 0/1 mark of a bounded z, found by name
 ITEM_COLUMNS = ("name", "rule", "transform", "mean", "scale", "count", "edges", "max_abs_z", "bounded")
 STAT_COLUMNS = ("rule", "transform", "mean", "scale", "count")  # per item in stats.json, aligned on "items"
 NONE = "-"  # a figure the build does not record
 
 
+@dataclass(frozen=True)
+class DataStatus:
+    """What the build's own report says of its data: its status and its findings by severity."""
+
+    status: str  # ok, warnings or errors, as report.json records it
+    errors: int
+    warnings: int
+    notes: int
+
+
 @dataclass
 class Inspection:
     lines: list[str] = field(default_factory=list)
-    problems: list[StageError] = field(default_factory=list)
+    problems: list[StageError] = field(default_factory=list)  # the files: none when they are intact
+    data: DataStatus | None = None  # None when there is no intact report.json to read it from
     items: pd.DataFrame | None = None  # per lab item on the edges (:func:`item_table`); None without a manifest
     item_notes: list[str] = field(default_factory=list)  # what the item table's figures rest on
 
@@ -116,6 +132,7 @@ def inspect_build(out_dir: Path) -> Inspection:
             tally.add(data, z=z_column, bounded=bounded_column)
         _add_split(totals, entry, data, z_column if z_column is not None and z_column < width else None)
     result.lines.extend(_summary(out_dir, manifest, totals))
+    result.data = _data_status(out_dir, manifest)
     stats = _stats(out_dir, manifest).get(SCALE)
     result.items = item_table(tally, manifest.get("item_names"), stats)
     result.item_notes = _item_notes(stats, bounded=bounded_column is not None, untallied=untallied)
@@ -175,6 +192,38 @@ def _stats(out_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     except (StageError, ValueError):
         return {}
     return stats if isinstance(stats, dict) else {}
+
+
+def _data_status(out_dir: Path, manifest: dict[str, Any]) -> DataStatus | None:
+    """The status and finding counts of ``report.json`` when it matches the manifest's hash, else None (its
+    problem is reported already)."""
+    if REPORT not in manifest["outputs"]:
+        return None
+    try:
+        report = json.loads(verified_bytes(out_dir, manifest, REPORT))
+    except (StageError, ValueError):
+        return None
+    if not isinstance(report, dict) or report.get("status") not in ("ok", "warnings", "errors") \
+            or not isinstance(report.get("findings"), list):
+        return None
+    findings = report["findings"]
+    severities = [finding.get("severity") if isinstance(finding, dict) else None for finding in findings]
+    errors, warnings = severities.count("error"), severities.count("warning")
+    return DataStatus(status=report["status"], errors=errors, warnings=warnings,
+                      notes=len(severities) - errors - warnings)
+
+
+def status_lines(inspection: Inspection) -> list[str]:
+    """The two closing lines: whether the files are intact (what inspect's exit code says), then the data's status
+    as the build's report recorded it (shown, never failing inspect)."""
+    problems = len(inspection.problems)
+    files = ("files: ok (every hash matches the manifest; every graph loads and passes its checks)" if not problems
+             else f"files: broken ({problems} problem{'s' if problems != 1 else ''}: see the ERROR lines above)")
+    data = inspection.data
+    if data is None:
+        return [files, f"data: unknown (no intact {REPORT} to read it from)"]
+    return [files, f"data: {data.status} ({data.errors} errors, {data.warnings} warnings, {data.notes} notes; "
+                   f"see {REPORT})"]
 
 
 def scale_table(stats: Any) -> pd.DataFrame:

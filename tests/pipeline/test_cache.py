@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 import time
 from pathlib import Path
 
@@ -236,7 +237,7 @@ def test_a_cache_folder_that_cannot_be_made_is_one_warning_and_the_no_cache_repo
         expected = f"cannot create {tmp_path / 'cachefile' / 'tables'} (Not a directory)"
     else:
         args, env = [], {"BADPOINTS_CACHE_DIR": None, "XDG_CACHE_HOME": None, "HOME": "/proc/nohome"}
-        expected = "cannot create /proc/nohome/.cache/badpoints/tables ("
+        expected = "cannot create /proc/nohome/.cache/badpoints ("
     run = _cli(["validate", str(data), "--json", str(tmp_path / "run.json"), *args], env, monkeypatch)
 
     assert run.exit_code == plain.exit_code == 0, run.output
@@ -324,3 +325,239 @@ def test_a_file_replaced_during_the_run_leaves_no_report_under_the_first_files_k
     labevents.write_bytes(original)
     again = validate(data, load_config(None), cache=cache)
     assert not again.cached and again.exit_code == 0  # the original's own report, not the broken file's
+
+
+# -- where the cache is, who can read it, and `badpoints cache` -----------------------------------------------------
+NOTICE = "badpoints: cache: parsed copies of the tables kept in {} (badpoints cache --clear removes them; " \
+         "--no-cache keeps none)"
+
+
+def _validate(data: Path, cache_dir: Path, *more: str):
+    return RUNNER.invoke(app, ["validate", str(data), "-q", "--cache-dir", str(cache_dir), *more])
+
+
+def _files(root: Path) -> dict[str, int]:
+    """Every file under ``root`` (relative name -> mode)."""
+    return {str(p.relative_to(root)): stat.S_IMODE(p.stat().st_mode) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture()
+def umask_022():
+    before = os.umask(0o022)
+    yield
+    os.umask(before)
+
+
+def test_the_first_run_says_where_the_cache_is_once_and_later_runs_do_not(data, tmp_path):
+    cache_dir = tmp_path / "home" / ".cache" / "badpoints"
+    assert _validate(data, cache_dir, "--no-cache").exit_code == 0 and not cache_dir.exists()  # --no-cache: none
+
+    first = _validate(data, cache_dir)
+    second = _validate(data, cache_dir)
+    build = RUNNER.invoke(app, ["build", str(data), "--out", str(tmp_path / "out"), "-q", "--cache-dir", str(cache_dir)])
+
+    assert first.exit_code == second.exit_code == build.exit_code == 0, first.output
+    assert first.stderr.splitlines().count(NOTICE.format(cache_dir)) == 1, first.stderr
+    assert "badpoints: cache:" not in second.stderr + build.stderr
+    assert "report reused from the cache" in second.stderr  # it is the same cache, used
+
+
+def test_a_relative_cache_dir_is_named_by_its_absolute_path(data, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = _validate(data, Path("rel"))
+    assert NOTICE.format(tmp_path / "rel") in run.stderr.splitlines()
+
+
+def test_the_cache_is_private_under_umask_022(data, tmp_path, umask_022):
+    """Folders 0700 and every file 0600 (entries, metadata, reports, the tag), though the umask would give 0755 and
+    0644; the folder's parents, not the cache's, keep the umask's mode."""
+    cache_dir = tmp_path / "parent" / "badpoints"
+    assert _validate(data, cache_dir).exit_code == 0
+    assert RUNNER.invoke(app, ["validate", str(data), "-q", "--cache-dir", str(cache_dir), "--html",
+                               str(tmp_path / "r.html")]).exit_code == 0  # tables served, no report written twice
+
+    folders = {p: stat.S_IMODE(p.stat().st_mode) for p in [cache_dir, *cache_dir.iterdir()] if p.is_dir()}
+    assert set(folders) == {cache_dir, cache_dir / "tables", cache_dir / "reports"}
+    assert set(folders.values()) == {0o700}
+    files = _files(cache_dir)
+    assert len(files) == 1 + 2 * 3 + 1 and set(files.values()) == {0o600}, files  # tag, 3 tables x 2, 1 report
+    assert "CACHEDIR.TAG" in files
+    assert stat.S_IMODE((tmp_path / "parent").stat().st_mode) == 0o755
+
+
+def test_the_cache_is_private_under_umask_000(data, tmp_path):
+    before = os.umask(0)
+    try:
+        validate(data, load_config(None), cache=Cache(tmp_path / "c"))
+    finally:
+        os.umask(before)
+    assert stat.S_IMODE((tmp_path / "c").stat().st_mode) == 0o700
+    assert set(_files(tmp_path / "c").values()) == {0o600}
+
+
+def test_an_existing_cache_others_could_read_is_made_private_and_says_so_once(data, tmp_path, umask_022):
+    cache_dir = tmp_path / "cache"
+    validate(data, load_config(None), cache=Cache(cache_dir))
+    for path in [cache_dir, *cache_dir.rglob("*")]:  # as an older badpoints left it, or a chmod -R
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+    run = _validate(data, cache_dir)
+    again = _validate(data, cache_dir)
+
+    said = f"badpoints: cache: {cache_dir} could be read by others (mode 0755); made private (0700, its files 0600)"
+    assert run.exit_code == 0 and said in run.stderr.splitlines(), run.stderr
+    assert NOTICE.format(cache_dir) not in run.stderr  # the folder was a cache already
+    assert "badpoints: cache:" not in again.stderr
+    assert {stat.S_IMODE(p.stat().st_mode) for p in [cache_dir, *cache_dir.iterdir()] if p.is_dir()} == {0o700}
+    assert set(_files(cache_dir).values()) == {0o600}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_another_users_cache_is_left_as_it_is(data, tmp_path):
+    """Only a folder of this user's is made private: a shared cache another user set up keeps its mode (the entries
+    this run writes into it are still 0600)."""
+    cache_dir = tmp_path / "shared"
+    validate(data, load_config(None), cache=Cache(cache_dir))
+    for path in [cache_dir, *cache_dir.rglob("*")]:
+        path.chmod(0o777 if path.is_dir() else 0o644)
+        os.chown(path, 65534, 65534)
+    for entry in (cache_dir / "reports").iterdir():
+        entry.unlink()
+
+    run = _validate(data, cache_dir)
+
+    assert run.exit_code == 0 and "badpoints: cache:" not in run.stderr and "warning" not in run.stderr
+    assert stat.S_IMODE(cache_dir.stat().st_mode) == 0o777
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (cache_dir / "reports").iterdir()] == [0o600]
+    shown = RUNNER.invoke(app, ["cache", "--cache-dir", str(cache_dir)]).stdout
+    assert "  mode 0777, another user's folder: others can read it, and badpoints leaves it so" in shown
+
+
+def test_a_cache_from_before_the_tag_is_recognised_marked_and_named_once(data, tmp_path):
+    cache_dir = tmp_path / "cache"
+    validate(data, load_config(None), cache=Cache(cache_dir))
+    (cache_dir / "CACHEDIR.TAG").unlink()  # tables/ and reports/ with entries, nothing else
+
+    run = _validate(data, cache_dir)
+
+    assert run.exit_code == 0 and "report reused from the cache" in run.stderr
+    assert NOTICE.format(cache_dir) in run.stderr.splitlines()
+    assert (cache_dir / "CACHEDIR.TAG").read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55\n")
+    assert "badpoints: cache:" not in _validate(data, cache_dir).stderr
+
+
+def test_a_folder_holding_other_files_is_not_used_as_a_cache_and_left_as_it_was(data, tmp_path):
+    folder = tmp_path / "project"
+    (folder / "tables").mkdir(parents=True)
+    (folder / "notes.txt").write_text("mine")
+    (folder / "tables" / "results.csv").write_text("a,b\n")
+    folder.chmod(0o755)
+    before = _files(folder)
+    plain = RUNNER.invoke(app, ["validate", str(data), "--no-cache", "--json", str(tmp_path / "plain.json")])
+
+    run = _validate(data, folder, "--json", str(tmp_path / "run.json"))
+
+    assert run.exit_code == plain.exit_code == 0
+    assert _report(tmp_path / "run.json") == _report(tmp_path / "plain.json")
+    assert run.stderr.count("warning:") == 1
+    assert f"the cache was not used: {folder} is not a badpoints cache: it holds files badpoints did not write" \
+        in run.stderr
+    assert _files(folder) == before and stat.S_IMODE(folder.stat().st_mode) == 0o755  # nothing written, no chmod
+
+
+def test_cache_shows_where_it_is_what_it_holds_and_its_size(data, tmp_path):
+    cache_dir = tmp_path / "cache"
+    none_yet = RUNNER.invoke(app, ["cache", "--cache-dir", str(cache_dir)])
+    assert none_yet.exit_code == 0 and not cache_dir.exists()  # showing makes nothing
+    assert none_yet.stdout.splitlines()[:2] == [f"cache: {cache_dir}", "  none yet: the first validate or build "
+                                                "without --no-cache makes it (private to you)"]
+    _validate(data, cache_dir)
+
+    shown = RUNNER.invoke(app, ["cache", "--cache-dir", str(cache_dir)])
+
+    size = sum(p.stat().st_size for p in cache_dir.glob("*/*"))
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.splitlines() == [
+        f"cache: {cache_dir}",
+        f"  holds 3 tables and 1 report, {size / 1024:.1f} kB (at most 8.0 GB: the least recently used go first)",
+        "  mode 0700: private to you",
+        "  parsed copies of the tables: badpoints cache --clear removes them; --no-cache keeps none"]
+
+
+def test_cache_takes_its_folder_from_the_environment_as_a_run_does(data, tmp_path, monkeypatch):
+    monkeypatch.setenv("BADPOINTS_CACHE_DIR", str(tmp_path / "env"))
+    assert RUNNER.invoke(app, ["validate", str(data), "-q"]).exit_code == 0
+    shown = RUNNER.invoke(app, ["cache"])
+    assert shown.stdout.startswith(f"cache: {tmp_path / 'env'}\n  holds 3 tables and 1 report, ")
+
+
+def test_clear_empties_the_cache_and_a_later_run_fills_it_again(data, tmp_path):
+    cache_dir = tmp_path / "cache"
+    cold = _validate(data, cache_dir, "--json", str(tmp_path / "cold.json"))
+    size = sum(p.stat().st_size for p in cache_dir.glob("*/*"))
+
+    cleared = RUNNER.invoke(app, ["cache", "--clear", "--cache-dir", str(cache_dir)])
+
+    assert cleared.exit_code == 0, cleared.output
+    assert cleared.stdout.splitlines() == [
+        f"cache: {cache_dir}", f"  removed 3 tables and 1 report, {size / 1024:.1f} kB; the folder stays, marked as "
+                               "a cache"]
+    assert list(cache_dir.glob("*/*")) == [] and (cache_dir / "CACHEDIR.TAG").is_file()
+    assert "holds 0 tables and 0 reports, 0 bytes" in RUNNER.invoke(app, ["cache", "--cache-dir", str(cache_dir)]).stdout
+    again = _validate(data, cache_dir, "--json", str(tmp_path / "again.json"))
+    assert cold.exit_code == again.exit_code == 0
+    assert "report reused" not in again.stderr and "badpoints: cache:" not in again.stderr  # rebuilt, not re-announced
+    assert _report(tmp_path / "again.json") == _report(tmp_path / "cold.json")
+    assert len(entries(Cache(cache_dir))) == 3 and len(entries(Cache(cache_dir), "reports")) == 1
+
+
+@pytest.mark.parametrize("folder", ["a project folder", "a file", "a tables folder with other files",
+                                    "another tool's tag"])
+def test_clear_refuses_a_folder_that_is_not_a_badpoints_cache_and_removes_nothing(tmp_path, folder):
+    target = tmp_path / "target"
+    key = "ab" * 32
+    if folder == "a file":
+        target.write_text("not a folder")
+    else:
+        (target / "tables").mkdir(parents=True)
+        (target / "tables" / f"{key}.parquet").write_bytes(b"named like an entry")
+        if folder == "a project folder":
+            (target / "thesis.tex").write_text("mine")
+        elif folder == "a tables folder with other files":
+            (target / "tables" / "results.csv").write_text("a,b\n")
+        else:
+            (target / "CACHEDIR.TAG").write_text("Signature: 8a477f597d28d172789f06886806bc55\n# cargo\n")
+            (target / "notes.txt").write_text("mine")
+    before = {p: p.read_bytes() for p in [target, *target.rglob("*")] if p.is_file()}
+
+    for args in (["cache", "--clear"], ["cache"]):
+        run = RUNNER.invoke(app, [*args, "--cache-dir", str(target)])
+        assert run.exit_code == 2, run.output
+        assert f"badpoints: cannot run: {target} is not a" in run.stderr and "nothing was touched" in run.stderr
+        assert "Traceback" not in run.output
+    assert {p: p.read_bytes() for p in [target, *target.rglob("*")] if p.is_file()} == before
+
+
+def test_clear_leaves_files_the_cache_did_not_write_and_says_so(data, tmp_path):
+    cache_dir = tmp_path / "cache"
+    _validate(data, cache_dir)
+    (cache_dir / "reports" / "keep.txt").write_text("someone put this here")
+    (cache_dir / "tables" / "sub").mkdir()
+
+    cleared = RUNNER.invoke(app, ["cache", "--clear", "--cache-dir", str(cache_dir)])
+
+    assert cleared.exit_code == 0, cleared.output
+    assert cleared.stdout.splitlines()[-1] == "  2 files the cache did not write, left alone: tables/sub, reports/keep.txt"
+    assert sorted(str(p.relative_to(cache_dir)) for p in cache_dir.glob("*/*")) == ["reports/keep.txt", "tables/sub"]
+
+
+def test_clear_of_a_folder_that_does_not_exist_does_nothing(tmp_path):
+    run = RUNNER.invoke(app, ["cache", "--clear", "--cache-dir", str(tmp_path / "none")])
+    assert run.exit_code == 0 and run.stdout.splitlines()[1] == "  nothing to clear: no such folder"
+    assert not (tmp_path / "none").exists()
+
+
+def test_cache_with_no_folder_to_name_cannot_run(monkeypatch):
+    monkeypatch.setattr("pipeline.cli.default_cache_dir", lambda: None)
+    run = RUNNER.invoke(app, ["cache"])
+    assert run.exit_code == 2 and "cannot run: no cache folder to show" in run.stderr

@@ -221,7 +221,7 @@ def test_the_demo_as_published_names_its_admissions_file_and_prints_no_ledger(tm
     assert [i["table"] for i in report["inputs"]] == ["D_LABITEMS", "LABEVENTS"]
 
 
-@pytest.mark.parametrize("command", [[], ["validate"], ["build"], ["inspect"], ["checks"]])
+@pytest.mark.parametrize("command", [[], ["validate"], ["build"], ["inspect"], ["checks"], ["cache"]])
 def test_help_shows_flags_as_flags(command):
     """On/off options take no value: their help line shows no type (typer renders one as '<bool>')."""
     result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "200"}, terminal_width=200)

@@ -22,6 +22,7 @@ from tests.pipeline.test_write import _rehash
 
 ROOT = Path(__file__).resolve().parents[2]
 SPLITS = ("train", "val", "test")
+FILES_OK = "files: ok (every hash matches the manifest; every graph loads and passes its checks)"
 runner = CliRunner()
 
 
@@ -48,7 +49,7 @@ def test_a_good_build_exits_0_and_summarises_every_split(built):
     manifest = json.loads((built / MANIFEST).read_text())
     result = _inspect(built)
     assert result.exit_code == 0, result.output
-    assert "status: ok" in result.output and "ERROR" not in result.output
+    assert FILES_OK in result.output.splitlines() and "ERROR" not in result.output
     assert f"{len(manifest['graphs'])} graphs, {len(manifest['outputs'])} files" in result.output
     for split in SPLITS:
         expected = manifest["splits"][split]
@@ -62,6 +63,55 @@ def test_a_good_build_exits_0_and_summarises_every_split(built):
     ledger = manifest["accounting"]["LABEVENTS"]
     assert (f"LABEVENTS read {ledger['read']} = kept {ledger['kept']} + quarantined {ledger['quarantined']} + "
             f"deduplicated {ledger['deduplicated']}") in result.output
+
+
+def _counts(out: Path) -> tuple[str, int, int, int]:
+    """The status and the errors, warnings and notes of the build's report.json, counted here."""
+    report = json.loads((out / "report.json").read_text())
+    severities = [finding["severity"] for finding in report["findings"]]
+    errors, warnings = severities.count("error"), severities.count("warning")
+    return report["status"], errors, warnings, len(severities) - errors - warnings
+
+
+def test_a_build_with_warnings_shows_its_files_ok_and_its_data_warnings_with_the_counts(built):
+    """A build whose data had warnings said 'status: ok': inspect says both, and only broken files fail it."""
+    status, errors, warnings, notes = _counts(built)
+    assert (status, errors) == ("warnings", 0) and warnings > 0 and notes > 0  # the sample warns
+    result = _inspect(built)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-2:] == [
+        FILES_OK, f"data: warnings (0 errors, {warnings} warnings, {notes} notes; see report.json)"]
+    assert "status: ok" not in result.output
+    data = inspect_build(built).data
+    assert (data.status, data.errors, data.warnings, data.notes) == (status, errors, warnings, notes)
+
+
+def test_a_tampered_graph_shows_the_files_broken_and_still_the_datas_status(out):
+    status, _, warnings, notes = _counts(out)
+    data = bytearray((out / "graphs/train/batch_00000.pt").read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (out / "graphs/train/batch_00000.pt").write_bytes(bytes(data))
+    result = _inspect(out)
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-2:] == [
+        "files: broken (1 problem: see the ERROR lines above)",
+        f"data: {status} (0 errors, {warnings} warnings, {notes} notes; see report.json)"]
+
+
+@pytest.mark.parametrize("tamper", ["flip", "delete"])
+def test_a_tampered_report_shows_the_files_broken_and_the_data_unknown(out, tamper):
+    path = out / "report.json"
+    if tamper == "flip":
+        text = path.read_text()
+        assert '"status": "warnings"' in text
+        path.write_text(text.replace('"status": "warnings"', '"status": "ok"'))  # the hash no longer matches
+    else:
+        path.unlink()
+    result = _inspect(out)
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-2:] == ["files: broken (1 problem: see the ERROR lines above)",
+                                               "data: unknown (no intact report.json to read it from)"]
+    assert inspect_build(out).data is None
 
 
 def test_inspect_shows_the_feature_columns_and_where_the_raw_ids_are(built):
@@ -100,7 +150,7 @@ def test_a_deleted_graph_exits_1_naming_the_file(out):
     result = _inspect(out)
     assert result.exit_code == 1
     assert "graph_manifest" in result.output and "graphs/val/batch_00000.pt" in result.output
-    assert "missing" in result.output and "status: errors" in result.output
+    assert "missing" in result.output and "files: broken (1 problem: see the ERROR lines above)" in result.output
     assert "Traceback" not in result.output
 
 
@@ -154,7 +204,7 @@ def _items(out: Path, *args: str) -> tuple[list[str], list[str]]:
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("items: "))
-    section = lines[start:lines.index("status: ok")]
+    section = lines[start:lines.index(FILES_OK)]
     return section, [line for line in section if ROW.match(line)]
 
 
