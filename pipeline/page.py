@@ -58,6 +58,13 @@ def n(value: Any) -> str:
     return f"{int(value):,}"
 
 
+def details(summary: str, body: str, *, ident: str | None = None, opened: bool = False) -> str:
+    """``body`` under a ``<details>`` whose ``summary`` (HTML, escaped by the caller) shows; collapsed unless
+    ``opened``."""
+    ident = f' id="{escape(ident)}"' if ident else ""
+    return f'<details{ident}{" open" if opened else ""}><summary>{summary}</summary>{body}</details>'
+
+
 def table(head: list[str], rows: Iterable[list[str]], *, numeric: set[int] = frozenset(),
            sortable: bool = False) -> str:
     """A table of escaped cells; ``numeric`` columns are right-aligned and sort by number."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from html.parser import HTMLParser
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 
 from pipeline import load_config, page, validate
 from pipeline.cli import app
+from pipeline.findings import item_names
 from pipeline.html import HtmlReport, html_report, render
 from pipeline.stages.scale import view as scale_view
 from pipeline.report import Finding, Report
@@ -41,6 +43,14 @@ def tags_of(page: str) -> list[tuple[str, dict]]:
     parser.feed(page)
     parser.close()
     return parser.tags
+
+
+def rows_of(page: str, ident: str) -> list[list[str]]:
+    """The text of every cell of every body row of the first table in the element with id ``ident``."""
+    table = page[page.index(f'id="{ident}"'):]
+    table = table[table.index("<tbody>"):table.index("</table>")]
+    return [[html.unescape(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+            for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)]
 
 
 def assert_self_contained(page: str) -> None:
@@ -74,7 +84,7 @@ def sample_page(sample, config):
 def test_sample_report_has_every_section_and_is_self_contained(sample_page):
     ids = {attrs.get("id") for _, attrs in tags_of(sample_page)}
     assert set(SECTIONS) <= ids, set(SECTIONS) - ids
-    assert {"findings-table", "fig-funnel", "fig-zscores", "status"} <= ids
+    assert {"findings-table", "z-items", "fig-funnel", "fig-zscores", "status"} <= ids
     assert sample_page.count("<svg") == 2  # funnel and z-scores (graphs only in a build)
     assert "status: warnings" in sample_page
     for check in ("hadm_id_missing", "fallback_item", "z_bounded", "mixed_item_text", "attrition"):
@@ -141,8 +151,9 @@ def test_z_chart_marks_the_items_beyond_the_error_bound(tmp_path):
     assert "<code>z_error_bound</code>" in page and "stopped at stage <b>scale</b>" in page
     assert 'id="fig-zscores"' in page  # the distributions exist although the scale stage stopped the run
     item = int(validation.tables.labevents.loc[row + 2, "ITEMID"])
-    assert re.search(rf"<tr><td>{item}[^<]*</td><td class=\"num\"[^>]*>[\d,]+</td><td class=\"num\"[^>]*>[\d.e+]+</td>"
-                     r"<td class=\"num\"[^>]*>[1-9]", page), "the planted item leads the z table with a flagged row"
+    first = rows_of(page, "z-items")[0]
+    assert first[0] == str(item) and int(first[9]) >= 1, \
+        "the planted item leads the item table, with a flagged row"
 
 
 def test_notebook_objects(sample, config):
@@ -210,7 +221,7 @@ def test_z_chart_draws_a_bounded_sample_of_outliers_and_the_box_of_every_row():
     drawn = {50878: scale_view.DrawnZ(values=np.sort(values), beyond=values[beyond], lines=np.flatnonzero(beyond))}
     top = pd.DataFrame({"rows": [len(values)], "nonfinite": [0], "max_abs": [float(np.abs(values).max())],
                         "flagged": [int(beyond.sum())]}, index=pd.Index([50878], name="ITEMID"))
-    figure = scale_view._z_chart(drawn, top, 100.0, 1e6)
+    figure = scale_view._z_chart(drawn, top, 100.0, 1e6, names={50878: "Alanine Aminotransferase (ALT) (Blood)"})
     (box,) = cbook.boxplot_stats(values)
     (ax,) = figure.axes
     drawn = [line for line in ax.lines if line.get_marker() == "."]
@@ -222,3 +233,25 @@ def test_z_chart_draws_a_bounded_sample_of_outliers_and_the_box_of_every_row():
     medians = [line for line in ax.lines if line.get_color() == "#1f77b4"]
     assert medians and np.allclose(medians[0].get_xdata(), box["med"])
     assert page.svg(figure, "z").count("<use") <= scale_view.FLIERS + scale_view.FLAGGED_POINTS + 10  # a few KB, not MB
+
+
+def test_the_z_chart_names_its_items_and_the_item_table_lists_every_item(sample_page, sample):
+    names = item_names(sample.tables.labitems)
+    chart = sample_page[sample_page.index('id="fig-zscores"'):]
+    chart = chart[:chart.index("</figure>")]
+    labels = [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", chart) if re.match(r"\d+ ", t)]
+    assert len(labels) == scale_view.TOP_ITEMS
+    for label in labels:
+        item, name = label.split(" ", 1)
+        assert names[int(item)].startswith(name.rstrip("\u2026")), label
+    stats = sample.prepared.fitted["scale"]
+    rows = rows_of(sample_page, "z-items")
+    assert {int(row[0]) for row in rows} >= set(stats.items_)
+    by_item = {int(row[0]): row for row in rows}
+    for item, mean, scale, rule in zip(stats.items_, stats.mean_, stats.scale_, stats.rule_):
+        assert by_item[item][1:6] == [names.get(item, "-"), rule, by_item[item][3], f"{mean:.4g}", f"{scale:.4g}"]
+    largest = [float(row[8]) for row in rows if row[8] != "-"]
+    assert largest == sorted(largest, reverse=True)  # by max |z|, the largest first
+    assert '<details id="z-items">' in sample_page  # collapsed
+    table = sample_page[sample_page.index('<details id="z-items">'):]
+    assert table.index('<table class="sortable">') < table.index("</details>")
