@@ -34,7 +34,6 @@ STATS = "stats.json"
 REPORT = "report.json"
 Z, Z_BOUNDED = "Z", "Z_BOUNDED"  # edge_attr's z-score and its 0/1 mark of a bounded z, found by name
 ITEM_COLUMNS = ("name", "rule", "transform", "mean", "scale", "count", "edges", "max_abs_z", "bounded")
-STAT_COLUMNS = ("rule", "transform", "mean", "scale", "count")  # per item in stats.json, aligned on "items"
 NONE = "-"  # a figure the build does not record
 
 
@@ -226,23 +225,6 @@ def status_lines(inspection: Inspection) -> list[str]:
                    f"see {REPORT})"]
 
 
-def scale_table(stats: Any) -> pd.DataFrame:
-    """The z-score stats per ITEMID as ``stats.json`` keeps them: rule, transform, mean, scale and count (fitted
-    rows); a column the build does not record (or not one per item) is missing. A build from before
-    ``transform`` names its log1p items in ``log_items``."""
-    stats = stats if isinstance(stats, Mapping) else {}
-    items = stats.get("items")
-    if not isinstance(items, list) or not all(isinstance(i, int) for i in items):
-        return pd.DataFrame(columns=list(STAT_COLUMNS), index=pd.Index([], name="ITEMID", dtype="int64"))
-    index = pd.Index(items, name="ITEMID", dtype="int64")
-    table = pd.DataFrame({name: stats[name] if isinstance(stats.get(name), list) and len(stats[name]) == len(items)
-                          else None for name in STAT_COLUMNS}, index=index)
-    logged = stats.get("log_items")
-    if table["transform"].isna().all() and isinstance(logged, list):
-        table["transform"] = np.where(index.isin(logged), "log1p", "identity")
-    return table[~index.duplicated()]
-
-
 def item_table(tally: ItemTally, names: Any, stats: Any) -> pd.DataFrame:
     """One row per lab item the edges carry, by max |z| descending, then ITEMID: its name (as findings give it),
     z-score stats, edges, max |z| and bounded edges (missing where the build does not record them)."""
@@ -251,7 +233,7 @@ def item_table(tally: ItemTally, names: Any, stats: Any) -> pd.DataFrame:
     names = names if isinstance(names, Mapping) else {}
     table = pd.DataFrame({"name": [names.get(str(i)) for i in itemid.tolist()]},
                          index=pd.Index(itemid, name="ITEMID", dtype="int64"))
-    table = table.join(scale_table(stats))
+    table = table.join(scale.stats_table(stats))
     table["edges"] = tally.edges[carried]
     table["max_abs_z"] = tally.max_abs_z[carried]
     table["bounded"] = tally.bounded[carried] if tally.marked else None

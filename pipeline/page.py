@@ -58,6 +58,35 @@ def n(value: Any) -> str:
     return f"{int(value):,}"
 
 
+SHORT = 300
+"""How many characters of a long text a cell shows; the rest opens on a click (:func:`clipped`)."""
+
+
+def clipped(text: str, *, limit: int = SHORT) -> str:
+    """``text`` escaped, its first ``limit`` or so characters shown (cut at a space) and the rest in a nested
+    ``<details>`` whose box scrolls: a finding that lists 20 items is a few lines, never a cell 80 lines tall."""
+    if len(text) <= limit * 1.2:  # a short rest is not worth a click
+        return escape(text)
+    cut = text.rfind(" ", limit // 2, limit)
+    cut = cut if cut > 0 else limit
+    rest = text[cut:]
+    return (f'{escape(text[:cut])}<details class="more"><summary>&hellip; {len(rest):,} more characters</summary>'
+            f'<div class="rest">{escape(rest)}</div></details>')
+
+
+def breakable(text: str) -> str:
+    """``text`` escaped, with a break allowed after each ``.`` and ``_`` (``LABEVENTS.<wbr>CHARTTIME``,
+    ``hadm_<wbr>id_<wbr>missing``), so a narrow column breaks a name where it reads well."""
+    return re.sub(r"([._])", r"\1<wbr>", escape(text))
+
+
+def details(summary: str, body: str, *, ident: str | None = None, opened: bool = False) -> str:
+    """``body`` under a ``<details>`` whose ``summary`` (HTML, escaped by the caller) shows; collapsed unless
+    ``opened``."""
+    ident = f' id="{escape(ident)}"' if ident else ""
+    return f'<details{ident}{" open" if opened else ""}><summary>{summary}</summary>{body}</details>'
+
+
 def table(head: list[str], rows: Iterable[list[str]], *, numeric: set[int] = frozenset(),
            sortable: bool = False) -> str:
     """A table of escaped cells; ``numeric`` columns are right-aligned and sort by number."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from html.parser import HTMLParser
@@ -13,15 +14,17 @@ from typer.testing import CliRunner
 
 from pipeline import load_config, page, validate
 from pipeline.cli import app
-from pipeline.html import HtmlReport, html_report, render
+from pipeline.findings import item_names
+from pipeline.html import ACTIONS, HtmlReport, actions, html_report, render
 from pipeline.stages.scale import view as scale_view
 from pipeline.report import Finding, Report
+from schemas.checks import CHECKS
 from tests.corpus import CANARY, Dataset
 from tests.corpus import build as build_case
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "sample"
-SECTIONS = ("inputs", "findings", "attrition", "zscores", "items", "missingness", "splits")
+SECTIONS = ("actions", "ledgers", "inputs", "findings", "attrition", "zscores", "items", "missingness", "splits")
 runner = CliRunner()
 
 
@@ -41,6 +44,14 @@ def tags_of(page: str) -> list[tuple[str, dict]]:
     parser.feed(page)
     parser.close()
     return parser.tags
+
+
+def rows_of(page: str, ident: str) -> list[list[str]]:
+    """The text of every cell of every body row of the first table in the element with id ``ident``."""
+    table = page[page.index(f'id="{ident}"'):]
+    table = table[table.index("<tbody>"):table.index("</table>")]
+    return [[html.unescape(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+            for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)]
 
 
 def assert_self_contained(page: str) -> None:
@@ -74,7 +85,7 @@ def sample_page(sample, config):
 def test_sample_report_has_every_section_and_is_self_contained(sample_page):
     ids = {attrs.get("id") for _, attrs in tags_of(sample_page)}
     assert set(SECTIONS) <= ids, set(SECTIONS) - ids
-    assert {"findings-table", "fig-funnel", "fig-zscores", "status"} <= ids
+    assert {"contents", "findings-raw", "findings-scale", "z-items", "fig-funnel", "fig-zscores", "status"} <= ids
     assert sample_page.count("<svg") == 2  # funnel and z-scores (graphs only in a build)
     assert "status: warnings" in sample_page
     for check in ("hadm_id_missing", "fallback_item", "z_bounded", "mixed_item_text", "attrition"):
@@ -141,8 +152,9 @@ def test_z_chart_marks_the_items_beyond_the_error_bound(tmp_path):
     assert "<code>z_error_bound</code>" in page and "stopped at stage <b>scale</b>" in page
     assert 'id="fig-zscores"' in page  # the distributions exist although the scale stage stopped the run
     item = int(validation.tables.labevents.loc[row + 2, "ITEMID"])
-    assert re.search(rf"<tr><td>{item}[^<]*</td><td class=\"num\"[^>]*>[\d,]+</td><td class=\"num\"[^>]*>[\d.e+]+</td>"
-                     r"<td class=\"num\"[^>]*>[1-9]", page), "the planted item leads the z table with a flagged row"
+    first = rows_of(page, "z-items")[0]
+    assert first[0] == str(item) and int(first[9]) >= 1, \
+        "the planted item leads the item table, with a flagged row"
 
 
 def test_notebook_objects(sample, config):
@@ -210,7 +222,7 @@ def test_z_chart_draws_a_bounded_sample_of_outliers_and_the_box_of_every_row():
     drawn = {50878: scale_view.DrawnZ(values=np.sort(values), beyond=values[beyond], lines=np.flatnonzero(beyond))}
     top = pd.DataFrame({"rows": [len(values)], "nonfinite": [0], "max_abs": [float(np.abs(values).max())],
                         "flagged": [int(beyond.sum())]}, index=pd.Index([50878], name="ITEMID"))
-    figure = scale_view._z_chart(drawn, top, 100.0, 1e6)
+    figure = scale_view._z_chart(drawn, top, 100.0, 1e6, names={50878: "Alanine Aminotransferase (ALT) (Blood)"})
     (box,) = cbook.boxplot_stats(values)
     (ax,) = figure.axes
     drawn = [line for line in ax.lines if line.get_marker() == "."]
@@ -222,3 +234,127 @@ def test_z_chart_draws_a_bounded_sample_of_outliers_and_the_box_of_every_row():
     medians = [line for line in ax.lines if line.get_color() == "#1f77b4"]
     assert medians and np.allclose(medians[0].get_xdata(), box["med"])
     assert page.svg(figure, "z").count("<use") <= scale_view.FLIERS + scale_view.FLAGGED_POINTS + 10  # a few KB, not MB
+
+
+# -- the top of the page: status, actions, ledgers, contents -------------------------------------------------------
+def _finding(check: str, severity: str, count: int, *, stage: str = "raw", column: str = "VALUENUM",
+             message: str = "found") -> Finding:
+    return Finding(severity=severity, stage=stage, table="LABEVENTS", check=check, column=column, count=count,
+                   lines=[], message=message)
+
+
+def test_actions_are_errors_first_then_warnings_by_count_one_per_check():
+    a, b, c, d, e, f, g, h = sorted(CHECKS)[:8]  # any checks: titles and advice are read from the catalogue
+    report = Report(findings=[
+        _finding(a, "warning", 10), _finding(a, "warning", 500, column="VALUE"),  # one action: 510
+        _finding(b, "warning", 300),
+        _finding(c, "error", 1),
+        _finding(d, "info", 10_000),  # a note is no action, however many rows
+        _finding(e, "error", 7, stage="clean"),
+        _finding(f, "warning", 2, stage="clean"), _finding(g, "warning", 2),  # a tie: the earlier stage first
+        _finding(h, "warning", 1)], stages={"raw": "#111111", "clean": "#222222"})
+    chosen = actions(report)
+    assert [action.check for action in chosen] == [e, c, a, b, g] and len(chosen) == ACTIONS == 5
+    assert [action.severity for action in chosen] == ["error", "error", "warning", "warning", "warning"]
+    merged = chosen[2]
+    assert (merged.count, merged.findings, merged.stages) == (510, 2, ("raw",))
+    assert set(merged.where) == {"LABEVENTS.VALUE", "LABEVENTS.VALUENUM"}
+    for action in chosen:
+        assert (action.title, action.advice) == (CHECKS[action.check].title, CHECKS[action.check].advice)
+    assert [action.check for action in actions(report, most=10)] == [e, c, a, b, g, f, h]
+
+
+def test_the_page_starts_with_the_status_then_the_actions_with_their_titles_counts_and_advice(config):
+    a, b, c = sorted(CHECKS)[:3]
+    report = Report(findings=[_finding(a, "warning", 1_234), _finding(b, "error", 3, stage="clean"),
+                              _finding(c, "info", 99)], stages={"raw": "#111111", "clean": "#222222"})
+    shown = render(_Result(report), config)
+    status, listed, findings = (shown.index(f'id="{ident}"') for ident in ("status", "actions", "findings"))
+    assert status < listed < shown.index('id="contents"') < findings
+    top = shown[listed:findings]
+    assert "0 warnings" not in shown[status:listed] and "1 error, 1 warning, 1 note" in shown[status:listed]
+    for check, count, stage in ((b, "3", "clean"), (a, "1,234", "raw")):
+        info = CHECKS[check]
+        assert html.escape(info.title) in top and html.escape(info.advice) in top
+        assert f'<span class="count">{count}</span>' in top and f'href="#findings-{stage}"' in top
+    assert top.index(html.escape(CHECKS[b].title)) < top.index(html.escape(CHECKS[a].title))  # the error first
+    assert html.escape(CHECKS[c].title) not in top  # a note is no action
+    assert 'id="findings-clean" open' in shown and 'id="findings-raw">' in shown  # errors' stage open, others not
+
+
+def test_actions_escape_a_check_the_catalogue_does_not_know(config):
+    report = Report(findings=[_finding('<img src=x onerror="alert(1)">', "warning", 1)])
+    shown = render(_Result(report), config)
+    assert "<img" not in shown and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in shown
+
+
+def test_a_report_without_errors_or_warnings_says_there_is_nothing_to_do(config):
+    shown = render(_Result(Report(findings=[_finding(sorted(CHECKS)[0], "info", 5)])), config)
+    assert "Nothing: no errors and no warnings." in shown and "status: ok" in shown
+
+
+def test_the_ledgers_and_the_contents_on_the_sample(sample_page, sample):
+    ledgers = sample_page[sample_page.index('id="ledgers"'):sample_page.index('id="contents"')]
+    labs, admissions = sample.report.attrition["LABEVENTS"], sample.report.attrition["ADMISSIONS"]
+    assert f"LABEVENTS rows: read {labs['read']:,}" in ledgers and f"admissions: read {admissions['read']:,}" in ledgers
+    for name, count in [*((part, labs[part]) for part in ("kept", "quarantined", "deduplicated")),
+                        ("in graphs", admissions["in_graphs"]), ("dropped", admissions["dropped"])]:
+        assert f"{name} {count:,} (" in ledgers
+    contents = sample_page[sample_page.index('<nav id="contents"'):]
+    contents = contents[:contents.index("</nav>")]
+    below = sample_page[sample_page.index("</nav>"):]
+    sections = re.findall(r'<section id="([^"]+)"', below)
+    assert sections[0] == "findings" and re.findall(r'href="#([^"]+)"', contents) == sections
+
+
+def test_findings_are_grouped_by_stage_in_collapsed_details(sample_page, sample):
+    findings = sample_page[sample_page.index('<section id="findings"'):sample_page.index('<section id="attrition"')]
+    groups = re.findall(r'<details id="findings-([^"]+)"( open)?>', findings)
+    assert [stage for stage, _ in groups] == list(sample.report.stage_counts())  # every stage with findings, in order
+    assert not any(opened for _, opened in groups)  # the sample has no errors
+    assert findings.count('<table class="sortable findings">') == len(groups)
+    shown_rows = sum(len(rows_of(findings, f"findings-{stage}")) for stage, _ in groups)
+    assert shown_rows == len(sample.report.findings)
+
+
+def test_a_long_message_shows_its_start_and_the_rest_on_a_click(config):
+    message = " ".join(f"{50000 + n} Item number {n} (Blood) ({n} rows)," for n in range(150))  # ~5,000 characters
+    shown = render(_Result(Report(findings=[_finding("fallback_item", "warning", 150, message=message)])), config)
+    cell = shown[shown.index('<td class="msg">') + len('<td class="msg">'):]
+    cell = cell[:cell.index("</td>")]
+    start, rest = cell.split('<details class="more">', 1)
+    assert 150 <= len(start) <= page.SHORT and message.startswith(start)
+    assert '<div class="rest">' in rest  # the rest in a box that scrolls
+    assert start + html.unescape(re.sub(r"<summary>.*?</summary>|<[^>]+>", "", rest)) == message
+    assert page.clipped("short & sweet") == "short &amp; sweet"
+
+
+def test_a_long_line_list_shows_its_first_lines_and_the_rest_on_a_click(config):
+    finding = Finding(severity="warning", stage="raw", table="LABEVENTS", check="charttime_outside_stay",
+                      column="CHARTTIME", count=5_172, lines=list(range(49, 69)), message="m")
+    shown = render(_Result(Report(findings=[finding])), config)
+    cell = re.search(r'<td class="lines"[^>]*>(.*?)</td>', shown, re.S).group(1)
+    assert cell.startswith("49, 50, 51, 52, 53<details") and "+5,167 more" in cell
+    assert "54, 55" in cell and "68" in cell and "+5,152 not listed" in cell
+
+
+def test_the_z_chart_names_its_items_and_the_item_table_lists_every_item(sample_page, sample):
+    names = item_names(sample.tables.labitems)
+    chart = sample_page[sample_page.index('id="fig-zscores"'):]
+    chart = chart[:chart.index("</figure>")]
+    labels = [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", chart) if re.match(r"\d+ ", t)]
+    assert len(labels) == scale_view.TOP_ITEMS
+    for label in labels:
+        item, name = label.split(" ", 1)
+        assert names[int(item)].startswith(name.rstrip("\u2026")), label
+    stats = sample.prepared.fitted["scale"]
+    rows = rows_of(sample_page, "z-items")
+    assert {int(row[0]) for row in rows} >= set(stats.items_)
+    by_item = {int(row[0]): row for row in rows}
+    for item, mean, scale, rule in zip(stats.items_, stats.mean_, stats.scale_, stats.rule_):
+        assert by_item[item][1:6] == [names.get(item, "-"), rule, by_item[item][3], f"{mean:.4g}", f"{scale:.4g}"]
+    largest = [float(row[8]) for row in rows if row[8] != "-"]
+    assert largest == sorted(largest, reverse=True)  # by max |z|, the largest first
+    assert '<details id="z-items">' in sample_page  # collapsed
+    table = sample_page[sample_page.index('<details id="z-items">'):]
+    assert table.index('<table class="sortable">') < table.index("</details>")

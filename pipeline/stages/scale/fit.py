@@ -145,6 +145,27 @@ class ZScoreStats:
         )
 
 
+STAT_COLUMNS = ("rule", "transform", "mean", "scale", "count")  # per item in stats.json, aligned on "items"
+
+
+def stats_table(stats: Any) -> pd.DataFrame:
+    """The z-score stats per ITEMID as ``stats.json`` keeps them (:meth:`ZScoreStats.as_json`): rule, transform, mean,
+    scale and count (fitted rows); a column the build does not record (or not one per item) is missing. A build from
+    before ``transform`` names its log1p items in ``log_items``. What ``badpoints inspect --items`` and the HTML
+    report's item table show."""
+    stats = stats if isinstance(stats, Mapping) else {}
+    items = stats.get("items")
+    if not isinstance(items, list) or not all(isinstance(i, int) for i in items):
+        return pd.DataFrame(columns=list(STAT_COLUMNS), index=pd.Index([], name="ITEMID", dtype="int64"))
+    index = pd.Index(items, name="ITEMID", dtype="int64")
+    table = pd.DataFrame({name: stats[name] if isinstance(stats.get(name), list) and len(stats[name]) == len(items)
+                          else None for name in STAT_COLUMNS}, index=index)
+    logged = stats.get("log_items")
+    if table["transform"].isna().all() and isinstance(logged, list):
+        table["transform"] = np.where(index.isin(logged), "log1p", "identity")
+    return table[~index.duplicated()]
+
+
 def item_sums(values: pd.Series, items: pd.Series, centre: pd.Series | None = None,
               shift: pd.Series | None = None, weights: pd.Series | None = None) -> pd.DataFrame:
     """Per item, N (values that are not NaN) and SUM of the values, of their differences from a per-item

@@ -1,5 +1,6 @@
 """How the scale stage shows in the HTML report: the z-score distributions of the most extreme items (a box per
-item from every row, the rows above the warn bound marked) and its constant, rare, fallback and unseen
+item from every row, the rows above the warn bound marked, each item named as D_LABITEMS names it), every item's
+fitted stats and largest |z| in one sortable table, and its constant, rare, fallback and unseen
 items. The z are computed from the raw LABEVENTS and the fitted stats, on the rows the stage saw, so the chart exists
 even when the stage stopped the run on an error bound.
 """
@@ -18,11 +19,14 @@ from pipeline.findings import format_items
 from pipeline.quarantine import LineMask
 from pipeline.stage import Shown
 from pipeline.stages.scale.apply import scaled
-from pipeline.stages.scale.fit import ZScoreStats
+from pipeline.stages.scale.fit import ZScoreStats, stats_table
 from pipeline.stages.scale.options import Options
 
 TOP_ITEMS = 8
-"""How many items the z-score chart shows (those with the largest |z|)."""
+"""How many items the z-score chart shows (those with the largest |z|); the item table below it lists them all."""
+
+LABEL_CHARS = 48
+"""An item's label on the chart (ITEMID and name) is cut to this many characters."""
 
 
 FLAGGED_POINTS = 200
@@ -150,20 +154,52 @@ def extreme_items(summary: pd.DataFrame, top: int = TOP_ITEMS) -> pd.DataFrame:
     return seen.drop(columns=["_nonfinite", "_item"]).head(top)
 
 
-def _zscores(drawn: dict[int, DrawnZ], top: pd.DataFrame, options: Options, names: Mapping[int, str]) -> str:
+def _zscores(drawn: dict[int, DrawnZ], top: pd.DataFrame, stats: ZScoreStats, summary: pd.DataFrame,
+             options: Options, names: Mapping[int, str]) -> str:
     warn, error = options.warn_bound, options.error_bound
     if top.empty:
         return ""
     chart = page.figure("zscores", f"z-scores of the {len(top)} items with the largest |z|; dashed: |z| = {warn:g} "
                                f"(warn bound); red points: rows above it",
-                    lambda: _z_chart(drawn, top, warn, error))
-    table = page.table(["ITEMID", "rows", "max |z|", "rows above the warn bound", "non-finite z"],
-                       [[format_items([r.Index], names=names), page.n(r.rows), f"{r.max_abs:.3g}", page.n(r.flagged),
-                     page.n(r.nonfinite)]
-                    for r in top.itertuples()], numeric={1, 2, 3, 4})
-    return (f'<section id="zscores"><h2>z-score distributions</h2><p>Per ITEMID, z from the training stats, on '
+                        lambda: _z_chart(drawn, top, warn, error, names=names))
+    return (f'<section id="zscores"><h2>z-score distributions</h2><p>Per item, z from the training stats, on '
             f"the rows the scale stage saw. Bounds: warning above {warn:g}, error above {error:g}.</p>"
-            f"{chart}{table}</section>")
+            f"{chart}{_item_table(item_stats(stats, summary), names)}</section>")
+
+
+def item_stats(stats: ZScoreStats, summary: pd.DataFrame) -> pd.DataFrame:
+    """Every item the stage fitted or saw (from :func:`z_summary`), per ITEMID: its fitted stats as ``stats.json``
+    keeps them (:func:`stats_table`: rule, transform, mean, scale, count; missing for an item unseen in train), rows,
+    max |z|, rows above the bound and non-finite z; non-finite first, then by max |z| descending, then ITEMID."""
+    table = stats_table(stats.as_json()).join(summary[["rows", "nonfinite", "max_abs", "flagged"]], how="outer")
+    table = table.fillna({"rows": 0, "nonfinite": 0, "flagged": 0}).astype(
+        {"rows": "int64", "nonfinite": "int64", "flagged": "int64"})
+    table = table.assign(_nonfinite=table["nonfinite"] > 0, _item=table.index)
+    table = table.sort_values(["_nonfinite", "max_abs", "_item"], ascending=[False, False, True], kind="stable",
+                              na_position="last")
+    return table.drop(columns=["_nonfinite", "_item"])
+
+
+def _figure(value: Any, how: str) -> str:
+    """A fitted figure in ``how``'s format (``d``: a whole number), or ``-`` where there is none (unseen in train)."""
+    if value is None or pd.isna(value):
+        return "-"
+    return f"{int(value):,}" if how == "d" else format(value, how)
+
+
+def _item_table(every: pd.DataFrame, names: Mapping[int, str]) -> str:
+    """Every item of :func:`item_stats` in one sortable table, collapsed."""
+    rows = [[str(item), names.get(int(item), "-"), _figure(r.rule, ""), _figure(r.transform, ""),
+             _figure(r.mean, ".4g"), _figure(r.scale, ".4g"), _figure(r.count, "d"), page.n(r.rows),
+             _figure(r.max_abs, ".4g"), page.n(r.flagged), page.n(r.nonfinite)]
+            for item, r in zip(every.index, every.itertuples())]
+    table = page.table(["ITEMID", "name", "rule", "transform", "mean", "scale", "train rows", "rows", "max |z|",
+                        "rows above the warn bound", "non-finite z"], rows, numeric={0, 4, 5, 6, 7, 8, 9, 10},
+                       sortable=True)
+    note = ("<p class=note>mean and scale are those of stats.json, after the item's transform; "
+            "- : not fitted (the item is unseen in train: z = 0). Click a column to sort.</p>")
+    return page.details(f"All {len(every):,} items: rule, transform, mean, scale and max |z|", note + table,
+                        ident="z-items")
 
 
 def _items(stats: ZScoreStats | None, summary: pd.DataFrame, names: Mapping[int, str], max_lines: int) -> str:
@@ -182,17 +218,25 @@ def _items(stats: ZScoreStats | None, summary: pd.DataFrame, names: Mapping[int,
     ]
     rows = []
     for name, what, items in groups:
-        if name == "unseen":
-            listed = format_items(unseen, names=names, limit=max_lines)
+        if name == "unseen":  # every item: the HTML keeps the lists the terminal cuts short
+            listed = format_items(unseen, names=names, limit=len(unseen))
         else:
             listed = format_items({item: counts.get(item, 0) for item in items}, names=names,
-                                  limit=max_lines, unit="train row")
+                                  limit=len(items), unit="train row")
         rows.append([name, str(len(items)), listed or "none", what])
     table = page.table(["items", "count", "ITEMID", "meaning"], rows, numeric={1})
-    return f'<section id="items"><h2>Constant, rare, fallback and unseen items</h2>{table}</section>'
+    counted = ", ".join(f"{len(items):,} {name}" for name, _, items in groups)
+    return (f'<section id="items"><h2>Constant, rare, fallback and unseen items</h2>'
+            f'{page.details(counted, table)}</section>')
 
 
-def _z_chart(drawn: dict[int, DrawnZ], top: pd.DataFrame, warn: float, error: float):
+def _label(item: int, names: Mapping[int, str]) -> str:
+    """An item as the chart names it: ``'50912 Creatinine (Blood)'``, cut to :data:`LABEL_CHARS`."""
+    label = format_items([item], names=names)
+    return label if len(label) <= LABEL_CHARS else label[:LABEL_CHARS - 1].rstrip() + "\u2026"
+
+
+def _z_chart(drawn: dict[int, DrawnZ], top: pd.DataFrame, warn: float, error: float, *, names: Mapping[int, str]):
     import matplotlib
     from matplotlib import cbook
     from matplotlib.ticker import FuncFormatter
@@ -227,7 +271,7 @@ def _z_chart(drawn: dict[int, DrawnZ], top: pd.DataFrame, warn: float, error: fl
                 ax.axvline(bound, color="#d62728", linestyle="-", linewidth=1)
         limit = max(largest, warn) * 2
         ax.set_xlim(-limit, limit)
-        ax.set_yticks(positions, [f"ITEMID {item}" for item in items])
+        ax.set_yticks(positions, [_label(int(item), names) for item in items])
         ax.set_xlabel("z (symmetric log scale)")
         if flagged_x:
             ax.legend(loc="lower right", fontsize=8, frameon=False)
@@ -235,12 +279,12 @@ def _z_chart(drawn: dict[int, DrawnZ], top: pd.DataFrame, warn: float, error: fl
 
 
 def sections(shown: Shown) -> list[str]:
-    """The stage's sections of the HTML report: the z-score distributions of the items with the largest |z|, and
-    its constant, rare, fallback and unseen items. Two passes over LABEVENTS (part by part where its
-    parts are): per-item summaries, then the z of the items drawn."""
+    """The stage's sections of the HTML report: the z-score distributions of the items with the largest |z| and
+    every item's stats and largest |z|, and its constant, rare, fallback and unseen items. Two passes
+    over LABEVENTS (part by part where its parts are): per-item summaries, then the z of the items drawn."""
     summary = z_summary(shown)
     top = extreme_items(summary)
     drawn = drawn_z(shown, top.index) if len(top) else {}
-    parts = [_zscores(drawn, top, shown.options, shown.names),
+    parts = [_zscores(drawn, top, shown.state, summary, shown.options, shown.names),
              _items(shown.state, summary, shown.names, shown.max_lines)]
     return [part for part in parts if part]
