@@ -29,6 +29,7 @@ import pandas as pd
 from pipeline.config import Config
 from pipeline.engines import PANDAS
 from pipeline import page
+from pipeline.findings import LISTED
 from pipeline.report import Report, item_names, write_atomic
 from pipeline.shared import as_shown
 from schemas.checks import CHECKS, ERROR, INFO, WARNING
@@ -91,7 +92,7 @@ def render(result: Any, config: Config, *, show_values: bool = False, engine: An
     graphs = list(getattr(result, "graphs", ()) or ())
     kind = "build" if validation is not result else "validate"
     sections = [
-        _findings(report, show_values=show_values),
+        _findings(report, show_values=show_values, names=item_names(prepared.labitems)),
         _attrition(report),
         *_stage_sections(validation, report, config, engine=engine),
         _splits(prepared, graphs, engine=engine),
@@ -247,7 +248,7 @@ def _contents(sections: list[str]) -> str:
 
 
 # -- sections -----------------------------------------------------------------------------------
-def _findings(report: Report, *, show_values: bool) -> str:
+def _findings(report: Report, *, show_values: bool, names: dict[int, str] | None = None) -> str:
     """The findings by stage, in flow order: each stage's table in a ``<details>`` (open when it holds errors) whose
     summary counts them; long messages and line lists are cut short, the rest a click away."""
     findings = report.as_json()["findings"]
@@ -263,7 +264,7 @@ def _findings(report: Report, *, show_values: bool) -> str:
         counted = ", ".join(_counted(sum(f["severity"] == s for f in found), s) for s in severities)
         summary = (f'<span class="chip" style="border-color:{report.stages.get(stage, "#999")}">{escape(stage)}'
                    f'</span> {counted}')
-        groups.append(page.details(summary, _findings_table(found, show_values=show_values),
+        groups.append(page.details(summary, _findings_table(found, show_values=show_values, names=names or {}),
                                    ident=f"findings-{stage}", opened=ERROR in severities))
     hint = ("<p class=note>Findings by stage, in flow order: click a stage to open it, a column to sort. Line "
             "numbers are the source file's (header = line 1).</p>")
@@ -274,10 +275,14 @@ _FINDING_COLUMNS = (("severity", "sev"), ("check", "check"), ("where", "where"),
                     ("lines", "lines"), ("message", "msg"))
 
 
-def _findings_table(findings: list[dict], *, show_values: bool) -> str:
+def _findings_table(findings: list[dict], *, show_values: bool, names: dict[int, str]) -> str:
     rows = []
     for f in findings:
         message = page.clipped(f["message"])
+        if len(f.get("items") or ()) > LISTED:  # the message lists the first few; the page keeps every one
+            listed = ", ".join(f"{i} {names[i]}" if i in names else str(i) for i in f["items"])
+            message += (f'<details class="more"><summary>all {len(f["items"]):,} items</summary>'
+                        f'<div class="rest">{escape(listed)}</div></details>')
         if show_values and f.get("samples"):
             message += '<br><span class="values">values: ' + escape(", ".join(repr(v) for v in f["samples"])) \
                 + "</span>"
