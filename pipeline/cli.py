@@ -29,7 +29,7 @@ from pipeline.flow import validate as run_validate
 from pipeline.paths import OutputError
 from pipeline.shared import ScratchError, as_shown
 from pipeline.progress import progress_for
-from pipeline.report import Report
+from pipeline.report import Report, tally
 from pipeline.stage import in_flow_order
 from schemas.checks import CHECKS, LOCKED
 from schemas.errors import ValidationDisabled
@@ -449,7 +449,8 @@ def _print_report(console: Console, report: Report, *, quiet: bool = False) -> N
             console.print(f"[{style}]{label:<7}[/] {escape(line)}")
             continue
         console.print(f"[{style}]{label:<7}[/] {escape(head)}")
-        for line in textwrap.wrap(finding["message"], _WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT):
+        for line in textwrap.wrap(printable(finding["message"]), _WIDTH, initial_indent=_INDENT,
+                                  subsequent_indent=_INDENT):  # wrapped as shown: escapes written out first
             console.print(escape(line))
         if finding.get("samples"):
             console.print(f"        values: {escape(', '.join(repr(v) for v in finding['samples']))}")
@@ -507,8 +508,7 @@ def _print_summary(console: Console, report: Report) -> None:
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
     style = {"errors": "bold red", "warnings": "yellow", "ok": "green"}[report.status]
-    console.print(f"[{style}]status: {report.status}[/] ({errors} errors, {warnings} warnings, "
-                  f"{len(report.findings) - errors - warnings} notes)")
+    console.print(f"[{style}]status: {report.status}[/] ({tally(errors, warnings, len(report.findings) - errors - warnings)})")
     if report.overrides:
         changed = ", ".join(f"{k}={v}" for k, v in sorted(report.overrides.items()))
         console.print(f"severities changed by config: {escape(changed)}")

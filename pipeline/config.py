@@ -83,8 +83,9 @@ class FiltersConfig(Section):
 class ReportConfig(Section):
     NAME = "report"
     max_lines: int = setting(int, SAMPLE_CAP, low=1, high=10_000, doc="""
-        How many line numbers (and, with --show-values, raw values) a finding carries, and how many lab items a
-        finding or the HTML report lists by name ('51003 Troponin T (Blood) (24 rows), ... and 36 more').""")
+        How many line numbers (and, with --show-values, raw values) a finding carries in the JSON report. A
+        message names the first five of a list (lab items, admissions, lines), the most rows first, and says how
+        many more ('... +36 more in the JSON report'); the finding's "items" holds every lab item it names.""")
 
 
 SEVERITY = """

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from pipeline.report import tally
 from pipeline.stages import scale
 from pipeline.write import FEATURES, limits_of, read_graph, read_manifest, verified_bytes, verify_outputs, where_of
 from schemas.errors import StageError
@@ -221,7 +222,7 @@ def status_lines(inspection: Inspection) -> list[str]:
     data = inspection.data
     if data is None:
         return [files, f"data: unknown (no intact {REPORT} to read it from)"]
-    return [files, f"data: {data.status} ({data.errors} errors, {data.warnings} warnings, {data.notes} notes; "
+    return [files, f"data: {data.status} ({tally(data.errors, data.warnings, data.notes)}; "
                    f"see {REPORT})"]
 
 

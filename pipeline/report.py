@@ -137,6 +137,12 @@ class Report:
         write_atomic(path, text.encode("utf-8"))
 
 
+def tally(errors: int, warnings: int, notes: int) -> str:
+    """``'0 errors, 1 warning, 15 notes'``: how the status line and ``inspect`` count findings."""
+    return ", ".join(f"{n} {noun}{'s' if n != 1 else ''}"
+                     for n, noun in ((errors, "error"), (warnings, "warning"), (notes, "note")))
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Readers see the old file or the new one, never half of it. A link is followed (its target is written, the
     link kept). A device, FIFO or socket, or anything named under /dev or /proc (``--json /dev/stdout``, whatever

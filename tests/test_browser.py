@@ -348,7 +348,7 @@ def test_the_first_screen_shows_the_status_and_the_actions_and_nothing_overflows
         problems = problems_in(browser.events)
 
     assert not problems, problems
-    assert 0 < wide["status"] <= wide["actions"] <= 900 and 3 <= wide["listed"] <= 5, wide
+    assert 0 < wide["status"] <= wide["actions"] <= 900 and 1 <= wide["listed"] <= 5, wide  # one per warned check
     assert narrow["width"] <= 900 and narrow_open["width"] <= 900, (narrow["width"], narrow_open["width"])
     assert wide["findings"] and all(group and group.startswith("findings-") for group in wide["findings"])
     assert 0 < tallest <= 300, f"a findings cell {tallest} px tall at 1,400 px"

@@ -85,10 +85,10 @@ def sample_page(sample, config):
 def test_sample_report_has_every_section_and_is_self_contained(sample_page):
     ids = {attrs.get("id") for _, attrs in tags_of(sample_page)}
     assert set(SECTIONS) <= ids, set(SECTIONS) - ids
-    assert {"contents", "findings-raw", "findings-scale", "z-items", "fig-funnel", "fig-zscores", "status"} <= ids
+    assert {"contents", "findings-clean", "findings-scale", "z-items", "fig-funnel", "fig-zscores", "status"} <= ids
     assert sample_page.count("<svg") == 2  # funnel and z-scores (graphs only in a build)
     assert "status: warnings" in sample_page
-    for check in ("hadm_id_missing", "fallback_item", "z_bounded", "mixed_item_text", "attrition"):
+    for check in ("quarantine_outpatient", "fallback_item", "z_bounded", "mixed_item_text", "attrition"):
         assert f"<code>{check}</code>" in sample_page
     assert "read 13,041 = kept 9,381 + quarantined 817 + deduplicated 2,843" in sample_page
     assert "50963 NTproBNP (Blood) (9 train rows)" in sample_page  # one normal row: a fallback item, on all rows
@@ -170,7 +170,7 @@ def test_notebook_objects(sample, config):
     assert int(labevents["quarantined"].sum()) == ledger["quarantined"]
     assert int(labevents["merged"].sum()) == ledger["deduplicated"]
     assert Report().attrition_frame().empty
-    assert sample.report.stage_counts()["scale"] == {"warning": 2, "info": 1}  # z_bounded is a note
+    assert sample.report.stage_counts()["scale"] == {"info": 3}  # fallback and unseen items, z_bounded: notes
 
 
 def test_build_writes_report_html_listed_in_the_manifest(tmp_path):

@@ -95,7 +95,7 @@ def test_a_tampered_graph_shows_the_files_broken_and_still_the_datas_status(out)
     assert result.exit_code == 1
     assert result.output.splitlines()[-2:] == [
         "files: broken (1 problem: see the ERROR lines above)",
-        f"data: {status} (0 errors, {warnings} warnings, {notes} notes; see report.json)"]
+        f"data: {status} (0 errors, {warnings} warning{'s' if warnings != 1 else ''}, {notes} notes; see report.json)"]
 
 
 @pytest.mark.parametrize("tamper", ["flip", "delete"])

@@ -159,22 +159,7 @@ def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: floa
     def items_of(mask: pd.Series, why: Callable[[int], str] | None = None) -> str:
         return format_items(counted(mask), names=names, why=why)
 
-    constant = stats.constant_items_
-    if constant:
-        # The most training rows first (ties by ITEMID): an item constant over many rows matters more than one row.
-        counts = table.loc[sorted(constant), "count"].sort_values(ascending=False, kind="stable")
-        listed = format_items(counts, names=names, unit="train row")
-        findings.append(summary_finding(
-            stage=NAME, check="constant_item", table="LABEVENTS", column="VALUENUM", count=len(constant),
-            message=f"{len(constant)} item(s) whose training values are all equal: ITEMID {listed}", items=counts))
-    rare = stats.rare_items_
-    if rare:
-        counts = table.loc[list(rare), "count"].sort_values(ascending=False, kind="stable")
-        listed = format_items(counts, names=names, unit="train row")
-        findings.append(summary_finding(
-            stage=NAME, check="rare_item", table="LABEVENTS", column="VALUENUM", count=len(rare),
-            message=f"{len(rare)} item(s) seen in fewer than {stats.min_admissions} training admissions, kept out "
-                    f"of stats.json and given z = 0 (Z_UNSEEN = 1): ITEMID {listed}", items=counts))
+    findings += _item_sets(stats, table, names=names)
     fallback = stats.fallback_items_
     if fallback:
         reasons = table.loc[list(fallback)].assign(WHY=[_fallback_reason(table, i, stats.min_rows) for i in fallback])
@@ -206,6 +191,22 @@ def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: floa
         what=f"|z| > {warn_bound:g}: ITEMID {items_of(beyond, lambda item: _cause(table, item, stats.min_rows))}"
              f"{against}", items=counted(beyond)))
     return [f for f in findings if f is not None]
+
+
+def _item_sets(stats: ZScoreStats, table: pd.DataFrame, *, names: Mapping[int, str] | None) -> list[Finding]:
+    """The constant items and the rare ones, each listed by training rows, the most first (ties by ITEMID): an
+    item constant over many rows matters more than one row."""
+    findings = []
+    for check, items, what in (
+            ("constant_item", stats.constant_items_, "whose training values are all equal"),
+            ("rare_item", stats.rare_items_, f"seen in fewer than {stats.min_admissions} training admissions, kept "
+                                             "out of stats.json and given z = 0 (Z_UNSEEN = 1)")):
+        if items:
+            counts = table.loc[sorted(items), "count"].sort_values(ascending=False, kind="stable")
+            findings.append(summary_finding(
+                stage=NAME, check=check, table="LABEVENTS", column="VALUENUM", count=len(items), items=counts,
+                message=f"{len(items)} item(s) {what}: ITEMID {format_items(counts, names=names, unit='train row')}"))
+    return findings
 
 
 def _bounded_finding(bounded: pd.Series, stats: ZScoreStats, *, names: Mapping[int, str] | None,

@@ -281,7 +281,7 @@ def test_result_in_comments_finding_counts_rows_per_item(mimic4_split):
     assert (found.severity, found.table, found.count, found.lines) == ("warning", "LABEVENTS", 41, commented[:20])
     assert f"result only in comments: items {mimic4.COMMENT_ITEM} Troponin T (Blood) (41 rows)" in found.message
     no_result = findings["no_result"]
-    assert (no_result.severity, no_result.count, no_result.lines) == ("warning", 1, [2])
+    assert (no_result.severity, no_result.count, no_result.lines) == ("info", 1, [2])
     assert f"no result: items {mimic4.NUMERIC_ITEM} " in no_result.message and "(1 row)" in no_result.message
     assert "mixed_item_text" not in findings
     assert not any(mimic4.RARE_COMMENT in f.message for f in prepared.findings)
