@@ -4,7 +4,8 @@
 it: severity and count. Runs are the cases of ``tests/corpus.py`` and the sample under a changed config, through
 the real CLI (each run once per session, shared by every check it fires), and, for checks no dataset can reach
 (the guards behind the stages, the graph checks of a corrupted graph), the real code those checks run in. A new
-check without an entry fails :func:`test_every_check_has_a_firing_case`.
+check without an entry fails :func:`test_every_check_has_a_firing_case`. A check off by default fires under a
+config whose ``[severity]`` turns it on, and is not in the default run's report.
 
 The clean dataset (the sample without the rows and values that MIMIC's own quirks make it report) builds with
 no error or warning at all: every check that is not a plain count stays silent there.
@@ -16,6 +17,7 @@ import copy
 import functools
 import io
 import json
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +29,12 @@ import torch
 from torch_geometric.data import HeteroData
 from typer.testing import CliRunner
 
-from pipeline.stages import graph, scale, split
+from pipeline.stages import fill, graph, scale, split
 from pipeline.cli import app
 from pipeline.config import load_config
+from pipeline.findings import LISTED
 from pipeline.report import finding_from_error
-from schemas.checks import CHECKS, INFO
+from schemas.checks import CHECKS, INFO, OFF, WARNING
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE
 from schemas.guard import check_frame
@@ -83,7 +86,7 @@ def sample(config: str = "", command: str = "validate") -> Run:
 
 def clean_dataset() -> Dataset:
     """The sample without what MIMIC's quirks make it report: outpatient rows, rows charted outside their stay,
-    mixed, fallback and unseen items, rows beyond the z warning bound, and admission values too rare in train
+    mixed, fallback, rare and unseen items, rows beyond the z warning bound, and admission values too rare in train
     to be coded."""
     stages, config = sample_stages(), load_config()
     data = Dataset.sample()
@@ -93,7 +96,8 @@ def clean_dataset() -> Dataset:
     stay = labs.merge(admissions[["HADM_ID", "ADMITTIME", "DISCHTIME"]], on="HADM_ID", how="left")
     scaled = stages.scaled
     items = set(stages.events.quarantine["ITEMID"].dropna().astype(int))  # mixed items' text rows
-    items |= set(stages.stats.fallback_items_) | (set(scaled["ITEMID"]) - set(stages.stats.items_))
+    items |= set(stages.stats.fallback_items_) | set(stages.stats.rare_items_)
+    items |= set(scaled["ITEMID"]) - set(stages.stats.items_)
     items |= set(scaled.loc[scaled["Z"].abs() > config.scale.warn_bound, "ITEMID"])
     drop = ((stay["HADM_ID"] == "") | (stay["CHARTTIME"] < stay["ADMITTIME"]) | (stay["CHARTTIME"] > stay["DISCHTIME"])
             | stay["ITEMID"].astype(int).isin(items))
@@ -208,6 +212,17 @@ def constant_item() -> Run:
     return _cli("validate", folder / "data", "")
 
 
+def missing_z() -> Run:
+    """The sample's scaled rows with the z of the first item's rows (50802, all numeric) lost, as only a bug in
+    scale could leave them: real missing values, which fill counts (filled) apart from the values its rows do not
+    have by construction (structural_fill). Every row with a number has its z on real data."""
+    scaled = sample_stages().scaled.copy()  # the cached frame stays sound
+    first = scaled["ITEMID"] == scaled["ITEMID"].min()
+    assert scaled.loc[first, "VALUENUM"].notna().all()
+    scaled.loc[first, "Z"] = float("nan")
+    return Run(0, tuple(f.as_json() for f in fill.fill_findings(scaled, load_config().fill)))
+
+
 def no_manifest() -> Run:
     from pipeline import write
     with pytest.raises(StageError) as caught:
@@ -233,6 +248,7 @@ class Fires:
     column: str | None = None
     text: str | None = None  # a phrase of its message, when table and column do not single it out
     exit_code: int | None = None  # the run's exit code, where it is part of what the check guarantees
+    severity: str | None = None  # the level the run's config sets, for a check off by default
 
 
 def case(name: str, count: int, **where) -> Fires:
@@ -245,6 +261,7 @@ def config(toml: str, count: int, *, command: str = "validate", **where) -> Fire
 
 AS_IS = functools.partial(sample, "")
 RAW_Z = "[scale.policy]\ndefault = \"none\"\n"  # today's raw z: the heavy tails the default bounds
+TURNED_ON = "[severity]\nhadm_id_missing = \"warning\"\ncharttime_outside_stay = \"warning\"\n"  # off by default
 FIRES: dict[str, Fires] = {
     # load
     "file_missing": case("missing_file", 1, exit_code=2),
@@ -263,7 +280,7 @@ FIRES: dict[str, Fires] = {
     "id_missing": case("empty_itemid", 1, exit_code=1),
     "id_positive_integer": case("text_in_itemid", 1, exit_code=1),
     "id_float_format": case("float_formatted_ids", 1, exit_code=0),
-    "hadm_id_missing": Fires(AS_IS, 660),
+    "hadm_id_missing": config(TURNED_ON, 660, severity=WARNING, exit_code=0),  # the outpatient rows
     "valuenum_numeric": case("text_in_valuenum", 1, exit_code=1),
     "valuenum_finite": case("inf_valuenum", 1, exit_code=1),
     "valuenum_bound": case("huge_valuenum", 1, exit_code=1),
@@ -277,7 +294,7 @@ FIRES: dict[str, Fires] = {
     "foreign_key": case("unknown_itemid", 1, exit_code=1),
     "subject_mismatch": case("subject_mismatch", 1, exit_code=1),
     "discharge_before_admit": case("discharge_before_admit", 1, exit_code=1),
-    "charttime_outside_stay": Fires(AS_IS, 136, text="before the admission's ADMITTIME"),
+    "charttime_outside_stay": config(TURNED_ON, 136, text="before the admission's ADMITTIME", severity=WARNING),
     # every stage
     "stage_guard": Fires(guard_failure, 1),  # the missing column
     "step_empty": case("every_lab_outpatient", 13041, exit_code=1),
@@ -299,11 +316,15 @@ FIRES: dict[str, Fires] = {
     "split_empty": case("two_patients", 1, exit_code=1),
     "split_overlap": Fires(overlapping_splits, 2),
     # encode
-    "unseen_category": Fires(AS_IS, 2, table="ADMISSIONS", column="ETHNICITY"),
+    "unseen_category": Fires(AS_IS, 2, table="ADMISSIONS", text="in 1 column(s) (admissions): ETHNICITY 2."),
     "category_case_variants": case("fluid_case_variants", 8, exit_code=0),  # the items with either spelling
-    "rare_category": Fires(AS_IS, 13, table="ADMISSIONS", column="ETHNICITY"),
+    "rare_category": Fires(AS_IS, 51, table="ADMISSIONS", text=(  # every admission column's, the most first
+        "in 8 column(s) (admissions): ETHNICITY 13, MARITAL_STATUS 8, LANGUAGE 7, INSURANCE 6, RELIGION 6, "
+        "ADMISSION_LOCATION 4, DISCHARGE_LOCATION 4, ADMISSION_TYPE 3.")),
     # scale
     "constant_item": Fires(constant_item, 1),
+    "rare_item": config("[encode]\nmin_admissions = 10\n", 1, text="ITEMID 50963 NTproBNP (Blood) (9 train rows)",
+                        exit_code=0),
     "fallback_item": Fires(AS_IS, 2),
     "constant_item_value": Fires(constant_item, 1),
     "unseen_item": Fires(AS_IS, 2),
@@ -314,9 +335,11 @@ FIRES: dict[str, Fires] = {
     "policy_group_unknown": config("[scale.policy]\n\"Chemstry\" = \"log\"\n", 1, exit_code=0),
     "log_domain": config("[scale.policy]\n50802 = \"log\"\n", 75, exit_code=1),
     # fill
-    "filled": Fires(AS_IS, 12100, column="CODE"),
+    "filled": Fires(missing_z, 163, column="Z"),  # the rows of the first item, 50802
+    "structural_fill": Fires(AS_IS, 12100, column="CODE", text="values of numeric rows (no category by construction)"),
     "fill_collides": config("[fill.CODE]\npolicy = \"constant\"\nvalue = 1\n", 181, exit_code=1),
-    "fill_left_nulls": config("[fill.Z]\npolicy = \"ffill\"\n", 276, exit_code=1),  # as 'filled' Z counts
+    # the categorical rows, as structural_fill's Z counts: no earlier z in their admission
+    "fill_left_nulls": config("[fill.Z]\npolicy = \"ffill\"\n", 276, exit_code=1),
     # bucket
     "before_admission": Fires(AS_IS, 85),
     "from_ed_stay": case("lab_in_the_ed_the_evening_before", 1, exit_code=0),
@@ -379,14 +402,54 @@ def test_check_fires_with_its_severity_and_count(check):
     run, found = findings_of(check)
     assert len(found) == 1, [(f["check"], f["table"], f["column"], f["count"]) for f in run.findings]
     (finding,) = found
-    assert finding["severity"] == CHECKS[check].severity
+    assert finding["severity"] == (fires.severity or CHECKS[check].severity)
+    assert finding.get("default_severity", finding["severity"]) == CHECKS[check].severity
     assert finding["count"] == fires.count, finding["message"]
     assert finding["message"]
     if fires.exit_code is not None:
         assert run.exit_code == fires.exit_code, [(f["check"], f["severity"]) for f in run.findings]
 
 
-COUNTS = {"attrition", "filled", "merged", "z_bounded"}  # what every build reports: how many rows went where
+@pytest.mark.parametrize("check", sorted(check for check, info in CHECKS.items() if info.severity == OFF))
+def test_check_off_by_default_is_reported_only_when_the_config_turns_it_on(check):
+    fires = FIRES[check]
+    assert fires.severity not in (None, OFF)  # its firing run's config turns it on
+    assert [f["message"] for f in AS_IS().findings if f["check"] == check] == []
+    _, (finding,) = findings_of(check)
+    assert finding["message"].endswith(f"(severity changed from off to {fires.severity} by config)")
+
+
+@pytest.mark.parametrize("check", ["unseen_category", "rare_category"])
+def test_admission_columns_share_one_finding_per_check(check):
+    """ADMISSIONS' codes of every column in one finding: the count is the sum of the columns' counts, listed the
+    most admissions first."""
+    (finding,) = [f for f in AS_IS().findings if f["check"] == check and f["table"] == "ADMISSIONS"]
+    assert finding["column"] is None
+    columns = re.findall(r"\b([A-Z_]+) (\d+)\b", finding["message"].split("(admissions): ")[1].split(". ")[0])
+    counts = [int(n) for _, n in columns]
+    assert sum(counts) == finding["count"] and counts == sorted(counts, reverse=True)
+    assert f"in {len(columns)} column(s)" in finding["message"]
+
+
+def test_a_message_lists_the_first_items_and_lines_and_the_finding_keeps_every_item():
+    """At most LISTED items (the most rows first) or lines in a message, then how many more; the finding's items
+    hold every item it names."""
+    findings = {f["check"]: f for f in AS_IS().findings if f["table"] == "LABEVENTS"}
+    bounded = findings["z_bounded"]  # 714 values of 24 items
+    items, message = bounded["items"], bounded["message"]
+    assert len(items) == len(set(items)) == 24
+    at = [message.index(f" {item} ") for item in items[:LISTED]]
+    assert at == sorted(at)  # in the items' order: the most rows first
+    rows = [int(re.match(r" \d+ .*? \(([\d,]+) rows?\)", message[i:]).group(1).replace(",", "")) for i in at]
+    assert rows == sorted(rows, reverse=True) and rows[0] == 304  # 50931 Glucose (Blood)
+    assert all(f" {item} " not in message for item in items[LISTED:])
+    assert f"+{len(items) - LISTED} more in the JSON report" in message
+    outpatient = findings["quarantine_outpatient"]  # 660 rows
+    shown = ", ".join(map(str, outpatient["lines"][:LISTED]))
+    assert f"(lines {shown} (+{outpatient['count'] - LISTED} more))" in outpatient["message"]
+
+
+COUNTS = {"attrition", "merged", "structural_fill", "z_bounded"}  # what every build reports: how many rows went where
 
 
 @pytest.mark.parametrize("check", sorted(set(CHECKS) - COUNTS))

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
+from schemas.checks import OFF
 from tests.corpus import CASES, build
 
 runner = CliRunner()
@@ -67,5 +68,26 @@ def test_corpus_covers_every_raw_check():
 
         covered.add(make(Dataset.sample()).check)
     raw_checks = {check for check, info in CHECKS.items() if info.stage in ("load", "raw")}
-    not_covered = raw_checks - covered - {"charttime_outside_stay"}  # the sample's own: tests/test_catalogue.py
+    # Off by default (a case runs the default config): the sample's own, fired under [severity] below and in
+    # tests/test_catalogue.py
+    off = {check for check in raw_checks if CHECKS[check].severity == OFF}
+    not_covered = raw_checks - covered - off
     assert not not_covered, f"checks without a broken dataset: {sorted(not_covered)}"
+
+
+def test_a_check_off_by_default_is_reported_only_when_the_config_turns_it_on(tmp_path):
+    """The sample's outpatient rows: counted once by default (clean's quarantine_outpatient); [severity] turns
+    hadm_id_missing on, at the level it names, with its lines."""
+    expect = build("sample_as_is", tmp_path / "data")
+    _, report = _run(tmp_path / "data")
+    assert "hadm_id_missing" not in {f["check"] for f in report["findings"]}
+    outpatient = next(f for f in report["findings"] if f["check"] == "quarantine_outpatient")
+    config = tmp_path / "badpoints.toml"
+    config.write_text('[severity]\nhadm_id_missing = "warning"\n')
+    result, report = _run(tmp_path / "data", "--config", str(config))
+    assert result.exit_code == 0 and report["status"] == "warnings"
+    (finding,) = [f for f in report["findings"] if f["check"] == "hadm_id_missing"]
+    assert (finding["table"], finding["column"], finding["severity"], finding["default_severity"]) == (
+        "LABEVENTS", "HADM_ID", "warning", OFF)
+    assert finding["count"] == outpatient["count"] and set(expect.lines) <= set(finding["lines"])
+    assert finding["message"].endswith("(severity changed from off to warning by config)")

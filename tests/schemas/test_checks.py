@@ -28,6 +28,7 @@ from schemas.checks import (
     ERROR,
     INFO,
     NUMBER_TEXT,
+    OFF,
     PARSED_AS,
     SEVERITIES,
     WARNING,
@@ -131,9 +132,25 @@ def test_reading_the_catalogue_does_not_load_torch():
 @pytest.mark.parametrize("info", list(CHECKS.values()), ids=lambda info: info.id)
 def test_catalogue_entry_is_complete(info: CheckInfo):
     assert info.stage in {*STAGE_ORDER, "all"}  # the report's stage order, or every stage
-    assert info.severity in {ERROR, WARNING, INFO}
+    assert info.severity in {ERROR, WARNING, INFO, OFF}
     assert info.title.strip() == info.title and info.title
     assert info.advice.strip() and info.advice.endswith(".")
+    if info.severity == OFF:  # off by default: the config may turn it on, and its advice says how
+        assert info.locked is None
+        assert "unless [severity] turns it on" in info.advice
+
+
+def test_checks_off_by_default_are_those_a_stage_counts_again():
+    """Outpatient rows and rows charted outside their stay are counted where a stage handles them (the clean
+    stage's quarantine_outpatient, the bucket stage's own checks), so the raw checks that also find them are off
+    by default; their advice names the checks that count those rows."""
+    off = {check: info for check, info in CHECKS.items() if info.severity == OFF}
+    assert sorted(off) == ["charttime_outside_stay", "hadm_id_missing"]
+    assert {info.stage for info in off.values()} == {"raw"}
+    assert "quarantine_outpatient" in off["hadm_id_missing"].advice
+    for counted in ("from_ed_stay", "before_admission", "after_discharge", "beyond_max_stay"):
+        assert counted in CHECKS and counted in off["charttime_outside_stay"].advice
+    assert "quarantine_outpatient" in CHECKS
 
 
 def test_severities_are_error_warning_info_off():
