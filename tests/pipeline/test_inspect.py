@@ -80,7 +80,7 @@ def test_a_build_with_warnings_shows_its_files_ok_and_its_data_warnings_with_the
     result = _inspect(built)
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[-2:] == [
-        FILES_OK, f"data: warnings (0 errors, {warnings} warnings, {notes} notes; see report.json)"]
+        FILES_OK, f"data: warnings (0 errors, {warnings} warning{'s' if warnings != 1 else ''}, {notes} notes; see report.json)"]
     assert "status: ok" not in result.output
     data = inspect_build(built).data
     assert (data.status, data.errors, data.warnings, data.notes) == (status, errors, warnings, notes)
