@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 import meds
 import numpy as np
@@ -137,9 +137,14 @@ class MedsFixture:
         return sorted((self.root / meds.data_subdirectory).rglob("*.parquet"))
 
 
-def write_meds(root: Path, cases: Iterable[str] = (), *, seed: int = 0) -> MedsFixture:
+def write_meds(root: Path, cases: Iterable[str] = (), *, seed: int = 0,
+               code_stats: Mapping[str, tuple[float, float]] | None = None) -> MedsFixture:
     """Write a small MEDS 0.4 dataset into ``root`` with the named :data:`CASES` planted (:data:`ISSUE_CASES`:
-    issue 29's; ``CASES``: those and ``many_values``); returns what was written."""
+    issue 29's; ``CASES``: those and ``many_values``); returns what was written.
+
+    ``code_stats`` (code: (mean, std)) adds ``values/mean`` and ``values/std`` columns to codes.parquet, null for
+    the other codes, as a fit made elsewhere hands them to MEDS-Transforms' normalization (which then uses them
+    instead of its own, and gives every row of a code with a null there a null z)."""
     asked = set(cases)
     if asked - set(CASES):
         raise ValueError(f"unknown MEDS fixture cases {sorted(asked - set(CASES))}; known: {sorted(CASES)}")
@@ -149,7 +154,7 @@ def write_meds(root: Path, cases: Iterable[str] = (), *, seed: int = 0) -> MedsF
         _PLANT[name](draft)
     rows = _ordered(draft)
     root = Path(root)
-    _write(root, rows, draft)
+    _write(root, rows, draft, code_stats or {})
     rows = rows.assign(split=rows["shard"].str.split("/").str[0])
     return MedsFixture(root=root, cases=cases, rows=rows, subjects=draft.subjects[["subject_id", "split"]].copy())
 
@@ -333,6 +338,10 @@ def _emptied_split(draft: Draft) -> None:
 
 ISSUE_CASES = tuple(name for name in CASES if name != "many_values")
 
+# The codes MEDS-Transforms 0.7 writes NaN or inf z for on write_meds(root, ISSUE_CASES), sorted: measured by
+# tests/bench/test_meds_transforms.py, predicted by bench.meds_formula. With many_values CONSTANT_TENTH is finite.
+NON_FINITE = [CANCELLATION, CONSTANT, CONSTANT_TENTH, INF_INPUT, LARGE_OFFSET, SINGLE]
+
 
 # Writing ------------------------------------------------------------------------------------------------------
 
@@ -349,7 +358,7 @@ def _ordered(draft: Draft) -> pd.DataFrame:
     return rows
 
 
-def _write(root: Path, rows: pd.DataFrame, draft: Draft) -> None:
+def _write(root: Path, rows: pd.DataFrame, draft: Draft, code_stats: Mapping[str, tuple[float, float]]) -> None:
     root = Path(root)
     shards = set(draft.subjects["shard"]) | set(rows["shard"])
     for shard in sorted(shards):
@@ -357,7 +366,7 @@ def _write(root: Path, rows: pd.DataFrame, draft: Draft) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(_data_table(rows[rows["shard"] == shard]), path)
     (root / "metadata").mkdir(parents=True, exist_ok=True)
-    pq.write_table(_codes_table(sorted(draft.listed - draft.unlisted)), root / meds.code_metadata_filepath)
+    pq.write_table(_codes_table(sorted(draft.listed - draft.unlisted), code_stats), root / meds.code_metadata_filepath)
     subjects = draft.subjects.sort_values("subject_id")
     pq.write_table(pa.table({"subject_id": pa.array(subjects["subject_id"], pa.int64()),
                              "split": pa.array(subjects["split"], pa.string())}, schema=meds.SubjectSplitSchema.schema()),
@@ -376,15 +385,20 @@ def _data_table(rows: pd.DataFrame) -> pa.Table:
     }, schema=meds.DataSchema.schema())
 
 
-def _codes_table(codes: list[str]) -> pa.Table:
+def _codes_table(codes: list[str], code_stats: Mapping[str, tuple[float, float]]) -> pa.Table:
     planted = {code: f"planted: {name}" for name, spec in CASES.items() for code in spec.codes}
     described = {code: (spec[2], [spec[3]]) for code, spec in BASE_LABS.items()}
     described |= {BIRTH: ("Birth", None), ADMISSION: ("Admission through the emergency department", None)}
-    return pa.table({
+    table = pa.table({
         "code": pa.array(codes, pa.string()),
         "description": pa.array([described.get(code, (planted.get(code), None))[0] for code in codes], pa.string()),
         "parent_codes": pa.array([described.get(code, (None, None))[1] for code in codes], pa.list_(pa.string())),
     }, schema=meds.CodeMetadataSchema.schema())
+    if code_stats:
+        for i, name in enumerate(("values/mean", "values/std")):
+            given = [code_stats[code][i] if code in code_stats else None for code in codes]
+            table = table.append_column(name, pa.array(given, pa.float64()))
+    return table
 
 
 def dataset_metadata() -> dict:
