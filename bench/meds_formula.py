@@ -12,14 +12,16 @@ bit for bit against its output on ``tests/meds.py``'s fixture (``tests/bench/tes
    a value is present when it is not null and not NaN (``+-inf`` *is* present);
    ``values/n_occurrences`` counts them, ``values/sum`` is ``sum(x)`` and ``values/sum_sqd`` is
    ``sum(x ** 2)``, where ``x ** 2`` is float32 and polars' grouped sum of a float32 column accumulates in
-   float64 and rounds the total once to float32 (measured: it matches that for groups of 3 to 20,000 values,
-   at 1, 2 and 16 threads; sequential float32 addition and numpy's pairwise float32 sum do not).
-3. **Across shards** (``aggregate_code_metadata.py`` 918-947: ``pl.sum_horizontal`` over ``values/sum/shard_i``): the float32 partial sums
-   are added in float32, in the order the mapper visited the shards: sorted by
-   ``sha256(str(worker) + shard_name)`` with ``worker`` 0 (``mapreduce/shard_iteration.py`` 23-67). The
-   reducer then shrinks every numeric column to the smallest type holding its values (``mapreduce/reducer.py``
-   261): the counts become uint8, uint16 or uint32 according to the *largest* count of any code, and float64
-   columns become float32.
+   float64 and rounds the total once to float32 (measured on codes interleaved as in any shard sorted by
+   subject and time: it matches that for groups of 3 to 20,000 values, at 1, 2 and 16 threads; sequential
+   float32 addition and numpy's pairwise float32 sum do not. A frame of one code only, one group, takes
+   another path in polars, whose float32 sum changes with the thread count; not reproduced here).
+3. **Across shards** (``aggregate_code_metadata.py`` 918-947: ``pl.sum_horizontal`` over
+   ``values/sum/shard_i``): the float32 partial sums are added in float32, in the order the mapper visited the
+   shards, sorted by ``sha256(str(worker) + shard_name)`` with ``worker`` 0 (``mapreduce/shard_iteration.py``
+   23-67). The reducer then shrinks every numeric column to the smallest type holding its values
+   (``mapreduce/reducer.py`` 261): the counts become uint8, uint16 or uint32 according to the *largest* count
+   of any code, and float64 columns become float32.
 4. **Kept codes** (``mapreduce/stage.py`` 509-545, 865-870): the fitted table is a left join from the codes
    seen in train onto the input ``metadata/codes.parquet``, so a code never seen in train has no row;
    ``fit_vocabulary_indices`` numbers the kept codes from 1 in lexicographic order.
@@ -36,7 +38,8 @@ bit for bit against its output on ``tests/meds.py``'s fixture (``tests/bench/tes
    The arithmetic is float32 when the counts' type is uint8 or uint16 (at most 65,535 values for every code)
    and float64 (on the float32 sums) from uint32 on: polars' supertype of Float32 and UInt32 is Float64.
    Where the input ``codes.parquet`` already holds ``values/mean`` and ``values/std``, those are used instead
-   (normalization.py 191-199), after the reducer's shrink to float32.
+   (normalization.py 190-199), after the reducer's shrink to float32; a null there makes every z of the code
+   null.
 """
 
 from __future__ import annotations
@@ -202,7 +205,8 @@ def predict_folder(root: Path, worker: int = WORKER) -> dict:
             finite = np.abs(values_out[~nulls & np.isfinite(values_out)])
             if len(finite):
                 largest = float(finite.max())
-                total["max_abs_finite"] = largest if total["max_abs_finite"] is None else max(total["max_abs_finite"], largest)
+                seen = total["max_abs_finite"]
+                total["max_abs_finite"] = largest if seen is None else max(seen, largest)
     return {
         "rows_dropped": sum(dropped.values()),
         "dropped_by_code": dict(sorted(dropped.items())),

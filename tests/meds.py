@@ -368,9 +368,9 @@ def _write(root: Path, rows: pd.DataFrame, draft: Draft, code_stats: Mapping[str
     (root / "metadata").mkdir(parents=True, exist_ok=True)
     pq.write_table(_codes_table(sorted(draft.listed - draft.unlisted), code_stats), root / meds.code_metadata_filepath)
     subjects = draft.subjects.sort_values("subject_id")
-    pq.write_table(pa.table({"subject_id": pa.array(subjects["subject_id"], pa.int64()),
-                             "split": pa.array(subjects["split"], pa.string())}, schema=meds.SubjectSplitSchema.schema()),
-                   root / meds.subject_splits_filepath)
+    splits = pa.table({"subject_id": pa.array(subjects["subject_id"], pa.int64()),
+                       "split": pa.array(subjects["split"], pa.string())}, schema=meds.SubjectSplitSchema.schema())
+    pq.write_table(splits, root / meds.subject_splits_filepath)
     (root / meds.dataset_metadata_filepath).write_text(json.dumps(dataset_metadata(), indent=2) + "\n")
 
 
