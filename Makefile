@@ -15,7 +15,12 @@ BENCH_DATA ?=
 BENCH_REFERENCE ?=
 BENCH_FLAGS ?=
 
-.PHONY: validate build test bench mutants clean
+# make meds-env: MEDS-Transforms 0.7.0 in an environment of its own (it pins polars<2; badpoints' bench extra
+# wants polars>=2.1), for tests/bench/test_meds_transforms.py and bench/meds_transforms.py (docs/meds.md).
+MEDS_VENV  := .venv-meds
+MEDS_STAMP := $(MEDS_VENV)/.installed
+
+.PHONY: validate build test bench mutants meds-env clean
 
 # Install only when the venv is missing or the project's metadata changed (idempotent).
 $(STAMP): pyproject.toml
@@ -39,6 +44,13 @@ bench: $(STAMP)
 	$(BIN)/python -m bench --rows $(ROWS) --layout $(LAYOUT) --out $(BENCH_OUT) \
 		$(if $(BENCH_DATA),--data $(BENCH_DATA)) $(if $(BENCH_REFERENCE),--reference $(BENCH_REFERENCE)) $(BENCH_FLAGS)
 
+meds-env: $(MEDS_STAMP)
+
+$(MEDS_STAMP):
+	test -x $(MEDS_VENV)/bin/python || $(PYTHON) -m venv $(MEDS_VENV)
+	$(MEDS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'meds-transforms==0.7.0'
+	touch $(MEDS_STAMP)
+
 # Mutation testing of schemas/ and the quarantine ledger (not in CI; hours on two cores). Settings: pyproject
 # [tool.mutmut]; survivors: $(BIN)/mutmut results, one diff: $(BIN)/mutmut show NAME.
 mutants: $(STAMP)
@@ -47,5 +59,5 @@ mutants: $(STAMP)
 	$(BIN)/mutmut results
 
 clean:
-	rm -rf $(VENV) out mutants .pytest_cache .hypothesis
+	rm -rf $(VENV) $(MEDS_VENV) out mutants .pytest_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
