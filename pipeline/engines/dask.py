@@ -23,8 +23,14 @@ class DaskEngine(PartsEngine):
     LABEVENTS' blocks are read here (a ``.gz`` stream is read in order) and sent to the workers, which check them and
     write them into the parts (:class:`BlockRoute`), so the client holds ADMISSIONS, D_LABITEMS, the fitted state
     and what comes back per part (counts, steps, a part's quarantine records on their way to the line-range files),
-    never all the rows; a worker holds the part it works on. The workers must see the parts folder: a ``LocalCluster``'s do; a remote cluster's need it on a
-    filesystem they share (``folder``). Tasks are sent a few per worker ahead of the results read back.
+    never all the rows; a worker holds the part it works on. The workers must see the parts folder: a
+    ``LocalCluster``'s do; a remote cluster's need it on a filesystem they share (``folder``). Tasks are sent a few per
+    worker ahead of the results read back.
+
+    Nothing a task needs lives only in a worker's memory: its part, the frames it reads and what it writes are files of
+    the parts folder, so a task whose worker is lost runs again on another (Dask retries it). Frames were once
+    broadcast to every worker (``client.scatter``): a worker lost during the scatter left the scheduler copying to it
+    forever, and the build hung.
     """
 
     def __init__(self, folder: Path, client: Any, *, partitions: int | None = None,
@@ -36,8 +42,9 @@ class DaskEngine(PartsEngine):
         return True
 
     def _map(self, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any) -> Iterator[Any]:
-        if "args" in kwargs:  # frames among the arguments (ADMISSIONS for bucket) go to every worker once
-            kwargs = {**kwargs, "args": _scattered(self.client, kwargs["args"])}
+        if "args" in kwargs:  # frames and masks among the arguments: written into the parts folder once, as the chain's
+            kwargs = {**kwargs, "args": tuple(self.share(a) if isinstance(a, (pd.DataFrame, pd.Series, LineMask))
+                                              else a for a in kwargs["args"])}
         ahead = 2 * max(1, len(self.client.scheduler_info().get("workers", {})))
         return ahead_of_results(lambda item: self.client.submit(function, item, pure=False, **kwargs), items,
                                 ahead=ahead)
@@ -51,15 +58,6 @@ class DaskEngine(PartsEngine):
 
     def _seen_by_workers(self, folder: Path) -> bool:
         return all(self.client.run(os.path.isdir, str(folder)).values())
-
-
-def _scattered(client: Any, args: tuple) -> tuple:
-    """Frames and arrays among the arguments (ADMISSIONS, the report's mask of quarantined lines) sent to every worker
-    once, not inside every task. Each under a key of its own (``hash=False``): the same frame scattered again by the
-    next stage under its content's key could be released by the stage before (whose futures go when its map is
-    done) while the next stage's tasks wait for it ("lost dependencies")."""
-    return tuple(client.scatter(a, broadcast=True, hash=False) if isinstance(a, (pd.DataFrame, LineMask)) else a
-                 for a in args)
 
 
 @contextlib.contextmanager

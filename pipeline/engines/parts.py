@@ -100,8 +100,9 @@ class PartsEngine:
         """Whether the parts are worked on in other processes."""
         return bool(self.workers and self.workers >= 2)
 
-    def share(self, value: pd.DataFrame | pd.Series) -> Shared:
-        """A frame written once into the parts folder: tasks carry its path, each process reads it once."""
+    def share(self, value: Any) -> Shared:
+        """A frame (or another large value) written once into the parts folder: tasks carry its path, each process
+        reads it once."""
         return share(value, self._path())
 
     def partition(self, events: pd.DataFrame | Stored, splits: pd.DataFrame | None = None) -> Stored:
