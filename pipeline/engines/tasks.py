@@ -72,10 +72,9 @@ def step_part(paths: tuple[Any, Path], *, step: Callable[[pd.DataFrame], pd.Data
 
 
 def block_part(path: Path, *, call: Callable[..., Any], kwargs: dict) -> Any:
-    """``call(block, **kwargs)`` of the block handed over at ``path`` (deleted once read)."""
-    block = read_part(path)
-    path.unlink(missing_ok=True)
-    return call(block, **kwargs)
+    """``call(block, **kwargs)`` of the block handed over at ``path`` (which the engine deletes once it has the
+    result: a task run again finds it)."""
+    return call(read_part(path), **kwargs)
 
 
 def call_part(source: Any, *, call: Callable[..., Any], args: tuple = (), kwargs: dict | None = None,
