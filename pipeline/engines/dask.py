@@ -57,7 +57,14 @@ class DaskEngine(PartsEngine):
         return self.client.submit(function, *args, pure=False, **kwargs).result()
 
     def _seen_by_workers(self, folder: Path) -> bool:
-        return all(self.client.run(os.path.isdir, str(folder)).values())
+        seen = _seeing(self.client, folder)
+        return bool(seen) and all(seen.values())
+
+
+def _seeing(client: Any, folder: Path) -> dict[str, bool]:
+    """Per worker that answers, whether it sees ``folder``. A worker lost while it is asked is left out (its tasks go
+    to the others), not an error that ends the run."""
+    return client.run(os.path.isdir, str(folder), on_error="ignore")
 
 
 @contextlib.contextmanager
@@ -77,7 +84,7 @@ def dask_engine(scheduler: str | None = None, *, workers: int = 2, memory_limit:
                 host="127.0.0.1", dashboard_address=None))
             client = stack.enter_context(Client(cluster))
         parts = Path(stack.enter_context(parts_folder(folder)))
-        blind = sorted(worker for worker, sees in client.run(os.path.isdir, str(parts)).items() if not sees)
+        blind = sorted(worker for worker, sees in _seeing(client, parts).items() if not sees)
         if blind:
             raise OSError(f"{len(blind)} Dask worker(s) cannot see the parts folder {parts} (first: {blind[0]}): "
                           "run the workers where it is, or set TMPDIR to a folder they share")
