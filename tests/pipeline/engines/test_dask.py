@@ -6,6 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -274,6 +281,67 @@ def test_the_dask_client_builds_without_torch(synthetic, tmp_path):
     code, graphs, torch_loaded, pyg_loaded = done.stdout.split()
     assert code == "0" and int(graphs) > 0 and (torch_loaded, pyg_loaded) == ("False", "False")
     assert len(list((tmp_path / "out" / "graphs").rglob("*.pt"))) == int(graphs)
+
+
+# -- a worker lost during a build -----------------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _build_losing_workers(data: Path, out: Path, scratch: Path, *, at: tuple[str, ...]) -> tuple[int, list[int], str]:
+    """``badpoints build --engine dask --workers 2`` as a subprocess: when its stderr shows the progress line of each
+    step of ``at``, one of the cluster's worker processes is stopped (SIGSTOP: whatever the run sends it stays in
+    flight) and killed 2 s later (SIGKILL). Its exit status (None: still running after 120 s, then killed), the pids
+    killed, its stderr."""
+    import psutil
+
+    command = [sys.executable, "-m", "pipeline.cli", "build", str(data), "--out", str(out), "--engine", "dask",
+               "--workers", "2", "--partitions", "3", "--no-cache"]
+    with (scratch / "stdout.txt").open("w") as stdout:
+        run = subprocess.Popen(command, cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "TMPDIR": str(scratch)})
+    lines: list[str] = []
+    killed: list[int] = []
+
+    def lose_workers() -> None:
+        ahead = list(at)
+        for line in run.stderr:
+            lines.append(line)
+            if ahead and line.startswith(f"badpoints: {ahead[0]} "):
+                ahead.pop(0)
+                worker = next(p for p in psutil.Process(run.pid).children()
+                              if "multiprocessing.spawn" in " ".join(p.cmdline()))  # the nannies' workers
+                worker.send_signal(signal.SIGSTOP)
+                time.sleep(2)
+                worker.send_signal(signal.SIGKILL)
+                killed.append(worker.pid)
+
+    reader = threading.Thread(target=lose_workers, daemon=True)
+    reader.start()
+    try:
+        code = run.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        code = None
+        for process in psutil.Process(run.pid).children(recursive=True):
+            process.kill()
+        run.kill()
+        run.wait()
+    reader.join(timeout=10)
+    return code, killed, "".join(lines)
+
+
+def test_a_worker_killed_during_a_build_is_replaced_and_the_build_writes_the_same_files(synthetic, tmp_path):
+    """A worker of the CLI's LocalCluster killed after the relations step (the issue's report: the build hung, the
+    scheduler copying a broadcast frame to the dead worker every 30 s) and again before the report: its tasks run
+    again on the other worker, and the build writes what a run without the kill writes."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    code, killed, stderr = _build_losing_workers(synthetic, tmp_path / "dask", scratch, at=("relations", "guard"))
+
+    assert code is not None, f"the build hung after a worker was killed:\n{stderr[-3000:]}"
+    assert code == 0, stderr[-3000:]
+    assert len(killed) == 2 and "cannot run" not in stderr and "internal error" not in stderr
+    assert build(synthetic, tmp_path / "pandas", load_config()).exit_code == 0
+    assert output_files(tmp_path / "dask") == output_files(tmp_path / "pandas")
 
 
 def _config(changes: dict):
