@@ -67,21 +67,33 @@ def _seeing(client: Any, folder: Path) -> dict[str, bool]:
     return client.run(os.path.isdir, str(folder), on_error="ignore")
 
 
+# A LocalCluster's nannies start a lost worker again in seconds; with no worker running for this long, the tasks
+# waiting fail (NoWorkerError: the CLI's exit 2), rather than wait forever. A Dask config that sets it wins.
+NO_WORKERS = "distributed.scheduler.no-workers-timeout"
+NO_WORKERS_TIMEOUT = "60s"
+
+
 @contextlib.contextmanager
 def dask_engine(scheduler: str | None = None, *, workers: int = 2, memory_limit: str = "4GB",
                 partitions: int | None = None, rows_per_part: int | None = ROWS_PER_PART,
                 folder: Path | None = None) -> Iterator[DaskEngine]:
     """A :class:`DaskEngine` on the cluster at ``scheduler``, or on a fresh loopback ``LocalCluster``, its parts in
-    a fresh temporary folder (in ``folder``, or the system's) that every worker must see; deleted afterwards."""
+    a fresh temporary folder (in ``folder``, or the system's) that every worker must see; deleted afterwards.
+
+    A worker lost during the run is started again by its nanny (a ``LocalCluster``'s), and the tasks it was running
+    run again (up to ``distributed.scheduler.allowed-failures`` times each: then ``KilledWorker``); when no worker has
+    run for :data:`NO_WORKERS_TIMEOUT`, the waiting tasks fail (``NoWorkerError``)."""
+    import dask
     from dask.distributed import Client, LocalCluster
 
     with contextlib.ExitStack() as stack:
         if scheduler:
             client = stack.enter_context(Client(scheduler))
         else:
-            cluster = stack.enter_context(LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
-                host="127.0.0.1", dashboard_address=None))
+            with dask.config.set({NO_WORKERS: dask.config.get(NO_WORKERS) or NO_WORKERS_TIMEOUT}):
+                cluster = stack.enter_context(LocalCluster(
+                    n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
+                    host="127.0.0.1", dashboard_address=None))
             client = stack.enter_context(Client(cluster))
         parts = Path(stack.enter_context(parts_folder(folder)))
         blind = sorted(worker for worker, sees in _seeing(client, parts).items() if not sees)
