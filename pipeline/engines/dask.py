@@ -78,7 +78,9 @@ def dask_engine(scheduler: str | None = None, *, workers: int = 2, memory_limit:
                 partitions: int | None = None, rows_per_part: int | None = ROWS_PER_PART,
                 folder: Path | None = None) -> Iterator[DaskEngine]:
     """A :class:`DaskEngine` on the cluster at ``scheduler``, or on a fresh loopback ``LocalCluster``, its parts in
-    a fresh temporary folder (in ``folder``, or the system's) that every worker must see; deleted afterwards.
+    a fresh temporary folder (in ``folder``, or the system's) that every worker must see; deleted afterwards. A
+    ``LocalCluster``'s scheduler and workers keep their own scratch (Dask's ``dask-scratch-space``) in it too, so a
+    killed run leaves none in TMPDIR: the next run removes its parts folder (:func:`parts_folder`).
 
     A worker lost during the run is started again by its nanny (a ``LocalCluster``'s), and the tasks it was running
     run again (up to ``distributed.scheduler.allowed-failures`` times each: then ``KilledWorker``); when no worker has
@@ -87,15 +89,16 @@ def dask_engine(scheduler: str | None = None, *, workers: int = 2, memory_limit:
     from dask.distributed import Client, LocalCluster
 
     with contextlib.ExitStack() as stack:
+        parts = Path(stack.enter_context(parts_folder(folder)))  # removed after the cluster has stopped
         if scheduler:
             client = stack.enter_context(Client(scheduler))
         else:
-            with dask.config.set({NO_WORKERS: dask.config.get(NO_WORKERS) or NO_WORKERS_TIMEOUT}):
+            with dask.config.set({NO_WORKERS: dask.config.get(NO_WORKERS) or NO_WORKERS_TIMEOUT,
+                                  "temporary-directory": str(parts)}):  # the scheduler's and workers' scratch
                 cluster = stack.enter_context(LocalCluster(
                     n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
                     host="127.0.0.1", dashboard_address=None))
             client = stack.enter_context(Client(cluster))
-        parts = Path(stack.enter_context(parts_folder(folder)))
         blind = sorted(worker for worker, sees in _seeing(client, parts).items() if not sees)
         if blind:
             raise OSError(f"{len(blind)} Dask worker(s) cannot see the parts folder {parts} (first: {blind[0]}): "

@@ -298,7 +298,7 @@ def _build_losing_workers(data: Path, out: Path, scratch: Path, *, at: tuple[str
 
     command = [sys.executable, "-m", "pipeline.cli", "build", str(data), "--out", str(out), "--engine", "dask",
                "--workers", "2", "--partitions", "3", "--no-cache"]
-    with (scratch / "stdout.txt").open("w") as stdout:
+    with (out.parent / f"{out.name}.stdout").open("w") as stdout:
         run = subprocess.Popen(command, cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "TMPDIR": str(scratch), **(env or {})})
     lines: list[str] = []
@@ -349,6 +349,21 @@ def _stop_then_kill_one(run: subprocess.Popen, killed: list[int]) -> None:
     killed.append(worker.pid)
 
 
+def _kill_the_run(run: subprocess.Popen, killed: list[int]) -> None:
+    """The run itself killed (SIGKILL), as the system kills a run out of memory; its workers then end too."""
+    import psutil
+
+    workers = _workers(run)
+    run.kill()
+    killed.append(run.pid)
+    psutil.wait_procs(workers, timeout=30)
+
+
+def _dask_scratch(folder: Path) -> list[str]:
+    """What a run's Dask cluster or parts left in ``folder`` (TMPDIR)."""
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(("dask-scratch-space", "badpoints-parts-")))
+
+
 def _kill_every_worker(run: subprocess.Popen, killed: list[int]) -> None:
     """Every worker, and each one started in its place, killed as soon as it is seen, until the run ends."""
     import psutil
@@ -380,6 +395,28 @@ def test_a_worker_killed_during_a_build_is_replaced_and_the_build_writes_the_sam
     assert len(killed) == 2 and "cannot run" not in stderr and "internal error" not in stderr
     assert build(synthetic, tmp_path / "pandas", load_config()).exit_code == 0
     assert output_files(tmp_path / "dask") == output_files(tmp_path / "pandas")
+    assert _dask_scratch(scratch) == []  # the workers' folders, the killed one's too, went with the parts folder
+
+
+def test_a_killed_runs_dask_scratch_is_in_its_parts_folder_which_the_next_run_removes(synthetic, tmp_path):
+    """The scheduler's and workers' folders (Dask's dask-scratch-space) are in the run's parts folder, not in TMPDIR:
+    a run killed before it could remove them leaves no dask-scratch-space beside it, and the next run removes its
+    parts folder, the workers' folders with it."""
+    from pipeline.engines.parts import PARTS_PREFIX
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    code, killed, stderr = _build_losing_workers(synthetic, tmp_path / "dask", scratch, at=("relations",),
+                                                 lose=_kill_the_run)
+    assert code == -signal.SIGKILL and len(killed) == 1, stderr[-3000:]
+    (left,) = _dask_scratch(scratch)
+    assert left.startswith(PARTS_PREFIX) and any((scratch / left / "dask-scratch-space").glob("worker-*"))
+
+    after = subprocess.run([sys.executable, "-m", "pipeline.cli", "validate", str(synthetic), "--engine", "parts",
+                            "--no-cache", "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "TMPDIR": str(scratch)})
+    assert after.returncode == 0, after.stderr[-3000:]
+    assert _dask_scratch(scratch) == []
 
 
 def _no_workers_timeout(dask_scheduler) -> float | None:
@@ -408,7 +445,7 @@ def test_a_cluster_that_loses_every_worker_ends_the_build_with_exit_2_naming_it(
     (said,) = [line for line in stderr.splitlines() if line.startswith("badpoints: cannot run:")]
     assert "the Dask cluster failed (NoWorkerError: " in said or "the Dask cluster failed (KilledWorker: " in said
     assert "without any running workers" in said or "The last worker that attempt to run the task was tcp://" in said
-    assert not (tmp_path / "dask" / "manifest.json").exists()
+    assert not (tmp_path / "dask" / "manifest.json").exists() and _dask_scratch(scratch) == []
 
 
 def _config(changes: dict):
