@@ -318,12 +318,20 @@ def _guarded_run(err: Console, run):
         if os.environ.get("BADPOINTS_DEBUG"):
             raise
         if type(exc).__module__.split(".")[0] == "distributed":  # the cluster failed, not the data or badpoints
-            err.print(f"[bold red]badpoints: cannot run:[/] the Dask cluster failed ({type(exc).__name__}), most "
-                      "often a worker killed at its memory limit: raise --memory-limit, or use more --partitions")
+            err.print(f"[bold red]badpoints: cannot run:[/] the Dask cluster failed ({type(exc).__name__}: "
+                      f"{escape(_opening(str(exc), 300))}), most often a worker killed at its memory limit: raise "
+                      "--memory-limit, or use more --partitions")
             raise typer.Exit(2)
         err.print(f"[bold red]badpoints: internal error[/] ({type(exc).__name__}); this is a bug in badpoints. "
                   "Rerun with BADPOINTS_DEBUG=1 for the traceback and report it.")
         raise typer.Exit(2)
+
+
+def _opening(text: str, limit: int) -> str:
+    """``text`` on one line, cut at a word before ``limit`` characters (a Dask error names the task and the worker
+    lost first, then adds advice and links)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 def _write_json(err: Console, report: Report, json_path: Optional[Path]) -> None:

@@ -1,13 +1,14 @@
 """What the work on a part needs besides the part: frames every task of a run reads (ADMISSIONS' stays, the
-admission ranges, the split), written once where the engine's parts are as Arrow files (a task carries the path,
-and each process reads a frame once, not once per task); and the columns a function of a part reads
-(:func:`reads`)."""
+admission ranges, the split) and other large values (the report's mask of quarantined lines), written once where
+the engine's parts are (a task carries the path, and each process reads a value once, not once per task); and the
+columns a function of a part reads (:func:`reads`)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -18,20 +19,29 @@ import pyarrow as pa
 
 @dataclass(frozen=True)
 class Shared:
-    """A frame (or series) written by :func:`share` into a folder every process of the run sees."""
+    """A value written by :func:`share` into a folder every process of the run sees: a frame or series as Arrow,
+    any other value pickled."""
 
     path: Path
     series: str | None = None  # the name of the series it was, when it was one (``""``: a series without a name)
+    pickled: bool = False  # not a frame or series: a pickle
 
-    def get(self) -> pd.DataFrame | pd.Series:
+    def get(self) -> Any:
+        if self.pickled:
+            return _unpickle(self.path)
         frame = _read(self.path)
         if self.series is None:
             return frame
         return frame.iloc[:, 0].rename(self.series or None)
 
 
-def share(value: pd.DataFrame | pd.Series, path: Path) -> Shared:
-    """``value`` written as an Arrow file at ``path`` (its dtypes and index kept), for tasks to carry."""
+def share(value: Any, path: Path) -> Shared:
+    """``value`` written at ``path``, for tasks to carry: a frame or series as an Arrow file (its dtypes and index
+    kept), any other value (a :class:`pipeline.quarantine.LineMask`) pickled."""
+    if not isinstance(value, (pd.DataFrame, pd.Series)):
+        with scratch(path), open(path, "wb") as file:
+            pickle.dump(value, file, protocol=pickle.HIGHEST_PROTOCOL)
+        return Shared(path, pickled=True)
     series = isinstance(value, pd.Series)
     write_part(value.to_frame(name="values") if series else value, path)
     return Shared(path, series=(value.name or "") if series else None)
@@ -88,6 +98,12 @@ def shared_frames(values: tuple, put: Callable[[Any], Any]) -> tuple:
 def _read(path: Path) -> pd.DataFrame:
     with pa.OSFile(str(path)) as source:
         return pa.ipc.open_file(source).read_all().to_pandas()
+
+
+@functools.lru_cache(maxsize=8)
+def _unpickle(path: Path) -> Any:
+    with open(path, "rb") as file:
+        return pickle.load(file)
 
 
 def reads(*columns: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

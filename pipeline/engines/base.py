@@ -45,8 +45,9 @@ class Engine(Protocol):
         """Where a table's checked blocks go, as they come: into the engine's parts, by admission (``splits``:
         HADM_ID and SPLIT, known from ADMISSIONS). Only an engine that :attr:`keeps_parts` has one."""
 
-    def share(self, value: pd.DataFrame | pd.Series) -> Any:
-        """A frame as a task takes it: itself, or (an engine with other processes) a :class:`Shared` copy."""
+    def share(self, value: Any) -> Any:
+        """A frame (or another large value) as a task takes it: itself, or (an engine with other processes) a
+        :class:`Shared` copy."""
 
     def partition(self, events: pd.DataFrame, splits: pd.DataFrame | None = None) -> Events:
         """``events`` ready for per-admission stages (``splits``: HADM_ID and SPLIT, when the rows have no SPLIT)."""

@@ -23,8 +23,14 @@ class DaskEngine(PartsEngine):
     LABEVENTS' blocks are read here (a ``.gz`` stream is read in order) and sent to the workers, which check them and
     write them into the parts (:class:`BlockRoute`), so the client holds ADMISSIONS, D_LABITEMS, the fitted state
     and what comes back per part (counts, steps, a part's quarantine records on their way to the line-range files),
-    never all the rows; a worker holds the part it works on. The workers must see the parts folder: a ``LocalCluster``'s do; a remote cluster's need it on a
-    filesystem they share (``folder``). Tasks are sent a few per worker ahead of the results read back.
+    never all the rows; a worker holds the part it works on. The workers must see the parts folder: a
+    ``LocalCluster``'s do; a remote cluster's need it on a filesystem they share (``folder``). Tasks are sent a few per
+    worker ahead of the results read back.
+
+    Nothing a task needs lives only in a worker's memory: its part, the frames it reads and what it writes are files of
+    the parts folder, so a task whose worker is lost runs again on another (Dask retries it). Frames were once
+    broadcast to every worker (``client.scatter``): a worker lost during the scatter left the scheduler copying to it
+    forever, and the build hung.
     """
 
     def __init__(self, folder: Path, client: Any, *, partitions: int | None = None,
@@ -36,8 +42,9 @@ class DaskEngine(PartsEngine):
         return True
 
     def _map(self, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any) -> Iterator[Any]:
-        if "args" in kwargs:  # frames among the arguments (ADMISSIONS for bucket) go to every worker once
-            kwargs = {**kwargs, "args": _scattered(self.client, kwargs["args"])}
+        if "args" in kwargs:  # frames and masks among the arguments: written into the parts folder once, as the chain's
+            kwargs = {**kwargs, "args": tuple(self.share(a) if isinstance(a, (pd.DataFrame, pd.Series, LineMask))
+                                              else a for a in kwargs["args"])}
         ahead = 2 * max(1, len(self.client.scheduler_info().get("workers", {})))
         return ahead_of_results(lambda item: self.client.submit(function, item, pure=False, **kwargs), items,
                                 ahead=ahead)
@@ -50,16 +57,20 @@ class DaskEngine(PartsEngine):
         return self.client.submit(function, *args, pure=False, **kwargs).result()
 
     def _seen_by_workers(self, folder: Path) -> bool:
-        return all(self.client.run(os.path.isdir, str(folder)).values())
+        seen = _seeing(self.client, folder)
+        return bool(seen) and all(seen.values())
 
 
-def _scattered(client: Any, args: tuple) -> tuple:
-    """Frames and arrays among the arguments (ADMISSIONS, the report's mask of quarantined lines) sent to every worker
-    once, not inside every task. Each under a key of its own (``hash=False``): the same frame scattered again by the
-    next stage under its content's key could be released by the stage before (whose futures go when its map is
-    done) while the next stage's tasks wait for it ("lost dependencies")."""
-    return tuple(client.scatter(a, broadcast=True, hash=False) if isinstance(a, (pd.DataFrame, LineMask)) else a
-                 for a in args)
+def _seeing(client: Any, folder: Path) -> dict[str, bool]:
+    """Per worker that answers, whether it sees ``folder``. A worker lost while it is asked is left out (its tasks go
+    to the others), not an error that ends the run."""
+    return client.run(os.path.isdir, str(folder), on_error="ignore")
+
+
+# A LocalCluster's nannies start a lost worker again in seconds; with no worker running for this long, the tasks
+# waiting fail (NoWorkerError: the CLI's exit 2), rather than wait forever. A Dask config that sets it wins.
+NO_WORKERS = "distributed.scheduler.no-workers-timeout"
+NO_WORKERS_TIMEOUT = "60s"
 
 
 @contextlib.contextmanager
@@ -67,19 +78,28 @@ def dask_engine(scheduler: str | None = None, *, workers: int = 2, memory_limit:
                 partitions: int | None = None, rows_per_part: int | None = ROWS_PER_PART,
                 folder: Path | None = None) -> Iterator[DaskEngine]:
     """A :class:`DaskEngine` on the cluster at ``scheduler``, or on a fresh loopback ``LocalCluster``, its parts in
-    a fresh temporary folder (in ``folder``, or the system's) that every worker must see; deleted afterwards."""
+    a fresh temporary folder (in ``folder``, or the system's) that every worker must see; deleted afterwards. A
+    ``LocalCluster``'s scheduler and workers keep their own scratch (Dask's ``dask-scratch-space``) in it too, so a
+    killed run leaves none in TMPDIR: the next run removes its parts folder (:func:`parts_folder`).
+
+    A worker lost during the run is started again by its nanny (a ``LocalCluster``'s), and the tasks it was running
+    run again (up to ``distributed.scheduler.allowed-failures`` times each: then ``KilledWorker``); when no worker has
+    run for :data:`NO_WORKERS_TIMEOUT`, the waiting tasks fail (``NoWorkerError``)."""
+    import dask
     from dask.distributed import Client, LocalCluster
 
     with contextlib.ExitStack() as stack:
+        parts = Path(stack.enter_context(parts_folder(folder)))  # removed after the cluster has stopped
         if scheduler:
             client = stack.enter_context(Client(scheduler))
         else:
-            cluster = stack.enter_context(LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
-                host="127.0.0.1", dashboard_address=None))
+            with dask.config.set({NO_WORKERS: dask.config.get(NO_WORKERS) or NO_WORKERS_TIMEOUT,
+                                  "temporary-directory": str(parts)}):  # the scheduler's and workers' scratch
+                cluster = stack.enter_context(LocalCluster(
+                    n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
+                    host="127.0.0.1", dashboard_address=None))
             client = stack.enter_context(Client(cluster))
-        parts = Path(stack.enter_context(parts_folder(folder)))
-        blind = sorted(worker for worker, sees in client.run(os.path.isdir, str(parts)).items() if not sees)
+        blind = sorted(worker for worker, sees in _seeing(client, parts).items() if not sees)
         if blind:
             raise OSError(f"{len(blind)} Dask worker(s) cannot see the parts folder {parts} (first: {blind[0]}): "
                           "run the workers where it is, or set TMPDIR to a folder they share")

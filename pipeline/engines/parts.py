@@ -31,6 +31,7 @@ cluster's worker as a task.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import itertools
@@ -94,14 +95,28 @@ class PartsEngine:
         folder, which costs one copy, not a pickle sent through a pipe)."""
         if not self._elsewhere():
             return self._map(function, blocks, **kwargs)
-        return self._map(block_part, (self._write(block) for block in blocks), call=function, kwargs=kwargs)
+        return self._handed_over(function, blocks, kwargs)
+
+    def _handed_over(self, function: Callable[..., Any], blocks: Iterable[pd.DataFrame], kwargs: dict) -> Iterator[Any]:
+        """:meth:`blocks` in other processes: each block's file deleted here once its result is read, not by its
+        task, so a task run again (its Dask worker was lost) finds its block."""
+        handed: collections.deque[Path] = collections.deque()
+
+        def written(block: pd.DataFrame) -> Path:
+            handed.append(self._write(block))
+            return handed[-1]
+
+        for result in self._map(block_part, (written(block) for block in blocks), call=function, kwargs=kwargs):
+            handed.popleft().unlink(missing_ok=True)
+            yield result
 
     def _elsewhere(self) -> bool:
         """Whether the parts are worked on in other processes."""
         return bool(self.workers and self.workers >= 2)
 
-    def share(self, value: pd.DataFrame | pd.Series) -> Shared:
-        """A frame written once into the parts folder: tasks carry its path, each process reads it once."""
+    def share(self, value: Any) -> Shared:
+        """A frame (or another large value) written once into the parts folder: tasks carry its path, each process
+        reads it once."""
         return share(value, self._path())
 
     def partition(self, events: pd.DataFrame | Stored, splits: pd.DataFrame | None = None) -> Stored:

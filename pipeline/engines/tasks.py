@@ -17,7 +17,7 @@ import pandas as pd
 from pipeline.engines.base import error_as_data, picked, run_link
 from pipeline.engines.stored import read_part
 from pipeline.quarantine import Step
-from pipeline.shared import write_part
+from pipeline.shared import value_of, write_part
 from schemas.guard import trusted_chain, vouch
 
 
@@ -72,15 +72,16 @@ def step_part(paths: tuple[Any, Path], *, step: Callable[[pd.DataFrame], pd.Data
 
 
 def block_part(path: Path, *, call: Callable[..., Any], kwargs: dict) -> Any:
-    """``call(block, **kwargs)`` of the block handed over at ``path`` (deleted once read)."""
-    block = read_part(path)
-    path.unlink(missing_ok=True)
-    return call(block, **kwargs)
+    """``call(block, **kwargs)`` of the block handed over at ``path`` (which the engine deletes once it has the
+    result: a task run again finds it)."""
+    return call(read_part(path), **kwargs)
 
 
 def call_part(source: Any, *, call: Callable[..., Any], args: tuple = (), kwargs: dict | None = None,
               columns: list[str] | None = None) -> Any:
-    """``call`` of a part: only ``columns`` read when given, else those ``call`` declares it reads (all without)."""
+    """``call`` of a part: only ``columns`` read when given, else those ``call`` declares it reads (all without);
+    each argument as handed, or the value the :class:`pipeline.shared.Shared` handed names."""
+    args = tuple(map(value_of, args))
     if columns is not None:
         return call(read_part(source, columns), *args, **(kwargs or {}))
     return call(read_part(source, getattr(call, "reads", None), present=True), *args, **(kwargs or {}))
@@ -88,7 +89,9 @@ def call_part(source: Any, *, call: Callable[..., Any], args: tuple = (), kwargs
 
 def pick_part(source: Any, *, pick: Callable[..., pd.DataFrame] | None, columns: Sequence[str] | None,
               args: tuple, kwargs: dict) -> pd.DataFrame:
-    """Rows picked from a part: only ``columns`` read when given, else those ``pick`` declares it reads."""
+    """Rows picked from a part: only ``columns`` read when given, else those ``pick`` declares it reads (its
+    arguments as :func:`call_part`'s)."""
+    args = tuple(map(value_of, args))
     if columns is not None:
         return picked(pick, columns, args, kwargs, read_part(source, list(columns)))
     return picked(pick, columns, args, kwargs, read_part(source, getattr(pick, "reads", None), present=True))

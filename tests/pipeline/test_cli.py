@@ -181,8 +181,20 @@ def test_a_dask_cluster_that_fails_mid_run_is_cannot_run_not_a_bug(monkeypatch, 
 
     assert stopped.value.exit_code == 2
     said = (tmp_path / "err.txt").read_text()
-    assert "cannot run" in said and "CommClosedError" in said and "--memory-limit" in said
-    assert "bug" not in said
+    assert "cannot run" in said and "--memory-limit" in said and "bug" not in said
+    assert "CommClosedError: in <TCP (closed) ConnectionPool.gather local=tcp://127.0.0.1>" in said  # what was lost
+
+
+def test_a_dask_error_is_shown_by_its_opening_on_one_line():
+    """KilledWorker names the task and the last worker lost first, then adds advice and a link: the opening is kept,
+    cut at a word."""
+    text = ("Attempted to run task 'chain_part-8a3f' on 4 different workers, but all those workers died while\n"
+            "running it. The last worker that attempt to run the task was tcp://127.0.0.1:36423. " + "More. " * 60)
+    shown = cli._opening(text, 300)
+    assert shown.startswith("Attempted to run task 'chain_part-8a3f' on 4 different workers, but all those workers died "
+                            "while running it. The last worker that attempt to run the task was tcp://127.0.0.1:36423.")
+    assert shown.endswith(" ...") and len(shown) <= 304 and "\n" not in shown
+    assert cli._opening("short", 300) == "short"
 
 
 @pytest.mark.skipif(not Path("/proc/self/mem").is_file(), reason="needs Linux's /proc/self/mem for a real I/O error")

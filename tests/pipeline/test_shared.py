@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from pipeline.engines.parts import PartsEngine
+from pipeline.quarantine import LineMask
 from pipeline.shared import ScratchError, Shared, reads, share, value_of, write_part
 
 
@@ -25,6 +26,18 @@ def test_a_shared_frame_is_read_back_equal_and_once_per_process(tmp_path):
     pd.testing.assert_series_equal(value_of(share(ranges, tmp_path / "ranges.arrow")), ranges)
     items = pd.Series([50, 51], name="ITEMID")
     pd.testing.assert_series_equal(value_of(share(items, tmp_path / "items.arrow")), items)
+
+
+def test_a_shared_value_that_is_not_a_frame_is_pickled_and_read_back_once_per_process(tmp_path):
+    """The report's mask of quarantined lines goes to the Dask workers as a file too (a broadcast scatter hung the
+    build when a worker was lost during it)."""
+    mask = LineMask.empty().with_lines(np.array([2, 9, 4000]))
+    handed = share(mask, tmp_path / "mask.pickle")
+    assert isinstance(handed, Shared) and handed.pickled and handed.path.exists()
+    first = value_of(handed)
+    assert isinstance(first, LineMask) and first.of(np.array([1, 2, 9, 10, 4000])).tolist() == [
+        False, True, True, False, True]
+    assert value_of(handed) is first
 
 
 def test_a_part_function_reads_only_the_columns_it_declares(tmp_path):

@@ -6,6 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -274,6 +282,170 @@ def test_the_dask_client_builds_without_torch(synthetic, tmp_path):
     code, graphs, torch_loaded, pyg_loaded = done.stdout.split()
     assert code == "0" and int(graphs) > 0 and (torch_loaded, pyg_loaded) == ("False", "False")
     assert len(list((tmp_path / "out" / "graphs").rglob("*.pt"))) == int(graphs)
+
+
+# -- a worker lost during a build -----------------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _build_losing_workers(data: Path, out: Path, scratch: Path, *, at: tuple[str, ...],
+                          lose: Callable[[subprocess.Popen, list[int]], None],
+                          env: dict[str, str] | None = None) -> tuple[int | None, list[int], str]:
+    """``badpoints build --engine dask --workers 2`` as a subprocess, ``lose(run, killed)`` called when its stderr
+    shows the progress line of each step of ``at``. Its exit status (None: still running after 120 s, then killed),
+    the pids killed, its stderr."""
+    import psutil
+
+    command = [sys.executable, "-m", "pipeline.cli", "build", str(data), "--out", str(out), "--engine", "dask",
+               "--workers", "2", "--partitions", "3", "--no-cache"]
+    with (out.parent / f"{out.name}.stdout").open("w") as stdout:
+        run = subprocess.Popen(command, cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "TMPDIR": str(scratch), **(env or {})})
+    lines: list[str] = []
+    killed: list[int] = []
+
+    def read() -> None:
+        ahead = list(at)
+        for line in run.stderr:
+            lines.append(line)
+            if ahead and line.startswith(f"badpoints: {ahead[0]} "):
+                ahead.pop(0)
+                lose(run, killed)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        code = run.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        code = None
+        for process in psutil.Process(run.pid).children(recursive=True):
+            process.kill()
+        run.kill()
+        run.wait()
+    reader.join(timeout=10)
+    return code, killed, "".join(lines)
+
+
+def _workers(run: subprocess.Popen) -> list:
+    """The worker processes of the ``LocalCluster`` a CLI run started (its nannies run in the run's process)."""
+    import psutil
+
+    found = []
+    for process in psutil.Process(run.pid).children():
+        try:
+            if "multiprocessing.spawn" in " ".join(process.cmdline()):
+                found.append(process)
+        except psutil.Error:
+            pass  # gone meanwhile
+    return found
+
+
+def _stop_then_kill_one(run: subprocess.Popen, killed: list[int]) -> None:
+    """One worker stopped (SIGSTOP: whatever the run sends it stays in flight), then killed 2 s later (SIGKILL)."""
+    worker = _workers(run)[0]
+    worker.send_signal(signal.SIGSTOP)
+    time.sleep(2)
+    worker.send_signal(signal.SIGKILL)
+    killed.append(worker.pid)
+
+
+def _kill_the_run(run: subprocess.Popen, killed: list[int]) -> None:
+    """The run itself killed (SIGKILL), as the system kills a run out of memory; its workers then end too."""
+    import psutil
+
+    workers = _workers(run)
+    run.kill()
+    killed.append(run.pid)
+    psutil.wait_procs(workers, timeout=30)
+
+
+def _dask_scratch(folder: Path) -> list[str]:
+    """What a run's Dask cluster or parts left in ``folder`` (TMPDIR)."""
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(("dask-scratch-space", "badpoints-parts-")))
+
+
+def _kill_every_worker(run: subprocess.Popen, killed: list[int]) -> None:
+    """Every worker, and each one started in its place, killed as soon as it is seen, until the run ends."""
+    import psutil
+
+    def keep_killing() -> None:
+        while run.poll() is None:
+            for worker in _workers(run):
+                try:
+                    worker.kill()
+                    killed.append(worker.pid)
+                except psutil.Error:
+                    pass
+            time.sleep(0.1)
+
+    threading.Thread(target=keep_killing, daemon=True).start()
+
+
+def test_a_worker_killed_during_a_build_is_replaced_and_the_build_writes_the_same_files(synthetic, tmp_path):
+    """A worker of the CLI's LocalCluster killed after the relations step (the issue's report: the build hung, the
+    scheduler copying a broadcast frame to the dead worker every 30 s) and again before the report: its tasks run
+    again on the other worker, and the build writes what a run without the kill writes."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    code, killed, stderr = _build_losing_workers(synthetic, tmp_path / "dask", scratch, at=("relations", "guard"),
+                                                 lose=_stop_then_kill_one)
+
+    assert code is not None, f"the build hung after a worker was killed:\n{stderr[-3000:]}"
+    assert code == 0, stderr[-3000:]
+    assert len(killed) == 2 and "cannot run" not in stderr and "internal error" not in stderr
+    assert build(synthetic, tmp_path / "pandas", load_config()).exit_code == 0
+    assert output_files(tmp_path / "dask") == output_files(tmp_path / "pandas")
+    assert _dask_scratch(scratch) == []  # the workers' folders, the killed one's too, went with the parts folder
+
+
+def test_a_killed_runs_dask_scratch_is_in_its_parts_folder_which_the_next_run_removes(synthetic, tmp_path):
+    """The scheduler's and workers' folders (Dask's dask-scratch-space) are in the run's parts folder, not in TMPDIR:
+    a run killed before it could remove them leaves no dask-scratch-space beside it, and the next run removes its
+    parts folder, the workers' folders with it."""
+    from pipeline.engines.parts import PARTS_PREFIX
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    code, killed, stderr = _build_losing_workers(synthetic, tmp_path / "dask", scratch, at=("relations",),
+                                                 lose=_kill_the_run)
+    assert code == -signal.SIGKILL and len(killed) == 1, stderr[-3000:]
+    (left,) = _dask_scratch(scratch)
+    assert left.startswith(PARTS_PREFIX) and any((scratch / left / "dask-scratch-space").glob("worker-*"))
+
+    after = subprocess.run([sys.executable, "-m", "pipeline.cli", "validate", str(synthetic), "--engine", "parts",
+                            "--no-cache", "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "TMPDIR": str(scratch)})
+    assert after.returncode == 0, after.stderr[-3000:]
+    assert _dask_scratch(scratch) == []
+
+
+def _no_workers_timeout(dask_scheduler) -> float | None:
+    return dask_scheduler.no_workers_timeout
+
+
+def test_the_local_clusters_tasks_fail_after_a_minute_without_a_worker(cluster):
+    """Not the scheduler's default (wait for a worker forever): a LocalCluster whose workers are all lost and not
+    started again ends the run."""
+    assert cluster.client.run_on_scheduler(_no_workers_timeout) == 60
+
+
+def test_a_cluster_that_loses_every_worker_ends_the_build_with_exit_2_naming_it(synthetic, tmp_path):
+    """Every worker killed after the relations step, and each one its nanny starts again: once no worker has run for
+    the no-workers timeout (here 3 s, not the 60 s the run sets), the build ends with exit 2 naming what failed, not
+    a hang."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    started = time.monotonic()
+    code, killed, stderr = _build_losing_workers(
+        synthetic, tmp_path / "dask", scratch, at=("relations",), lose=_kill_every_worker,
+        env={"DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT": "3s"})
+
+    assert code is not None, f"the build hung with no worker left:\n{stderr[-3000:]}"
+    assert code == 2 and len(killed) >= 2 and time.monotonic() - started < 90, stderr[-3000:]
+    (said,) = [line for line in stderr.splitlines() if line.startswith("badpoints: cannot run:")]
+    assert "the Dask cluster failed (NoWorkerError: " in said or "the Dask cluster failed (KilledWorker: " in said
+    assert "without any running workers" in said or "The last worker that attempt to run the task was tcp://" in said
+    assert not (tmp_path / "dask" / "manifest.json").exists() and _dask_scratch(scratch) == []
 
 
 def _config(changes: dict):

@@ -91,6 +91,22 @@ def test_blocks_checked_and_routed_by_two_processes_give_the_same_validation(syn
         assert_same_validation(got, expected)
 
 
+def _rows_in(block: pd.DataFrame, *, plus: int) -> int:
+    return len(block) + plus
+
+
+def test_blocks_handed_to_worker_processes_are_deleted_once_their_results_are_read(tmp_path):
+    engine = PartsEngine(tmp_path, workers=2)
+    try:
+        blocks = (lab_frame().iloc[start:start + 50] for start in range(0, 300, 50))
+        results = engine.blocks(_rows_in, blocks, plus=1)
+        assert next(results) == 51 and len(list(tmp_path.glob("part-*.arrow"))) >= 2  # the next blocks, handed on
+        assert list(results) == [51] * 5
+    finally:
+        engine.close()
+    assert not list(tmp_path.glob("part-*.arrow"))
+
+
 def test_quarantine_kept_in_many_line_ranges_writes_the_same_files(synthetic, tmp_path, monkeypatch):
     """Quarantine records on disk in many line ranges, quarantine.parquet written in many row groups: the files of
     the in-memory run, whose quarantine is one frame."""

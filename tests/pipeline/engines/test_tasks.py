@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from pipeline.engines.tasks import chain_part
+from pipeline.engines.tasks import block_part, chain_part
 from pipeline.shared import write_part
 from pipeline.work import Call, Link
 from tests.pipeline.engines.rows import lab_frame
@@ -36,3 +36,11 @@ def test_a_part_vouched_for_is_not_validated_again_by_the_next_stage_in_a_worker
     assert done.rows == len(lab_frame()) and validated == []
     chain_part((source, tmp_path / "not.arrow"), work=work, schema=None)
     assert validated == [len(lab_frame())]
+
+
+def test_a_block_task_run_again_finds_its_block(tmp_path):
+    """A Dask task whose worker was lost is run again on another: the block's file is still there (the engine, not
+    the task, deletes it once it has the result)."""
+    path = tmp_path / "block.arrow"
+    write_part(lab_frame(), path)
+    assert block_part(path, call=len, kwargs={}) == block_part(path, call=len, kwargs={}) == 300
