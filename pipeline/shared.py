@@ -8,27 +8,29 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+
+from pipeline.quarantine import LineMask
 
 
 @dataclass(frozen=True)
 class Shared:
     """A value written by :func:`share` into a folder every process of the run sees: a frame or series as Arrow,
-    any other value pickled."""
+    a :class:`LineMask` as its bits (``.npy``; never a pickle: nothing the run reads back can run code)."""
 
     path: Path
     series: str | None = None  # the name of the series it was, when it was one (``""``: a series without a name)
-    pickled: bool = False  # not a frame or series: a pickle
+    mask: bool = False  # a LineMask's bits
 
     def get(self) -> Any:
-        if self.pickled:
-            return _unpickle(self.path)
+        if self.mask:
+            return _mask(self.path)
         frame = _read(self.path)
         if self.series is None:
             return frame
@@ -37,11 +39,11 @@ class Shared:
 
 def share(value: Any, path: Path) -> Shared:
     """``value`` written at ``path``, for tasks to carry: a frame or series as an Arrow file (its dtypes and index
-    kept), any other value (a :class:`pipeline.quarantine.LineMask`) pickled."""
-    if not isinstance(value, (pd.DataFrame, pd.Series)):
+    kept), a :class:`LineMask` (the report's quarantined lines) as its bits."""
+    if isinstance(value, LineMask):
         with scratch(path), open(path, "wb") as file:
-            pickle.dump(value, file, protocol=pickle.HIGHEST_PROTOCOL)
-        return Shared(path, pickled=True)
+            np.save(file, value.bits, allow_pickle=False)
+        return Shared(path, mask=True)
     series = isinstance(value, pd.Series)
     write_part(value.to_frame(name="values") if series else value, path)
     return Shared(path, series=(value.name or "") if series else None)
@@ -101,9 +103,9 @@ def _read(path: Path) -> pd.DataFrame:
 
 
 @functools.lru_cache(maxsize=8)
-def _unpickle(path: Path) -> Any:
+def _mask(path: Path) -> LineMask:
     with open(path, "rb") as file:
-        return pickle.load(file)
+        return LineMask(np.load(file, allow_pickle=False))
 
 
 def reads(*columns: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -225,7 +225,8 @@ def test_the_demo_as_published_names_its_admissions_file_and_prints_no_ledger(tm
     (data / "Admission.csv").symlink_to(mimic3demo / "ADMISSIONS.csv")
     done = _badpoints("validate", str(data), "--json", str(tmp_path / "r.json"))
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "did you mean 'Admission.csv'? Rename it to ADMISSIONS.csv" in done.stdout.replace("Did", "did")
+    shown = " ".join(done.stdout.split())  # an error's message is wrapped
+    assert "did you mean 'Admission.csv'? Rename it to ADMISSIONS.csv" in shown.replace("Did", "did")
     assert "file_missing failed on" not in done.stdout and "LABEVENTS read" not in done.stdout
     assert "stages    not run: the run stopped before the stages" in done.stdout
     report = json.loads((tmp_path / "r.json").read_text())
