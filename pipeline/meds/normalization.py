@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 
 WORKER = 0  # MEDS-Transforms' default worker, the seed of its shard order
@@ -175,3 +176,64 @@ def given_mean_std(root: Path, fitted: Fitted) -> tuple[np.ndarray | None, np.nd
         missing = missing | column.is_null().to_numpy(zero_copy_only=False)[np.maximum(at, 0)]
         found.append(values)
     return found[0], found[1], missing
+
+
+# Readiness: what the formula will make of each code ----------------------------------------------------------
+
+Given = tuple[np.ndarray | None, np.ndarray | None, np.ndarray]
+
+
+def readiness(fitted: Fitted, codes: pd.DataFrame, given: Given | None = None) -> pd.DataFrame:
+    """Per fitted code, what normalization will make of its rows: ``n``, ``mean`` and ``std`` as MEDS-Transforms
+    computes them (or as ``given`` in codes.parquet), the float64 two-pass ``mean64`` and ``std64`` of
+    ``codes`` (:class:`pipeline.meds.combine.Combined`'s), ``non_finite`` (rows whose z will be NaN or +-inf:
+    every valued row of a code whose mean or std is not finite or whose std is 0, else its inf and NaN inputs),
+    ``z_max`` (the largest finite |z|, from the code's min and max) and ``why``."""
+    mean, std = fitted.mean_std()
+    null_z = np.zeros(len(fitted.codes), dtype=bool)
+    if given is not None:
+        mean = mean if given[0] is None else given[0].astype(mean.dtype)
+        std = std if given[1] is None else given[1].astype(std.dtype)
+        null_z = given[2]
+    frame = pd.DataFrame({"n": fitted.n, "total": fitted.total, "mean": mean, "std": std, "null_z": null_z},
+                         index=pd.Index(fitted.codes.astype(str), name="code"))
+    frame = frame.join(codes[["numeric", "nan", "inf", "min", "max", "mean64", "std64"]], how="left")
+    broken = ~np.isfinite(frame["mean"]) | ~np.isfinite(frame["std"]) | (frame["std"] == 0)
+    rows = np.where(broken, frame["numeric"], frame["nan"] + frame["inf"])
+    frame["non_finite"] = np.where(frame["null_z"], 0, rows).astype(np.int64)
+    with np.errstate(all="ignore"):
+        spread = np.maximum(np.abs(frame["max"] - frame["mean"]), np.abs(frame["mean"] - frame["min"]))
+        frame["z_max"] = np.where(broken | frame["null_z"], np.nan, spread / frame["std"])
+    frame["why"] = why(frame, broken.to_numpy(), given is not None)
+    return frame
+
+
+def why(frame: pd.DataFrame, broken: np.ndarray, given: bool) -> pd.Series:
+    """Why a code's z will be non-finite or large: an inf input, no or one train value, equal values, float32
+    cancellation beside the float64 std, a given std of 0, or non-finite inputs of an otherwise sound fit."""
+    std64 = frame["std64"].map("{:.3g}".format)
+    std = frame["std"].map("{:.3g}".format)
+    cases = [
+        broken & given,
+        broken & ~np.isfinite(frame["total"]),
+        broken & (frame["n"] == 0),
+        broken & (frame["n"] == 1),
+        broken & (frame["std64"] == 0),
+        broken & (frame["std"] == 0),
+        broken,
+        np.isfinite(frame["z_max"]),
+    ]
+    choices = [
+        "codes.parquet's values/mean or values/std is not a usable number",
+        "an inf value in train makes values/sum and values/sum_sqd inf: mean inf, variance NaN",
+        "no train value: mean 0/0",
+        "one train value: variance x^2 - x^2 = 0",
+        "all " + frame["n"].astype(str) + " train values equal: variance 0",
+        "cancellation: float32 sum_sqd/n - mean^2 is 0 where the float64 std is " + std64,
+        "cancellation: float32 sum_sqd/n - mean^2 is negative (std NaN) where the float64 std is " + std64,
+        "std " + std + " where the float64 std is " + std64,
+    ]
+    reason = np.select(cases, choices, default="")
+    inputs = frame["nan"] + frame["inf"]
+    extra = np.where(~broken & (inputs > 0), inputs.astype(str) + " inf or NaN inputs", "")
+    return pd.Series(np.where(reason == "", extra, reason), index=frame.index, dtype=str)
