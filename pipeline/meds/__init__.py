@@ -27,7 +27,7 @@ from pipeline.meds.shards import ShardPartial, read_shard, shard_name
 from pipeline.report import InputFile, Report
 from schemas.meds import STAGE
 
-COLOURS = {"load": "#7f7f7f", STAGE: "#1f77b4"}
+COLOURS = {"load": "#7f7f7f", STAGE: "#1f77b4"}  # as flow.ORDER draws them
 
 
 def is_meds(path: Path) -> bool:
