@@ -1,153 +1,19 @@
-"""MEDS-Transforms 0.7.0's normalization, reproduced in numpy to the bit: what ``fit_normalization`` ->
-``fit_vocabulary_indices`` -> ``normalization`` will make of a MEDS dataset, without running it.
-
-Read from its source (``MEDS_transforms`` 0.7.0 as installed by ``make meds-env``; polars 1.44) and checked
-bit for bit against its output on ``tests/meds.py``'s fixture (``tests/bench/test_meds_transforms.py``):
-
-1. **Which rows are fitted.** A ``fit_*`` stage is a metadata stage, run ``train_only``
-   (``configs/pipeline.py`` 415-417); the shard iterator then takes the shards whose name starts with ``train/``
-   (``mapreduce/shard_iteration.py`` 295-298), or, without any, filters every shard to the subjects
-   ``subject_splits.parquet`` puts in ``train`` (``mapreduce/stage.py`` 468-483).
-2. **Per shard and code** (``stages/aggregate_code_metadata/aggregate_code_metadata.py`` 168-171, 237-240):
-   a value is present when it is not null and not NaN (``+-inf`` *is* present);
-   ``values/n_occurrences`` counts them, ``values/sum`` is ``sum(x)`` and ``values/sum_sqd`` is
-   ``sum(x ** 2)``, where ``x ** 2`` is float32 and polars' grouped sum of a float32 column accumulates in
-   float64 and rounds the total once to float32 (measured on codes interleaved as in any shard sorted by
-   subject and time: it matches that for groups of 3 to 20,000 values, at 1, 2 and 16 threads; sequential
-   float32 addition and numpy's pairwise float32 sum do not. A frame of one code only, one group, takes
-   another path in polars, whose float32 sum changes with the thread count; not reproduced here).
-3. **Across shards** (``aggregate_code_metadata.py`` 918-947: ``pl.sum_horizontal`` over
-   ``values/sum/shard_i``): the float32 partial sums are added in float32, in the order the mapper visited the
-   shards, sorted by ``sha256(str(worker) + shard_name)`` with ``worker`` 0 (``mapreduce/shard_iteration.py``
-   23-67). The reducer then shrinks every numeric column to the smallest type holding its values
-   (``mapreduce/reducer.py`` 261): the counts become uint8, uint16 or uint32 according to the *largest* count
-   of any code, and float64 columns become float32.
-4. **Kept codes** (``mapreduce/stage.py`` 509-545, 865-870): the fitted table is a left join from the codes
-   seen in train onto the input ``metadata/codes.parquet``, so a code never seen in train has no row;
-   ``fit_vocabulary_indices`` numbers the kept codes from 1 in lexicographic order.
-5. **Normalization** (``stages/normalization/normalization.py`` 187-188, 206-222)::
-
-       mean = values/sum / values/n_occurrences
-       std  = (values/sum_sqd / values/n_occurrences - mean ** 2) ** 0.5
-       z    = ((numeric_value - mean) / std).cast(Float32)
-
-   after an *inner* join on the code (rows of a code without a fitted row are dropped). It is the population
-   variance (divided by n), in one pass, with no guard: n = 1 gives ``x^2 - x^2 = 0``; equal values give 0
-   (or a rounding residue of either sign); a negative residue gives NaN from ``** 0.5``; then ``0 / 0`` is
-   NaN and ``(x - mean) / 0`` is +-inf; an inf input makes ``sum`` and ``sum_sqd`` inf and ``inf - inf`` NaN.
-   The arithmetic is float32 when the counts' type is uint8 or uint16 (at most 65,535 values for every code)
-   and float64 (on the float32 sums) from uint32 on: polars' supertype of Float32 and UInt32 is Float64.
-   Where the input ``codes.parquet`` already holds ``values/mean`` and ``values/std``, those are used instead
-   (normalization.py 190-199), after the reducer's shrink to float32; a null there makes every z of the code
-   null.
+"""MEDS-Transforms 0.7.0's normalization on a whole MEDS folder, in the benchmark's terms: the formula itself
+(read from its source, with the lines it reproduces) lives in :mod:`pipeline.meds.normalization`, which the
+validator ships; this module reads a folder with it and says what the pipeline will output, as
+``bench/meds_transforms.py`` measures it.
 """
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-WORKER = 0  # MEDS-Transforms' default worker, the seed of its shard order
-
-
-@dataclass(frozen=True)
-class Fitted:
-    """Per code (sorted): what ``fit_normalization`` writes, ``n`` (values/n_occurrences), ``total``
-    (values/sum) and ``total_sqd`` (values/sum_sqd), the last two float32."""
-
-    codes: np.ndarray
-    n: np.ndarray
-    total: np.ndarray
-    total_sqd: np.ndarray
-
-    def count_dtype(self) -> np.dtype:
-        """The counts' type after the reducer's ``shrink_dtype``: the smallest unsigned type for the largest."""
-        largest = int(self.n.max()) if len(self.n) else 0
-        return next(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64) if largest <= np.iinfo(t).max)
-
-    def arithmetic_dtype(self) -> np.dtype:
-        """float32 against uint8/uint16 counts, float64 against uint32/uint64 (polars' supertypes)."""
-        return np.dtype(np.float32 if self.count_dtype().itemsize <= 2 else np.float64)
-
-    def mean_std(self) -> tuple[np.ndarray, np.ndarray]:
-        """``values/mean`` and ``values/std`` as normalization computes them (normalization.py 187-188)."""
-        dtype = self.arithmetic_dtype()
-        n, total, total_sqd = (a.astype(dtype) for a in (self.n, self.total, self.total_sqd))
-        with np.errstate(all="ignore"):
-            mean = total / n
-            std = np.sqrt(total_sqd / n - mean * mean)
-        return mean, std
-
-
-def present(values: np.ndarray, null: np.ndarray) -> np.ndarray:
-    """``VAL_PRESENT``: not null and not NaN; +-inf is present."""
-    return ~null & ~np.isnan(values)
-
-
-def fit_shard(codes: np.ndarray, values: np.ndarray, null: np.ndarray) -> Fitted:
-    """One shard's ``values/n_occurrences``, ``values/sum`` and ``values/sum_sqd`` per code (every code with a
-    row, present values or not): float32 squares, summed in float64, rounded once to float32."""
-    kept, inverse = np.unique(np.asarray(codes, dtype=object), return_inverse=True)
-    values = np.asarray(values, dtype=np.float32)
-    here = present(values, null)
-    at, x = inverse[here], values[here]
-    with np.errstate(over="ignore", invalid="ignore"):
-        squares = x * x  # float32, as polars' PRESENT_VALS ** 2
-        total = np.bincount(at, weights=x.astype(np.float64), minlength=len(kept)).astype(np.float32)
-        total_sqd = np.bincount(at, weights=squares.astype(np.float64), minlength=len(kept)).astype(np.float32)
-    return Fitted(kept, np.bincount(at, minlength=len(kept)).astype(np.int64), total, total_sqd)
-
-
-def shard_order(shards: Iterable[str], worker: int = WORKER) -> list[str]:
-    """The order MEDS-Transforms visits shards (``shuffle_shards``), hence the order of the partial sums."""
-    return sorted(shards, key=lambda s: int(hashlib.sha256((str(worker) + s).encode("utf-8")).hexdigest(), 16))
-
-
-def reduce_shards(partials: Mapping[str, Fitted], worker: int = WORKER) -> Fitted:
-    """The reducer: counts added, float32 sums added in float32 in the mapper's shard order."""
-    codes = np.unique(np.concatenate([p.codes for p in partials.values()])) if partials else np.array([], object)
-    n = np.zeros(len(codes), dtype=np.int64)
-    total, total_sqd = np.zeros(len(codes), np.float32), np.zeros(len(codes), np.float32)
-    with np.errstate(over="ignore", invalid="ignore"):
-        for shard in shard_order(partials, worker):
-            part = partials[shard]
-            at = np.searchsorted(codes, part.codes)
-            n[at] += part.n
-            total[at] = total[at] + part.total  # float32 + float32
-            total_sqd[at] = total_sqd[at] + part.total_sqd
-    return Fitted(codes, n, total, total_sqd)
-
-
-def zscore(fitted: Fitted, codes: np.ndarray, values: np.ndarray, null: np.ndarray,
-           given: tuple[np.ndarray | None, np.ndarray | None, np.ndarray] | None = None,
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Normalization of some rows: ``(kept, z, z_null)``. ``kept`` marks the rows the inner join keeps; for
-    them, ``z`` (float32) and ``z_null``, where z is null: the input is null, or ``given`` (the input
-    codes.parquet's ``values/mean``, ``values/std`` per fitted code, each None where the column is absent, and
-    where either is null) has no number for the code. Mean and std default to :meth:`Fitted.mean_std`."""
-    mean, std = fitted.mean_std()
-    missing = np.zeros(len(fitted.codes), dtype=bool)
-    if given is not None:
-        mean = mean if given[0] is None else given[0]
-        std = std if given[1] is None else given[1]
-        missing = given[2]
-    codes = np.asarray(codes, dtype=object)
-    if len(fitted.codes) == 0:
-        return np.zeros(len(codes), dtype=bool), np.zeros(0, np.float32), np.zeros(0, dtype=bool)
-    at = np.minimum(np.searchsorted(fitted.codes, codes), len(fitted.codes) - 1)
-    kept = fitted.codes[at] == codes
-    at, x = at[kept], np.asarray(values, dtype=np.float32)[kept]
-    with np.errstate(all="ignore"):
-        z = ((x - mean[at]) / std[at]).astype(np.float32)  # numpy promotes float32 and float64 as polars does
-    z_null = np.asarray(null)[kept] | missing[at]
-    z[z_null] = np.nan
-    return kept, z, z_null
+from pipeline.meds.normalization import (WORKER, Fitted, fit_shard, given_mean_std, present,  # noqa: F401
+                                         reduce_shards, shard_order, zscore)
 
 
 # A MEDS folder ------------------------------------------------------------------------------------------------
@@ -213,29 +79,3 @@ def predict_folder(root: Path, worker: int = WORKER) -> dict:
         "non_finite_codes": sorted(c for c, n in z.items() if n["nan"] or n["posinf"] or n["neginf"]),
         "z": dict(sorted(z.items())),
     }
-
-
-def given_mean_std(root: Path, fitted: Fitted) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray] | None:
-    """The input codes.parquet's ``values/mean`` and ``values/std`` for the fitted codes, float32 as the reducer
-    shrinks them (None for an absent column), and which codes have a null in either; None without either
-    column. The left join keeps them, and normalization uses them in place of its own (normalization.py 190-199):
-    a code with a null there gets a null z on every row, whatever its sums."""
-    path = root / "metadata" / "codes.parquet"
-    names = set(pq.read_schema(path).names) if path.is_file() else set()
-    columns = [name for name in ("values/mean", "values/std") if name in names]
-    if not columns:
-        return None
-    table = pq.read_table(path, columns=["code", *columns])
-    rows = {code: i for i, code in enumerate(table["code"].to_pylist())}
-    at = np.array([rows.get(code, -1) for code in fitted.codes], dtype=np.int64)
-    missing = at < 0
-    found = []
-    for name in ("values/mean", "values/std"):
-        if name not in columns:
-            found.append(None)
-            continue
-        column = table[name]
-        values = column.to_numpy(zero_copy_only=False).astype(np.float32)[np.maximum(at, 0)]
-        missing = missing | column.is_null().to_numpy(zero_copy_only=False)[np.maximum(at, 0)]
-        found.append(values)
-    return found[0], found[1], missing

@@ -26,6 +26,7 @@ from pipeline.builds import build as run_build
 from pipeline.flow import ORDER
 from pipeline.flow import steps as run_steps
 from pipeline.flow import validate as run_validate
+from pipeline.meds import is_meds, validate_meds
 from pipeline.paths import OutputError
 from pipeline.shared import ScratchError, as_shown
 from pipeline.progress import progress_for
@@ -72,7 +73,8 @@ def _main() -> None:
     """badpoints: validate raw clinical tables and build guarded PyTorch Geometric graphs."""
 
 
-_DATA_DIR = typer.Argument(help="Folder with ADMISSIONS, D_LABITEMS and LABEVENTS (.csv or .csv.gz).")
+_DATA_DIR = typer.Argument(help="Folder with ADMISSIONS, D_LABITEMS and LABEVENTS (.csv or .csv.gz); validate also "
+                                "takes a MEDS dataset (data/ and metadata/).")
 _CONFIG = typer.Option("--config", help="TOML file overriding the defaults.")
 _HTML = typer.Option("--html", help="Write the HTML report (one self-contained file) here.")
 _JUNIT = typer.Option("--junit", help="Write JUnit XML here (one test case per check) for CI.")
@@ -184,6 +186,14 @@ def validate(
     """
     console, err = _consoles()
     settings = _guarded_run(err, lambda: load_config(config))
+    if is_meds(data_dir):  # a MEDS dataset: its shards, read --workers at a time; no cache, no engine
+        result = _guarded_run(err, lambda: validate_meds(data_dir, settings, workers=workers))
+        _print_report(console, result.report, quiet=quiet)
+        _print_summary(console, result.report)
+        _write_json(err, result.report, json_path)
+        _write_html(err, result, settings, html_path, show_values=show_values)
+        _write_junit(err, result.report, junit_path, name="badpoints validate")
+        raise typer.Exit(result.exit_code)
     where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, scheduler=scheduler,
                    workers=workers, memory_limit=memory_limit, partitions=partitions)
     with where as (cache, running):  # the engine's parts of LABEVENTS last until the HTML report read them
@@ -222,6 +232,10 @@ def build(
 ) -> None:
     """Validate, run every stage, and write guarded graphs only if nothing is an error."""
     console, err = _consoles()
+    if is_meds(data_dir):
+        err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(data_dir))} is a MEDS dataset: `badpoints "
+                  "validate` checks it; `build` reads MIMIC CSVs only for now")
+        raise typer.Exit(2)
     settings = _guarded_run(err, lambda: load_config(config))
     where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, scheduler=scheduler,
                    workers=workers, memory_limit=memory_limit, partitions=partitions)

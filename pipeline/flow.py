@@ -39,7 +39,8 @@ from schemas.guard import trusted_chain
 from schemas.raw import LabEvents
 
 ORDER = Order(STAGES, before=(Stage("load", colour="#7f7f7f"),  # reading the files
-                              Stage("raw", colour="#8c564b", gives=LabEvents)),  # the raw checks and relations
+                              Stage("raw", colour="#8c564b", gives=LabEvents),  # the raw checks and relations
+                              Stage("meds", colour="#1f77b4")),  # a MEDS dataset's checks (pipeline/meds), instead
               after=(Stage("flow", colour="#7f7f7f"),))  # the run as a whole: attrition, admissions in no graph
 """Everything that reports findings, in the report's order: the run's steps around the declared stages."""
 

@@ -88,13 +88,13 @@ def render(result: Any, config: Config, *, show_values: bool = False, engine: An
     engine = engine or PANDAS
     validation = getattr(result, "validation", result)
     report: Report = result.report
-    prepared = validation.prepared
+    prepared = getattr(validation, "prepared", None)  # None for a MEDS run: its findings, ledger and inputs only
     graphs = list(getattr(result, "graphs", ()) or ())
     kind = "build" if validation is not result else "validate"
     sections = [
-        _findings(report, show_values=show_values, names=item_names(prepared.labitems)),
+        _findings(report, show_values=show_values, names=item_names(getattr(prepared, "labitems", None))),
         _attrition(report),
-        *_stage_sections(validation, report, config, engine=engine),
+        *(_stage_sections(validation, report, config, engine=engine) if prepared is not None else []),
         _splits(prepared, graphs, engine=engine),
     ]
     if kind == "build":

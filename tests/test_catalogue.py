@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Callable
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 from torch_geometric.data import HeteroData
@@ -40,6 +42,8 @@ from schemas.graph import EDGE, REVERSE
 from schemas.guard import check_frame
 from schemas.split import SplitAssignment
 from tests.corpus import Dataset, build
+from tests.meds import CASES as MEDS_CASES
+from tests.meds import ISSUE_CASES, write_meds
 from tests.pipeline.stages.sample import sample_stages
 
 runner = CliRunner()
@@ -82,6 +86,22 @@ def sample(config: str = "", command: str = "validate") -> Run:
     folder = Path(tempfile.mkdtemp(dir=ROOT, prefix="sample"))
     Dataset.sample().write(folder / "data")
     return _cli(command, folder / "data", config, out=folder / "out" if command == "build" else None)
+
+
+@functools.cache
+def meds_run(cases: tuple[str, ...] = ISSUE_CASES, breaking: str = "", config: str = "") -> Run:
+    """``badpoints validate`` of tests/meds.py's MEDS fixture with ``cases``; ``breaking``: "empty_shard" adds a
+    0-row train/2 shard, "null_code" nulls every code of held_out/0 (meds' DataSchema refuses it); ``config``:
+    badpoints.toml."""
+    folder = Path(tempfile.mkdtemp(dir=ROOT, prefix="meds"))
+    write_meds(folder / "data", cases)
+    shard = folder / "data" / "data" / ("train/2.parquet" if breaking == "empty_shard" else "held_out/0.parquet")
+    table = pq.read_table(folder / "data" / "data" / "held_out" / "0.parquet")
+    if breaking == "empty_shard":
+        pq.write_table(table.slice(0, 0), shard)
+    elif breaking == "null_code":
+        pq.write_table(table.set_column(2, "code", pa.array([None] * table.num_rows, pa.string())), shard)
+    return _cli("validate", folder / "data", config)
 
 
 def clean_dataset() -> Dataset:
@@ -377,6 +397,21 @@ FIRES: dict[str, Fires] = {
     "graph_memory": config("[graph]\nmemory_budget_mb = 0.01\n", 3, command="build", exit_code=0),  # 3 batches
     "graph_manifest": Fires(no_manifest, 1),
     "graph_unsafe": Fires(unsafe_graph, 1),
+    # a MEDS dataset (tests/meds.py's cases; docs/meds.md)
+    "meds_schema": Fires(functools.partial(meds_run, (), "null_code"), 140, exit_code=1),  # every held_out row
+    "meds_shard_empty": Fires(functools.partial(meds_run, (), "empty_shard"), 1, exit_code=0),
+    "meds_split_empty": Fires(meds_run, 10, exit_code=1),  # the tuning subjects subject_splits names
+    "meds_subject_shards": Fires(meds_run, 2),
+    "meds_subject_split": Fires(meds_run, 1),
+    "meds_subject_order": Fires(meds_run, 1),
+    "meds_code_unlisted": Fires(meds_run, 1),
+    "meds_value_finite": Fires(meds_run, 1),
+    "meds_value_bound": Fires(functools.partial(meds_run, ISSUE_CASES, "", "[raw]\nvaluenum_abs_bound = 9e5\n"), 40,
+                              table="train", exit_code=1),  # LARGE_OFFSET's train rows, 1e6 each
+    "meds_code_mixed": Fires(meds_run, 10),
+    "meds_code_unseen": Fires(meds_run, 3),
+    "meds_z_non_finite": Fires(meds_run, 10_197),  # every row of the six codes, as MEDS-Transforms measured
+    "meds_z_bound": Fires(functools.partial(meds_run, tuple(MEDS_CASES)), 1, exit_code=1),  # CONSTANT_TENTH
 }
 
 

@@ -1,0 +1,165 @@
+"""The findings of a MEDS dataset, one function per check (``schemas/meds.py`` declares them): each reads the
+combined shards (:class:`pipeline.meds.combine.Combined`) or the readiness table
+(:func:`pipeline.meds.normalization.readiness`) and names at most :data:`pipeline.findings.LISTED` codes or
+subjects in its message, the most rows first."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from pipeline.findings import LISTED, Finding, summary_finding
+from pipeline.meds.combine import Combined
+from pipeline.meds.shards import ShardPartial
+from schemas.meds import STAGE
+
+CODES = "codes.parquet"
+SPLITS = "subject_splits.parquet"
+
+
+def listed(counts: pd.Series, *, unit: str = "row", why: pd.Series | None = None) -> str:
+    """``'A (3 rows; why), B (1 row) +4 more'``: the first :data:`LISTED` names of ``counts`` (name -> count),
+    the most first, ties by name."""
+    ordered = counts.rename_axis("name").reset_index(name="n").sort_values(["n", "name"], ascending=[False, True])
+    parts = []
+    for name, n in zip(ordered["name"].head(LISTED), ordered["n"].head(LISTED)):
+        because = f"; {why[name]}" if why is not None and why.get(name) else ""
+        parts.append(f"{name} ({int(n):,} {unit}{'' if n == 1 else 's'}{because})")
+    more = len(ordered) - LISTED
+    return ", ".join(parts) + (f" +{more} more" if more > 0 else "")
+
+
+def _finding(check: str, table: str | None, column: str | None, count: int, message: str) -> Finding:
+    return summary_finding(stage=STAGE, check=check, table=table, column=column, count=count, message=message)
+
+
+# -- shards and splits -------------------------------------------------------------------------------------------
+def cannot_read(partials: Iterable[ShardPartial], shards: int) -> list[Finding]:
+    """No shard at all (``file_missing``), or a shard that cannot be read (``file_unreadable``): exit 2."""
+    if shards == 0:
+        return [summary_finding(stage="load", check="file_missing", table="data", column=None, count=1,
+                                message="no .parquet shard under data/ (a MEDS dataset keeps them in "
+                                        "data/{split}/*.parquet)")]
+    return [summary_finding(stage="load", check="file_unreadable", table=p.name, column=None, count=1,
+                            message=f"{p.path} could not be read as Parquet ({p.unreadable})")
+            for p in partials if p.unreadable is not None]
+
+
+def schema(partials: Iterable[ShardPartial]) -> list[Finding]:
+    """``meds_schema``: each shard meds' DataSchema refuses."""
+    return [_finding("meds_schema", p.name, None, p.schema_rows, f"{p.schema_rows:,} of {p.rows:,} rows fail "
+                     f"meds.DataSchema: {p.schema}") for p in partials if p.schema is not None]
+
+
+def empty(partials: list[ShardPartial], assigned: pd.Series | None) -> list[Finding]:
+    """``meds_split_empty``: a split that subject_splits.parquet or a shard names with no row; else
+    ``meds_shard_empty``: each shard with no row in a split that has rows."""
+    read = [p for p in partials if p.unreadable is None]
+    rows = pd.Series({p.name: p.rows for p in read}, dtype=np.int64)
+    split_of = pd.Series({p.name: p.split for p in read}, dtype=object)
+    per_split = rows.groupby(split_of).sum() if len(rows) else pd.Series(dtype=np.int64)
+    named = assigned.value_counts() if assigned is not None else pd.Series(dtype=np.int64)
+    splits = sorted(set(per_split.index) | set(named.index))
+    found = []
+    for split in splits:
+        if per_split.get(split, 0) == 0:
+            subjects = int(named.get(split, 0))
+            found.append(_finding("meds_split_empty", split, None, subjects,
+                                  f"no row in split {split!r} ({(split_of == split).sum()} shard(s)), though "
+                                  f"{SPLITS} puts {subjects:,} subjects there"))
+    for name in rows.index[(rows == 0) & split_of.map(per_split).gt(0)]:
+        found.append(_finding("meds_shard_empty", name, None, 1, f"shard {name} has no row"))
+    return found
+
+
+# -- subjects ----------------------------------------------------------------------------------------------------
+def subjects(combined: Combined, assigned: pd.Series | None) -> list[Finding]:
+    """``meds_subject_shards``, ``meds_subject_split`` and ``meds_subject_order``."""
+    places = combined.subjects
+    found = []
+    spread = places[places["shards"] > 1]
+    if len(spread):
+        why = spread["shard"] + " .. " + spread["last_shard"]
+        found.append(_finding("meds_subject_shards", "data", "subject_id", len(spread),
+                              f"{len(spread):,} subject(s) with rows in more than one shard: "
+                              f"{listed(spread['rows'], why=why)}"))
+    expected = places.index.map(assigned) if assigned is not None else places["split"]
+    wrong = places[(places["splits"] > 1) | (places["split"] != expected)]
+    if len(wrong):
+        said = pd.Series(expected, index=places.index).loc[wrong.index].fillna("no split").astype(str)
+        why = "rows in " + wrong["split"] + " .. " + wrong["last_split"] + ", " + SPLITS + ": " + said
+        found.append(_finding("meds_subject_split", SPLITS, "split", len(wrong),
+                              f"{len(wrong):,} subject(s) with rows outside the split {SPLITS} gives them: "
+                              f"{listed(wrong['rows'], why=why)}"))
+    unsorted = places[places["out_of_order"].astype(bool)]
+    if len(unsorted):
+        found.append(_finding("meds_subject_order", "data", "time", len(unsorted),
+                              f"{len(unsorted):,} subject(s) whose rows in a shard are not one run sorted by time: "
+                              f"{listed(unsorted['rows'], why=unsorted['shard'])}"))
+    return found
+
+
+# -- codes and values --------------------------------------------------------------------------------------------
+def codes(combined: Combined, known: pd.Index | None) -> list[Finding]:
+    """``meds_code_unlisted``, ``meds_code_mixed`` and ``meds_code_unseen``."""
+    table, found = combined.codes, []
+    unlisted = table[~table.index.isin(known)] if known is not None else table
+    if len(unlisted):
+        absent = "" if known is not None else f" ({CODES} is absent)"
+        found.append(_finding("meds_code_unlisted", CODES, "code", len(unlisted),
+                              f"{len(unlisted):,} code(s) in the data not in {CODES}{absent}: "
+                              f"{listed(unlisted['rows'])}"))
+    mixed = table[(table["numeric"] > 0) & (table["text_only"] > 0)]
+    if len(mixed):
+        found.append(_finding("meds_code_mixed", "data", "text_value", int(mixed["text_only"].sum()),
+                              f"{int(mixed['text_only'].sum()):,} rows with text and no numeric_value in "
+                              f"{len(mixed)} code(s) that have numbers: "
+                              f"{listed(mixed['text_only'], why=mixed['numeric'].map('{:,} with numbers'.format))}"))
+    unseen = table[~table.index.isin(combined.fitted.codes)]
+    if len(unseen):
+        rows = combined.by_split["rows"].reset_index()
+        rows = rows[rows["code"].isin(unseen.index) & (rows["rows"] > 0)]
+        why = (rows["split"] + " " + rows["rows"].astype(str)).groupby(rows["code"]).agg(", ".join)
+        found.append(_finding("meds_code_unseen", "data", "code", int(unseen["rows"].sum()),
+                              f"{int(unseen['rows'].sum()):,} rows of {len(unseen)} code(s) with no row in the "
+                              f"fitted (train) rows, which normalization drops: {listed(unseen['rows'], why=why)}"))
+    return found
+
+
+def values(combined: Combined, bound: float) -> list[Finding]:
+    """``meds_value_finite`` and ``meds_value_bound``, one finding per split, listing the codes."""
+    found = []
+    for split, table in combined.by_split.groupby(level="split", sort=True):
+        table = table.droplevel("split")
+        bad = table["nan"] + table["inf"]
+        if bad.sum():
+            why = "inf " + table["inf"].astype(str) + ", NaN " + table["nan"].astype(str)
+            found.append(_finding("meds_value_finite", split, "numeric_value", int(bad.sum()),
+                                  f"{int(bad.sum()):,} inf or NaN values: {listed(bad[bad > 0], why=why)}"))
+        beyond = table["beyond"][table["beyond"] > 0]
+        if len(beyond):
+            found.append(_finding("meds_value_bound", split, "numeric_value", int(beyond.sum()),
+                                  f"{int(beyond.sum()):,} values beyond +-{bound:g}: {listed(beyond)}"))
+    return found
+
+
+# -- normalization readiness -------------------------------------------------------------------------------------
+def normalization(ready: pd.DataFrame, bound: float) -> list[Finding]:
+    """``meds_z_non_finite``: the codes whose z will be NaN or inf, with why; ``meds_z_bound``: those whose finite
+    |z| will pass ``bound``."""
+    found = []
+    broken = ready[ready["non_finite"] > 0]
+    if len(broken):
+        rows = int(broken["non_finite"].sum())
+        found.append(_finding("meds_z_non_finite", CODES, "values/std", rows,
+                              f"{rows:,} rows of {len(broken)} code(s) will get a NaN or inf z from MEDS-Transforms' "
+                              f"normalization: {listed(broken['non_finite'], why=broken['why'])}"))
+    large = ready[ready["z_max"] > bound]
+    if len(large):
+        z = large["z_max"].map("{:,.0f}".format)
+        found.append(_finding("meds_z_bound", CODES, "values/std", len(large),
+                              f"{len(large)} code(s) whose largest |z| will pass {bound:g}: "
+                              f"{listed(large['numeric'], why='|z| ' + z + '; ' + large['why'])}"))
+    return found

@@ -1,0 +1,159 @@
+"""One MEDS shard read whole (memory bounded by the shard), checked against ``meds``' ``DataSchema`` and summed into
+a small :class:`ShardPartial`: per code its rows and values (MEDS-Transforms' float32 sums of the fitted rows, and
+float64 count, mean and centred sum of squares for the two-pass reference), per subject where its rows are and
+whether they are in order. Partials of any shards, in any order, are put together by :mod:`pipeline.meds.combine`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import meds
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.meds.normalization import Fitted, fit_shard
+
+CODE_COLUMNS = ["rows", "numeric", "nan", "inf", "beyond", "text_only", "min", "max",
+                "fit_n", "fit_mean", "fit_m2"]
+SUBJECT_COLUMNS = ["subject_id", "rows", "first_time", "last_time", "out_of_order"]
+
+
+@dataclass(frozen=True)
+class ShardPartial:
+    """What one shard holds, small: ``name`` (``train/0``), its split (the first folder of the name), file digest
+    and rows; ``unreadable`` (why it could not be read) or ``schema`` (why meds' DataSchema refused it, and
+    ``schema_rows`` the rows that fail: those with a null subject_id or code, else all) instead of the rest; per
+    code (:data:`CODE_COLUMNS`), MEDS-Transforms' fit of its fitted rows (``fitted``), per subject
+    (:data:`SUBJECT_COLUMNS`)."""
+
+    name: str
+    path: str
+    split: str
+    sha256: str = ""
+    rows: int = 0
+    unreadable: str | None = None
+    schema: str | None = None
+    schema_rows: int = 0
+    codes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CODE_COLUMNS))
+    fitted: Fitted | None = None
+    subjects: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SUBJECT_COLUMNS))
+
+
+def shard_name(data: Path, path: Path) -> str:
+    """``data/train/0.parquet`` -> ``train/0``: how MEDS-Transforms names a shard."""
+    return path.relative_to(data).with_suffix("").as_posix()
+
+
+def read_shard(path: Path, name: str, *, fit: bool | np.ndarray, bound: float) -> ShardPartial:
+    """The partial of one shard. ``fit``: whether MEDS-Transforms fits on its rows (a train/ shard), or the train
+    subjects of subject_splits.parquet whose rows it fits on (a dataset without train/ shards); ``bound``: [raw]
+    valuenum_abs_bound."""
+    split = name.split("/")[0] if "/" in name else name
+    try:
+        digest = _sha256(path)
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        return ShardPartial(name, str(path), split, unreadable=f"{type(exc).__name__}: {exc}"[:300])
+    problem = schema_problem(table)
+    if problem is not None:
+        return ShardPartial(name, str(path), split, digest, table.num_rows, schema=problem,
+                            schema_rows=_null_key_rows(table) or table.num_rows)
+    frame = _frame(table)
+    fitted_rows = _fitted_rows(frame, fit)
+    fitted = fit_shard(frame["code"].to_numpy()[fitted_rows], frame["numeric_value"].to_numpy()[fitted_rows],
+                       frame["null"].to_numpy()[fitted_rows])
+    return ShardPartial(name, str(path), split, digest, table.num_rows, codes=code_sums(frame, fitted_rows, bound),
+                        fitted=fitted, subjects=subject_spans(frame))
+
+
+def schema_problem(table: pa.Table) -> str | None:
+    """Why ``meds.DataSchema`` refuses the table (types, missing columns, nulls where none may be), or None."""
+    try:
+        meds.DataSchema.validate(table)
+    except Exception as exc:  # noqa: BLE001 - flexible_schema's errors and whatever its casts raise
+        cause = exc.__cause__
+        return f"{exc}" + (f" ({cause})" if cause is not None else "")
+    return None
+
+
+def _null_key_rows(table: pa.Table) -> int:
+    """Rows with a null subject_id or code (0 where a column is absent)."""
+    names = [name for name in ("subject_id", "code") if name in table.column_names]
+    if not names:
+        return 0
+    null = np.zeros(table.num_rows, dtype=bool)
+    for name in names:
+        null |= table[name].is_null().to_numpy(zero_copy_only=False)
+    return int(null.sum())
+
+
+def _frame(table: pa.Table) -> pd.DataFrame:
+    """The columns the partial needs: subject_id, time (int64 microseconds; null time -> smallest), code,
+    numeric_value (float32, NaN where null), null, has_text."""
+    values = table["numeric_value"]
+    text = table["text_value"] if "text_value" in table.column_names else None
+    time = table["time"].cast(pa.timestamp("us")).cast(pa.int64()).fill_null(np.iinfo(np.int64).min)
+    return pd.DataFrame({
+        "subject_id": table["subject_id"].to_numpy(),
+        "time": time.to_numpy(),
+        "code": pd.Categorical(table["code"].to_pandas()),
+        "numeric_value": values.to_numpy(zero_copy_only=False).astype(np.float32),
+        "null": values.is_null().to_numpy(zero_copy_only=False),
+        "has_text": (np.zeros(table.num_rows, dtype=bool) if text is None
+                     else text.is_valid().to_numpy(zero_copy_only=False)),
+    })
+
+
+def _fitted_rows(frame: pd.DataFrame, fit: bool | np.ndarray) -> np.ndarray:
+    if isinstance(fit, np.ndarray):
+        return np.isin(frame["subject_id"].to_numpy(), fit)
+    return np.full(len(frame), bool(fit))
+
+
+def code_sums(frame: pd.DataFrame, fitted: np.ndarray, bound: float) -> pd.DataFrame:
+    """Per code (:data:`CODE_COLUMNS`): rows, non-null values, NaN, +-inf, finite values beyond ``bound``, rows
+    with text and no value, finite min and max; over the fitted rows' finite values, n, mean and the centred sum
+    of squares (float64, two-pass within the shard)."""
+    x = frame["numeric_value"].to_numpy().astype(np.float64)
+    null = frame["null"].to_numpy()
+    finite = ~null & np.isfinite(x)
+    kept = np.where(finite, x, np.nan)
+    fit_x = np.where(finite & fitted, x, np.nan)
+    parts = pd.DataFrame({"code": frame["code"], "rows": 1, "numeric": ~null, "nan": ~null & np.isnan(x),
+                          "inf": ~null & np.isinf(x), "beyond": finite & (np.abs(x) > bound),
+                          "text_only": null & frame["has_text"].to_numpy(), "x": kept, "fit_x": fit_x})
+    groups = parts.groupby("code", observed=True, sort=True)
+    sums = groups[["rows", "numeric", "nan", "inf", "beyond", "text_only"]].sum()
+    sums["min"], sums["max"] = groups["x"].min(), groups["x"].max()
+    sums["fit_n"] = groups["fit_x"].count()
+    sums["fit_mean"] = groups["fit_x"].mean()
+    centred = parts["fit_x"] - parts["code"].map(sums["fit_mean"]).astype(np.float64)
+    sums["fit_m2"] = (centred * centred).groupby(parts["code"], observed=True).sum()
+    sums.index = sums.index.astype(str)
+    return sums[CODE_COLUMNS].astype({c: np.int64 for c in CODE_COLUMNS[:6]} | {"fit_n": np.int64})
+
+
+def subject_spans(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per subject (:data:`SUBJECT_COLUMNS`): its rows, first and last time, and whether its rows are out of order
+    in the shard: not one contiguous run, or a time before the row before it."""
+    subject = frame["subject_id"].to_numpy()
+    time = frame["time"].to_numpy()
+    position = np.arange(len(frame))
+    backwards = np.zeros(len(frame), dtype=bool)
+    backwards[1:] = (subject[1:] == subject[:-1]) & (time[1:] < time[:-1])
+    parts = pd.DataFrame({"subject_id": subject, "position": position, "time": time, "backwards": backwards})
+    groups = parts.groupby("subject_id", sort=True)
+    spans = groups.agg(rows=("position", "size"), first=("position", "min"), last=("position", "max"),
+                       first_time=("time", "min"), last_time=("time", "max"), backwards=("backwards", "any"))
+    spans["out_of_order"] = spans["backwards"] | (spans["last"] - spans["first"] + 1 != spans["rows"])
+    return spans.reset_index()[SUBJECT_COLUMNS]
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()

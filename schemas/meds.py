@@ -1,0 +1,54 @@
+"""A MEDS dataset (``data/{split}/*.parquet`` shards, ``metadata/codes.parquet``, ``subject_splits.parquet``): the
+checks ``badpoints validate`` runs on it (stage ``meds``). The shards' types and nulls are ``meds``' own
+``DataSchema``; the rest is what that schema does not look at and MEDS-Transforms' normalization does not survive
+(docs/meds.md)."""
+
+from __future__ import annotations
+
+from schemas.catalogue import ERROR, WARNING, CheckInfo
+
+STAGE = "meds"
+_FIX = ("Give every code its values/mean and values/std in metadata/codes.parquet (MEDS-Transforms' normalization "
+        "uses them instead of its own sums; `badpoints build --to meds` will write them), or drop the code's "
+        "values before normalization")
+
+CHECKS = (
+    CheckInfo("meds_schema", STAGE, ERROR, "shard that fails meds' DataSchema (types, null subject_id or code)",
+              "Rewrite the shard with meds.DataSchema's types (subject_id int64, time timestamp[us], code string, "
+              "numeric_value float32) and no null subject_id or code; its rows were not checked further."),
+    CheckInfo("meds_shard_empty", STAGE, WARNING, "shard with no rows",
+              "A filter stage emptied it or the extraction wrote nothing there; remove the file or rerun the stage "
+              "that made it."),
+    CheckInfo("meds_split_empty", STAGE, ERROR, "split with no rows",
+              "subject_splits.parquet names subjects in this split but no shard holds a row of it (a filter "
+              "emptied it): a model would be tuned or tested on nothing. Loosen the filter or reassign splits."),
+    CheckInfo("meds_subject_shards", STAGE, ERROR, "subject whose rows are in more than one shard",
+              "MEDS keeps each subject's rows in one shard; reshard (MEDS-Extract's split_and_shard_subjects) so "
+              "per-shard stages see every row of a subject."),
+    CheckInfo("meds_subject_split", STAGE, ERROR, "subject whose rows sit outside its split",
+              "Rows in a split other than subject_splits.parquet's (or of a subject it does not name) leak between "
+              "train and evaluation; move the rows or fix subject_splits.parquet."),
+    CheckInfo("meds_subject_order", STAGE, ERROR, "subject whose rows are not contiguous and sorted by time",
+              "MEDS shards are sorted by subject_id, then time; sort the shard (stable), or sequence models read "
+              "events out of order."),
+    CheckInfo("meds_code_unlisted", STAGE, WARNING, "code in the data missing from codes.parquet",
+              "Add the code (description, parent_codes) to metadata/codes.parquet; MEDS-Transforms fits it "
+              "anyway, with no description and no parents."),
+    CheckInfo("meds_value_finite", STAGE, ERROR, "numeric_value that is inf or NaN",
+              "MEDS-Transforms counts inf as a value (its code's z all become NaN) and skips NaN; write null for "
+              "a missing value and repair or drop the infinite ones."),
+    CheckInfo("meds_value_bound", STAGE, ERROR, "numeric_value beyond [raw] valuenum_abs_bound",
+              "No lab value is this large: a unit or parse error upstream; repair the rows or raise [raw] "
+              "valuenum_abs_bound."),
+    CheckInfo("meds_code_mixed", STAGE, WARNING, "code with numeric rows and rows that have text only",
+              "Normalization gives the text rows a null z and writes no text_value: their text is lost. Map the "
+              "text to numbers (censored '<1') or give it a code of its own."),
+    CheckInfo("meds_code_unseen", STAGE, WARNING, "code with rows only outside train",
+              "fit_normalization has no row of it, and normalization's inner join drops its rows without a word; "
+              "map it to a code seen in train, or accept the drop."),
+    CheckInfo("meds_z_non_finite", STAGE, ERROR, "code whose normalized z will be NaN or inf",
+              f"{_FIX}. MEDS-Transforms' one-pass float32 variance gives std 0 or NaN for these codes."),
+    CheckInfo("meds_z_bound", STAGE, WARNING, "code whose normalized |z| will pass [scale] warn_bound",
+              f"A finite but huge z is most often a float32 variance residue where the values are equal or "
+              f"nearly so; a real heavy tail is rarer. {_FIX}."),
+)

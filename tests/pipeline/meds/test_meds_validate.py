@@ -1,0 +1,151 @@
+"""pipeline/meds: ``badpoints validate`` on tests/meds.py's MEDS fixture names every planted case (its check, and
+the code or subject in the message), is silent on the clean fixture, gives the same report whatever the shard
+order or the workers, refuses what it cannot read (exit 2), and renders its JSON, JUnit and HTML forms."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.config import load_config
+from pipeline.html import render
+from pipeline.junit import junit_xml
+from pipeline.meds import is_meds, validate_meds
+from tests import meds as fixture
+from tests.meds import ISSUE_CASES, NON_FINITE, write_meds
+
+runner = CliRunner()
+
+# check -> what its message must name, on write_meds(ISSUE_CASES)
+NAMED = {
+    "meds_z_non_finite": [fixture.CANCELLATION, fixture.INF_INPUT, fixture.LARGE_OFFSET, fixture.CONSTANT,
+                          fixture.CONSTANT_TENTH],  # SINGLE is the sixth: past LISTED, in the readiness table
+    "meds_subject_order": [str(fixture.UNSORTED_SUBJECT)],
+    "meds_subject_shards": [str(fixture.SHARD_SPLIT_SUBJECT), str(fixture.SPLIT_SPLIT_SUBJECT)],
+    "meds_subject_split": [str(fixture.SPLIT_SPLIT_SUBJECT)],
+    "meds_value_finite": [fixture.INF_INPUT],
+    "meds_split_empty": ["'tuning'"],
+    "meds_code_unlisted": [fixture.NOT_IN_CODES],
+    "meds_code_mixed": [fixture.MIXED],
+    "meds_code_unseen": [fixture.HELD_OUT_ONLY],
+}
+
+
+@pytest.fixture(scope="module")
+def issue(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("meds") / "issue"
+    write_meds(root, ISSUE_CASES)
+    return root
+
+
+@pytest.fixture(scope="module")
+def issue_run(issue):
+    return validate_meds(issue, load_config())
+
+
+def test_a_folder_with_data_and_metadata_is_meds(issue, tmp_path):
+    assert is_meds(issue) and not is_meds(tmp_path)
+
+
+def test_every_planted_case_is_named(issue_run):
+    findings = {f["check"]: f for f in issue_run.report.as_json()["findings"]}
+    assert set(findings) == set(NAMED)
+    for check, names in NAMED.items():
+        for name in names:
+            assert name in findings[check]["message"], (check, name)
+    assert issue_run.exit_code == 1
+
+
+def test_the_readiness_names_exactly_the_non_finite_codes_with_why(issue_run):
+    ready = issue_run.ready
+    assert sorted(ready.index[ready["non_finite"] > 0]) == NON_FINITE
+    assert "one train value" in ready.loc[fixture.SINGLE, "why"]
+    assert "all 40 train values equal" in ready.loc[fixture.CONSTANT, "why"]
+    assert "cancellation" in ready.loc[fixture.CANCELLATION, "why"] and "0.00579" in ready.loc[fixture.CANCELLATION, "why"]
+    assert "inf value in train" in ready.loc[fixture.INF_INPUT, "why"]
+    assert ready.loc[fixture.CANCELLATION, "non_finite"] == 10_010  # every row: 4,763 +inf, 4,801 -inf, 446 NaN
+
+
+def test_many_values_makes_a_constant_finite_and_huge(tmp_path):
+    """Past 65,535 values the arithmetic is float64: CONSTANT_TENTH's residue gives |z| 3,344 (meds_z_bound)."""
+    write_meds(tmp_path, fixture.CASES)
+    run = validate_meds(tmp_path, load_config())
+    (bound,) = [f for f in run.report.findings if f.check == "meds_z_bound"]
+    assert fixture.CONSTANT_TENTH in bound.message and "|z| 3,344" in bound.message
+    assert fixture.CONSTANT_TENTH not in run.ready.index[run.ready["non_finite"] > 0]
+
+
+def test_the_clean_fixture_is_ok(tmp_path):
+    write_meds(tmp_path, ())
+    run = validate_meds(tmp_path, load_config())
+    assert run.report.findings == [] and run.report.status == "ok" and run.exit_code == 0
+    assert run.report.attrition["MEDS"]["splits"]["train"] == {"shards": 2, "rows": 560, "subjects": 40}
+
+
+def test_the_report_is_the_same_whatever_the_shard_order_and_workers(issue, tmp_path):
+    one = validate_meds(issue, load_config(), workers=1).report.as_json()
+    two = validate_meds(issue, load_config(), workers=2).report.as_json()
+    assert json.dumps(one) == json.dumps(two)
+    moved = tmp_path / "moved"  # the same shards under other names: train/1 read first, as 0
+    shutil.copytree(issue, moved)
+    data = moved / "data" / "train"
+    (data / "0.parquet").rename(data / "x.parquet")
+    (data / "1.parquet").rename(data / "0.parquet")
+    (data / "x.parquet").rename(data / "1.parquet")
+    again = validate_meds(moved, load_config()).report.as_json()
+    assert [(f["check"], f["count"]) for f in again["findings"]] == [(f["check"], f["count"]) for f in one["findings"]]
+
+
+def test_a_shard_meds_refuses_is_named_with_its_reason(tmp_path):
+    write_meds(tmp_path, ())
+    shard = tmp_path / "data" / "held_out" / "0.parquet"
+    table = pq.read_table(shard)
+    codes = table["code"].to_pylist()
+    codes[3] = None
+    pq.write_table(table.set_column(2, "code", pa.array(codes, pa.string())), shard)
+    run = validate_meds(tmp_path, load_config())
+    (finding,) = run.report.findings
+    assert (finding.check, finding.table, finding.count, finding.severity) == ("meds_schema", "held_out/0", 1, "error")
+    assert "code" in finding.message and "rows were not checked further" in finding.message
+    assert run.exit_code == 1
+
+
+def test_no_shard_or_an_unreadable_one_cannot_run(tmp_path):
+    (tmp_path / "empty" / "data").mkdir(parents=True)
+    (tmp_path / "empty" / "metadata").mkdir()
+    (finding,) = validate_meds(tmp_path / "empty", load_config()).report.findings
+    assert finding.check == "file_missing" and "no .parquet shard" in finding.message
+    write_meds(tmp_path / "broken", ())
+    (tmp_path / "broken" / "data" / "train" / "1.parquet").write_bytes(b"not parquet")
+    run = validate_meds(tmp_path / "broken", load_config())
+    assert [(f.check, f.table) for f in run.report.findings] == [("file_unreadable", "train/1")]
+    assert run.exit_code == 2
+
+
+def test_the_cli_writes_every_form(issue, tmp_path):
+    out = runner.invoke(app, ["validate", str(issue), "--json", str(tmp_path / "r.json"), "--junit",
+                              str(tmp_path / "j.xml"), "--html", str(tmp_path / "r.html")])
+    assert out.exit_code == 1, out.output
+    assert "meds/meds_z_non_finite" in out.output and "status: errors (6 errors, 3 warnings, 0 notes)" in out.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["status"] == "errors" and [i["table"] for i in report["inputs"]] == [
+        "held_out/0", "train/0", "train/1", "tuning/0"]
+    assert report["attrition"]["MEDS"]["splits"]["tuning"]["rows"] == 0
+    assert '<testcase classname="meds" name="meds_z_non_finite"' in (tmp_path / "j.xml").read_text()
+    assert "meds_z_non_finite" in (tmp_path / "r.html").read_text()
+    built = runner.invoke(app, ["build", str(issue), "--out", str(tmp_path / "out")])
+    assert built.exit_code == 2 and "MEDS dataset" in built.output
+
+
+def test_html_and_junit_render_a_findings_only_run(issue_run):
+    page = render(issue_run, load_config())
+    assert "status: errors" in page and fixture.CANCELLATION in page
+    assert b"failures=\"6\"" in junit_xml(issue_run.report)
+
