@@ -51,4 +51,18 @@ CHECKS = (
     CheckInfo("meds_z_bound", STAGE, WARNING, "code whose normalized |z| will pass [scale] warn_bound",
               f"A finite but huge z is most often a float32 variance residue where the values are equal or "
               f"nearly so; a real heavy tail is rarer. {_FIX}."),
+    # the output of MEDS-Transforms' normalization (integer code, z in numeric_value): pipeline/meds/normalized.py
+    CheckInfo("meds_normalized_non_finite", STAGE, ERROR, "normalized z that is NaN or inf",
+              f"normalization wrote these z; a model reads NaN as missing and inf breaks it. {_FIX}, then rerun "
+              f"normalization (run `badpoints validate` on its input first: meds_z_non_finite names them)."),
+    CheckInfo("meds_normalized_bound", STAGE, WARNING, "normalized |z| beyond [scale] warn_bound",
+              f"A finite z this large is most often a float32 variance residue of a near-constant code. {_FIX}."),
+    # two folders, before and after a stage: `badpoints validate AFTER --compare BEFORE`
+    CheckInfo("meds_compare_split_emptied", STAGE, ERROR, "split with rows before the stage and none after",
+              "The stage (a filter's threshold, most often) removed every row of the split: a model would be "
+              "tuned or tested on nothing, and MEDS-Transforms exits 0. Loosen the threshold or reassign splits."),
+    CheckInfo("meds_compare_codes_dropped", STAGE, WARNING, "code whose rows all went, with no filter stage run",
+              "No stage that declares a drop ran, so these rows went without a word (normalization's inner join "
+              "drops every code with no train row). Map the codes to ones seen in train, or filter them on "
+              "purpose with a filter stage."),
 )

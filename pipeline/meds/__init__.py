@@ -20,8 +20,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.config import Config
-from pipeline.meds import checks
+from pipeline.meds import checks, normalized
 from pipeline.meds.combine import Combined, combine
+from pipeline.meds.compare import compare as compared
+from pipeline.meds.compare import ledger as compare_ledger
+from pipeline.meds.compare import per_split
+from pipeline.meds.compare import summary as compare_summary
 from pipeline.meds.normalization import given_mean_std, readiness
 from pipeline.meds.shards import ShardPartial, read_shard, shard_name
 from pipeline.report import InputFile, Report
@@ -50,35 +54,81 @@ class MedsValidation:
         return self.report.exit_code
 
 
-def validate_meds(path: Path, config: Config, *, workers: int = 1) -> MedsValidation:
+def validate_meds(path: Path, config: Config, *, workers: int = 1, compare: Path | None = None) -> MedsValidation:
     """Check a MEDS dataset: every shard against meds' DataSchema, its subjects, codes and values, and whether
-    MEDS-Transforms' normalization will give each code finite, bounded z. Every finding at once."""
-    root = Path(path)
+    MEDS-Transforms' normalization will give each code finite, bounded z. A folder normalization wrote
+    (:mod:`pipeline.meds.normalized`) is checked for the z it holds instead. With ``compare`` (the folder before
+    the stage), also the rows, subjects and codes the stage took out (:mod:`pipeline.meds.compare`). Every finding
+    at once."""
+    folder = read_folder(Path(path), config, workers=workers)
+    earlier = read_folder(Path(compare), config, workers=workers) if compare is not None else None
+    inputs = [InputFile(p.name, p.path, p.sha256, p.rows) for p in folder.partials]
+    if earlier is not None:
+        inputs += [InputFile(f"before {p.name}", p.path, p.sha256, p.rows) for p in earlier.partials]
+    report = Report(inputs=inputs, stages=dict(COLOURS))
+    report.add(checks.cannot_read(folder.partials, folder.shards))
+    if earlier is not None:
+        report.add(checks.cannot_read(earlier.partials, earlier.shards))
+    if report.exit_code == 2:
+        return MedsValidation(report.with_severities(dict(config.severity)))
+    combined, ready = combine(folder.partials), None
+    report.add([*checks.schema(folder.partials), *checks.empty(folder.partials, folder.assigned),
+                *checks.subjects(combined, folder.assigned)])
+    if folder.vocab is None:
+        ready = readiness(combined.fitted, combined.codes, given_mean_std(folder.root, combined.fitted))
+        report.add([*checks.codes(combined, listed_codes(folder.root)),
+                    *checks.values(combined, config.raw.valuenum_abs_bound),
+                    *checks.normalization(ready, config.scale.warn_bound)])
+    else:  # z already: no raw bound, no readiness
+        known = pd.Index(sorted(folder.vocab.values())) if folder.vocab else listed_codes(folder.root)
+        report.add([*checks.unlisted(combined, known), *checks.normalized(combined, config.scale.warn_bound)])
+    report.attrition = ledger(folder.partials, folder.assigned)
+    lines = summary(report.attrition, normalized=folder.vocab is not None)
+    if earlier is not None:
+        comparison = compared(earlier.root, folder.root, earlier.partials, folder.partials,
+                              combine(earlier.partials), combined)
+        report.add(checks.compared(comparison))
+        report.attrition["MEDS compare"] = compare_ledger(comparison)
+        lines += compare_summary(comparison)
+    checked = report.with_severities(dict(config.severity))
+    return MedsValidation(replace(checked, summary=lines), combined, ready)
+
+
+@dataclass(frozen=True)
+class Folder:
+    """A MEDS folder read: its shards' partials, how many shards, subject_splits.parquet (None without), and the
+    vocabulary of a folder normalization wrote (None for a MEDS dataset)."""
+
+    root: Path
+    partials: list[ShardPartial]
+    shards: int
+    assigned: pd.Series | None
+    vocab: dict[int, str] | None
+
+
+def read_folder(root: Path, config: Config, *, workers: int) -> Folder:
+    """Every shard of ``root/data`` read into its partial; a normalized folder's with [scale] warn_bound as the
+    bound and nothing fitted, a MEDS dataset's with [raw] valuenum_abs_bound and MEDS-Transforms' fitted rows."""
     data = root / meds.data_subdirectory
     paths = sorted(data.rglob("*.parquet"))
     assigned = subject_splits(root)
-    partials = read_shards(data, paths, fit=fitted_subjects(data, paths, assigned), workers=workers,
-                           bound=config.raw.valuenum_abs_bound)
-    report = Report(inputs=[InputFile(p.name, p.path, p.sha256, p.rows) for p in partials], stages=dict(COLOURS))
-    report.add(checks.cannot_read(partials, len(paths)))
-    if report.exit_code == 2:
-        return MedsValidation(report.with_severities(dict(config.severity)))
-    combined = combine(partials)
-    ready = readiness(combined.fitted, combined.codes, given_mean_std(root, combined.fitted))
-    report.add([*checks.schema(partials), *checks.empty(partials, assigned), *checks.subjects(combined, assigned),
-                *checks.codes(combined, listed_codes(root)), *checks.values(combined, config.raw.valuenum_abs_bound),
-                *checks.normalization(ready, config.scale.warn_bound)])
-    report.attrition = ledger(partials, assigned)
-    checked = report.with_severities(dict(config.severity))
-    return MedsValidation(replace(checked, summary=summary(report.attrition)), combined, ready)
+    if normalized.is_normalized(paths):
+        vocab = normalized.vocabulary(root)
+        partials = read_shards(data, paths, fit=False, workers=workers, bound=config.scale.warn_bound, vocab=vocab)
+    else:
+        vocab = None
+        partials = read_shards(data, paths, fit=fitted_subjects(data, paths, assigned), workers=workers,
+                               bound=config.raw.valuenum_abs_bound)
+    return Folder(root, partials, len(paths), assigned, vocab)
 
 
-def read_shards(data: Path, paths: list[Path], *, fit, workers: int, bound: float) -> list[ShardPartial]:
+def read_shards(data: Path, paths: list[Path], *, fit, workers: int, bound: float,
+                vocab: dict[int, str] | None = None) -> list[ShardPartial]:
     """Each shard's partial, in name order; in ``workers`` processes (spawned, as the parts engine's) when there
     are several shards and workers, else here."""
     names = [shard_name(data, p) for p in paths]
-    fits = [fit if isinstance(fit, np.ndarray) else name.startswith("train/") for name in names]
-    read = functools.partial(_read, bound=bound)
+    fits = [fit if isinstance(fit, np.ndarray) else bool(fit) and name.startswith("train/") for name in names]
+    read = functools.partial(_read, bound=bound, vocab=vocab)
     if workers <= 1 or len(paths) <= 1:
         return [read(p, name, f) for p, name, f in zip(paths, names, fits)]
     context = multiprocessing.get_context("spawn")
@@ -86,8 +136,8 @@ def read_shards(data: Path, paths: list[Path], *, fit, workers: int, bound: floa
         return list(pool.map(read, paths, names, fits))
 
 
-def _read(path: Path, name: str, fit, *, bound: float) -> ShardPartial:
-    return read_shard(path, name, fit=fit, bound=bound)
+def _read(path: Path, name: str, fit, *, bound: float, vocab: dict[int, str] | None) -> ShardPartial:
+    return read_shard(path, name, fit=fit, bound=bound, vocab=vocab)
 
 
 def fitted_subjects(data: Path, paths: list[Path], assigned: pd.Series | None) -> bool | np.ndarray:
@@ -117,21 +167,23 @@ def listed_codes(root: Path) -> pd.Index | None:
 
 
 def ledger(partials: list[ShardPartial], assigned: pd.Series | None) -> dict:
-    """The attrition's MEDS ledger: per split its shards, rows and subjects named in subject_splits.parquet."""
+    """The attrition's MEDS ledger: per split its shards, rows and subjects named in subject_splits.parquet (without
+    it, as a stage's output has none: the subjects with rows there)."""
     splits: dict[str, dict[str, int]] = {}
     for p in partials:
         entry = splits.setdefault(p.split, {"shards": 0, "rows": 0, "subjects": 0})
         entry["shards"] += 1
         entry["rows"] += p.rows
-    if assigned is not None:
-        for split, n in assigned.value_counts().sort_index().items():
-            splits.setdefault(str(split), {"shards": 0, "rows": 0, "subjects": 0})["subjects"] = int(n)
+    named = assigned.value_counts() if assigned is not None else per_split(partials)["subjects"]
+    for split, n in named.sort_index().items():
+        splits.setdefault(str(split), {"shards": 0, "rows": 0, "subjects": 0})["subjects"] = int(n)
     return {"MEDS": {"rows": sum(p.rows for p in partials), "splits": dict(sorted(splits.items()))}}
 
 
-def summary(attrition: dict) -> list[tuple[str, str]]:
-    """The terminal summary's line: rows, shards and subjects per split."""
+def summary(attrition: dict, *, normalized: bool = False) -> list[tuple[str, str]]:
+    """The terminal summary's line: rows, shards and subjects per split (of a folder normalization wrote, said)."""
     splits = attrition["MEDS"]["splits"]
     text = " · ".join(f"{name} {s['rows']:,} rows in {s['shards']} shard(s), {s['subjects']:,} subjects"
                       for name, s in splits.items())
-    return [("MEDS", f"read {attrition['MEDS']['rows']:,} rows: {text}")]
+    label = "MEDS (normalized: integer codes, z)" if normalized else "MEDS"
+    return [(label, f"read {attrition['MEDS']['rows']:,} rows: {text}")]

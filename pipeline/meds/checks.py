@@ -12,6 +12,7 @@ import pandas as pd
 
 from pipeline.findings import LISTED, Finding, summary_finding
 from pipeline.meds.combine import Combined
+from pipeline.meds.compare import Comparison
 from pipeline.meds.shards import ShardPartial
 from schemas.meds import STAGE
 
@@ -66,9 +67,10 @@ def empty(partials: list[ShardPartial], assigned: pd.Series | None) -> list[Find
     for split in splits:
         if per_split.get(split, 0) == 0:
             subjects = int(named.get(split, 0))
-            found.append(_finding("meds_split_empty", split, None, subjects,
-                                  f"no row in split {split!r} ({(split_of == split).sum()} shard(s)), though "
-                                  f"{SPLITS} puts {subjects:,} subjects there"))
+            said = (f"though {SPLITS} puts {subjects:,} subjects there" if assigned is not None
+                    else f"and no {SPLITS} (a stage's output has none)")
+            found.append(_finding("meds_split_empty", split, None, subjects if assigned is not None else 1,
+                                  f"no row in split {split!r} ({(split_of == split).sum()} shard(s)), {said}"))
     for name in rows.index[(rows == 0) & split_of.map(per_split).gt(0)]:
         found.append(_finding("meds_shard_empty", name, None, 1, f"shard {name} has no row"))
     return found
@@ -89,7 +91,8 @@ def subjects(combined: Combined, assigned: pd.Series | None) -> list[Finding]:
     wrong = places[(places["splits"] > 1) | (places["split"] != expected)]
     if len(wrong):
         said = pd.Series(expected, index=places.index).loc[wrong.index].fillna("no split").astype(str)
-        why = "rows in " + wrong["split"] + " .. " + wrong["last_split"] + ", " + SPLITS + ": " + said
+        given = SPLITS + ": " + said if assigned is not None else f"no {SPLITS}"
+        why = "rows in " + wrong["split"] + " .. " + wrong["last_split"] + ", " + given
         found.append(_finding("meds_subject_split", SPLITS, "split", len(wrong),
                               f"{len(wrong):,} subject(s) with rows outside the split {SPLITS} gives them: "
                               f"{listed(wrong['rows'], why=why)}"))
@@ -102,15 +105,20 @@ def subjects(combined: Combined, assigned: pd.Series | None) -> list[Finding]:
 
 
 # -- codes and values --------------------------------------------------------------------------------------------
+def unlisted(combined: Combined, known: pd.Index | None) -> list[Finding]:
+    """``meds_code_unlisted``: codes of the data (of a normalized folder: vocabulary indices) not in codes.parquet."""
+    table = combined.codes
+    missing = table[~table.index.isin(known)] if known is not None else table
+    if not len(missing):
+        return []
+    absent = "" if known is not None else f" ({CODES} is absent)"
+    return [_finding("meds_code_unlisted", CODES, "code", len(missing),
+                     f"{len(missing):,} code(s) in the data not in {CODES}{absent}: {listed(missing['rows'])}")]
+
+
 def codes(combined: Combined, known: pd.Index | None) -> list[Finding]:
     """``meds_code_unlisted``, ``meds_code_mixed`` and ``meds_code_unseen``."""
-    table, found = combined.codes, []
-    unlisted = table[~table.index.isin(known)] if known is not None else table
-    if len(unlisted):
-        absent = "" if known is not None else f" ({CODES} is absent)"
-        found.append(_finding("meds_code_unlisted", CODES, "code", len(unlisted),
-                              f"{len(unlisted):,} code(s) in the data not in {CODES}{absent}: "
-                              f"{listed(unlisted['rows'])}"))
+    table, found = combined.codes, unlisted(combined, known)
     mixed = table[(table["numeric"] > 0) & (table["text_only"] > 0)]
     if len(mixed):
         found.append(_finding("meds_code_mixed", "data", "text_value", int(mixed["text_only"].sum()),
@@ -162,4 +170,53 @@ def normalization(ready: pd.DataFrame, bound: float) -> list[Finding]:
         found.append(_finding("meds_z_bound", CODES, "values/std", len(large),
                               f"{len(large)} code(s) whose largest |z| will pass {bound:g}: "
                               f"{listed(large['numeric'], why='|z| ' + z + '; ' + large['why'])}"))
+    return found
+
+
+# -- the output of MEDS-Transforms' normalization ----------------------------------------------------------------
+def normalized(combined: Combined, bound: float) -> list[Finding]:
+    """``meds_normalized_non_finite``: every code with a NaN or inf z, its rows per split; ``meds_normalized_bound``:
+    every code with a finite |z| beyond ``bound`` ([scale] warn_bound), its largest |z|."""
+    by_split = combined.by_split
+    bad = (by_split["nan"] + by_split["inf"]).rename("bad").reset_index()
+    bad = bad[bad["bad"] > 0]
+    found = []
+    if len(bad):
+        per_code = bad.groupby("code", sort=True)["bad"].sum()
+        table = combined.codes.loc[per_code.index]
+        why = ("NaN " + table["nan"].map("{:,}".format) + ", inf " + table["inf"].map("{:,}".format) + "; "
+               + (bad["split"] + " " + bad["bad"].astype(str)).groupby(bad["code"]).agg(", ".join))
+        rows = int(per_code.sum())
+        found.append(_finding("meds_normalized_non_finite", "data", "numeric_value", rows,
+                              f"{rows:,} normalized values (z) NaN or inf in {len(per_code)} code(s): "
+                              f"{listed(per_code, why=why)}"))
+    beyond = combined.codes[combined.codes["beyond"] > 0]
+    if len(beyond):
+        largest = np.maximum(beyond["max"].abs(), beyond["min"].abs()).map("largest |z| {:,.0f}".format)
+        rows = int(beyond["beyond"].sum())
+        found.append(_finding("meds_normalized_bound", "data", "numeric_value", rows,
+                              f"{rows:,} normalized values (z) in {len(beyond)} code(s) with |z| beyond {bound:g}: "
+                              f"{listed(beyond['beyond'], why=largest)}"))
+    return found
+
+
+# -- two folders, before and after a stage -----------------------------------------------------------------------
+def compared(comparison: Comparison) -> list[Finding]:
+    """``meds_compare_split_emptied``: a split with rows before and none after; ``meds_compare_codes_dropped``:
+    codes with rows before and none after, where no stage marked done in AFTER/.logs is a filter (a stage whose
+    name starts with ``filter``, which declares that it drops rows)."""
+    splits, found = comparison.splits, []
+    emptied = splits[(splits["rows_before"] > 0) & (splits["rows_after"] == 0)]
+    for split, row in emptied.iterrows():
+        found.append(_finding("meds_compare_split_emptied", split, None, int(row["rows_before"]),
+                              f"split {split!r} had {row['rows_before']:,} rows of {row['subjects_before']:,} "
+                              f"subjects in {comparison.before} and has none in {comparison.after}"))
+    filters = [stage for stage in comparison.stages if stage.startswith("filter")]
+    dropped = comparison.dropped
+    if len(dropped) and not filters:
+        stages = ", ".join(comparison.stages) if comparison.stages else "none marked in .logs/"
+        found.append(_finding("meds_compare_codes_dropped", "data", "code", int(dropped.sum()),
+                              f"{int(dropped.sum()):,} rows of {len(dropped)} code(s) in {comparison.before} are "
+                              f"gone from {comparison.after}, and no stage that ran is a filter (stages: {stages}): "
+                              f"{listed(dropped)}"))
     return found
