@@ -94,6 +94,9 @@ _WORKERS = typer.Option("--workers", min=1, help="With --engine parts (or auto c
                                                 "on the parts (1: this process only). With --engine dask and no "
                                                 "--scheduler: the LocalCluster's worker processes.")
 _MEMORY = typer.Option("--memory-limit", help="With --engine dask and no --scheduler: memory per worker.")
+_COMPARE = typer.Option("--compare", help="With a MEDS folder: the folder before the stage(s) that wrote it; "
+                                          "adds rows and subjects in and out per split, rows per shard and the "
+                                          "codes dropped.", metavar="BEFORE")
 _PARTITIONS = typer.Option("--partitions", min=1, help="With --engine parts or dask: the admission-range parts "
                                                       "of LABEVENTS (default: about a million rows each).")
 
@@ -178,6 +181,7 @@ def validate(
     workers: Annotated[int, _WORKERS] = 2,
     memory_limit: Annotated[str, _MEMORY] = "4GB",
     partitions: Annotated[Optional[int], _PARTITIONS] = None,
+    compare: Annotated[Optional[Path], _COMPARE] = None,
 ) -> None:
     """Validate the raw tables, run every stage, and report every finding at once.
 
@@ -186,8 +190,12 @@ def validate(
     """
     console, err = _consoles()
     settings = _guarded_run(err, lambda: load_config(config))
+    if compare is not None and not (is_meds(data_dir) and is_meds(compare)):
+        err.print(f"[bold red]badpoints: cannot run:[/] --compare takes two MEDS folders (data/ and metadata/); "
+                  f"{escape(str(compare if is_meds(data_dir) else data_dir))} is not one")
+        raise typer.Exit(2)
     if is_meds(data_dir):  # a MEDS dataset: its shards, read --workers at a time; no cache, no engine
-        result = _guarded_run(err, lambda: validate_meds(data_dir, settings, workers=workers))
+        result = _guarded_run(err, lambda: validate_meds(data_dir, settings, workers=workers, compare=compare))
         _print_report(console, result.report, quiet=quiet)
         _print_summary(console, result.report)
         _write_json(err, result.report, json_path)

@@ -404,3 +404,47 @@ def _codes_table(codes: list[str], code_stats: Mapping[str, tuple[float, float]]
 def dataset_metadata() -> dict:
     return {"dataset_name": "badpoints MEDS fixture", "dataset_version": "1", "etl_name": "tests/meds.py",
             "etl_version": "1", "meds_version": meds.__version__, "created_at": CREATED_AT}
+
+
+# What MEDS-Transforms' normalization writes -------------------------------------------------------------------
+
+
+def write_normalized(before: Path, root: Path) -> None:
+    """Write into ``root`` what MEDS-Transforms 0.7's ``fit_normalization`` -> ``fit_vocabulary_indices`` ->
+    ``normalization`` writes for the MEDS folder ``before``, without it: ``data/{split}/*.parquet`` with ``code``
+    as its vocabulary index (numbered from 1 over the fitted codes, sorted; the smallest unsigned type), the z in
+    ``numeric_value`` (float32; the formula of :mod:`pipeline.meds.normalization`, equal to the tool's bit for bit)
+    and no ``text_value``; ``metadata/codes.parquet`` with ``code/vocab_index``; ``.logs/normalization.done``.
+    Rows of a code with no fitted row are dropped, as the tool's inner join drops them."""
+    from pipeline.meds.normalization import given_mean_std, zscore  # the reproduced formula
+    from bench.meds_formula import fit_folder
+
+    before, root = Path(before), Path(root)
+    fitted = fit_folder(before)
+    given = given_mean_std(before, fitted)
+    index_type = next(t for t in (pa.uint8(), pa.uint16(), pa.uint32()) if len(fitted.codes) < 2 ** t.bit_width)
+    for path in sorted((before / meds.data_subdirectory).rglob("*.parquet")):
+        table = pq.read_table(path)
+        codes = np.asarray(table["code"].to_pylist(), dtype=object)
+        null = table["numeric_value"].is_null().to_numpy(zero_copy_only=False)
+        values = table["numeric_value"].to_numpy(zero_copy_only=False).astype(np.float32)
+        kept, z, z_null = zscore(fitted, codes, values, null, given)
+        index = np.searchsorted(fitted.codes, codes[kept]) + 1
+        out = pa.table({"subject_id": table["subject_id"].filter(pa.array(kept)),
+                        "time": table["time"].filter(pa.array(kept)),
+                        "code": pa.array(index, index_type),
+                        "numeric_value": pa.array(z, pa.float32(), mask=z_null)})
+        target = root / path.relative_to(before)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(out, target)
+    listed = pq.read_table(before / meds.code_metadata_filepath)
+    at = {code: i for i, code in enumerate(listed["code"].to_pylist())}
+    vocab = pa.table({"code": pa.array(fitted.codes.tolist(), pa.string()),
+                      "description": pa.array([listed["description"][at[c]].as_py() if c in at else None
+                                               for c in fitted.codes], pa.string()),
+                      "code/vocab_index": pa.array(np.arange(1, len(fitted.codes) + 1), index_type)})
+    (root / "metadata").mkdir(parents=True, exist_ok=True)
+    pq.write_table(vocab, root / meds.code_metadata_filepath)
+    (root / ".logs").mkdir(parents=True, exist_ok=True)
+    for stage in ("fit_normalization", "fit_vocabulary_indices", "normalization"):
+        (root / ".logs" / f"{stage}.done").touch()

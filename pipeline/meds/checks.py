@@ -185,7 +185,7 @@ def normalized(combined: Combined, bound: float) -> list[Finding]:
         per_code = bad.groupby("code", sort=True)["bad"].sum()
         table = combined.codes.loc[per_code.index]
         why = ("NaN " + table["nan"].map("{:,}".format) + ", inf " + table["inf"].map("{:,}".format) + "; "
-               + (bad["split"] + " " + bad["bad"].astype(str)).groupby(bad["code"]).agg(", ".join))
+               + (bad["split"] + " " + bad["bad"].map("{:,}".format)).groupby(bad["code"]).agg(", ".join))
         rows = int(per_code.sum())
         found.append(_finding("meds_normalized_non_finite", "data", "numeric_value", rows,
                               f"{rows:,} normalized values (z) NaN or inf in {len(per_code)} code(s): "
