@@ -43,7 +43,7 @@ from schemas.guard import check_frame
 from schemas.split import SplitAssignment
 from tests.corpus import Dataset, build
 from tests.meds import CASES as MEDS_CASES
-from tests.meds import ISSUE_CASES, write_meds
+from tests.meds import ISSUE_CASES, write_meds, write_normalized
 from tests.pipeline.stages.sample import sample_stages
 
 runner = CliRunner()
@@ -102,6 +102,28 @@ def meds_run(cases: tuple[str, ...] = ISSUE_CASES, breaking: str = "", config: s
     elif breaking == "null_code":
         pq.write_table(table.set_column(2, "code", pa.array([None] * table.num_rows, pa.string())), shard)
     return _cli("validate", folder / "data", config)
+
+
+@functools.cache
+def meds_stage_run(stage: str, config: str = "") -> Run:
+    """``badpoints validate AFTER --compare BEFORE`` of a stage's output on tests/meds.py's fixture: "normalization"
+    writes what MEDS-Transforms' normalization writes for ISSUE_CASES (``write_normalized``); "filter" empties the
+    tuning split of the clean fixture, as a filter_subjects run that marks itself done."""
+    folder = Path(tempfile.mkdtemp(dir=ROOT, prefix="meds_stage"))
+    before, after = folder / "before", folder / "data"
+    if stage == "normalization":
+        write_normalized(write_meds(before, ISSUE_CASES).root, after)
+    else:
+        write_meds(before)
+        write_meds(after, ("emptied_split",))
+        (after / ".logs").mkdir()
+        (after / ".logs" / "filter_subjects.done").touch()
+    if config:
+        (folder / "badpoints.toml").write_text(config)
+    args = ["validate", str(after), "--compare", str(before), "--json", str(folder / "validate.json")]
+    result = runner.invoke(app, args + (["--config", str(folder / "badpoints.toml")] if config else []))
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return Run(result.exit_code, tuple(json.loads((folder / "validate.json").read_text())["findings"]), None)
 
 
 def clean_dataset() -> Dataset:
@@ -412,6 +434,12 @@ FIRES: dict[str, Fires] = {
     "meds_code_unseen": Fires(meds_run, 3),
     "meds_z_non_finite": Fires(meds_run, 10_197),  # every row of the six codes, as MEDS-Transforms measured
     "meds_z_bound": Fires(functools.partial(meds_run, tuple(MEDS_CASES)), 1, exit_code=1),  # CONSTANT_TENTH
+    # the output of a MEDS-Transforms stage, and --compare BEFORE
+    "meds_normalized_non_finite": Fires(functools.partial(meds_stage_run, "normalization"), 10_197, exit_code=1),
+    "meds_normalized_bound": Fires(functools.partial(meds_stage_run, "normalization", "[scale]\nwarn_bound = 3\n"),
+                                   4, exit_code=1),  # 4 rows of base labs and MIXED past 3
+    "meds_compare_split_emptied": Fires(functools.partial(meds_stage_run, "filter"), 140, exit_code=1),  # tuning: 10 subjects, 14 rows each
+    "meds_compare_codes_dropped": Fires(functools.partial(meds_stage_run, "normalization"), 3),  # HELD_OUT_ONLY
 }
 
 

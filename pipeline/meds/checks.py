@@ -192,7 +192,7 @@ def normalized(combined: Combined, bound: float) -> list[Finding]:
                               f"{listed(per_code, why=why)}"))
     beyond = combined.codes[combined.codes["beyond"] > 0]
     if len(beyond):
-        largest = np.maximum(beyond["max"].abs(), beyond["min"].abs()).map("largest |z| {:,.0f}".format)
+        largest = np.maximum(beyond["max"].abs(), beyond["min"].abs()).map("largest |z| {:,.1f}".format)
         rows = int(beyond["beyond"].sum())
         found.append(_finding("meds_normalized_bound", "data", "numeric_value", rows,
                               f"{rows:,} normalized values (z) in {len(beyond)} code(s) with |z| beyond {bound:g}: "
