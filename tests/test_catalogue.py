@@ -438,7 +438,8 @@ FIRES: dict[str, Fires] = {
     "meds_normalized_non_finite": Fires(functools.partial(meds_stage_run, "normalization"), 10_197, exit_code=1),
     "meds_normalized_bound": Fires(functools.partial(meds_stage_run, "normalization", "[scale]\nwarn_bound = 3\n"),
                                    4, exit_code=1),  # 4 rows of base labs and MIXED past 3
-    "meds_compare_split_emptied": Fires(functools.partial(meds_stage_run, "filter"), 140, exit_code=1),  # tuning: 10 x 14 rows
+    # tuning's 10 subjects x 14 rows
+    "meds_compare_split_emptied": Fires(functools.partial(meds_stage_run, "filter"), 140, exit_code=1),
     "meds_compare_codes_dropped": Fires(functools.partial(meds_stage_run, "normalization"), 3),  # HELD_OUT_ONLY
 }
 
