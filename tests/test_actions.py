@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner

@@ -17,7 +17,7 @@ from pipeline.config import load_config
 from pipeline.builds import build
 from pipeline.inspect import inspect_build
 from pipeline.write import MANIFEST, load_graphs
-from schemas.graph import EDGE, REVERSE
+from schemas.graph import EDGE
 from tests.pipeline.test_write import _rehash
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -250,6 +250,8 @@ def test_items_show_the_fitted_stats_and_the_names_findings_give(built):
     pd.testing.assert_frame_equal(table.loc[shared, ["mean", "scale", "count", "rule"]],
                                   fitted.loc[shared], check_dtype=False, check_names=False)
     assert table.loc[50963, "name"] == "NTproBNP (Blood)"  # as the fallback finding names it
+    named = {int(item): name for item, name in names.items() if int(item) in table.index}
+    assert named and all(table.loc[item, "name"] == name for item, name in named.items())  # the manifest's names
     unseen = table.index.difference(fitted.index)  # on the edges, not fitted (unseen in train): no stats
     assert len(unseen) > 0 and table.loc[unseen, ["rule", "mean", "scale", "count"]].isna().all().all()
     section, rows = _items(built, "--top", "0")
