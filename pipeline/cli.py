@@ -196,11 +196,8 @@ def validate(
         raise typer.Exit(2)
     if is_meds(data_dir):  # a MEDS dataset: its shards, read --workers at a time; no cache, no engine
         result = _guarded_run(err, lambda: validate_meds(data_dir, settings, workers=workers, compare=compare))
-        _print_report(console, result.report, quiet=quiet)
-        _print_summary(console, result.report)
-        _write_json(err, result.report, json_path)
-        _write_html(err, result, settings, html_path, show_values=show_values)
-        _write_junit(err, result.report, junit_path, name="badpoints validate")
+        _reported(console, err, result, settings, quiet=quiet, json_path=json_path, html_path=html_path,
+                  junit_path=junit_path, show_values=show_values)
         raise typer.Exit(result.exit_code)
     where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, scheduler=scheduler,
                    workers=workers, memory_limit=memory_limit, partitions=partitions)
@@ -212,12 +209,20 @@ def validate(
         _cache_warning(err, cache)
         if result.cached:
             err.print("report reused from the cache: inputs, config and badpoints unchanged (--no-cache to rerun)")
-        _print_report(console, result.report, quiet=quiet)
-        _print_summary(console, result.report)
-        _write_json(err, result.report, json_path)
-        _write_html(err, result, settings, html_path, show_values=show_values)
-        _write_junit(err, result.report, junit_path, name="badpoints validate")
+        _reported(console, err, result, settings, quiet=quiet, json_path=json_path, html_path=html_path,
+                  junit_path=junit_path, show_values=show_values)
     raise typer.Exit(result.exit_code)
+
+
+def _reported(console: Console, err: Console, result: Any, settings: Config, *, quiet: bool,
+              json_path: Optional[Path], html_path: Optional[Path], junit_path: Optional[Path],
+              show_values: bool) -> None:
+    """A validation's report in every form asked for: the terminal's findings and summary, JSON, HTML, JUnit."""
+    _print_report(console, result.report, quiet=quiet)
+    _print_summary(console, result.report)
+    _write_json(err, result.report, json_path)
+    _write_html(err, result, settings, html_path, show_values=show_values)
+    _write_junit(err, result.report, junit_path, name="badpoints validate")
 
 
 @app.command(cls=_Command)
