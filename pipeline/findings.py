@@ -35,7 +35,7 @@ class Finding:
     message: str
     default_severity: str | None = None
     samples: list[str] | None = None
-    items: list[int] | None = None  # every lab item (ITEMID) the message names, most rows first
+    items: list[int | str] | None = None  # all the message names (ITEMIDs; MEDS codes, subjects), most rows first
 
     def as_json(self) -> dict[str, Any]:
         record = asdict(self)
@@ -117,14 +117,15 @@ def summary_finding(*, stage: str, check: str, table: str | None, column: str | 
                    f"{message}. {info.advice}", items=ordered(items))
 
 
-def ordered(items: Iterable[int] | Mapping[int, int] | pd.Series | None) -> list[int] | None:
-    """ITEMIDs as :func:`format_items` lists them: with counts, the most first (ties in the given order)."""
+def ordered(items: Iterable[Any] | Mapping[Any, int] | pd.Series | None) -> list[int | str] | None:
+    """ITEMIDs as :func:`format_items` lists them: with counts, the most first (ties in the given order); a name
+    that is not a number (a MEDS code) is kept as text."""
     if items is None:
         return None
     if hasattr(items, "items"):
         counts = dict(items.items())
-        return [int(i) for i in sorted(counts, key=lambda i: -int(counts[i]))]  # sorted() is stable
-    return [int(i) for i in items]
+        items = sorted(counts, key=lambda i: -int(counts[i]))  # sorted() is stable
+    return [i if isinstance(i, str) else int(i) for i in items]
 
 
 def item_names(labitems: pd.DataFrame | None) -> dict[int, str]:

@@ -20,20 +20,30 @@ CODES = "codes.parquet"
 SPLITS = "subject_splits.parquet"
 
 
+def _ordered(counts: pd.Series) -> pd.DataFrame:
+    """``counts`` (name -> count) as name and n, the most first, ties by name."""
+    return counts.rename_axis("name").reset_index(name="n").sort_values(["n", "name"], ascending=[False, True])
+
+
 def listed(counts: pd.Series, *, unit: str = "row", why: pd.Series | None = None) -> str:
-    """``'A (3 rows; why), B (1 row) +4 more'``: the first :data:`LISTED` names of ``counts`` (name -> count),
-    the most first, ties by name."""
-    ordered = counts.rename_axis("name").reset_index(name="n").sort_values(["n", "name"], ascending=[False, True])
+    """``'A (3 rows; why), B (1 row) +4 more in the JSON report'``: the first :data:`LISTED` names of ``counts``
+    (name -> count), the most first, ties by name; the finding keeps every one (:func:`_finding`'s ``named``)."""
+    ordered = _ordered(counts)
     parts = []
     for name, n in zip(ordered["name"].head(LISTED), ordered["n"].head(LISTED)):
         because = f"; {why[name]}" if why is not None and why.get(name) else ""
         parts.append(f"{name} ({int(n):,} {unit}{'' if n == 1 else 's'}{because})")
     more = len(ordered) - LISTED
-    return ", ".join(parts) + (f" +{more} more" if more > 0 else "")
+    return ", ".join(parts) + (f" +{more} more in the JSON report" if more > 0 else "")
 
 
-def _finding(check: str, table: str | None, column: str | None, count: int, message: str) -> Finding:
-    return summary_finding(stage=STAGE, check=check, table=table, column=column, count=count, message=message)
+def _finding(check: str, table: str | None, column: str | None, count: int, message: str,
+             named: pd.Series | None = None) -> Finding:
+    """A finding of the MEDS stage; ``named``: the counts its message lists (:func:`listed`), every name kept in
+    its ``items`` (codes or subject ids), in the same order."""
+    items = None if named is None else [v.item() if hasattr(v, "item") else v for v in _ordered(named)["name"]]
+    return summary_finding(stage=STAGE, check=check, table=table, column=column, count=count, message=message,
+                           items=items)
 
 
 # -- shards and splits -------------------------------------------------------------------------------------------
@@ -86,7 +96,7 @@ def subjects(combined: Combined, assigned: pd.Series | None) -> list[Finding]:
         why = spread["shard"] + " .. " + spread["last_shard"]
         found.append(_finding("meds_subject_shards", "data", "subject_id", len(spread),
                               f"{len(spread):,} subject(s) with rows in more than one shard: "
-                              f"{listed(spread['rows'], why=why)}"))
+                              f"{listed(spread['rows'], why=why)}", named=spread['rows']))
     expected = places.index.map(assigned) if assigned is not None else places["split"]
     wrong = places[(places["splits"] > 1) | (places["split"] != expected)]
     if len(wrong):
@@ -95,12 +105,12 @@ def subjects(combined: Combined, assigned: pd.Series | None) -> list[Finding]:
         why = "rows in " + wrong["split"] + " .. " + wrong["last_split"] + ", " + given
         found.append(_finding("meds_subject_split", SPLITS, "split", len(wrong),
                               f"{len(wrong):,} subject(s) with rows outside the split {SPLITS} gives them: "
-                              f"{listed(wrong['rows'], why=why)}"))
+                              f"{listed(wrong['rows'], why=why)}", named=wrong['rows']))
     unsorted = places[places["out_of_order"].astype(bool)]
     if len(unsorted):
         found.append(_finding("meds_subject_order", "data", "time", len(unsorted),
                               f"{len(unsorted):,} subject(s) whose rows in a shard are not one run sorted by time: "
-                              f"{listed(unsorted['rows'], why=unsorted['shard'])}"))
+                              f"{listed(unsorted['rows'], why=unsorted['shard'])}", named=unsorted['rows']))
     return found
 
 
@@ -113,7 +123,8 @@ def unlisted(combined: Combined, known: pd.Index | None) -> list[Finding]:
         return []
     absent = "" if known is not None else f" ({CODES} is absent)"
     return [_finding("meds_code_unlisted", CODES, "code", len(missing),
-                     f"{len(missing):,} code(s) in the data not in {CODES}{absent}: {listed(missing['rows'])}")]
+                     f"{len(missing):,} code(s) in the data not in {CODES}{absent}: {listed(missing['rows'])}",
+                     named=missing["rows"])]
 
 
 def codes(combined: Combined, known: pd.Index | None) -> list[Finding]:
@@ -124,7 +135,8 @@ def codes(combined: Combined, known: pd.Index | None) -> list[Finding]:
         found.append(_finding("meds_code_mixed", "data", "text_value", int(mixed["text_only"].sum()),
                               f"{int(mixed['text_only'].sum()):,} rows with text and no numeric_value in "
                               f"{len(mixed)} code(s) that have numbers: "
-                              f"{listed(mixed['text_only'], why=mixed['numeric'].map('{:,} with numbers'.format))}"))
+                              f"{listed(mixed['text_only'], why=mixed['numeric'].map('{:,} with numbers'.format))}",
+                              named=mixed["text_only"]))
     unseen = table[~table.index.isin(combined.fitted.codes)]
     if len(unseen):
         rows = combined.by_split["rows"].reset_index()
@@ -132,7 +144,8 @@ def codes(combined: Combined, known: pd.Index | None) -> list[Finding]:
         why = (rows["split"] + " " + rows["rows"].astype(str)).groupby(rows["code"]).agg(", ".join)
         found.append(_finding("meds_code_unseen", "data", "code", int(unseen["rows"].sum()),
                               f"{int(unseen['rows'].sum()):,} rows of {len(unseen)} code(s) with no row in the "
-                              f"fitted (train) rows, which normalization drops: {listed(unseen['rows'], why=why)}"))
+                              f"fitted (train) rows, which normalization drops: {listed(unseen['rows'], why=why)}",
+                              named=unseen['rows']))
     return found
 
 
@@ -145,11 +158,12 @@ def values(combined: Combined, bound: float) -> list[Finding]:
         if bad.sum():
             why = "inf " + table["inf"].astype(str) + ", NaN " + table["nan"].astype(str)
             found.append(_finding("meds_value_finite", split, "numeric_value", int(bad.sum()),
-                                  f"{int(bad.sum()):,} inf or NaN values: {listed(bad[bad > 0], why=why)}"))
+                                  f"{int(bad.sum()):,} inf or NaN values: {listed(bad[bad > 0], why=why)}",
+                                  named=bad[bad > 0]))
         beyond = table["beyond"][table["beyond"] > 0]
         if len(beyond):
             found.append(_finding("meds_value_bound", split, "numeric_value", int(beyond.sum()),
-                                  f"{int(beyond.sum()):,} values beyond +-{bound:g}: {listed(beyond)}"))
+                                  f"{int(beyond.sum()):,} values beyond +-{bound:g}: {listed(beyond)}", named=beyond))
     return found
 
 
@@ -163,13 +177,15 @@ def normalization(ready: pd.DataFrame, bound: float) -> list[Finding]:
         rows = int(broken["non_finite"].sum())
         found.append(_finding("meds_z_non_finite", CODES, "values/std", rows,
                               f"{rows:,} rows of {len(broken)} code(s) will get a NaN or inf z from MEDS-Transforms' "
-                              f"normalization: {listed(broken['non_finite'], why=broken['why'])}"))
+                              f"normalization: {listed(broken['non_finite'], why=broken['why'])}",
+                              named=broken['non_finite']))
     large = ready[ready["z_max"] > bound]
     if len(large):
         z = large["z_max"].map("{:,.0f}".format)
         found.append(_finding("meds_z_bound", CODES, "values/std", len(large),
                               f"{len(large)} code(s) whose largest |z| will pass {bound:g}: "
-                              f"{listed(large['numeric'], why='|z| ' + z + '; ' + large['why'])}"))
+                              f"{listed(large['numeric'], why='|z| ' + z + '; ' + large['why'])}",
+                              named=large['numeric']))
     return found
 
 
@@ -189,14 +205,14 @@ def normalized(combined: Combined, bound: float) -> list[Finding]:
         rows = int(per_code.sum())
         found.append(_finding("meds_normalized_non_finite", "data", "numeric_value", rows,
                               f"{rows:,} normalized values (z) NaN or inf in {len(per_code)} code(s): "
-                              f"{listed(per_code, why=why)}"))
+                              f"{listed(per_code, why=why)}", named=per_code))
     beyond = combined.codes[combined.codes["beyond"] > 0]
     if len(beyond):
         largest = np.maximum(beyond["max"].abs(), beyond["min"].abs()).map("largest |z| {:,.1f}".format)
         rows = int(beyond["beyond"].sum())
         found.append(_finding("meds_normalized_bound", "data", "numeric_value", rows,
                               f"{rows:,} normalized values (z) in {len(beyond)} code(s) with |z| beyond {bound:g}: "
-                              f"{listed(beyond['beyond'], why=largest)}"))
+                              f"{listed(beyond['beyond'], why=largest)}", named=beyond['beyond']))
     return found
 
 
@@ -218,5 +234,5 @@ def compared(comparison: Comparison) -> list[Finding]:
         found.append(_finding("meds_compare_codes_dropped", "data", "code", int(dropped.sum()),
                               f"{int(dropped.sum()):,} rows of {len(dropped)} code(s) in {comparison.before} are "
                               f"gone from {comparison.after}, and no stage that ran is a filter (stages: {stages}): "
-                              f"{listed(dropped)}"))
+                              f"{listed(dropped)}", named=dropped))
     return found

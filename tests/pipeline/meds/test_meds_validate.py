@@ -61,6 +61,9 @@ def test_every_planted_case_is_named(issue_run):
         for name in names:
             assert name in findings[check]["message"], (check, name)
     assert issue_run.exit_code == 1
+    # The message names five codes; the JSON keeps every one, the sixth (SINGLE) too.
+    non_finite = findings["meds_z_non_finite"]
+    assert sorted(non_finite["items"]) == NON_FINITE and "+1 more in the JSON report" in non_finite["message"]
 
 
 def test_the_readiness_names_exactly_the_non_finite_codes_with_why(issue_run):
