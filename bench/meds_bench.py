@@ -28,7 +28,6 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from bench.meds_convert import convert
 from bench.steps import MB, ROOT, STEP_INFO, BenchError, StepResult, measure, prepare_data
 from bench.synth import SEED
 from bench.targets import ratio
@@ -57,7 +56,12 @@ def run(*, rows: int, out: Path, data: Path | None = None, seed: int = SEED, wor
         data = out / "data" / f"synth-rows{rows}-seed{seed}"
         prepare_data(data, rows=rows, seed=seed, out=out)
     meds_dir = out / "meds"
-    converted = convert(Path(data), meds_dir, rows=rows)
+    # In a process of its own: a child's ru_maxrss starts from its parent's peak, which converting would raise.
+    step = measure("meds_convert", [sys.executable, "-m", "bench.meds_convert", str(data), str(meds_dir),
+                                    "--rows", str(rows)], log=out / "logs" / "meds_convert.log")
+    if step.exit_code != 0:
+        raise BenchError(f"converting {data} to MEDS failed (exit {step.exit_code}); see {step.log}")
+    converted = json.loads((meds_dir / "convert.json").read_text())
     validate = validate_step(meds_dir, out, workers=workers)
     missing = meds_missing(python)
     normalization = (StepResult(name="meds_transforms", what=STEP_INFO["meds_transforms"], skipped=missing)

@@ -189,3 +189,19 @@ def _write_metadata(root: Path, data: Path, codes: set[str], subjects: pa.Table)
         "created_at": "2026-01-01T00:00:00"}, indent=2) + "\n")
     return len(listed)
 
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.meds_convert", description=__doc__.split("\n")[0])
+    parser.add_argument("data", type=Path, help="MIMIC-III-shaped CSVs (LABEVENTS.csv, ADMISSIONS.csv)")
+    parser.add_argument("root", type=Path, help="the MEDS folder to write (replaced)")
+    parser.add_argument("--rows", type=int, default=None, help="the first N LABEVENTS rows (default all)")
+    args = parser.parse_args(argv)
+    print(json.dumps(convert(args.data, args.root, rows=args.rows), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

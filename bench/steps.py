@@ -31,6 +31,7 @@ STEP_INFO = {
     "build": "(d) build, cache cold",
     "validate_warm": "(e) validate, cache warm",
     "dask": "(f) build --engine dask",
+    "meds_convert": "MEDS: bench.meds_convert (not compared)",
     "meds_validate": "(g) MEDS: badpoints validate --workers 2",
     "meds_transforms": "(h) MEDS: MEDS-Transforms' normalization",
 }
