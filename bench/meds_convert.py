@@ -103,7 +103,7 @@ def _admission_events(path: Path, subjects: np.ndarray) -> pa.Table:
     table = pv.read_csv(path, convert_options=pv.ConvertOptions(column_types=ADMISSION_TYPES,
                                                                 include_columns=list(ADMISSION_TYPES)))
     table = table.filter(pc.is_in(table["SUBJECT_ID"], pa.array(subjects)))
-    part = lambda name: pc.fill_null(table[name], UNKNOWN)  # noqa: E731
+    part = lambda name: pc.fill_null(table[name], UNKNOWN)
     admission = pc.binary_join_element_wise("HOSPITAL_ADMISSION", part("ADMISSION_TYPE"),
                                             part("ADMISSION_LOCATION"), "//")
     discharge = pc.binary_join_element_wise("HOSPITAL_DISCHARGE", part("DISCHARGE_LOCATION"), "//")
