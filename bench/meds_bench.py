@@ -28,15 +28,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from bench.steps import (
-    MB,
-    ROOT,
-    STEP_INFO,
-    BenchError,
-    StepResult,
-    measure,
-    prepare_data,
-)
+from bench.steps import MB, ROOT, STEP_INFO, BenchError, StepResult, measure, prepare_data
 from bench.synth import SEED
 from bench.targets import ratio
 
