@@ -7,7 +7,8 @@ DATA   ?= data/sample
 # make bench: LABEVENTS rows to generate (27800000 = MIMIC-III, 118000000 = MIMIC-IV), their layout (mimic3, or
 # mimic4: MIMIC-IV's hosp/*.csv.gz), where results go, optionally where the generated data is kept (default
 # $(BENCH_OUT)/data/...; reused while it matches ROWS and LAYOUT) and a mimic3 run's bench.json that a mimic4 run's
-# seconds per row are held against; BENCH_FLAGS=--dask adds the Dask engine step.
+# seconds per row are held against; BENCH_FLAGS=--dask adds the Dask engine step, BENCH_FLAGS=--meds the MEDS step
+# (the rows as MEDS: badpoints validate beside MEDS-Transforms' normalization; skipped without make meds-env).
 ROWS      ?= 2000000
 LAYOUT    ?= mimic3
 BENCH_OUT ?= out/bench

@@ -31,6 +31,9 @@ STEP_INFO = {
     "build": "(d) build, cache cold",
     "validate_warm": "(e) validate, cache warm",
     "dask": "(f) build --engine dask",
+    "meds_convert": "MEDS: bench.meds_convert (not compared)",
+    "meds_validate": "(g) MEDS: badpoints validate --workers 2",
+    "meds_transforms": "(h) MEDS: MEDS-Transforms' normalization",
 }
 RSS_SAMPLE_SECONDS = 0.1  # how often a step's process tree is summed
 # --- Dask (issue 13): LocalCluster 2 workers x 4 GB; the client's RSS apart from the workers' --------------

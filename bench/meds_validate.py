@@ -1,0 +1,40 @@
+"""``badpoints validate MEDS_DIR --workers N --json REPORT`` as the benchmark measures it, plus the one thing the
+report cannot hold: every code readiness predicts non-finite (the report's message names the first five).
+
+    python -m bench.meds_validate MEDS_DIR REPORT_JSON PREDICTED_JSON [--workers N]
+
+It runs what the CLI runs on a MEDS folder (:func:`pipeline.meds.validate_meds` with the default config, the
+report written by ``Report.write_json``), without printing the findings to a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pipeline.config import load_config
+from pipeline.meds import validate_meds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("meds_dir", type=Path)
+    parser.add_argument("report", type=Path)
+    parser.add_argument("predicted", type=Path)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    result = validate_meds(args.meds_dir, load_config(None), workers=args.workers)
+    result.report.write_json(args.report)
+    ready = result.ready
+    broken = ready[ready["non_finite"] > 0] if ready is not None else None
+    args.predicted.write_text(json.dumps({
+        "non_finite_codes": [] if broken is None else sorted(broken.index.astype(str)),
+        "non_finite_rows": 0 if broken is None else int(broken["non_finite"].sum()),
+    }, indent=2) + "\n")
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
