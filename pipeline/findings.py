@@ -147,24 +147,25 @@ def item_names(labitems: pd.DataFrame | None) -> dict[int, str]:
     return dict(zip(items.loc[named, "ITEMID"].astype("int64").tolist(), name[named].tolist()))
 
 
-def format_items(items: Iterable[int] | Mapping[int, int] | pd.Series, *, names: Mapping[int, str] | None = None,
-                 limit: int = LISTED, unit: str = "row", why: Callable[[int], str] | None = None) -> str:
+def format_items(items: Iterable[Any] | Mapping[Any, int] | pd.Series, *, names: Mapping[Any, str] | None = None,
+                 limit: int = LISTED, unit: str = "row", why: Callable[[Any], str] | None = None) -> str:
     """``'50963 NTproBNP (Blood) (28 rows), 51100 Troponin T (Blood) (3 rows) +12 more'``.
 
     ``items`` are ITEMIDs in the order to list them, or ITEMID -> count (a dict, or a Series such as
     ``value_counts()``), each then followed by its count of ``unit``, the most first. ``names`` comes from
     :func:`item_names` (an item without a name is its number alone). At most ``limit`` items are listed
-    (:data:`LISTED`); the finding keeps them all (its ``items``). ``why(item)``, when given, follows the count.
+    (:data:`LISTED`); the finding keeps them all (its ``items``). ``why(item)``, when given and not empty, follows
+    the count. An item may be text (a MEDS code): it is listed as it is.
     """
     counts = dict(items.items()) if hasattr(items, "items") else None
     listed = ordered(items)
     names = names or {}
     parts = []
     for item in listed[:limit]:
-        part = f"{int(item)} {names[int(item)]}" if int(item) in names else str(int(item))
+        part = f"{item} {names[item]}" if item in names else str(item)
         if counts is not None:
-            count = int(counts[item])
-            part += f" ({count:,} {unit}{'' if count == 1 else 's'}{'; ' + why(int(item)) if why else ''})"
+            count, because = int(counts[item]), why(item) if why else ""
+            part += f" ({count:,} {unit}{'' if count == 1 else 's'}{'; ' + because if because else ''})"
         parts.append(part)
     more = len(listed) - limit
     return ", ".join(parts) + (f" +{more} more in the JSON report" if more > 0 else "")

@@ -10,7 +10,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from pipeline.findings import LISTED, Finding, summary_finding
+from pipeline.findings import Finding, format_items, summary_finding
 from pipeline.meds.combine import Combined
 from pipeline.meds.compare import Comparison
 from pipeline.meds.shards import ShardPartial
@@ -20,30 +20,19 @@ CODES = "codes.parquet"
 SPLITS = "subject_splits.parquet"
 
 
-def _ordered(counts: pd.Series) -> pd.DataFrame:
-    """``counts`` (name -> count) as name and n, the most first, ties by name."""
-    return counts.rename_axis("name").reset_index(name="n").sort_values(["n", "name"], ascending=[False, True])
-
-
 def listed(counts: pd.Series, *, unit: str = "row", why: pd.Series | None = None) -> str:
-    """``'A (3 rows; why), B (1 row) +4 more in the JSON report'``: the first :data:`LISTED` names of ``counts``
-    (name -> count), the most first, ties by name; the finding keeps every one (:func:`_finding`'s ``named``)."""
-    ordered = _ordered(counts)
-    parts = []
-    for name, n in zip(ordered["name"].head(LISTED), ordered["n"].head(LISTED)):
-        because = f"; {why[name]}" if why is not None and why.get(name) else ""
-        parts.append(f"{name} ({int(n):,} {unit}{'' if n == 1 else 's'}{because})")
-    more = len(ordered) - LISTED
-    return ", ".join(parts) + (f" +{more} more in the JSON report" if more > 0 else "")
+    """``'A (3 rows; why), B (1 row) +4 more in the JSON report'``: :func:`pipeline.findings.format_items` of
+    ``counts`` (name -> count), the most first, ties by name; the finding keeps every one (:func:`_finding`'s
+    ``named``)."""
+    return format_items(counts.sort_index(), unit=unit, why=None if why is None else lambda name: why.get(name) or "")
 
 
 def _finding(check: str, table: str | None, column: str | None, count: int, message: str,
              named: pd.Series | None = None) -> Finding:
     """A finding of the MEDS stage; ``named``: the counts its message lists (:func:`listed`), every name kept in
     its ``items`` (codes or subject ids), in the same order."""
-    items = None if named is None else [v.item() if hasattr(v, "item") else v for v in _ordered(named)["name"]]
     return summary_finding(stage=STAGE, check=check, table=table, column=column, count=count, message=message,
-                           items=items)
+                           items=None if named is None else named.sort_index())
 
 
 # -- shards and splits -------------------------------------------------------------------------------------------
