@@ -9,6 +9,7 @@ only here, when graphs are built.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -36,28 +37,36 @@ class Build:
     validation: Validation
     report: Report
     out_dir: Path | None
-    graphs: tuple[dict, ...] = ()  # per graph: split, batch, admissions, labitems, edges, memory
+    graphs: tuple[dict, ...] = ()  # per graph: split, batch, admissions, labitems, edges, memory; per MEDS shard: path
+    to: str = "graphs"  # what it wrote: graphs, or a MEDS dataset (its shards in ``graphs``)
 
     @property
     def exit_code(self) -> int:
         return self.report.exit_code  # the build's report holds the validation's findings and the graphs'
 
 
+TARGETS = ("graphs", "meds")  # what a build writes: PyG graphs, or a MEDS dataset (``--to meds``)
+
+
 def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = False,
-          cache: Cache | None = None, progress: Progress | None = None, engine: Engine | None = None) -> Build:
-    """Validate, run every stage, build and guard the graphs, and write them only if nothing is an error.
+          cache: Cache | None = None, progress: Progress | None = None, engine: Engine | None = None,
+          to: str = "graphs") -> Build:
+    """Validate, run every stage, build and guard the graphs (``to="meds"``: the MEDS dataset of
+    :mod:`pipeline.meds.export`), and write them only if nothing is an error.
 
     ``cache`` serves the raw-checked tables as in :func:`validate`; the stages always run. The output folder
     is checked and held before any work (:func:`claim_output_dir`): a second build into it is refused.
     """
+    if to not in TARGETS:
+        raise ValueError(f"a build writes one of {', '.join(TARGETS)}, not {to!r}")
     out = check_output_dir(out_dir, data_dir)
     with claim_output_dir(out):
         return _build_into(out, data_dir, config, show_values=show_values, cache=cache, progress=progress,
-                           engine=engine)
+                           engine=engine, to=to)
 
 
 def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool, cache: Cache | None,
-                progress: Progress | None, engine: Engine | None) -> Build:
+                progress: Progress | None, engine: Engine | None, to: str = "graphs") -> Build:
     from pipeline import write  # torch and PyG load only when graphs are built
 
     progress = progress or NO_PROGRESS
@@ -67,14 +76,15 @@ def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool,
     report = validation.report
     prepared = validation.prepared
     if validation.exit_code or prepared.edges is None:
-        return Build(validation=validation, report=report, out_dir=None)
+        return Build(validation=validation, report=report, out_dir=None, to=to)
 
     progress.step(building, rows=len(prepared.edges))
     # Graph files are staged in OUT_DIR as they are made (the previous build stays as it was); a build that finds
     # errors, or fails, drops them.
     staged = write.StagedBuild(out)
+    into = functools.partial(_meds_into, data_dir=data_dir) if to == "meds" else _graphs_into
     try:
-        built = _graphs_into(staged, validation, config, progress, guarding=guarding, engine=engine or PANDAS)
+        built = into(staged, validation, config, progress, guarding=guarding, engine=engine or PANDAS)
     except BaseException:
         staged.abandon()
         raise
@@ -155,6 +165,73 @@ def _graphs_into(staged: Any, validation: Validation, config: Config, progress: 
     built = Build(validation=validation, report=report, out_dir=out, graphs=graphs.summaries)
     _write(built, staged, graphs, config, progress, limits=limits, accounting=accounting, engine=engine)
     return built
+
+
+def _meds_into(staged: Any, validation: Validation, config: Config, progress: Progress, *, guarding: str,
+               engine: Engine = PANDAS, data_dir: Path) -> Build:
+    """The edge rows of a validated run written as a MEDS dataset (:mod:`pipeline.meds.export`): each part's events
+    as pieces where the parts are, then each shard sorted and staged with its admissions' events; then codes.parquet,
+    subject_splits.parquet and dataset.json beside the report, the fitted state, the quarantine and the manifest."""
+    from pipeline import write
+    from pipeline.meds import export
+
+    out, prepared = staged.out_dir, validation.prepared
+    stats = prepared.fitted["scale"]
+    labevents = next((Path(i.path) for i in validation.report.inputs if i.table == "LABEVENTS"), None)
+    known = set(prepared.labitems["ITEMID"].astype("int64")) | set(stats.items_)
+    items = export.item_table(stats, export.lab_codes(known, export.item_units(labevents)))
+    accounting = {"LABEVENTS": prepared.ledger(), "ADMISSIONS": prepared.admission_ledger()}
+    people = export.subjects(prepared.fates, prepared.splits, accounting["LABEVENTS"]["kept"])
+    pieces = staged.stage / export.PIECES
+    made = list(engine.in_batches(export.write_pieces, prepared.edges, items, people, stats,
+                                  batch_size=config.graph.batch_size, columns=export.COLUMNS, sees=out, pieces=pieces))
+    progress.step(guarding, rows=len(made), unit="pieces")
+    admitted = export.admission_events(prepared.admissions, people)
+    back = {meds_name: name for name, meds_name in export.MEDS_SPLITS.items()}
+    files, shards = [], []
+    for split, shard in people[["split", "shard"]].drop_duplicates().sort_values(["split", "shard"]).itertuples(
+            index=False):
+        path = f"data/{split}/{shard}.parquet"
+        files.append(staged.add_written(path, export.parquet_writer(
+            export.shard_table(pieces, split, int(shard), admitted))))
+        mine = [m for m in made if (m["split"], m["shard"]) == (split, shard)]
+        shards.append({"split": back[split], "batch": int(shard), "path": path,
+                       "admissions": int(sum(len(m["admissions"]) for m in mine)),
+                       "edges": int(sum(m["rows"] for m in mine))})
+    _check_ledgers(tuple(shards), accounting)
+    counted = (pd.concat([m["per_code"] for m in made]).groupby(level=0).sum() if made
+               else pd.DataFrame(columns=["bounded", "withheld"]))
+    codes = export.codes_table(stats, items, item_names(prepared.labitems), admitted["code"], counted)
+    inputs = [{"table": i.table, "sha256": i.sha256, "rows": i.rows, "file": Path(i.path).name}
+              for i in validation.report.inputs]
+    files += [staged.add_written("metadata/codes.parquet", export.parquet_writer(codes)),
+              staged.add_written("metadata/subject_splits.parquet", export.parquet_writer(export.subject_splits(people))),
+              staged.add("metadata/dataset.json", export.dataset_json(data_dir, write.versions()["badpoints"], inputs))]
+    built = Build(validation=validation, report=validation.report, out_dir=out, graphs=tuple(shards), to="meds")
+    _write_meds(built, staged, config, progress, files=files, accounting=accounting, inputs=inputs, engine=engine)
+    return built
+
+
+def _write_meds(built: Build, staged: Any, config: Config, progress: Progress, *, files: list,
+                accounting: Mapping[str, dict], inputs: list[dict], engine: Engine) -> None:
+    """A MEDS build's own files beside the dataset: report (JSON and HTML), fitted state, quarantine, manifest."""
+    from pipeline import html, write
+
+    out, report, prepared = staged.out_dir, built.report, built.validation.prepared
+    progress.step("report")
+    files = [*files, write.stage_quarantine(prepared.quarantine, staged,
+                                            where=lambda function, *args: engine.call(function, *args, sees=out)),
+             staged.add("report.html", html.render(built, config, engine=engine).encode("utf-8")),
+             staged.add("report.json", write.json_bytes(report.without_samples().as_json())),
+             staged.add("stats.json", write.json_bytes(prepared.saved_state()))]
+    splits = {name: {"admissions": sum(s["admissions"] for s in built.graphs if s["split"] == name),
+                     "shards": sum(s["split"] == name for s in built.graphs),
+                     "events": sum(s["edges"] for s in built.graphs if s["split"] == name)} for name in SPLITS}
+    manifest = write.meds_manifest(files, config=config.as_json(), inputs=inputs, shards=list(built.graphs),
+                                   splits=splits, accounting=accounting)
+    progress.step("write", rows=len(manifest["outputs"]), unit="files")
+    staged.commit(manifest)
+    progress.end()
 
 
 @dataclass

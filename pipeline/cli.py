@@ -101,6 +101,13 @@ _PARTITIONS = typer.Option("--partitions", min=1, help="With --engine parts or d
                                                       "of LABEVENTS (default: about a million rows each).")
 
 
+class BuildTarget(str, Enum):
+    """What ``build`` writes (``pipeline.builds.TARGETS``)."""
+
+    graphs = "graphs"
+    meds = "meds"
+
+
 class EngineName(str, Enum):
     """Where LABEVENTS' raw checks and heavy stages run (see ``pipeline.engines``)."""
 
@@ -242,8 +249,11 @@ def build(
     workers: Annotated[int, _WORKERS] = 2,
     memory_limit: Annotated[str, _MEMORY] = "4GB",
     partitions: Annotated[Optional[int], _PARTITIONS] = None,
+    to: Annotated[BuildTarget, typer.Option("--to", help="What to write: PyG graphs, or a MEDS 0.4 dataset whose "
+                                                         "codes.parquet carries the guarded fit.")] = "graphs",
 ) -> None:
-    """Validate, run every stage, and write guarded graphs only if nothing is an error."""
+    """Validate, run every stage, and write guarded graphs (or, with --to meds, a MEDS dataset) only if nothing is
+    an error."""
     console, err = _consoles()
     if is_meds(data_dir):
         err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(data_dir))} is a MEDS dataset: `badpoints "
@@ -255,15 +265,17 @@ def build(
     with where as (cache, running), \
             progress_for(err, quiet=quiet, steps=len(run_steps(settings, build=True)), title="build") as progress:
         result = _guarded_run(err, lambda: run_build(data_dir, out, settings, show_values=show_values,
-                                                     progress=progress, cache=cache, engine=running))
+                                                     progress=progress, cache=cache, engine=running,
+                                                     to=BuildTarget(to).value))
     _cache_warning(err, cache)
     _print_report(console, result.report, quiet=quiet)
     _print_summary(console, result.report)
+    written = "MEDS shards" if result.to == "meds" else "graphs"
     if result.out_dir is not None:
-        console.print(f"wrote {len(result.graphs)} graphs and the report "
+        console.print(f"wrote {len(result.graphs)} {written} and the report "
                       f"{escape(str(result.out_dir / REPORT_HTML))}")
     else:
-        console.print("[bold red]no graphs written[/]: fix the errors above first")
+        console.print(f"[bold red]no {written} written[/]: fix the errors above first")
     _write_json(err, result.report, json_path)
     _write_html(err, result, settings, html_path, show_values=show_values)
     _write_junit(err, result.report, junit_path, name="badpoints build")

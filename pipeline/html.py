@@ -98,7 +98,9 @@ def render(result: Any, config: Config, *, show_values: bool = False, engine: An
         _splits(prepared, graphs, engine=engine),
     ]
     if kind == "build":
-        sections.append(_graphs(graphs, config, written=getattr(result, "out_dir", None) is not None))
+        written = getattr(result, "out_dir", None) is not None
+        sections.append(_shards(graphs) if getattr(result, "to", "graphs") == "meds"
+                        else _graphs(graphs, config, written=written))
     sections.append(_inputs(report))
     sections = [s for s in sections if s]
     top = [_header(report, kind, getattr(validation, "cached", False)), _actions(report), _ledgers(report),
@@ -432,6 +434,14 @@ def _graphs(graphs: list[dict], config: Config, *, written: bool) -> str:
             + ("" if written else " Not written: the build has errors.") + "</p>")
     chart = page.figure("graph-sizes", "did edges per graph, by split", lambda: _graph_chart(graphs))
     return f'<section id="graphs"><h2>Graphs</h2>{note}{chart}{table}</section>'
+
+
+def _shards(shards: list[dict]) -> str:
+    """A build written as MEDS (``--to meds``): its shards, with the admissions and lab events each holds."""
+    rows = [[s["path"], s["split"], page.n(s["admissions"]), page.n(s["edges"])] for s in shards]
+    table = page.table(["shard", "split", "admissions", "lab events"], rows, numeric={2, 3}, sortable=True)
+    return (f'<section id="graphs"><h2>MEDS shards</h2><p>{len(shards)} shards; metadata/codes.parquet holds each '
+            f'code\'s values/mean and values/std from the fit.</p>{table}</section>')
 
 
 # -- charts (matplotlib, no pyplot: no global state, no GUI backend; pipeline.page draws them) ------

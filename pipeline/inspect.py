@@ -55,6 +55,7 @@ class Inspection:
     data: DataStatus | None = None  # None when there is no intact report.json to read it from
     items: pd.DataFrame | None = None  # per lab item on the edges (:func:`item_table`); None without a manifest
     item_notes: list[str] = field(default_factory=list)  # what the item table's figures rest on
+    kind: str = "graphs"  # what the build wrote: graphs, or a MEDS dataset (``--to meds``)
 
 
 def _empty(dtype: str) -> np.ndarray:
@@ -111,6 +112,8 @@ def inspect_build(out_dir: Path) -> Inspection:
     except StageError as problem:
         result.problems.append(problem)
         return result
+    if manifest.get("kind") == "meds":
+        return _inspect_meds(out_dir, manifest, result)
     graph_files = frozenset(entry["path"] for entry in manifest["graphs"])
     result.problems.extend(verify_outputs(out_dir, manifest, skip=graph_files))  # graphs: hashed as they load
     limits = limits_of(manifest)
@@ -136,6 +139,22 @@ def inspect_build(out_dir: Path) -> Inspection:
     stats = _stats(out_dir, manifest).get(SCALE)
     result.items = item_table(tally, manifest.get("item_names"), stats)
     result.item_notes = _item_notes(stats, bounded=bounded_column is not None, untallied=untallied)
+    return result
+
+
+def _inspect_meds(out_dir: Path, manifest: dict[str, Any], result: Inspection) -> Inspection:
+    """A build written as MEDS: every file against its hash, its shards per split and the ledgers (the dataset's
+    own checks are ``badpoints validate OUT``'s)."""
+    result.kind = "meds"
+    result.problems.extend(verify_outputs(out_dir, manifest))
+    shards = manifest["shards"]
+    result.lines.append(f"MEDS build in {out_dir}: {len(shards)} shards, {len(manifest['outputs'])} files checked "
+                        f"against the manifest; `badpoints validate {out_dir}` checks it as a MEDS dataset")
+    for name, split in manifest.get("splits", {}).items():
+        result.lines.append(f"{name:<5} {split['shards']:>4} shards {split['admissions']:>8} admissions "
+                            f"{split['events']:>10} lab events")
+    result.lines.extend(_ledger_lines(manifest))
+    result.data = _data_status(out_dir, manifest)
     return result
 
 
@@ -166,6 +185,12 @@ def _summary(out_dir: Path, manifest: dict[str, Any], totals: Mapping[str, dict[
         lines.append(f"features {name}: {', '.join(manifest['features'][name])}")
     lines.append("node ids: node_id = arange(num_nodes) per graph; HADM_ID in admission.hadm_id, "
                  "ITEMID in labitem.itemid")
+    return lines + _ledger_lines(manifest)
+
+
+def _ledger_lines(manifest: dict[str, Any]) -> list[str]:
+    """The LABEVENTS and ADMISSIONS ledgers of the manifest, a line each."""
+    lines = []
     ledger = manifest["accounting"]["LABEVENTS"]
     lines.append(f"LABEVENTS read {ledger['read']} = kept {ledger['kept']} + quarantined "
                  f"{ledger['quarantined']} + deduplicated {ledger['deduplicated']}")
@@ -217,7 +242,8 @@ def status_lines(inspection: Inspection) -> list[str]:
     """The two closing lines: whether the files are intact (what inspect's exit code says), then the data's status
     as the build's report recorded it (shown, never failing inspect)."""
     problems = len(inspection.problems)
-    files = ("files: ok (every hash matches the manifest; every graph loads and passes its checks)" if not problems
+    loads = "" if inspection.kind == "meds" else "; every graph loads and passes its checks"
+    files = (f"files: ok (every hash matches the manifest{loads})" if not problems
              else f"files: broken ({problems} problem{'s' if problems != 1 else ''}: see the ERROR lines above)")
     data = inspection.data
     if data is None:

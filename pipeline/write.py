@@ -69,7 +69,7 @@ def graph_bytes(data: HeteroData) -> bytes:
     return buffer.getvalue()
 
 
-def _json_bytes(value: Any) -> bytes:
+def json_bytes(value: Any) -> bytes:
     return (json.dumps(value, indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
 
 
@@ -205,13 +205,13 @@ def build_outputs(*, graphs: list[GraphBatch | GraphFile], limits: GraphLimits, 
     """
     graphs = [g if isinstance(g, GraphFile) else graph_file(g) for g in graphs]
     files = {g.path: g.data for g in graphs if g.data is not None}
-    files["stats.json"] = _json_bytes(fitted)
+    files["stats.json"] = json_bytes(fitted)
     if isinstance(quarantine, Quarantine):
         sink = pa.BufferOutputStream()
         quarantine_parquet(quarantine, sink)
         files[QUARANTINE] = sink.getvalue().to_pybytes()
     files["index.parquet"] = _parquet_bytes(index)
-    files["report.json"] = _json_bytes(report)
+    files["report.json"] = json_bytes(report)
     if report_html is not None:
         files["report.html"] = report_html
     listed = {name: {"sha256": _sha256(data), "bytes": len(data)} for name, data in files.items()}
@@ -234,6 +234,15 @@ def build_outputs(*, graphs: list[GraphBatch | GraphFile], limits: GraphLimits, 
         "accounting": accounting,
     }
     return BuildOutputs(files=files, manifest=manifest)
+
+
+def meds_manifest(files: Iterable[StagedFile], *, config: dict, inputs: list[dict], shards: list[dict],
+                  splits: dict, accounting: dict) -> dict[str, Any]:
+    """The manifest of a build written as MEDS (``--to meds``): every file's hash, the shards, the splits and the
+    ledgers; ``kind`` says it holds no graphs."""
+    return {"format": FORMAT, "kind": "meds", "config": config, "versions": versions(), "inputs": inputs,
+            "outputs": {f.name: {"sha256": f.sha256, "bytes": f.bytes} for f in sorted(files, key=lambda f: f.name)},
+            "shards": shards, "splits": splits, "accounting": accounting}
 
 
 def write_build(out_dir: Path, outputs: BuildOutputs, staged: "StagedBuild | None" = None) -> None:
@@ -265,8 +274,10 @@ class StagedBuild:
         self.switching = False
         self._attempt(lambda: _clear(self.stage))  # what a killed build staged: whole files or temp files
 
-    def add(self, name: str, data: bytes) -> None:
+    def add(self, name: str, data: bytes) -> StagedFile:
+        """``data`` staged as ``name`` (unless OUT_DIR holds the same bytes already): its hash and size."""
         self._attempt(lambda: self.took(name, stage_file(self.out_dir, name, data)))
+        return StagedFile(name=name, sha256=_sha256(data), bytes=len(data))
 
     def took(self, name: str, staged: bool | OSError) -> None:
         """``name`` is one of this build's files, ``staged`` (:func:`stage_file`, where it was made) or already in
@@ -311,7 +322,7 @@ class StagedBuild:
 
         def staged_manifest() -> None:
             stage.mkdir(exist_ok=True)
-            write_atomic(stage / MANIFEST, _json_bytes(manifest))
+            write_atomic(stage / MANIFEST, json_bytes(manifest))
 
         self._attempt(staged_manifest)
         self.switching = True
@@ -426,6 +437,10 @@ def _manifest_shape_ok(manifest: Any) -> bool:
     try:
         outputs = manifest["outputs"]
         ok = isinstance(outputs, dict) and all(isinstance(v["sha256"], str) for v in outputs.values())
+        if manifest.get("kind") == "meds":  # a build written as MEDS (``--to meds``): shards, not graphs
+            ledger = manifest["accounting"]["LABEVENTS"]
+            return bool(ok and all(s["path"] in outputs and isinstance(s["edges"], int) for s in manifest["shards"])
+                        and all(isinstance(ledger[k], int) for k in ("read", "kept", "quarantined", "deduplicated")))
         ok &= all(isinstance(g["split"], str) and isinstance(g["batch"], int) and g["path"] in outputs
                   and isinstance(g["memory"]["total"], int) for g in manifest["graphs"])
         limits_of(manifest)
@@ -548,5 +563,8 @@ def load_graphs(out_dir: Path, split: str) -> list[HeteroData]:
     """The graphs of one split, each checked against the manifest's hash, loaded safely and re-guarded."""
     out_dir = Path(out_dir)
     manifest = read_manifest(out_dir)
+    if manifest.get("kind") == "meds":
+        raise _problem("graph_manifest", MANIFEST, "the build was written as MEDS (--to meds) and holds no graphs: "
+                                                   "read its data/ shards, or build again without --to meds")
     limits = limits_of(manifest)
     return [load_graph(out_dir, manifest, entry, limits) for entry in manifest["graphs"] if entry["split"] == split]
