@@ -201,8 +201,9 @@ def validate(
         err.print(f"[bold red]badpoints: cannot run:[/] --compare takes two MEDS folders (data/ and metadata/); "
                   f"{escape(str(compare if is_meds(data_dir) else data_dir))} is not one")
         raise typer.Exit(2)
-    if is_meds(data_dir):  # a MEDS dataset: its shards, read --workers at a time; no cache, no engine
-        result = _guarded_run(err, lambda: validate_meds(data_dir, settings, workers=workers, compare=compare))
+    if is_meds(data_dir):  # a MEDS dataset: its shards, read --workers at a time (on Dask with --engine dask); no cache
+        result = _meds_run(err, data_dir, settings, compare=compare, engine=engine, scheduler=scheduler,
+                           workers=workers, memory_limit=memory_limit)
         _reported(console, err, result, settings, quiet=quiet, json_path=json_path, html_path=html_path,
                   junit_path=junit_path, show_values=show_values)
         raise typer.Exit(result.exit_code)
@@ -219,6 +220,18 @@ def validate(
         _reported(console, err, result, settings, quiet=quiet, json_path=json_path, html_path=html_path,
                   junit_path=junit_path, show_values=show_values)
     raise typer.Exit(result.exit_code)
+
+
+def _meds_run(err: Console, data_dir: Path, settings: Config, *, compare: Optional[Path], engine: EngineName,
+              scheduler: Optional[str], workers: int, memory_limit: str) -> Any:
+    """``validate`` of a MEDS folder: its shards read in ``workers`` processes here, or by the engine named
+    (``--engine parts`` or ``dask``: the parts engine's processes, a Dask cluster's workers)."""
+    if engine in (EngineName.auto, EngineName.pandas):
+        return _guarded_run(err, lambda: validate_meds(data_dir, settings, workers=workers, compare=compare))
+    with _where(err, data_dir, cache_dir=None, no_cache=True, engine=engine, scheduler=scheduler, workers=workers,
+                memory_limit=memory_limit, partitions=None) as (_, running):
+        return _guarded_run(err, lambda: validate_meds(data_dir, settings, workers=workers, compare=compare,
+                                                       engine=running))
 
 
 def _reported(console: Console, err: Console, result: Any, settings: Config, *, quiet: bool,

@@ -41,6 +41,11 @@ class Engine(Protocol):
     def blocks(self, function: Callable[..., Any], blocks: Iterable[pd.DataFrame], **kwargs: Any) -> Iterator[Any]:
         """``function(block, **kwargs)`` of each block as it comes (a table read block by block), in order."""
 
+    def each(self, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any) -> Iterator[Any]:
+        """``function(item, **kwargs)`` of each small item (a file's path and name: a MEDS shard), in order, where
+        the parts are worked on: here, in the worker processes, or on the Dask cluster's workers (which must see the
+        files ``item`` names)."""
+
     def router(self, splits: pd.DataFrame | None) -> Any:
         """Where a table's checked blocks go, as they come: into the engine's parts, by admission (``splits``:
         HADM_ID and SPLIT, known from ADMISSIONS). Only an engine that :attr:`keeps_parts` has one."""

@@ -25,6 +25,9 @@ class PandasEngine:
     def blocks(self, function: Callable[..., Any], blocks: Iterable[pd.DataFrame], **kwargs: Any) -> Iterator[Any]:
         return (function(block, **kwargs) for block in blocks)
 
+    def each(self, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any) -> Iterator[Any]:
+        return (function(item, **kwargs) for item in items)
+
     def router(self, splits: pd.DataFrame | None) -> Any:
         raise NotImplementedError("the pandas engine keeps no parts (keeps_parts is False): nothing to route into")
 

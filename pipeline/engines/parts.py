@@ -97,6 +97,10 @@ class PartsEngine:
             return self._map(function, blocks, **kwargs)
         return self._handed_over(function, blocks, kwargs)
 
+    def each(self, function: Callable[..., Any], items: Sequence[Any], **kwargs: Any) -> Iterator[Any]:
+        """Here, in this machine's worker processes (``workers``), or (Dask) on the cluster's workers."""
+        return self._map(function, items, **kwargs)
+
     def _handed_over(self, function: Callable[..., Any], blocks: Iterable[pd.DataFrame], kwargs: dict) -> Iterator[Any]:
         """:meth:`blocks` in other processes: each block's file deleted here once its result is read, not by its
         task, so a task run again (its Dask worker was lost) finds its block."""

@@ -12,6 +12,7 @@ import functools
 import multiprocessing
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import meds
 import numpy as np
@@ -20,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.config import Config
+from pipeline.engines.base import Engine
 from pipeline.meds import checks, normalized
 from pipeline.meds.combine import Combined, combine
 from pipeline.meds.compare import compare as compared
@@ -54,14 +56,16 @@ class MedsValidation:
         return self.report.exit_code
 
 
-def validate_meds(path: Path, config: Config, *, workers: int = 1, compare: Path | None = None) -> MedsValidation:
+def validate_meds(path: Path, config: Config, *, workers: int = 1, compare: Path | None = None,
+                  engine: Engine | None = None) -> MedsValidation:
     """Check a MEDS dataset: every shard against meds' DataSchema, its subjects, codes and values, and whether
     MEDS-Transforms' normalization will give each code finite, bounded z. A folder normalization wrote
     (:mod:`pipeline.meds.normalized`) is checked for the z it holds instead. With ``compare`` (the folder before
     the stage), also the rows, subjects and codes the stage took out (:mod:`pipeline.meds.compare`). Every finding
-    at once."""
-    folder = read_folder(Path(path), config, workers=workers)
-    earlier = read_folder(Path(compare), config, workers=workers) if compare is not None else None
+    at once. The shards are read where an ``engine``'s parts are worked on (its worker processes, or a Dask
+    cluster's workers: :meth:`pipeline.engines.base.Engine.each`), else in ``workers`` processes of this machine."""
+    folder = read_folder(Path(path), config, workers=workers, engine=engine)
+    earlier = read_folder(Path(compare), config, workers=workers, engine=engine) if compare is not None else None
     inputs = [InputFile(p.name, p.path, p.sha256, p.rows) for p in folder.partials]
     if earlier is not None:
         inputs += [InputFile(f"before {p.name}", p.path, p.sha256, p.rows) for p in earlier.partials]
@@ -106,7 +110,7 @@ class Folder:
     vocab: dict[int, str] | None
 
 
-def read_folder(root: Path, config: Config, *, workers: int) -> Folder:
+def read_folder(root: Path, config: Config, *, workers: int, engine: Engine | None = None) -> Folder:
     """Every shard of ``root/data`` read into its partial; a normalized folder's with [scale] warn_bound as the
     bound and nothing fitted, a MEDS dataset's with [raw] valuenum_abs_bound and MEDS-Transforms' fitted rows."""
     data = root / meds.data_subdirectory
@@ -114,20 +118,23 @@ def read_folder(root: Path, config: Config, *, workers: int) -> Folder:
     assigned = subject_splits(root)
     if normalized.is_normalized(paths):
         vocab = normalized.vocabulary(root)
-        partials = read_shards(data, paths, fit=False, workers=workers, bound=config.scale.warn_bound, vocab=vocab)
+        partials = read_shards(data, paths, fit=False, workers=workers, bound=config.scale.warn_bound, vocab=vocab,
+                               engine=engine)
     else:
         vocab = None
         partials = read_shards(data, paths, fit=fitted_subjects(data, paths, assigned), workers=workers,
-                               bound=config.raw.valuenum_abs_bound)
+                               bound=config.raw.valuenum_abs_bound, engine=engine)
     return Folder(root, partials, len(paths), assigned, vocab)
 
 
 def read_shards(data: Path, paths: list[Path], *, fit, workers: int, bound: float,
-                vocab: dict[int, str] | None = None) -> list[ShardPartial]:
-    """Each shard's partial, in name order; in ``workers`` processes (spawned, as the parts engine's) when there
-    are several shards and workers, else here."""
+                vocab: dict[int, str] | None = None, engine: Engine | None = None) -> list[ShardPartial]:
+    """Each shard's partial, in name order: with an ``engine``, where it works on parts; else in ``workers``
+    processes (spawned, as the parts engine's) when there are several shards and workers, else here."""
     names = [shard_name(data, p) for p in paths]
     fits = [fit if isinstance(fit, np.ndarray) else bool(fit) and name.startswith("train/") for name in names]
+    if engine is not None:
+        return list(engine.each(_read_item, list(zip(paths, names, fits)), bound=bound, vocab=vocab))
     read = functools.partial(_read, bound=bound, vocab=vocab)
     if workers <= 1 or len(paths) <= 1:
         return [read(p, name, f) for p, name, f in zip(paths, names, fits)]
@@ -138,6 +145,11 @@ def read_shards(data: Path, paths: list[Path], *, fit, workers: int, bound: floa
 
 def _read(path: Path, name: str, fit, *, bound: float, vocab: dict[int, str] | None) -> ShardPartial:
     return read_shard(path, name, fit=fit, bound=bound, vocab=vocab)
+
+
+def _read_item(item: tuple[Path, str, Any], *, bound: float, vocab: dict[int, str] | None) -> ShardPartial:
+    """:func:`_read` of one (path, name, fit), as :meth:`Engine.each` hands it."""
+    return _read(*item, bound=bound, vocab=vocab)
 
 
 def fitted_subjects(data: Path, paths: list[Path], assigned: pd.Series | None) -> bool | np.ndarray:

@@ -1,0 +1,36 @@
+"""``badpoints validate`` of a MEDS folder with ``--engine parts`` or ``--engine dask``: the shards are read where
+the engine works (its worker processes; a real two-worker Dask LocalCluster on loopback), through
+:meth:`pipeline.engines.base.Engine.each`, and the report is the one read in this process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from tests.meds import ISSUE_CASES, write_meds
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def issue(tmp_path_factory):
+    root = tmp_path_factory.mktemp("meds-engines") / "issue"
+    write_meds(root, ISSUE_CASES)
+    return root
+
+
+def _findings(root, tmp_path, *options):
+    report = tmp_path / f"report{len(options)}.json"
+    result = runner.invoke(app, ["validate", str(root), "-q", "--json", str(report), *options])
+    assert result.exit_code == 1, result.output  # the fixture's planted errors
+    return [(f["check"], f["count"], f["message"], f.get("items")) for f in json.loads(report.read_text())["findings"]]
+
+
+@pytest.mark.parametrize("engine", ["parts", "dask"])
+def test_an_engine_reads_the_shards_and_finds_what_this_process_finds(issue, tmp_path, engine):
+    here = _findings(issue, tmp_path)
+    there = _findings(issue, tmp_path, "--engine", engine, "--workers", "2")
+    assert there == here and {"meds_z_non_finite", "meds_subject_order"} <= {f[0] for f in here}
