@@ -94,6 +94,7 @@ def render(result: Any, config: Config, *, show_values: bool = False, engine: An
     sections = [
         _findings(report, show_values=show_values, names=item_names(getattr(prepared, "labitems", None))),
         _attrition(report),
+        _meds_ledgers(report),
         *(_stage_sections(validation, report, config, engine=engine) if prepared is not None else []),
         _splits(prepared, graphs, engine=engine),
     ]
@@ -338,6 +339,32 @@ def _attrition(report: Report) -> str:
     steps_shown = page.details(f"every step's rows in and out ({len(steps)} steps)", table, ident="steps")
     return (f'<section id="attrition"><h2>Attrition</h2>{equation}{_admissions(attrition.get("ADMISSIONS"))}'
             f'{stopped}{chart}{steps_shown}</section>')
+
+
+def _meds_ledgers(report: Report) -> str:
+    """A MEDS run's ledgers: per split its shards, rows and subjects; with ``--compare``, rows and subjects before
+    and after the stage per split, and the codes it took out."""
+    attrition = report.attrition or {}
+    read, compared = attrition.get("MEDS"), attrition.get("MEDS compare")
+    if not read:
+        return ""
+    rows = [[split, page.n(e["shards"]), page.n(e["rows"]), page.n(e["subjects"])] for split, e in read["splits"].items()]
+    body = (f'<p class="ledger">MEDS rows read: {read["rows"]:,}</p>'
+            + page.table(["split", "shards", "rows", "subjects"], rows, numeric={1, 2, 3}))
+    if compared:
+        before, after = compared["rows"]["before"], compared["rows"]["after"]
+        stages = ", ".join(compared["stages"]) or "none marked in .logs/"
+        splits = [[split, page.n(e["rows_before"]), page.n(e["rows_after"]), page.n(e["subjects_before"]),
+                   page.n(e["subjects_after"])] for split, e in compared["splits"].items()]
+        dropped = [[code, page.n(n)] for code, n in sorted(compared["codes_dropped"].items(), key=lambda kv: -kv[1])]
+        body += (f'<h3>Compared with {escape(compared["before"])}</h3><p class="ledger">rows {before:,} &rarr; '
+                 f'{after:,} (stages run: {escape(stages)})</p>'
+                 + page.table(["split", "rows before", "rows after", "subjects before", "subjects after"], splits,
+                              numeric={1, 2, 3, 4})
+                 + (page.details(f"codes with rows before and none after ({len(dropped)})",
+                                 page.table(["code", "rows before"], dropped, numeric={1}, sortable=True))
+                    if dropped else ""))
+    return f'<section id="attrition"><h2>MEDS rows</h2>{body}</section>'
 
 
 def _admissions(ledger: dict | None) -> str:

@@ -358,3 +358,19 @@ def test_the_z_chart_names_its_items_and_the_item_table_lists_every_item(sample_
     assert '<details id="z-items">' in sample_page  # collapsed
     table = sample_page[sample_page.index('<details id="z-items">'):]
     assert table.index('<table class="sortable">') < table.index("</details>")
+
+
+def test_a_meds_compare_run_shows_its_ledgers_rows_before_and_after_and_the_dropped_codes(tmp_path):
+    from pipeline.config import load_config
+    from pipeline.html import render
+    from pipeline.meds import validate_meds
+    from tests import meds as fixture
+
+    before, after = tmp_path / "before", tmp_path / "after"
+    fixture.write_meds(before, fixture.ISSUE_CASES)
+    fixture.write_normalized(before, after)
+    page = render(validate_meds(after, load_config(), compare=before), load_config())
+    section = page[page.index("<h2>MEDS rows</h2>"):]
+    section = section[:section.index("</section>")]
+    assert f"Compared with {before}" in section and "rows before" in section
+    assert fixture.HELD_OUT_ONLY in section  # the code the inner join dropped, in the collapsed list
