@@ -6,7 +6,8 @@
    ``python -m bench`` does), or the first N LABEVENTS rows of ``--data`` (read only), converted to MEDS 0.4 by
    :mod:`bench.meds_convert` into ``DIR/meds`` (not timed against either tool).
 2. ``meds_validate``: ``badpoints validate DIR/meds --workers 2`` (:mod:`bench.meds_validate`, which also writes
-   every code it predicts non-finite).
+   every code it predicts non-finite, and every noise code: all train values equal, a positive rounding residue
+   for a std).
 3. ``meds_transforms``: :mod:`bench.meds_transforms` in ``.venv-meds`` (``make meds-env``; ``BADPOINTS_MEDS_PYTHON``
    names another python): ``fit_normalization`` -> ``fit_vocabulary_indices`` -> ``normalization``, then its
    count of what the stages made. Skipped, with the reason, where that python is absent.
@@ -15,7 +16,14 @@ Each runs in a process of its own, measured by :func:`bench.steps.measure` (wall
 tree's summed RSS sampled every 0.1 s). MEDS-Transforms' wall time is its stages' alone (the runner's
 ``seconds``; the tree's RSS includes its count of the outputs afterwards). Printed as one table, and written as
 ``DIR/meds_bench.json``: seconds, peak RSS, non-finite outputs (predicted by badpoints, produced by
-MEDS-Transforms), rows dropped, and validate's wall time over the normalization's, with the targets.
+MEDS-Transforms), noise codes, rows dropped, and validate's wall time over the normalization's, with the targets.
+
+They agree (:func:`agreement`) when every code MEDS-Transforms made non-finite is predicted non-finite or noise,
+every code predicted non-finite was made non-finite, the non-finite rows are the predicted ones plus those of the
+noise codes it made non-finite, and the dropped rows are equal. A noise code may go either way: the sign of its
+variance residue follows polars' sums at this scale, which the reproduction does not predict (at 27.8M events a
+code exactly 1e6 came out NaN where the reproduction gave a tiny positive residue). The codes that break the rule
+are listed under ``differ``.
 """
 
 from __future__ import annotations
@@ -111,26 +119,41 @@ def transforms_step(meds_dir: Path, out: Path, *, python: Path) -> StepResult:
 def compared(validate: StepResult, normalization: StepResult) -> dict:
     """The ratio of wall times (validate over the normalization's stages), agreement, and issue 29's targets."""
     if normalization.skipped:
-        return {"ratio": None, "agree": None, "targets": None}
+        return {"ratio": None, "agree": None, "differ": None, "targets": None}
     theirs = normalization.result
     ours = validate.result
     wall = ratio(validate.seconds, theirs["stages_seconds"])
     wall = None if wall is None else round(wall, 2)
     rss_gb = validate.tree_peak_rss_mb / 1000
-    return {"ratio": wall,
-            "agree": {"non_finite_codes": ours["non_finite_codes"] == theirs["non_finite_codes"],
-                      "non_finite_rows": ours["non_finite_rows"] == theirs["non_finite_rows"],
-                      "rows_dropped": ours["rows_dropped"] == theirs["rows_dropped"]},
+    return {"ratio": wall, **agreement(ours, theirs),
             "targets": {"validate / normalization wall": {"value": wall, "limit": RATIO_LIMIT,
                                                           "met": wall is not None and wall <= RATIO_LIMIT},
                         "validate peak RSS GB": {"value": round(rss_gb, 2), "limit": RSS_LIMIT_GB,
                                                  "met": rss_gb <= RSS_LIMIT_GB}}}
 
 
+def agreement(ours: dict, theirs: dict) -> dict:
+    """``agree``: every code MEDS-Transforms made non-finite is predicted non-finite or noise and every predicted
+    non-finite code was made non-finite; its non-finite rows are the predicted ones plus the rows of the noise codes
+    it made non-finite; the dropped rows are equal. ``differ``: the codes made non-finite but not predicted so,
+    those predicted but not made, and the noise codes made non-finite (allowed)."""
+    made, predicted = set(theirs["non_finite_codes"]), set(ours["non_finite_codes"])
+    noise = ours.get("noise_rows_by_code", {})
+    unpredicted, unmade = sorted(made - predicted - set(noise)), sorted(predicted - made)
+    flipped = sorted(made & set(noise))
+    rows = ours["non_finite_rows"] + sum(noise[code] for code in flipped)
+    return {"agree": {"non_finite_codes": not unpredicted and not unmade,
+                      "non_finite_rows": rows == theirs["non_finite_rows"],
+                      "rows_dropped": ours["rows_dropped"] == theirs["rows_dropped"]},
+            "differ": {"made_not_predicted": unpredicted, "predicted_not_made": unmade,
+                       "noise_made_non_finite": flipped}}
+
+
 def print_results(results: dict) -> None:
     print(f"MEDS bench: {results['events']:,} events ({results['converted']['lab_rows']:,} lab rows, "
           f"{sum(results['converted']['shards'].values())} shards, {results['converted']['codes']:,} codes)")
-    header = f"{'step':<44}{'wall s':>9}{'CPU s':>9}{'RSS MB':>9}{'non-finite codes':>18}{'rows':>10}{'dropped':>9}"
+    header = (f"{'step':<44}{'wall s':>9}{'CPU s':>9}{'RSS MB':>9}{'non-finite codes':>18}{'rows':>10}"
+              f"{'noise codes':>13}{'dropped':>9}")
     print(header)
     for step in results["steps"]:
         if step["skipped"]:
@@ -138,12 +161,17 @@ def print_results(results: dict) -> None:
             continue
         r = step["result"]
         seconds = r.get("stages_seconds", step["seconds"])
+        noise = f"{len(r['noise_codes']):,}" if "noise_codes" in r else "-"
         print(f"{step['what']:<44}{seconds:>9.2f}{step['cpu_seconds']:>9.2f}{step['tree_peak_rss_mb']:>9.0f}"
-              f"{len(r['non_finite_codes']):>18,}{r['non_finite_rows']:>10,}{r['rows_dropped']:>9,}")
-    print("non-finite: predicted by badpoints, produced by MEDS-Transforms; RSS: the process tree's peak; "
-          "MEDS-Transforms' wall: its stages")
+              f"{len(r['non_finite_codes']):>18,}{r['non_finite_rows']:>10,}{noise:>13}{r['rows_dropped']:>9,}")
+    print("non-finite: predicted by badpoints, produced by MEDS-Transforms; noise: all train values equal, the std a "
+          "rounding residue (z noise, or NaN/inf); RSS: the process tree's peak; MEDS-Transforms' wall: its stages")
+    noise = results["steps"][0]["result"].get("noise_codes", [])
+    if noise:
+        print(f"noise codes: {', '.join(noise[:5])}" + (f" (+{len(noise) - 5} more)" if len(noise) > 5 else ""))
     if results["targets"]:
-        print(f"validate / normalization wall: {results['ratio']}; agree: {results['agree']}")
+        print(f"validate / normalization wall: {results['ratio']}; agree: {results['agree']}; "
+              f"differ: {results['differ']}")
         for name, goal in results["targets"].items():
             print(f"target {name}: {goal['value']} (<= {goal['limit']:g}): {'met' if goal['met'] else 'NOT met'}")
 

@@ -1,5 +1,7 @@
-"""``badpoints validate MEDS_DIR --workers N --json REPORT`` as the benchmark measures it, plus the one thing the
-report cannot hold: every code readiness predicts non-finite (the report's message names the first five).
+"""``badpoints validate MEDS_DIR --workers N --json REPORT`` as the benchmark measures it, plus what the report's
+messages cannot hold (they name the first five): every code readiness predicts non-finite, and every code it finds
+noise (all train values equal, a positive rounding residue for a std: finite z of noise here, NaN or inf where the
+residue rounds the other way), with their rows (in all, and per noise code).
 
     python -m bench.meds_validate MEDS_DIR REPORT_JSON PREDICTED_JSON [--workers N]
 
@@ -29,9 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     result.report.write_json(args.report)
     ready = result.ready
     broken = ready[ready["non_finite"] > 0] if ready is not None else None
+    noise = ready[ready["noise"]] if ready is not None else None
     args.predicted.write_text(json.dumps({
         "non_finite_codes": [] if broken is None else sorted(broken.index.astype(str)),
         "non_finite_rows": 0 if broken is None else int(broken["non_finite"].sum()),
+        "noise_codes": [] if noise is None else sorted(noise.index.astype(str)),
+        "noise_rows": 0 if noise is None else int(noise["numeric"].sum()),
+        "noise_rows_by_code": {} if noise is None else {str(code): int(rows)
+                                                        for code, rows in noise["numeric"].sort_index().items()},
     }, indent=2) + "\n")
     return result.exit_code
 

@@ -48,9 +48,13 @@ CHECKS = (
               "map it to a code seen in train, or accept the drop."),
     CheckInfo("meds_z_non_finite", STAGE, ERROR, "code whose normalized z will be NaN or inf",
               f"{_FIX}. MEDS-Transforms' one-pass float32 variance gives std 0 or NaN for these codes."),
+    CheckInfo("meds_z_noise", STAGE, ERROR, "code whose train values are all equal and whose z will be noise",
+              f"{_FIX}. MEDS-Transforms' one-pass variance of equal values is a rounding residue: here a tiny "
+              f"positive one, so every z is finite and means nothing; at another scale, shard layout or thread "
+              f"count it rounds to 0 or below and every z is NaN or inf."),
     CheckInfo("meds_z_bound", STAGE, WARNING, "code whose normalized |z| will pass [scale] warn_bound",
-              f"A finite but huge z is most often a float32 variance residue where the values are equal or "
-              f"nearly so; a real heavy tail is rarer. {_FIX}."),
+              f"A real outlier or heavy tail (look at the code's largest values), or a float32 variance residue "
+              f"where the values are nearly equal (all equal: meds_z_noise). {_FIX}."),
     # the output of MEDS-Transforms' normalization (integer code, z in numeric_value): pipeline/meds/normalized.py
     CheckInfo("meds_normalized_non_finite", STAGE, ERROR, "normalized z that is NaN or inf",
               f"normalization wrote these z; a model reads NaN as missing and inf breaks it. {_FIX}, then rerun "

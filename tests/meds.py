@@ -63,6 +63,7 @@ MIXED = "LAB//MIXED//U"
 NOT_IN_CODES = "LAB//NOT_IN_CODES//U"
 MANY = "LAB//MANY//mg/dL"
 MANY_ROWS = 70_000  # past 65,535: the counts' type becomes uint32
+MANY_OUTLIER = 100.0 + 15.0 * 1_000  # a held_out value 1,000 sds out: a real, finite |z| past warn_bound
 UNSORTED_SUBJECT = FIRST_ID["train"] + TRAIN_SUBJECTS // 2  # the first subject of train/1
 SHARD_SPLIT_SUBJECT = FIRST_ID["train"] + 1  # train/0; its later base-lab rows in train/1
 SPLIT_SPLIT_SUBJECT = FIRST_ID["train"] + TRAIN_SUBJECTS // 2 + 1  # train/1; its later base-lab rows in held_out/0
@@ -315,10 +316,12 @@ def _missing_from_codes(draft: Draft) -> None:
 
 @case("many_values", codes=(MANY,),
       plants=f"{MANY_ROWS:,} train values N(100, 15) ({MANY_ROWS // TRAIN_SUBJECTS:,} per train subject, a second "
-             "apart); not one of issue 29's cases, and not in ISSUE_CASES",
+             f"apart) and one held_out outlier, {MANY_OUTLIER:,.0f} (1,000 sds out); not one of issue 29's cases, "
+             "and not in ISSUE_CASES",
       meds_transforms="the largest count passes 65,535, so the reducer's counts become uint32 and normalization "
                       "divides float32 sums by them in float64: a constant code whose float32 square is rounded "
-                      "(0.1) gets a variance residue, hence finite, huge z; see constant and ill_conditioned")
+                      "(0.1) gets a positive variance residue, hence finite z of noise (held_out 0.2 at 3,344); "
+                      "see constant and ill_conditioned. The outlier's z is finite, about 1,000")
 def _many_values(draft: Draft) -> None:
     train = draft.of("train")
     per = MANY_ROWS // len(train)
@@ -326,6 +329,7 @@ def _many_values(draft: Draft) -> None:
     rows["time"] = rows["admit"] + np.timedelta64(2, "D") + np.tile(np.arange(per), len(train)) * np.timedelta64(1, "s")
     draft.add(rows.assign(code=MANY, numeric_value=np.round(draft.rng.normal(100.0, 15.0, len(rows)), 1),
                           text_value=None))
+    draft.add(_rows_at(draft.of("held_out").iloc[:1], MANY, [MANY_OUTLIER], draw=2))
 
 
 @case("emptied_split", plants=f"every {EMPTIED_SPLIT} row removed (planted last, so the rows other cases put "

@@ -433,7 +433,8 @@ FIRES: dict[str, Fires] = {
     "meds_code_mixed": Fires(meds_run, 10),
     "meds_code_unseen": Fires(meds_run, 3),
     "meds_z_non_finite": Fires(meds_run, 10_197),  # every row of the six codes, as MEDS-Transforms measured
-    "meds_z_bound": Fires(functools.partial(meds_run, tuple(MEDS_CASES)), 1, exit_code=1),  # CONSTANT_TENTH
+    "meds_z_noise": Fires(functools.partial(meds_run, tuple(MEDS_CASES)), 42, exit_code=1),  # CONSTANT_TENTH's rows
+    "meds_z_bound": Fires(functools.partial(meds_run, tuple(MEDS_CASES)), 1, exit_code=1),  # MANY's held_out outlier
     # the output of a MEDS-Transforms stage, and --compare BEFORE
     "meds_normalized_non_finite": Fires(functools.partial(meds_stage_run, "normalization"), 10_197, exit_code=1),
     "meds_normalized_bound": Fires(functools.partial(meds_stage_run, "normalization", "[scale]\nwarn_bound = 3\n"),

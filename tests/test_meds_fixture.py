@@ -81,6 +81,8 @@ def test_each_case_plants_what_it_says(planted):
     assert len(cancellation) == 10_000 and 0.015 < np.ptp(cancellation) <= 0.02 and np.std(cancellation) > 0.005
     assert np.isposinf(_train(rows, fixture.INF_INPUT)).sum() == 1
     assert len(_train(rows, fixture.MANY)) == 70_000
+    outlier = rows[(rows["split"] == "held_out") & (rows["code"] == fixture.MANY)]["numeric_value"]
+    assert outlier.tolist() == [15_100.0] == [fixture.MANY_OUTLIER]
 
 
 def test_the_subject_cases(planted):

@@ -158,8 +158,9 @@ def values(combined: Combined, bound: float) -> list[Finding]:
 
 # -- normalization readiness -------------------------------------------------------------------------------------
 def normalization(ready: pd.DataFrame, bound: float) -> list[Finding]:
-    """``meds_z_non_finite``: the codes whose z will be NaN or inf, with why; ``meds_z_bound``: those whose finite
-    |z| will pass ``bound``."""
+    """``meds_z_non_finite``: the codes whose z will be NaN or inf, with why; ``meds_z_noise``: the codes of equal
+    train values whose std is a positive rounding residue (their z finite noise here, NaN or inf at another scale);
+    ``meds_z_bound``: the other codes whose finite |z| will pass ``bound``. A code is in one of them at most."""
     found = []
     broken = ready[ready["non_finite"] > 0]
     if len(broken):
@@ -168,7 +169,16 @@ def normalization(ready: pd.DataFrame, bound: float) -> list[Finding]:
                               f"{rows:,} rows of {len(broken)} code(s) will get a NaN or inf z from MEDS-Transforms' "
                               f"normalization: {listed(broken['non_finite'], why=broken['why'])}",
                               named=broken['non_finite']))
-    large = ready[ready["z_max"] > bound]
+    noise = ready[ready["noise"]]
+    if len(noise):
+        rows, numeric = int(noise["numeric"].sum()), noise["numeric"].astype(np.int64)
+        z = noise["z_max"].map("{:,.0f}".format)
+        found.append(_finding("meds_z_noise", CODES, "values/std", rows,
+                              f"{rows:,} rows of {len(noise)} code(s) whose train values are all equal will get a "
+                              f"finite z of rounding noise from MEDS-Transforms' normalization: "
+                              f"{listed(numeric, why='largest |z| ' + z + '; ' + noise['why'])}",
+                              named=numeric))
+    large = ready[(ready["z_max"] > bound) & ~ready["noise"]]
     if len(large):
         z = large["z_max"].map("{:,.0f}".format)
         found.append(_finding("meds_z_bound", CODES, "values/std", len(large),

@@ -77,14 +77,20 @@ class Fitted:
         """float32 against uint8/uint16 counts, float64 against uint32/uint64 (polars' supertypes)."""
         return np.dtype(np.float32 if self.count_dtype().itemsize <= 2 else np.float64)
 
-    def mean_std(self) -> tuple[np.ndarray, np.ndarray]:
-        """``values/mean`` and ``values/std`` as normalization computes them (normalization.py 187-188)."""
+    def mean_variance(self) -> tuple[np.ndarray, np.ndarray]:
+        """``values/mean`` and the variance under ``values/std``'s root as normalization computes them
+        (normalization.py 187-188): ``sum_sqd/n - mean^2``, of either sign."""
         dtype = self.arithmetic_dtype()
         n, total, total_sqd = (a.astype(dtype) for a in (self.n, self.total, self.total_sqd))
         with np.errstate(all="ignore"):
             mean = total / n
-            std = np.sqrt(total_sqd / n - mean * mean)
-        return mean, std
+            return mean, total_sqd / n - mean * mean
+
+    def mean_std(self) -> tuple[np.ndarray, np.ndarray]:
+        """``values/mean`` and ``values/std`` as normalization computes them (normalization.py 187-188)."""
+        mean, variance = self.mean_variance()
+        with np.errstate(invalid="ignore"):
+            return mean, np.sqrt(variance)
 
 
 def present(values: np.ndarray, null: np.ndarray) -> np.ndarray:
@@ -187,23 +193,30 @@ Given = tuple[np.ndarray | None, np.ndarray | None, np.ndarray]
 
 
 def readiness(fitted: Fitted, codes: pd.DataFrame, given: Given | None = None) -> pd.DataFrame:
-    """Per fitted code, what normalization will make of its rows: ``n``, ``mean`` and ``std`` as MEDS-Transforms
-    computes them (or as ``given`` in codes.parquet), the float64 two-pass ``mean64`` and ``std64`` of
-    ``codes`` (:class:`pipeline.meds.combine.Combined`'s), ``non_finite`` (rows whose z will be NaN or +-inf:
-    every valued row of a code whose mean or std is not finite or whose std is 0, else its inf and NaN inputs),
+    """Per fitted code, what normalization will make of its rows: ``n``, ``mean``, ``variance`` (``sum_sqd/n -
+    mean^2``) and ``std`` as MEDS-Transforms computes them (mean and std as ``given`` in codes.parquet where given),
+    the float64 two-pass ``mean64`` and ``std64`` of ``codes`` (:class:`pipeline.meds.combine.Combined`'s),
+    ``non_finite`` (rows whose z will be NaN or +-inf: every valued row of a code whose mean or std is not finite or
+    whose std is 0, else its inf and NaN inputs), ``noise`` (two or more train values, all equal, and a std of
+    MEDS-Transforms' own that is finite and > 0: a rounding residue, so every z of the code is noise, and NaN or
+    inf where the residue rounds to 0 or below, as it may at another scale, shard layout or thread count),
     ``z_max`` (the largest finite |z|, from the code's min and max) and ``why``."""
-    mean, std = fitted.mean_std()
+    mean, variance = fitted.mean_variance()
+    with np.errstate(invalid="ignore"):
+        std = np.sqrt(variance)
     null_z = np.zeros(len(fitted.codes), dtype=bool)
     if given is not None:
         mean = mean if given[0] is None else given[0].astype(mean.dtype)
         std = std if given[1] is None else given[1].astype(std.dtype)
         null_z = given[2]
-    frame = pd.DataFrame({"n": fitted.n, "total": fitted.total, "mean": mean, "std": std, "null_z": null_z},
-                         index=pd.Index(fitted.codes.astype(str), name="code"))
+    frame = pd.DataFrame({"n": fitted.n, "total": fitted.total, "mean": mean, "variance": variance, "std": std,
+                          "null_z": null_z}, index=pd.Index(fitted.codes.astype(str), name="code"))
     frame = frame.join(codes[["numeric", "nan", "inf", "min", "max", "mean64", "std64"]], how="left")
     broken = ~np.isfinite(frame["mean"]) | ~np.isfinite(frame["std"]) | (frame["std"] == 0)
     rows = np.where(broken, frame["numeric"], frame["nan"] + frame["inf"])
     frame["non_finite"] = np.where(frame["null_z"], 0, rows).astype(np.int64)
+    own_std = given is None or given[1] is None  # the std is MEDS-Transforms' residue, not codes.parquet's
+    frame["noise"] = ((frame["n"] >= 2) & (frame["std64"] == 0) & ~broken & ~frame["null_z"] & own_std).astype(bool)
     with np.errstate(all="ignore"):
         spread = np.maximum(np.abs(frame["max"] - frame["mean"]), np.abs(frame["mean"] - frame["min"]))
         frame["z_max"] = np.where(broken | frame["null_z"], np.nan, spread / frame["std"])
@@ -211,19 +224,40 @@ def readiness(fitted: Fitted, codes: pd.DataFrame, given: Given | None = None) -
     return frame
 
 
+def exact_zero(value: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Where ``n`` equal float32 values ``value`` have a variance of exactly 0 at any shard layout, thread count and
+    count type: their square is exact in float32, and so is every partial sum of k values and of k squares (k <=
+    n), since the odd part of the square's significand times n stays below 2^24. Elsewhere sum_sqd/n - mean^2
+    is a rounding residue, whose sign the layout decides (a code of 1.0 is exact; 0.1 and 1e6 are not)."""
+    x = np.asarray(value, dtype=np.float32)
+    n = np.asarray(n, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        square = (x * x).astype(np.float64)
+        significand = (np.abs(np.frexp(square)[0]) * 2.0 ** 24).astype(np.int64)
+        odd = significand // np.maximum(significand & -significand, 1)
+        exact = ((square == x.astype(np.float64) ** 2) & (odd * n < 2.0 ** 24)
+                 & (square * n <= np.finfo(np.float32).max))
+    return (x == 0) | exact
+
+
 def why(frame: pd.DataFrame, broken: np.ndarray, given: bool) -> pd.Series:
-    """Why a code's z will be non-finite or large: an inf input, no or one train value, equal values, float32
-    cancellation beside the float64 std, a given std of 0, or non-finite inputs of an otherwise sound fit."""
+    """Why a code's z will be non-finite, noise or large: an inf input, no or one train value, equal values (a
+    variance exactly 0, or a rounding residue of either sign), float32 cancellation beside the float64 std, a given
+    std of 0, or non-finite inputs of an otherwise sound fit."""
     std64 = frame["std64"].map("{:.3g}".format)
-    std = frame["std"].map("{:.3g}".format)
+    std, variance = frame["std"].map("{:.3g}".format), frame["variance"].map("{:.3g}".format)
+    equal = "all " + frame["n"].astype(str) + " train values equal"
+    residue = ": the float32 variance sum_sqd/n - mean^2 is " + variance + " here, a rounding residue"
     cases = [
         broken & given,
         broken & ~np.isfinite(frame["total"]),
         broken & (frame["n"] == 0),
         broken & (frame["n"] == 1),
+        broken & (frame["std64"] == 0) & exact_zero(frame["mean64"], frame["n"]),
         broken & (frame["std64"] == 0),
         broken & (frame["std"] == 0),
         broken,
+        frame["noise"],
         np.isfinite(frame["z_max"]),
     ]
     choices = [
@@ -231,9 +265,13 @@ def why(frame: pd.DataFrame, broken: np.ndarray, given: bool) -> pd.Series:
         "an inf value in train makes values/sum and values/sum_sqd inf: mean inf, variance NaN",
         "no train value: mean 0/0",
         "one train value: variance x^2 - x^2 = 0",
-        "all " + frame["n"].astype(str) + " train values equal: variance 0",
+        equal + ": variance 0, exactly (float32 holds their squares and sums exactly, whatever the shards)",
+        equal + residue + ", whose sign is not reliable: at another scale, shard layout or thread count it may "
+                          "come out positive, and every z of the code a finite z of noise",
         "cancellation: float32 sum_sqd/n - mean^2 is 0 where the float64 std is " + std64,
         "cancellation: float32 sum_sqd/n - mean^2 is negative (std NaN) where the float64 std is " + std64,
+        equal + residue + " (std " + std + "), so every z of the code is noise; where it rounds to 0 or below, as "
+                          "it may at another scale, shard layout or thread count, every z of the code is NaN or inf",
         "std " + std + " where the float64 std is " + std64,
     ]
     reason = np.select(cases, choices, default="")

@@ -121,6 +121,7 @@ def test_past_65535_values_a_constant_code_comes_out_finite_and_huge(many):
     assert made["fitted_types"]["values/n_occurrences"] == "uint32"
     assert made["non_finite_codes"] == sorted(set(NON_FINITE) - {fixture.CONSTANT_TENTH})
     assert made["z"][fixture.CONSTANT_TENTH]["max_abs_finite"] > 1000
+    assert made["z"][fixture.MANY]["nan"] == 0 and 990 < made["z"][fixture.MANY]["max_abs_finite"] < 1010  # the outlier
     assert made["z"][fixture.CANCELLATION]["nan"] == 10_010
 
 

@@ -23,8 +23,8 @@ from tests.bench.test_meds_transforms import MEDS_PYTHON, RUNNER
 from tests.meds import ISSUE_CASES, NON_FINITE, write_meds, write_normalized
 
 runner = CliRunner()
-RAW_ONLY = {"meds_value_finite", "meds_value_bound", "meds_z_non_finite", "meds_z_bound", "meds_code_unseen",
-            "meds_code_mixed", "meds_schema"}
+RAW_ONLY = {"meds_value_finite", "meds_value_bound", "meds_z_non_finite", "meds_z_noise", "meds_z_bound",
+            "meds_code_unseen", "meds_code_mixed", "meds_schema"}
 
 
 @pytest.fixture(scope="module")

@@ -70,19 +70,32 @@ def test_the_readiness_names_exactly_the_non_finite_codes_with_why(issue_run):
     ready = issue_run.ready
     assert sorted(ready.index[ready["non_finite"] > 0]) == NON_FINITE
     assert "one train value" in ready.loc[fixture.SINGLE, "why"]
-    assert "all 40 train values equal" in ready.loc[fixture.CONSTANT, "why"]
+    assert "all 40 train values equal: variance 0, exactly" in ready.loc[fixture.CONSTANT, "why"]
+    assert "is 0 here, a rounding residue, whose sign is not reliable" in ready.loc[fixture.CONSTANT_TENTH, "why"]
+    assert not ready["noise"].any()  # float32 arithmetic: 0.1's residue rounds to 0 here
     assert "cancellation" in ready.loc[fixture.CANCELLATION, "why"] and "0.00579" in ready.loc[fixture.CANCELLATION, "why"]
     assert "inf value in train" in ready.loc[fixture.INF_INPUT, "why"]
     assert ready.loc[fixture.CANCELLATION, "non_finite"] == 10_010  # every row: 4,763 +inf, 4,801 -inf, 446 NaN
 
 
 def test_many_values_makes_a_constant_finite_and_huge(tmp_path):
-    """Past 65,535 values the arithmetic is float64: CONSTANT_TENTH's residue gives |z| 3,344 (meds_z_bound)."""
+    """Past 65,535 values the arithmetic is float64: CONSTANT_TENTH's residue gives finite z of noise, |z| 3,344
+    (meds_z_noise, an error, and only there); MANY's held_out outlier is a real |z| past 100 (meds_z_bound)."""
     write_meds(tmp_path, fixture.CASES)
     run = validate_meds(tmp_path, load_config())
-    (bound,) = [f for f in run.report.findings if f.check == "meds_z_bound"]
-    assert fixture.CONSTANT_TENTH in bound.message and "|z| 3,344" in bound.message
-    assert fixture.CONSTANT_TENTH not in run.ready.index[run.ready["non_finite"] > 0]
+    found = {f.check: f for f in run.report.findings}
+    noise, bound = found["meds_z_noise"], found["meds_z_bound"]
+    assert noise.severity == "error" and noise.items == [fixture.CONSTANT_TENTH] and noise.count == 42
+    assert f"{fixture.CONSTANT_TENTH} (42 rows; largest |z| 3,344; all 40 train values equal" in noise.message
+    assert "is 8.94e-10 here, a rounding residue (std 2.99e-05)" in noise.message
+    assert bound.items == [fixture.MANY] and fixture.CONSTANT_TENTH not in bound.message
+    assert f"{fixture.MANY} (70,001 rows; |z| 1,0" in bound.message
+    ready = run.ready
+    assert list(ready.index[ready["noise"]]) == [fixture.CONSTANT_TENTH]
+    assert fixture.CONSTANT_TENTH not in ready.index[ready["non_finite"] > 0]
+    assert fixture.CONSTANT_TENTH not in found["meds_z_non_finite"].items
+    # LARGE_OFFSET's equal values get a negative residue here: non-finite, and its why says the sign may turn
+    assert "whose sign is not reliable" in ready.loc[fixture.LARGE_OFFSET, "why"]
 
 
 def test_the_clean_fixture_is_ok(tmp_path):
