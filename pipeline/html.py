@@ -29,6 +29,7 @@ import pandas as pd
 from pipeline.config import Config
 from pipeline.engines import PANDAS
 from pipeline import page
+from pipeline.meds import view as meds_view
 from pipeline.findings import LISTED
 from pipeline.report import Report, item_names, write_atomic
 from pipeline.shared import as_shown
@@ -94,13 +95,13 @@ def render(result: Any, config: Config, *, show_values: bool = False, engine: An
     sections = [
         _findings(report, show_values=show_values, names=item_names(getattr(prepared, "labitems", None))),
         _attrition(report),
-        _meds_ledgers(report),
+        meds_view.ledgers(report),
         *(_stage_sections(validation, report, config, engine=engine) if prepared is not None else []),
         _splits(prepared, graphs, engine=engine),
     ]
     if kind == "build":
         written = getattr(result, "out_dir", None) is not None
-        sections.append(_shards(graphs) if getattr(result, "to", "graphs") == "meds"
+        sections.append(meds_view.shards(graphs) if getattr(result, "to", "graphs") == "meds"
                         else _graphs(graphs, config, written=written))
     sections.append(_inputs(report))
     sections = [s for s in sections if s]
@@ -341,32 +342,6 @@ def _attrition(report: Report) -> str:
             f'{stopped}{chart}{steps_shown}</section>')
 
 
-def _meds_ledgers(report: Report) -> str:
-    """A MEDS run's ledgers: per split its shards, rows and subjects; with ``--compare``, rows and subjects before
-    and after the stage per split, and the codes it took out."""
-    attrition = report.attrition or {}
-    read, compared = attrition.get("MEDS"), attrition.get("MEDS compare")
-    if not read:
-        return ""
-    rows = [[split, page.n(e["shards"]), page.n(e["rows"]), page.n(e["subjects"])] for split, e in read["splits"].items()]
-    body = (f'<p class="ledger">MEDS rows read: {read["rows"]:,}</p>'
-            + page.table(["split", "shards", "rows", "subjects"], rows, numeric={1, 2, 3}))
-    if compared:
-        before, after = compared["rows"]["before"], compared["rows"]["after"]
-        stages = ", ".join(compared["stages"]) or "none marked in .logs/"
-        splits = [[split, page.n(e["rows_before"]), page.n(e["rows_after"]), page.n(e["subjects_before"]),
-                   page.n(e["subjects_after"])] for split, e in compared["splits"].items()]
-        dropped = [[code, page.n(n)] for code, n in sorted(compared["codes_dropped"].items(), key=lambda kv: -kv[1])]
-        body += (f'<h3>Compared with {escape(compared["before"])}</h3><p class="ledger">rows {before:,} &rarr; '
-                 f'{after:,} (stages run: {escape(stages)})</p>'
-                 + page.table(["split", "rows before", "rows after", "subjects before", "subjects after"], splits,
-                              numeric={1, 2, 3, 4})
-                 + (page.details(f"codes with rows before and none after ({len(dropped)})",
-                                 page.table(["code", "rows before"], dropped, numeric={1}, sortable=True))
-                    if dropped else ""))
-    return f'<section id="attrition"><h2>MEDS rows</h2>{body}</section>'
-
-
 def _admissions(ledger: dict | None) -> str:
     """The ADMISSIONS ledger: read = in graphs + dropped, per split, with the reason of every drop."""
     if not ledger:
@@ -461,14 +436,6 @@ def _graphs(graphs: list[dict], config: Config, *, written: bool) -> str:
             + ("" if written else " Not written: the build has errors.") + "</p>")
     chart = page.figure("graph-sizes", "did edges per graph, by split", lambda: _graph_chart(graphs))
     return f'<section id="graphs"><h2>Graphs</h2>{note}{chart}{table}</section>'
-
-
-def _shards(shards: list[dict]) -> str:
-    """A build written as MEDS (``--to meds``): its shards, with the admissions and lab events each holds."""
-    rows = [[s["path"], s["split"], page.n(s["admissions"]), page.n(s["edges"])] for s in shards]
-    table = page.table(["shard", "split", "admissions", "lab events"], rows, numeric={2, 3}, sortable=True)
-    return (f'<section id="graphs"><h2>MEDS shards</h2><p>{len(shards)} shards; metadata/codes.parquet holds each '
-            f'code\'s values/mean and values/std from the fit.</p>{table}</section>')
 
 
 # -- charts (matplotlib, no pyplot: no global state, no GUI backend; pipeline.page draws them) ------

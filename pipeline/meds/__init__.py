@@ -3,7 +3,8 @@ own (:mod:`pipeline.meds.shards`, in ``workers`` processes), the partials put to
 MEDS-Transforms' normalization will make of each code predicted (:mod:`.normalization`), and every finding of
 ``schemas/meds.py`` made (:mod:`.checks`) into the same :class:`pipeline.report.Report` as a MIMIC run's.
 
-Nothing outside this package imports it but the CLI."""
+Beside it, :mod:`.export` writes a build as MEDS (``badpoints build --to meds``, for :mod:`pipeline.builds`) and
+:mod:`.view` draws the HTML report's MEDS sections."""
 
 from __future__ import annotations
 
