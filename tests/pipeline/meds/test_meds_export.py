@@ -50,11 +50,13 @@ def test_the_dataset_has_meds_schema_and_every_code_a_mean_and_a_std(demo):
     out = demo[0] / "meds"
     for path in sorted((out / "data").glob("*/*.parquet")):
         assert pq.read_schema(path).equals(meds.DataSchema.schema()), path
+        meds.DataSchema.validate(pq.read_table(path))  # meds' own check: raises on a wrong type or column
         table = pq.read_table(path).to_pandas()
         keys = table[["subject_id", "time"]].to_records(index=False)
         assert (np.diff(table["subject_id"]) >= 0).all() and pd.Index(keys).is_monotonic_increasing, path
     assert {p.parent.name for p in (out / "data").glob("*/*.parquet")} == {"train", "tuning", "held_out"}
     codes = pq.read_table(out / meds.code_metadata_filepath)
+    meds.CodeMetadataSchema.validate(codes)
     base = meds.CodeMetadataSchema.schema()
     assert codes.schema.names[:len(base.names)] == base.names
     codes = codes.to_pandas()
@@ -63,6 +65,7 @@ def test_the_dataset_has_meds_schema_and_every_code_a_mean_and_a_std(demo):
     assert codes["values/mean"].notna().all() and codes["values/std"].notna().all()
     assert (codes["values/std"] > 0).all() and np.isfinite(codes["values/mean"]).all()
     splits = pq.read_table(out / meds.subject_splits_filepath)
+    meds.SubjectSplitSchema.validate(splits)
     assert splits.schema.equals(meds.SubjectSplitSchema.schema())
     assert set(splits["subject_id"].to_pylist()) == set(events["subject_id"])
     meta = json.loads((out / meds.dataset_metadata_filepath).read_text())
