@@ -14,7 +14,8 @@ hold, as events, with the guarded fit in ``metadata/codes.parquet``, so that MED
   item is rare or unseen in train (Z_UNSEEN: its z is 0 and carries no measurement) has a null ``numeric_value``.
   A text-only row keeps VALUE as ``text_value``.
 - **codes.parquet** carries ``values/mean`` and ``values/std`` (the fit's mean and scale; 0 and 1 for codes without
-  a fit, so no code's z is nulled by a missing number), and beside them ``badpoints/itemid``, ``badpoints/rule``,
+  a fit, so no code's z is nulled by a missing number), and beside them ``badpoints/itemid``, ``badpoints/rule``
+  (the scale rule; ``unfitted`` for an item with no number in train, ``none`` for a code that is no lab item),
   ``badpoints/transform``, ``badpoints/bounded`` (rows whose value a bound changed) and ``badpoints/withheld`` (rows
   whose value is null for a rare or unseen item): every value the build changed, counted per code.
 
@@ -193,7 +194,7 @@ def codes_table(stats: ZScoreStats, items: pd.DataFrame, names: Mapping[int, str
         "values/mean": [*labs["mean"], *([0.0] * len(other))],
         "values/std": [*labs["scale"], *([1.0] * len(other))],
         "badpoints/itemid": pd.array([*labs["ITEMID"], *([None] * len(other))], dtype="Int64"),
-        "badpoints/rule": [*labs["ITEMID"].map(fitted["rule"]).fillna("unseen"), *(["none"] * len(other))],
+        "badpoints/rule": [*labs["ITEMID"].map(fitted["rule"]).fillna("unfitted"), *(["none"] * len(other))],
         "badpoints/transform": [*labs["ITEMID"].map(fitted["transform"]).fillna("identity"),
                                 *(["none"] * len(other))],
     }).sort_values("code", kind="stable")

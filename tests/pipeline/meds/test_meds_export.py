@@ -109,7 +109,7 @@ def test_rare_and_unseen_items_are_written_without_a_value_and_counted_in_codes(
     numbers = events[events["code"].str.startswith("LAB//")]
     null_numbers = numbers[numbers["numeric_value"].isna() & numbers["text_value"].isna()]
     assert int(withheld.sum()) == len(null_numbers) > 0
-    assert set(codes.loc[withheld > 0, "badpoints/rule"]) <= {"rare", "unseen"}
+    assert set(codes.loc[withheld > 0, "badpoints/rule"]) <= {"rare", "unfitted"}
 
 
 def test_the_lab_events_are_the_graphs_edges_and_the_admissions_those_in_graphs(demo):
