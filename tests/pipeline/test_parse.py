@@ -277,3 +277,21 @@ def test_failures_capped_per_block_give_the_findings_of_all_lines(text):
     assert got["hadm_id_missing"] == expected["hadm_id_missing"]
     assert got["hadm_id_missing"].count == len(missing) and len(got["hadm_id_missing"].lines) == 3
     assert capped.failure_counts().equals(whole.failure_counts())
+
+
+def test_relation_failures_capped_per_block_add_up_to_the_whole_tables():
+    """check_stream keeps, per relation, the first lines a finding lists and the count, block by block: the same as
+    capping every failing line at once, and no more than ``keep`` lines per relation whatever the rows."""
+    from pipeline.parse import capped_relations, combined_relations
+
+    rng = np.random.default_rng(7)
+    whole = pd.DataFrame({"relation": rng.integers(0, 5, 10_000), "line": rng.permutation(10_000)})
+    blocks = [whole.iloc[i:i + 1_500] for i in range(0, len(whole), 1_500)]
+    folded = capped_relations(blocks[0].iloc[:0], 20)
+    for block in blocks:  # as check_stream folds them, one block at a time
+        folded = combined_relations([folded, capped_relations(block, 20)], 20)
+    expected = capped_relations(whole, 20)
+    pd.testing.assert_frame_equal(folded, expected)
+    assert (folded.groupby("relation").size() == 20).all()
+    assert folded.groupby("relation")["count"].first().to_dict() == whole["relation"].value_counts().sort_index().to_dict()
+    assert (folded.groupby("relation")["line"].max() < 200).all()  # the first lines of 2,000 per relation
