@@ -5,12 +5,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DATA   ?= data/sample
 # make bench: LABEVENTS rows to generate (27800000 = MIMIC-III, 118000000 = MIMIC-IV), their layout (mimic3, or
-# mimic4: MIMIC-IV's hosp/*.csv.gz), where results go, optionally where the generated data is kept (default
-# $(BENCH_OUT)/data/...; reused while it matches ROWS and LAYOUT) and a mimic3 run's bench.json that a mimic4 run's
-# seconds per row are held against; BENCH_FLAGS=--dask adds the Dask engine step, BENCH_FLAGS=--meds the MEDS step
-# (the rows as MEDS: badpoints validate beside MEDS-Transforms' normalization; skipped without make meds-env).
+# mimic4: MIMIC-IV's hosp/*.csv.gz), their shape (default, or heavy: most rows quarantined or merged by dedup), where
+# results go, optionally where the generated data is kept (default $(BENCH_OUT)/data/...; reused while it matches
+# ROWS, LAYOUT and SHAPE) and a mimic3 run's bench.json that a mimic4 run's seconds per row are held against;
+# BENCH_FLAGS=--dask adds the Dask engine step, BENCH_FLAGS=--meds the MEDS step (the rows as MEDS: badpoints
+# validate beside MEDS-Transforms' normalization; skipped without make meds-env).
 ROWS      ?= 2000000
 LAYOUT    ?= mimic3
+SHAPE     ?= default
 BENCH_OUT ?= out/bench
 BENCH_DATA ?=
 BENCH_REFERENCE ?=
@@ -42,7 +44,7 @@ test: $(STAMP)
 # The polars baseline needs the extra 'bench' (not needed by make test); without it that step is skipped.
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
-	$(BIN)/python -m bench --rows $(ROWS) --layout $(LAYOUT) --out $(BENCH_OUT) \
+	$(BIN)/python -m bench --rows $(ROWS) --layout $(LAYOUT) --shape $(SHAPE) --out $(BENCH_OUT) \
 		$(if $(BENCH_DATA),--data $(BENCH_DATA)) $(if $(BENCH_REFERENCE),--reference $(BENCH_REFERENCE)) $(BENCH_FLAGS)
 
 meds-env: $(MEDS_STAMP)

@@ -14,7 +14,8 @@ def print_results(results: dict, console=None) -> None:
 
     console = console or Console(highlight=False, width=None if sys.stdout.isatty() else 170)
     rows = results["rows"]
-    steps = Table(title=f"badpoints bench: {rows:,} LABEVENTS rows, {results.get('layout', 'mimic3')} layout",
+    shape = "" if results.get("shape") in (None, "default") else f", {results['shape']} shape"
+    steps = Table(title=f"badpoints bench: {rows:,} LABEVENTS rows, {results.get('layout', 'mimic3')} layout{shape}",
                   title_justify="left")
     steps.add_column("step")  # the one column that may wrap on a narrow terminal
     for column in ("wall s", "CPU s", "RSS MB, all", "RSS MB, max 1", "x floor", "x baseline", "exit"):
@@ -52,8 +53,9 @@ def target_table(results: dict):
 
     rows = results["rows"]
     scale_rows = {MIMIC3_SCALE: MIMIC3_ROWS, MIMIC4_SCALE: MIMIC4_ROWS}
+    shape = "" if results.get("shape") in (None, "default") else f", {results['shape']} shape"
     goals = Table(title=f"targets (issue 13; 2 cores, 24 GiB), measured at {rows:,} rows "
-                        f"({results.get('layout', 'mimic3')})", title_justify="left")
+                        f"({results.get('layout', 'mimic3')}{shape})", title_justify="left")
     for column in ("target", "meant for", "value", "limit", "met", "badpoints", "pandas", "polars", "note"):
         goals.add_column(column, justify="left" if column in ("target", "meant for", "met", "note") else "right",
                          no_wrap=column not in ("target", "note"))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import plain
+from bench.synth.shape import SHAPES
 from pipeline.config import Config, load_config
 from pipeline.stages.text import CENSORING
 from schemas.raw import DEFAULT_VALUENUM_ABS_BOUND
@@ -201,20 +202,24 @@ def synth_source_digest() -> str:
     return digest.hexdigest()
 
 
-def prepare_data(data: Path, *, rows: int, seed: int, out: Path, layout: str = "mimic3") -> tuple[StepResult, dict]:
-    """Reuse ``data`` when its synth.json matches, use foreign tables as they are, else generate into it."""
+def prepare_data(data: Path, *, rows: int, seed: int, out: Path, layout: str = "mimic3",
+                 shape: str = "default") -> tuple[StepResult, dict]:
+    """Reuse ``data`` when its synth.json matches, use foreign tables as they are, else generate into it (``shape``:
+    a preset of :data:`bench.synth.shape.SHAPES`; a synth.json from before shapes is of the default shape)."""
     stamp = data / "synth.json"
     digest = synth_source_digest()
     if stamp.is_file():
         info = json.loads(stamp.read_text())
-        if (info.get("rows"), info.get("seed"), info.get("layout", "mimic3"), info.get("source_sha256")) == (
-                rows, seed, layout, digest):
+        made = (info.get("rows"), info.get("seed"), info.get("layout", "mimic3"),
+                info.get("shape", SHAPES["default"].as_json()), info.get("source_sha256"))
+        if made == (rows, seed, layout, SHAPES[shape].as_json(), digest):
             return StepResult(name="generate", what=STEP_INFO["generate"], skipped=f"reused {data}"), info
     elif data.is_dir() and any(p.name.lower().startswith("labevents") for p in data.rglob("*")):
         return (StepResult(name="generate", what=STEP_INFO["generate"], skipped=f"given tables in {data}"),
                 {"generator": None})
     step = measure("generate", [sys.executable, "-m", "bench.synth", str(data), "--rows", str(rows),
-                                "--seed", str(seed), "--layout", layout], log=out / "logs" / "generate.log")
+                                "--seed", str(seed), "--layout", layout, "--shape", shape],
+                   log=out / "logs" / "generate.log")
     if step.exit_code != 0:
         raise BenchError(f"generating the data failed (exit {step.exit_code}):\n{_tail(Path(step.log))}")
     info = json.loads(stamp.read_text())

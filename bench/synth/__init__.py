@@ -1,9 +1,9 @@
 """Synthetic MIMIC-shaped raw tables at any scale, for the benchmark: seeded, fast, memory-bounded.
 
-Usage: ``python -m bench.synth OUT_DIR --rows N [--seed S] [--layout mimic3|mimic4]`` writes
+Usage: ``python -m bench.synth OUT_DIR --rows N [--seed S] [--layout mimic3|mimic4] [--shape default|heavy]`` writes
 ``ADMISSIONS.csv``, ``D_LABITEMS.csv``, ``LABEVENTS.csv`` (exactly N rows; ``--layout mimic4``:
 ``hosp/admissions.csv.gz``, ``hosp/d_labitems.csv.gz``, ``hosp/labevents.csv.gz``) and ``synth.json``
-(the parameters, the layout and the special items) into OUT_DIR.
+(the parameters, the layout, the shape and the special items) into OUT_DIR.
 
 The files have the columns and formats of ``data/sample`` (MIMIC-III v1.4: upper-case headers,
 minimal quoting, empty nulls, ``YYYY-MM-DD HH:MM:SS`` in 2100-2210) and MIMIC-III's proportions:
@@ -21,6 +21,13 @@ minimal quoting, empty nulls, ``YYYY-MM-DD HH:MM:SS`` in 2100-2210) and MIMIC-II
   observed exactly once, an ill-conditioned item (mean 1e6, std 1e-3) and 29 items never ordered.
 
 Every ID, time, FLAG and foreign key is valid: ``badpoints validate`` exits 0 with warnings only.
+
+``--shape`` (a :class:`~bench.synth.shape.Shape`) moves the rows a build sets aside or merges: the outpatient share,
+the shares of inpatient draws charted before ADMITTIME and after DISCHTIME, and the share of inpatient rows that
+repeat an item of their admission's same day (which dedup merges). ``default`` is the proportions above (its bytes are
+those of the generator before shapes); ``heavy`` has 30% outpatient rows, 16% and 7% of draws before and after the
+stay and 83% repeats: its build quarantines about 42% of the rows and merges about 82% of the rest (issue 27).
+``--outpatient-share``, ``--early-draw-share``, ``--late-draw-share`` and ``--repeat-share`` override a preset's value.
 
 ``--layout mimic4`` writes the same events in MIMIC-IV 2.2's ``hosp`` module: lower-case headers
 (labevents: ``labevent_id, subject_id, hadm_id, specimen_id, itemid, order_provider_id, charttime,

@@ -1,4 +1,4 @@
-"""``python -m bench.synth OUT_DIR --rows N [--seed S] [--layout mimic3|mimic4]``: only the data."""
+"""``python -m bench.synth OUT_DIR --rows N [--seed S] [--layout mimic3|mimic4] [--shape default|heavy]``: the data."""
 
 import sys
 

@@ -10,8 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bench.synth.shape import (DELTA_SHARE, DRAW_SIZE, EARLY_DRAW_SHARE, EPOCH, FLAGS, LATE_DRAW_SHARE,
-                               MINUTES_PER_DAY, REPICK_ROUNDS, SINGLE_ITEMS)
+from bench.synth.shape import DELTA_SHARE, DRAW_SIZE, EPOCH, FLAGS, MINUTES_PER_DAY, REPICK_ROUNDS, SINGLE_ITEMS, Shape
 from bench.synth.tables import Items
 
 
@@ -28,24 +27,25 @@ class Rows:
 
 
 def chunk_events(rng: np.random.Generator, items: Items, adm: pd.DataFrame, subjects: pd.DataFrame, first_row: int,
-                 inject_single: bool, *, draws: bool = False) -> pa.Table:
-    """LABEVENTS rows of the given admissions and subjects, sorted by (SUBJECT_ID, CHARTTIME, ITEMID).
+                 inject_single: bool, *, draws: bool = False, shape: Shape = Shape()) -> pa.Table:
+    """LABEVENTS rows of the given admissions and subjects, sorted by (SUBJECT_ID, CHARTTIME, ITEMID), spread as
+    ``shape`` says (draws outside the stay, repeated items; its outpatient share is in the admissions' ROWS).
 
     With ``draws``, two more columns: ``_DRAW`` (the row's specimen draw, numbered from 0 in this chunk)
     and ``_ITEM`` (its row of the item table), for :func:`bench.synth.mimic4.labevents`; they take nothing
     from ``rng``.
     """
-    rows = _rows(rng, items, adm, subjects, inject_single)
+    rows = _rows(rng, items, adm, subjects, inject_single, shape)
     value, dec, abnormal = _numbers(rng, items.table, rows.item)
     token, flag = _tokens_and_flags(rng, items, rows.item, abnormal)
     return _labevents_table(items, rows, value, dec, token, flag, first_row=first_row, draws=draws)
 
 
 def _rows(rng: np.random.Generator, items: Items, adm: pd.DataFrame, subjects: pd.DataFrame,
-          inject_single: bool) -> Rows:
+          inject_single: bool, shape: Shape) -> Rows:
     """The admissions' and the subjects' outpatient rows, each with its draw's minute and its item; with
     ``inject_single``, the single-observation items on three inpatient rows."""
-    in_subject, in_hadm, in_time, draw, n_draws = _inpatient_rows(rng, adm)
+    in_subject, in_hadm, in_time, draw, n_draws = _inpatient_rows(rng, adm, shape)
     out_subject, out_time, out_draw = _outpatient_rows(rng, subjects)
     subject = np.concatenate([in_subject, out_subject])
     hadm = np.concatenate([in_hadm, np.zeros(len(out_subject), dtype=np.int64)])
@@ -53,6 +53,8 @@ def _rows(rng: np.random.Generator, items: Items, adm: pd.DataFrame, subjects: p
     minute = np.concatenate([in_time, out_time])
     draw_key = np.concatenate([draw, n_draws + out_draw])
     item = _items_for_draws(rng, items.cdf, draw_key)
+    if shape.repeat_share > 0:  # draws nothing from rng otherwise: the default shape's bytes are as before
+        item[:len(in_hadm)] = _repeated_items(rng, item[:len(in_hadm)], in_hadm, in_time, shape.repeat_share)
     if inject_single and len(in_hadm) >= SINGLE_ITEMS:
         singles = np.flatnonzero(items.table["ITEMID"].isin(items.special["single_observation"]).to_numpy())
         item[rng.choice(len(in_hadm), SINGLE_ITEMS, replace=False)] = singles
@@ -61,16 +63,16 @@ def _rows(rng: np.random.Generator, items: Items, adm: pd.DataFrame, subjects: p
                 item=item[order], draw=draw_key[order])
 
 
-def _inpatient_rows(rng: np.random.Generator, adm: pd.DataFrame
+def _inpatient_rows(rng: np.random.Generator, adm: pd.DataFrame, shape: Shape
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """Per row of the admissions: SUBJECT_ID, HADM_ID, minute and draw; and how many draws. A few draws are
-    charted 2-48 h before ADMITTIME or 1-72 h after DISCHTIME."""
+    """Per row of the admissions: SUBJECT_ID, HADM_ID, minute and draw; and how many draws. Some draws (``shape``'s
+    shares) are charted 2-48 h before ADMITTIME or 1-72 h after DISCHTIME."""
     day = MINUTES_PER_DAY
     admit, disch = adm["ADMIT"].to_numpy(), adm["DISCH"].to_numpy()
     owner, draw, draw_time, draw_owner = _draw_rows(rng, adm["ROWS"].to_numpy(), admit, disch - admit)
     n_draws = len(draw_time)
     moved = rng.random(n_draws)
-    early, late = moved < EARLY_DRAW_SHARE, moved > 1 - LATE_DRAW_SHARE
+    early, late = moved < shape.early_draw_share, moved > 1 - shape.late_draw_share
     draw_time = np.where(early, admit[draw_owner] - rng.integers(2 * 60, 2 * day, n_draws), draw_time)
     draw_time = np.where(late, disch[draw_owner] + rng.integers(60, 3 * day, n_draws), draw_time)
     return adm["SUBJECT_ID"].to_numpy()[owner], adm["HADM_ID"].to_numpy()[owner], draw_time[draw], draw, n_draws
@@ -116,6 +118,26 @@ def _items_for_draws(rng: np.random.Generator, cdf: np.ndarray, draw: np.ndarray
             break
         item[repeated] = np.searchsorted(cdf, rng.random(int(repeated.sum())), side="right")
     return item
+
+
+def _repeated_items(rng: np.random.Generator, item: np.ndarray, hadm: np.ndarray, minute: np.ndarray,
+                    share: float) -> np.ndarray:
+    """``item`` with ``share`` of the rows made repeats: a repeat takes the item of a row of its admission and
+    calendar day (the same timestep at [bucket] interval_hours 24) that is no repeat, drawn at random, as a lab
+    ordered again that day; dedup merges it. A day of repeats only keeps its items."""
+    repeat = rng.random(len(item)) < share
+    day = minute // MINUTES_PER_DAY
+    order = np.lexsort((repeat, day, hadm))  # per admission and day, the rows kept first, then the repeats
+    starts = np.ones(len(order), dtype=bool)
+    starts[1:] = (hadm[order][1:] != hadm[order][:-1]) | (day[order][1:] != day[order][:-1])
+    first = np.flatnonzero(starts)
+    group = np.cumsum(starts) - 1
+    kept = np.add.reduceat(~repeat[order], first) if len(first) else np.zeros(0, dtype=np.int64)
+    source = first[group] + (rng.random(len(order)) * kept[group]).astype(np.int64)
+    taken = repeat[order] & (kept[group] > 0)
+    repeated = item.copy()
+    repeated[order[taken]] = item[order[source[taken]]]
+    return repeated
 
 
 def fixed(values: np.ndarray, dec: np.ndarray) -> pa.Array:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 
 import pytest
 
+from bench.run import data_name
 from bench.steps import BenchError, badpoints_step, measure, prepare_data
+from bench.synth import LAYOUTS
+from bench.synth.shape import SHAPES
 
 
 def test_data_of_another_layout_is_generated_anew(tmp_path):
@@ -45,3 +49,28 @@ def test_data_errors_are_recorded_cannot_run_fails(sample_dir, tmp_path):
     with pytest.raises(BenchError, match=r"could not run \(exit 2\)"):
         badpoints_step("validate", ["validate", str(tmp_path / "missing")], tmp_path, cache=tmp_path / "cache",
                         fresh_cache=True)
+
+
+def test_data_of_another_shape_is_generated_anew(tmp_path):
+    data = tmp_path / "data"
+    step, info = prepare_data(data, rows=2000, seed=3, out=tmp_path, layout="mimic4")
+    assert step.exit_code == 0 and info["shape"]["name"] == "default"
+    step, info = prepare_data(data, rows=2000, seed=3, out=tmp_path, layout="mimic4", shape="heavy")
+    assert step.exit_code == 0 and info["shape"]["name"] == "heavy"
+    step, _ = prepare_data(data, rows=2000, seed=3, out=tmp_path, layout="mimic4", shape="heavy")
+    assert step.skipped.startswith("reused")
+    # A synth.json from before shapes is of the default shape.
+    prepare_data(data, rows=2000, seed=3, out=tmp_path, layout="mimic4")
+    info = json.loads((data / "synth.json").read_text())
+    del info["shape"]
+    (data / "synth.json").write_text(json.dumps(info))
+    step, _ = prepare_data(data, rows=2000, seed=3, out=tmp_path, layout="mimic4")
+    assert step.skipped.startswith("reused")
+
+
+def test_each_kind_of_data_has_a_folder_of_its_own():
+    names = {data_name(rows=1000, seed=1, layout=layout, shape=shape) for layout in LAYOUTS for shape in SHAPES}
+    assert len(names) == len(LAYOUTS) * len(SHAPES)
+    assert data_name(rows=1000, seed=1, layout="mimic3", shape="default") == "synth-rows1000-seed1"  # as before shapes
+    assert data_name(rows=1000, seed=1, layout="mimic4", shape="default") == "synth-mimic4-rows1000-seed1"
+    assert data_name(rows=1000, seed=1, layout="mimic4", shape="heavy") == "synth-mimic4-heavy-rows1000-seed1"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +14,7 @@ import pytest
 
 from pipeline import load_config, validate
 from bench.synth import main, write_synthetic
-from bench.synth.shape import N_ITEMS, OUTPATIENT_SHARE, ROWS_PER_ADMISSION
+from bench.synth.shape import N_ITEMS, OUTPATIENT_SHARE, ROWS_PER_ADMISSION, SHAPES, Shape
 
 ROWS = 20_000
 CSVS = ("ADMISSIONS.csv", "D_LABITEMS.csv", "LABEVENTS.csv")
@@ -210,3 +213,87 @@ def test_mimic4_validates_without_load_errors(synth4):
     assert {"result_in_comments", "mixed_item_text"} <= warned
     ledger = validation.prepared.ledger()
     assert ledger["read"] == ROWS_MIMIC4 and ledger["kept"] > 0.3 * ROWS_MIMIC4
+
+
+# -- shapes: the default's bytes as before, a preset's shares ----------------------------------------------------
+# sha256 of the tables' text (mimic4: unzipped) as the generator wrote them before it had shapes; a change means the
+# default shape's bytes moved (and VERSION must be bumped, which renames nothing but regenerates every dataset).
+DEFAULT_TEXT_SHA256 = {
+    "ADMISSIONS.csv": "474e2a699dcd6e782d84a61abb7108c7955db2cdd5328e81b2157084b18e423a",
+    "D_LABITEMS.csv": "d7cf3e4fdc21c402a2ef745768552569f66d822719bdb25bddda17a57b09ade2",
+    "LABEVENTS.csv": "0d5e1f2ad63af99fdf60955da924e5cbf8eaf6a0a5f01117dc837999cbb7573a",
+    "hosp/admissions.csv.gz": "21335e53165e8aa425940877677c1ee237078abb57b3bce643235da4ac3f5896",
+    "hosp/d_labitems.csv.gz": "5896ec11d92bd41b9882be33765cb9952081ea0fbb87fdc1beb8b433fd062915",
+    "hosp/labevents.csv.gz": "f56be99b73f4354c69faea9cc16f5b4443a3b3e09a5b02dd5c65e4924aad2f64",
+}
+ROWS_HEAVY = 100_000
+
+
+def _text_sha256(path: Path) -> str:
+    raw = path.read_bytes()
+    return hashlib.sha256(gzip.decompress(raw) if path.suffix == ".gz" else raw).hexdigest()
+
+
+def test_the_default_shape_writes_the_bytes_of_before_shapes(synth, synth4):
+    for name, digest in DEFAULT_TEXT_SHA256.items():
+        assert _text_sha256((synth4 if name.startswith("hosp/") else synth) / name) == digest, name
+    info = json.loads((synth4 / "synth.json").read_text())
+    assert info["shape"] == {"name": "default", **asdict(Shape())} and Shape() == SHAPES["default"]
+
+
+def test_shapes_are_checked_and_named():
+    assert SHAPES["heavy"] != Shape() and SHAPES["heavy"].name == "heavy"
+    assert all(getattr(SHAPES["heavy"], option) != getattr(Shape(), option)
+               for option in ("outpatient_share", "early_draw_share", "late_draw_share", "repeat_share"))
+    assert replace(SHAPES["heavy"], repeat_share=0.5).name == "custom"
+    with pytest.raises(ValueError, match="repeat_share must lie in"):
+        Shape(repeat_share=1.5)
+    with pytest.raises(ValueError, match="at most 1"):
+        Shape(early_draw_share=0.6, late_draw_share=0.6)
+
+
+def test_the_command_line_overrides_a_presets_options(tmp_path, capsys):
+    main([str(tmp_path), "--rows", "2000", "--shape", "heavy", "--repeat-share", "0.5"])
+    info = json.loads((tmp_path / "synth.json").read_text())
+    assert info["shape"] == {"name": "custom", **asdict(replace(SHAPES["heavy"], repeat_share=0.5))}
+    assert "shape custom" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--rows", "2000", "--outpatient-share", "1.5"])
+    assert "outpatient_share must lie in [0, 1]" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def heavy(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("heavy")
+    main([str(out), "--rows", str(ROWS_HEAVY), "--seed", "7", "--layout", "mimic4", "--shape", "heavy"])
+    return out
+
+
+def test_heavy_rows_have_its_shares(heavy):
+    shape = SHAPES["heavy"]
+    lab = pd.read_csv(heavy / "hosp" / "labevents.csv.gz", usecols=["hadm_id", "itemid", "charttime"])
+    adm = pd.read_csv(heavy / "hosp" / "admissions.csv.gz", usecols=["hadm_id", "admittime", "dischtime"],
+                      parse_dates=["admittime", "dischtime"]).set_index("hadm_id")
+    assert lab["hadm_id"].isna().mean() == pytest.approx(shape.outpatient_share, abs=0.01)
+    inpatient = lab.dropna(subset=["hadm_id"])
+    charted = pd.to_datetime(inpatient["charttime"])
+    # Draws hold about DRAW_SIZE rows each, so the rows' shares are the draws' within a few points.
+    before = (charted < inpatient["hadm_id"].map(adm["admittime"])).mean()
+    after = (charted > inpatient["hadm_id"].map(adm["dischtime"])).mean()
+    assert before == pytest.approx(shape.early_draw_share, abs=0.03)
+    assert after == pytest.approx(shape.late_draw_share, abs=0.02)
+    # Rows that repeat the item of another row of their admission and day: about repeat_share (a day of repeats
+    # only keeps its items; a few more repeat by chance).
+    repeated = inpatient.assign(day=charted.dt.floor("D")).duplicated(["hadm_id", "day", "itemid"]).mean()
+    assert repeated == pytest.approx(shape.repeat_share, abs=0.05)
+
+
+def test_heavy_builds_with_most_rows_quarantined_and_the_rest_mostly_merged(heavy):
+    validation = validate(heavy, load_config())
+    assert [f for f in validation.report.findings if f.severity == "error"] == []
+    ledger = validation.prepared.ledger()
+    assert ledger["read"] == ROWS_HEAVY
+    assert ledger["quarantined"] >= 0.40 * ROWS_HEAVY
+    assert ledger["deduplicated"] >= 0.75 * (ROWS_HEAVY - ledger["quarantined"])
+    info = json.loads((heavy / "synth.json").read_text())
+    assert info["shape"] == {"name": "heavy", **asdict(SHAPES["heavy"])}
