@@ -29,9 +29,10 @@ import pyarrow.compute as pc
 import pyarrow.csv as pv
 import pyarrow.parquet as pq
 
+from pipeline.meds.export import ADMISSION, DISCHARGE, LAB, SEP, UNKNOWN  # the codes named as a build names them
+
 SHARD_EVENTS = 1_000_000
 SPLITS = {meds.train_split: 0.8, meds.tuning_split: 0.1, meds.held_out_split: 0.1}
-UNKNOWN = "UNK"
 BLOCK_BYTES = 64 << 20  # a CSV block: about a million LABEVENTS rows
 LAB_TYPES = {"SUBJECT_ID": pa.int64(), "ITEMID": pa.int64(), "CHARTTIME": pa.timestamp("us"), "VALUE": pa.string(),
              "VALUENUM": pa.float64(), "VALUEUOM": pa.string()}
@@ -91,8 +92,8 @@ def _lab_blocks(path: Path, rows: int | None):
             batch = batch.slice(0, left)
             left -= batch.num_rows
         value = batch.column("VALUENUM")
-        code = pc.binary_join_element_wise("LAB", pc.cast(batch.column("ITEMID"), pa.string()),
-                                           pc.fill_null(batch.column("VALUEUOM"), UNKNOWN), "//")
+        code = pc.binary_join_element_wise(LAB, pc.cast(batch.column("ITEMID"), pa.string()),
+                                           pc.fill_null(batch.column("VALUEUOM"), UNKNOWN), SEP)
         text = pc.if_else(pc.is_null(value), batch.column("VALUE"), pa.scalar(None, pa.string()))
         yield _events(batch.column("SUBJECT_ID"), batch.column("CHARTTIME"), code, pc.cast(value, pa.float32()),
                       text)
@@ -104,9 +105,8 @@ def _admission_events(path: Path, subjects: np.ndarray) -> pa.Table:
                                                                 include_columns=list(ADMISSION_TYPES)))
     table = table.filter(pc.is_in(table["SUBJECT_ID"], pa.array(subjects)))
     part = lambda name: pc.fill_null(table[name], UNKNOWN)
-    admission = pc.binary_join_element_wise("HOSPITAL_ADMISSION", part("ADMISSION_TYPE"),
-                                            part("ADMISSION_LOCATION"), "//")
-    discharge = pc.binary_join_element_wise("HOSPITAL_DISCHARGE", part("DISCHARGE_LOCATION"), "//")
+    admission = pc.binary_join_element_wise(ADMISSION, part("ADMISSION_TYPE"), part("ADMISSION_LOCATION"), SEP)
+    discharge = pc.binary_join_element_wise(DISCHARGE, part("DISCHARGE_LOCATION"), SEP)
     none = pa.nulls(table.num_rows, pa.float32())
     text = pa.nulls(table.num_rows, pa.string())
     return pa.concat_tables([_events(table["SUBJECT_ID"], table["ADMITTIME"], admission, none, text),

@@ -188,16 +188,19 @@ def _meds_into(staged: Any, validation: Validation, config: Config, progress: Pr
     progress.step(guarding, rows=len(made), unit="pieces")
     admitted = export.admission_events(prepared.admissions, people)
     back = {meds_name: name for name, meds_name in export.MEDS_SPLITS.items()}
+    sizes = pd.DataFrame([{"split": m["split"], "shard": m["shard"], "rows": m["rows"],
+                           "admissions": len(m["admissions"])} for m in made], columns=["split", "shard", "rows",
+                                                                                        "admissions"])
+    sizes = sizes.groupby(["split", "shard"])[["rows", "admissions"]].sum()  # pieces share no admission
     files, shards = [], []
     for split, shard in people[["split", "shard"]].drop_duplicates().sort_values(["split", "shard"]).itertuples(
             index=False):
         path = f"data/{split}/{shard}.parquet"
         files.append(staged.add_written(path, export.parquet_writer(
             export.shard_table(pieces, split, int(shard), admitted))))
-        mine = [m for m in made if (m["split"], m["shard"]) == (split, shard)]
+        size = sizes.loc[(split, shard)] if (split, shard) in sizes.index else {"rows": 0, "admissions": 0}
         shards.append({"split": back[split], "batch": int(shard), "path": path,
-                       "admissions": int(sum(len(m["admissions"]) for m in mine)),
-                       "edges": int(sum(m["rows"] for m in mine))})
+                       "admissions": int(size["admissions"]), "edges": int(size["rows"])})
     _check_ledgers(tuple(shards), accounting)
     counted = (pd.concat([m["per_code"] for m in made]).groupby(level=0).sum() if made
                else pd.DataFrame(columns=["bounded", "withheld"]))

@@ -43,6 +43,8 @@ from pipeline.stages.scale.fit import ZScoreStats, _transformed, row_transforms
 MEDS_SPLITS = {"train": meds.train_split, "val": meds.tuning_split, "test": meds.held_out_split}
 SHARD_EVENTS = 1_000_000  # about this many events per shard, as MEDS-Extract shards
 UNKNOWN = "UNK"  # a null part of a code, as MEDS-Extract writes it
+SEP = "//"  # between a code's parts
+LAB, ADMISSION, DISCHARGE = "LAB", "HOSPITAL_ADMISSION", "HOSPITAL_DISCHARGE"  # MEDS-Extract's MIMIC-IV prefixes
 PIECES = "meds-pieces"  # inside the staging folder, while the shards are made
 COLUMNS = ["SPLIT", "HADM_ID", "ITEMID", "CHARTTIME", "VALUE", "VALUENUM", "Z", "Z_BOUNDED", "Z_UNSEEN"]
 ETL = "badpoints"
@@ -79,7 +81,7 @@ def lab_codes(items: Iterable[int], units: pd.Series) -> pd.Series:
     """ITEMID -> ``LAB//{ITEMID}//{unit}``."""
     items = pd.Index(sorted(set(int(i) for i in items)), dtype="int64", name="ITEMID")
     unit = pd.Series(items.map(units), index=items).fillna(UNKNOWN).astype(str).str.strip()
-    return ("LAB//" + items.astype(str) + "//" + unit.where(unit != "", UNKNOWN)).rename("code")
+    return (LAB + SEP + items.astype(str) + SEP + unit.where(unit != "", UNKNOWN)).rename("code")
 
 
 def subjects(fates: pd.DataFrame, splits: pd.DataFrame, kept_rows: int) -> pd.DataFrame:
@@ -156,9 +158,9 @@ def admission_events(admissions: pd.DataFrame, people: pd.DataFrame) -> pd.DataF
         column = rows[name] if name in rows else pd.Series(None, index=rows.index, dtype=object)
         return column.astype(object).where(column.notna() & (column.astype(str).str.strip() != ""), UNKNOWN).astype(str)
 
-    admitted = rows.assign(time=rows["ADMITTIME"], code="HOSPITAL_ADMISSION//" + part("ADMISSION_TYPE") + "//"
+    admitted = rows.assign(time=rows["ADMITTIME"], code=ADMISSION + SEP + part("ADMISSION_TYPE") + SEP
                            + part("ADMISSION_LOCATION"))
-    discharged = rows.assign(time=rows["DISCHTIME"], code="HOSPITAL_DISCHARGE//" + part("DISCHARGE_LOCATION"))
+    discharged = rows.assign(time=rows["DISCHTIME"], code=DISCHARGE + SEP + part("DISCHARGE_LOCATION"))
     events = pd.concat([admitted, discharged], ignore_index=True)
     return pd.DataFrame({"split": events["split"], "shard": events["shard"].astype("int64"),
                          "subject_id": events["subject_id"].astype("int64"),
