@@ -19,7 +19,9 @@ from pipeline.shared import PART_OPTIONS, scratch, value_of
 from schemas.split import SPLITS, split_codes
 
 
-BUCKETS = 64  # admission ranges a Router writes checked blocks into (consecutive ones make a part)
+BUCKETS = 64  # admission ranges a Router writes checked blocks into (consecutive ones make a part), at least
+ADMISSIONS_PER_BUCKET = 512  # and at most this many admissions in one: at MIMIC's 275-480 rows per admission, a range
+# is a quarter of a part or less, so a part of whole ranges stays within rows_per_part at any size of LABEVENTS
 
 
 def admission_parts(events: pd.DataFrame, partitions: int, splits: pd.DataFrame | None = None) -> list[pd.DataFrame]:
@@ -111,10 +113,10 @@ class Router:
     The parts are those :func:`admission_parts` cuts: admissions in (split, HADM_ID) order (``splits`` from
     ADMISSIONS alone, known before any lab row), every admission's rows in one part, each part in source line
     order, rows of no known admission last. As the rows per admission are known only at the end, each block is
-    written (by :meth:`route`, in the process that checked it) as one file of :data:`BUCKETS` admission ranges, a
-    record batch each; :meth:`finish` puts consecutive ranges of every block together into parts of about the
-    engine's ``rows_per_part`` (or into its ``partitions``). Rows of no known admission (quarantined by clean) are
-    parts of their own, cut by rows.
+    written (by :meth:`route`, in the process that checked it) as one file of admission ranges (:func:`buckets`), a
+    record batch each; :meth:`finish` puts consecutive ranges of every block together into parts of at most the
+    engine's ``rows_per_part`` (a range larger than that is a part alone), or into its ``partitions``. Rows of no
+    known admission (quarantined by clean) are parts of their own, cut by rows.
     """
 
     def __init__(self, engine: PartsFolder, splits: pd.DataFrame | None) -> None:
@@ -122,10 +124,10 @@ class Router:
         known = pd.DataFrame(columns=["HADM_ID", "SPLIT"]) if splits is None else splits
         order = pd.DataFrame({"SPLIT": split_codes(known["SPLIT"]).astype("int64"),
                               "HADM_ID": known["HADM_ID"].to_numpy("int64")}).sort_values(["SPLIT", "HADM_ID"])
-        buckets = max(1, min(BUCKETS, len(order)))
-        bucket = pd.Series(np.arange(len(order)) * buckets // max(1, len(order)),
+        ranges = buckets(len(order))
+        bucket = pd.Series(np.arange(len(order)) * ranges // max(1, len(order)),
                            index=order["HADM_ID"].to_numpy("int64"))
-        self._unknown = buckets  # the bucket of rows of no known admission
+        self._unknown = ranges  # the bucket of rows of no known admission
         self.route = BlockRoute(engine.folder, engine.share(bucket[~bucket.index.duplicated()]), self._unknown)
         self._pieces: dict[int, list[tuple[Path, int, int]]] = {}  # per bucket: (file, batch, rows), in line order
         self._files: list[Path] = []
@@ -149,10 +151,8 @@ class Router:
         rows = np.array([sum(n for _, _, n in self._pieces[b]) for b in known], dtype="int64")
         total = int(rows.sum())
         before = np.cumsum(rows) - rows
-        if self._cut is None:
-            cut = (before * max(1, self.engine.partitions or 1)) // max(1, total)
-        else:
-            cut = before // max(1, self._cut)
+        cut = ((before * max(1, self.engine.partitions or 1)) // max(1, total) if self._cut is None
+               else packed(rows, self._cut))
         parts: list[list[tuple[Path, int, int]]] = []
         for part in np.unique(cut):
             chosen = {b for b, c in zip(known, cut) if c == part}
@@ -170,6 +170,27 @@ class Router:
         return Stored(paths=paths,
                       lengths=tuple(sum(n for _, _, n in part) for part in parts), order=None,
                       columns=self._columns or (), schema=schema)
+
+
+def buckets(admissions: int) -> int:
+    """How many admission ranges a :class:`Router` cuts ``admissions`` into: :data:`BUCKETS`, or more where a range
+    would hold over :data:`ADMISSIONS_PER_BUCKET` admissions (never more ranges than admissions, at least one).
+
+    A part is whole ranges, so a range's rows bound how far a part can be from ``rows_per_part``: with 64 ranges
+    of 118M rows (MIMIC-IV) every range, and so every part, held 1.1-1.3M rows, and more as the table grows."""
+    return max(1, min(admissions, max(BUCKETS, -(-admissions // ADMISSIONS_PER_BUCKET))))
+
+
+def packed(rows: np.ndarray, most: int) -> np.ndarray:
+    """The part of each consecutive range of ``rows`` rows: ranges taken in order while their sum stays within
+    ``most`` (a range over ``most`` is a part alone). Over ranges, never rows: a few thousand at MIMIC-IV scale."""
+    part = np.zeros(len(rows), dtype="int64")
+    current, held = 0, 0
+    for n, count in enumerate(rows.tolist()):
+        if held and held + count > most:
+            current, held = current + 1, 0
+        part[n], held = current, held + count
+    return part
 
 
 def _by_file(pieces: Sequence[tuple[Path, int, int]], routed: Sequence[Path]) -> tuple[Batches, ...]:

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.engines.base import in_row_order
 from pipeline.engines.parts import PartsEngine
-from pipeline.engines.routing import admission_parts
+from pipeline.engines.routing import ADMISSIONS_PER_BUCKET, BUCKETS, admission_parts, buckets, packed
 from pipeline.engines.stored import Stored
 from schemas.split import SPLITS
 from tests.pipeline.engines.rows import lab_frame
@@ -83,4 +83,35 @@ def test_routed_rows_of_no_known_admission_are_cut_by_rows(tmp_path):
     # No admission is known: every row is of no known admission, in parts of about 20 rows in source line order.
     assert len(stored.paths) > 5 and max(stored.lengths) <= 25 + 25
     assert pd.concat(stored.read()).index.is_monotonic_increasing
+    pd.testing.assert_frame_equal(engine.rows(stored), frame)
+
+
+def test_admission_ranges_grow_with_admissions_so_a_range_stays_a_fraction_of_a_part():
+    assert [buckets(n) for n in (0, 1, 28, BUCKETS, 10_000)] == [1, 1, 28, BUCKETS, BUCKETS]
+    # MIMIC-IV's 431,231 admissions: 843 ranges of at most 512 admissions, not 64 of 6,738 (1.1-1.3M rows each)
+    assert buckets(431_231) == 843 and -(-431_231 // buckets(431_231)) <= ADMISSIONS_PER_BUCKET
+
+
+def test_ranges_are_packed_into_parts_of_at_most_the_rows_asked():
+    rows = np.array([300, 300, 300, 300, 1_500, 100, 0, 900, 200])
+    part = packed(rows, 1_000)
+    assert part.tolist() == [0, 0, 0, 1, 2, 3, 3, 3, 4]  # a range over 1,000 rows is a part alone
+    sums = pd.Series(rows).groupby(part).sum()
+    assert (sums[sums.index != 2] <= 1_000).all() and np.all(np.diff(part) >= 0)
+    assert packed(np.array([], dtype="int64"), 10).tolist() == []
+
+
+def test_routed_parts_hold_at_most_rows_per_part_when_no_admission_is_larger(tmp_path):
+    """The known admissions' parts stay within rows_per_part (each admission is a range here), cut in order; a part
+    of whole ranges used to run past it by up to a range."""
+    frame, splits = lab_frame(), _splits()
+    engine = PartsEngine(tmp_path, rows_per_part=40)
+    stored = _routed(engine, frame, splits, block=37)
+    known = frame["HADM_ID"].isin(splits["HADM_ID"])
+    assert frame[known].groupby("HADM_ID").size().max() <= 40
+    lengths = list(stored.lengths)
+    parts = list(stored.read())
+    known_parts = [n for n, part in enumerate(parts) if part["HADM_ID"].isin(splits["HADM_ID"]).all()]
+    assert len(known_parts) >= 5 and all(lengths[n] <= 40 for n in known_parts)
+    assert sum(lengths[n] for n in known_parts) == int(known.sum())
     pd.testing.assert_frame_equal(engine.rows(stored), frame)
