@@ -23,8 +23,8 @@ def shape_out(out: Path, shape: str) -> Path:
 
 
 def shape_figures(results: dict, bench_json: Path) -> dict:
-    """One shape's memory figures (MB; a skipped step: why) and the build's LABEVENTS ledger with the shares of the
-    rows read that were quarantined and merged by dedup (None where the build's report gave no ledger)."""
+    """One shape's memory figures (MB; a skipped step: why) and the build's LABEVENTS ledger with the shares
+    quarantined (of the rows read) and merged by dedup (of the rest) (None where the build's report gave no ledger)."""
     steps = {step["name"]: step for step in results["steps"]}
     memory = {}
     for name, keys in MEMORY_STEPS.items():
@@ -36,12 +36,14 @@ def shape_figures(results: dict, bench_json: Path) -> dict:
 
 
 def _ledger(result: dict) -> dict | None:
-    """The build's LABEVENTS rows read = kept + quarantined + deduplicated, and their shares of the rows read."""
+    """The build's LABEVENTS rows read = kept + quarantined + deduplicated; the shares issue 27 states its shapes
+    in: quarantined of the rows read, merged by dedup of the rest (the rows not quarantined)."""
     if not all(isinstance(result.get(key), int) for key in LEDGER) or not result["read"]:
         return None
     ledger = {key: result[key] for key in LEDGER}
-    return {**ledger, **{f"{key}_share": round(ledger[key] / ledger["read"], 4)
-                         for key in ("kept", "quarantined", "deduplicated")}}
+    rest = ledger["read"] - ledger["quarantined"]
+    return {**ledger, "quarantined_share": round(ledger["quarantined"] / ledger["read"], 4),
+            "deduplicated_share_of_rest": round(ledger["deduplicated"] / rest, 4) if rest else None}
 
 
 def write_shapes(out: Path, runs: dict[str, dict]) -> dict:

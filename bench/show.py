@@ -84,7 +84,7 @@ def print_shapes(summary: dict, console=None) -> None:
     shapes = summary["shapes"]
     dask = any("skipped" not in figures.get("dask", {"skipped": "absent"}) for figures in shapes.values())
     columns = ["build MB, all", "build MB, max 1", "validate MB, all", "validate MB, max 1",
-               *(("dask client MB", "dask workers MB") if dask else ()), "quarantined %", "merged %"]
+               *(("dask client MB", "dask workers MB") if dask else ()), "quarantined %", "merged % of rest"]
     table = Table(title="memory by shape", title_justify="left")
     table.add_column("shape")
     for column in columns:
@@ -97,11 +97,12 @@ def print_shapes(summary: dict, console=None) -> None:
             step = figures.get("dask", {})
             cells += [fmt(step.get("main_peak_rss_mb"), 0), fmt(step.get("children_peak_rss_mb"), 0)]
         ledger = figures["labevents"] or {}
-        cells += [_percent(ledger.get("quarantined_share")), _percent(ledger.get("deduplicated_share"))]
+        cells += [_percent(ledger.get("quarantined_share")), _percent(ledger.get("deduplicated_share_of_rest"))]
         table.add_row(f"{shape} ({figures['rows']:,} rows, {figures['layout']})", *cells)
     console.print(table)
     console.print("all: the process tree's summed RSS at its worst sample; max 1: the largest single process; "
-                  "quarantined and merged (by dedup): shares of the LABEVENTS rows read, from the build's report")
+                  "quarantined: share of the LABEVENTS rows read; merged (by dedup): share of the rows not "
+                  "quarantined; from the build's report")
 
 
 def _percent(share: float | None) -> str:

@@ -52,7 +52,7 @@ def test_shapes_json_holds_each_shapes_memory_and_ledger(shapes_run):
         assert ledger["quarantined_share"] == round(ledger["quarantined"] / 5000, 4)
     default, heavy = (summary["shapes"][name]["labevents"] for name in ("default", "heavy"))
     assert heavy["quarantined_share"] > default["quarantined_share"]
-    assert heavy["deduplicated_share"] > default["deduplicated_share"]
+    assert heavy["deduplicated_share_of_rest"] > default["deduplicated_share_of_rest"]
 
 
 def test_the_memory_by_shape_table_follows_each_shapes_tables(shapes_run):
