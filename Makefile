@@ -5,14 +5,17 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DATA   ?= data/sample
 # make bench: LABEVENTS rows to generate (27800000 = MIMIC-III, 118000000 = MIMIC-IV), their layout (mimic3, or
-# mimic4: MIMIC-IV's hosp/*.csv.gz), their shape (default, or heavy: most rows quarantined or merged by dedup), where
-# results go, optionally where the generated data is kept (default $(BENCH_OUT)/data/...; reused while it matches
-# ROWS, LAYOUT and SHAPE) and a mimic3 run's bench.json that a mimic4 run's seconds per row are held against;
-# BENCH_FLAGS=--dask adds the Dask engine step, BENCH_FLAGS=--meds the MEDS step (the rows as MEDS: badpoints
-# validate beside MEDS-Transforms' normalization; skipped without make meds-env).
+# mimic4: MIMIC-IV's hosp/*.csv.gz), their shapes (default, heavy: most rows quarantined or merged by dedup; both by
+# default, each run into $(BENCH_OUT)/<shape>/ and their memory side by side in $(BENCH_OUT)/shapes.json; one shape,
+# SHAPE=default or SHAPE=heavy, writes $(BENCH_OUT)/bench.json as a single run), where results go, optionally where
+# the generated data is kept (BENCH_DATA, with one SHAPE only; default $(BENCH_OUT)/data/...; reused while it
+# matches ROWS, LAYOUT and SHAPE) and a mimic3 run's bench.json that a mimic4 run's seconds per row are held against
+# (BENCH_REFERENCE, applied to every shape); BENCH_FLAGS=--dask adds the Dask engine step, BENCH_FLAGS=--meds the
+# MEDS step (the rows as MEDS: badpoints validate beside MEDS-Transforms' normalization; skipped without make
+# meds-env).
 ROWS      ?= 2000000
 LAYOUT    ?= mimic3
-SHAPE     ?= default
+SHAPE     ?= default heavy
 BENCH_OUT ?= out/bench
 BENCH_DATA ?=
 BENCH_REFERENCE ?=

@@ -1,4 +1,5 @@
-"""The results as tables on the console: the steps, then the targets."""
+"""The results as tables on the console: the steps, then the targets; with several shapes, their memory side by
+side."""
 
 from __future__ import annotations
 
@@ -70,6 +71,42 @@ def target_table(results: dict):
                       *(f"{fmt(goal[k], digits)} {unit}" if goal[k] is not None else "-"
                         for k in ("measured", "baseline", "baseline_polars")), goal["note"] or "")
     return goals
+
+
+def print_shapes(summary: dict, console=None) -> None:
+    """The "memory by shape" table: per shape the build's and validate's peak RSS (all processes, and the largest
+    one), the Dask step's client and workers (when any shape ran it), and the shares the build quarantined and
+    merged."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(highlight=False, width=None if sys.stdout.isatty() else 170)
+    shapes = summary["shapes"]
+    dask = any("skipped" not in figures.get("dask", {"skipped": "absent"}) for figures in shapes.values())
+    columns = ["build MB, all", "build MB, max 1", "validate MB, all", "validate MB, max 1",
+               *(("dask client MB", "dask workers MB") if dask else ()), "quarantined %", "merged % of rest"]
+    table = Table(title="memory by shape", title_justify="left")
+    table.add_column("shape")
+    for column in columns:
+        table.add_column(column, justify="right", no_wrap=True, min_width=len(column))
+    for shape, figures in shapes.items():
+        build, validate = figures["build"], figures["validate"]
+        cells = [fmt(build.get("tree_peak_rss_mb"), 0), fmt(build.get("peak_rss_mb"), 0),
+                 fmt(validate.get("tree_peak_rss_mb"), 0), fmt(validate.get("peak_rss_mb"), 0)]
+        if dask:
+            step = figures.get("dask", {})
+            cells += [fmt(step.get("main_peak_rss_mb"), 0), fmt(step.get("children_peak_rss_mb"), 0)]
+        ledger = figures["labevents"] or {}
+        cells += [_percent(ledger.get("quarantined_share")), _percent(ledger.get("deduplicated_share_of_rest"))]
+        table.add_row(f"{shape} ({figures['rows']:,} rows, {figures['layout']})", *cells)
+    console.print(table)
+    console.print("all: the process tree's summed RSS at its worst sample; max 1: the largest single process; "
+                  "quarantined: share of the LABEVENTS rows read; merged (by dedup): share of the rows not "
+                  "quarantined; from the build's report")
+
+
+def _percent(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}"
 
 
 def _short(rows: int) -> str:

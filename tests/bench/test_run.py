@@ -25,7 +25,7 @@ def bench(tmp_path_factory) -> tuple[Path, dict, str]:
     out = tmp_path_factory.mktemp("bench")
     printed = io.StringIO()
     with redirect_stdout(printed):
-        assert main(["--rows", "5000", "--out", str(out)]) == 0
+        assert main(["--rows", "5000", "--out", str(out), "--shape", "default"]) == 0
     return out, json.loads((out / "bench.json").read_text()), printed.getvalue()
 
 
@@ -61,6 +61,14 @@ def test_every_step_measured(bench):
     assert "(c) validate, cache cold" in printed and "2nd validate / 1st" in printed
     assert "27.8M rows, MIMIC-III (run: 5k)" in printed  # the scale a target is meant for, beside this run's
     assert not list(out.glob("cache-*")) and not list(out.glob("build-*"))  # no copies of the data left
+
+
+def test_one_shape_writes_bench_json_only_as_before(bench):
+    # One --shape is the run as it was before several shapes: OUT/bench.json, no folder per shape, no shapes.json.
+    out, results, printed = bench
+    assert results["shape"] == "default" and Path(results["data"]).parent == out / "data"
+    assert sorted(p.name for p in out.iterdir()) == ["bench.json", "data", "logs", "steps"]
+    assert "memory by shape" not in printed and f"wrote {out / 'bench.json'}" in printed
 
 
 def test_baseline_keeps_exactly_badpoints_edges(bench):
