@@ -129,8 +129,11 @@ class Router:
                            index=order["HADM_ID"].to_numpy("int64"))
         self._unknown = ranges  # the bucket of rows of no known admission
         self.route = BlockRoute(engine.folder, engine.share(bucket[~bucket.index.duplicated()]), self._unknown)
-        self._pieces: dict[int, list[tuple[Path, int, int]]] = {}  # per bucket: (file, batch, rows), in line order
+        # per routed block, in line order: its file, and per record batch its bucket and rows (arrays: a block has a
+        # batch per range, 500 ranges x 800 blocks at MIMIC-IV scale)
         self._files: list[Path] = []
+        self._buckets: list[np.ndarray] = []
+        self._rows: list[np.ndarray] = []
         self._columns: tuple[str, ...] | None = None
         self._cut = engine.rows_per_part if engine.partitions is None and engine.rows_per_part else None
 
@@ -142,34 +145,61 @@ class Router:
         """A block routed where it was checked (:attr:`route`)."""
         self._files.append(routed.path)
         self._columns = self._columns or routed.columns
-        for batch, (bucket, rows) in enumerate(zip(routed.buckets, routed.rows)):
-            self._pieces.setdefault(bucket, []).append((routed.path, batch, rows))
+        self._buckets.append(np.asarray(routed.buckets, dtype="int64"))
+        self._rows.append(np.asarray(routed.rows, dtype="int64"))
 
     def finish(self, schema: type | None = None) -> Stored:
         """The parts (``schema``: what every block added passed, for the next stage's guard)."""
-        known = [b for b in sorted(self._pieces) if b != self._unknown]
-        rows = np.array([sum(n for _, _, n in self._pieces[b]) for b in known], dtype="int64")
-        total = int(rows.sum())
-        before = np.cumsum(rows) - rows
-        cut = ((before * max(1, self.engine.partitions or 1)) // max(1, total) if self._cut is None
-               else packed(rows, self._cut))
-        parts: list[list[tuple[Path, int, int]]] = []
-        for part in np.unique(cut):
-            chosen = {b for b, c in zip(known, cut) if c == part}
-            parts.append([piece for b in sorted(chosen) for piece in self._pieces[b]])
-        unknown = self._pieces.get(self._unknown, [])
+        pieces = _Pieces.of(self._buckets, self._rows)
+        known = pieces.bucket != self._unknown
+        per = pd.Series(pieces.rows[known]).groupby(pieces.bucket[known]).sum()  # rows per bucket that has any
         if self._cut is None:
-            parts += [unknown] if unknown else []
+            before = per.cumsum() - per
+            cut = (before.to_numpy() * max(1, self.engine.partitions or 1)) // max(1, int(per.sum()))
+        else:
+            cut = packed(per.to_numpy(), self._cut)
+        part = np.full(self._unknown + 1, -1, dtype="int64")
+        part[per.index.to_numpy("int64")] = np.unique(cut, return_inverse=True)[1]
+        of_piece = part[pieces.bucket]
+        unknown = np.flatnonzero(~known)
+        if self._cut is None:  # rows of no known admission: a part of their own
+            of_piece[unknown] = of_piece.max(initial=-1) + 1
         else:  # rows of no known admission: parts of about rows_per_part rows, in line order
-            ends = np.cumsum([n for _, _, n in unknown]) if unknown else np.array([], "int64")
-            group = (np.r_[0, ends[:-1]] // max(1, self._cut)) if len(ends) else ends
-            parts += [[unknown[i] for i in np.flatnonzero(group == g)] for g in np.unique(group)]
-        paths = tuple(_by_file(part, self._files) for part in parts)
-        if not parts and self._files:  # no row at all: one empty part, as admission_parts gives
-            paths, parts = ((Batches(self._files[0], ()),),), [[]]
-        return Stored(paths=paths,
-                      lengths=tuple(sum(n for _, _, n in part) for part in parts), order=None,
+            ends = np.cumsum(pieces.rows[unknown])
+            group = (ends - pieces.rows[unknown]) // max(1, self._cut)
+            of_piece[unknown] = of_piece.max(initial=-1) + 1 + np.unique(group, return_inverse=True)[1]
+        chosen = [np.flatnonzero(of_piece == n) for n in range(of_piece.max(initial=-1) + 1)]
+        paths = tuple(pieces.batches(self._files, one) for one in chosen)
+        if not paths and self._files:  # no row at all: one empty part, as admission_parts gives
+            return Stored(paths=((Batches(self._files[0], ()),),), lengths=(0,), order=None,
+                          columns=self._columns or (), schema=schema)
+        return Stored(paths=paths, lengths=tuple(int(pieces.rows[one].sum()) for one in chosen), order=None,
                       columns=self._columns or (), schema=schema)
+
+
+@dataclass(frozen=True)
+class _Pieces:
+    """Every routed block's record batches, in line order: their file (by position), batch, bucket and rows."""
+
+    file: np.ndarray
+    batch: np.ndarray
+    bucket: np.ndarray
+    rows: np.ndarray
+
+    @classmethod
+    def of(cls, buckets: Sequence[np.ndarray], rows: Sequence[np.ndarray]) -> "_Pieces":
+        sizes = [len(b) for b in buckets]
+        empty = np.zeros(0, dtype="int64")
+        return cls(file=np.repeat(np.arange(len(sizes)), sizes),
+                   batch=np.concatenate([np.arange(n) for n in sizes]) if sizes else empty,
+                   bucket=np.concatenate(buckets) if sizes else empty, rows=np.concatenate(rows) if sizes else empty)
+
+    def batches(self, files: Sequence[Path], chosen: np.ndarray) -> tuple[Batches, ...]:
+        """The ``chosen`` pieces (positions, in line order) as the batches of each file, files in routed order."""
+        file, batch = self.file[chosen], self.batch[chosen]
+        starts = np.flatnonzero(np.r_[True, file[1:] != file[:-1]]) if len(file) else np.zeros(0, dtype="int64")
+        stops = np.r_[starts[1:], len(file)].astype("int64")
+        return tuple(Batches(files[int(file[a])], tuple(batch[a:b].tolist())) for a, b in zip(starts, stops))
 
 
 def buckets(admissions: int) -> int:
@@ -191,13 +221,3 @@ def packed(rows: np.ndarray, most: int) -> np.ndarray:
             current, held = current + 1, 0
         part[n], held = current, held + count
     return part
-
-
-def _by_file(pieces: Sequence[tuple[Path, int, int]], routed: Sequence[Path]) -> tuple[Batches, ...]:
-    """A part's pieces as the batches of each file, the files in the order they were routed (source line order)."""
-    files: dict[Path, list[int]] = {}
-    for path, batch, _ in pieces:
-        files.setdefault(path, []).append(batch)
-    rank = {path: n for n, path in enumerate(routed)}
-    return tuple(Batches(path, tuple(sorted(files[path]))) for path in sorted(files, key=rank.__getitem__))
-
