@@ -21,7 +21,7 @@ from schemas.split import SPLITS, split_codes
 
 BUCKETS = 64  # admission ranges a Router writes checked blocks into (consecutive ones make a part), at least
 ADMISSIONS_PER_BUCKET = 512  # and at most this many admissions in one: at MIMIC's 275-480 rows per admission, a range
-# is a quarter of a part or less, so a part of whole ranges stays within rows_per_part at any size of LABEVENTS
+# is a quarter of a part or less, so parts of whole ranges keep to rows_per_part however many admissions there are
 
 
 def admission_parts(events: pd.DataFrame, partitions: int, splits: pd.DataFrame | None = None) -> list[pd.DataFrame]:
