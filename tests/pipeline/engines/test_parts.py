@@ -258,3 +258,35 @@ def test_pieces_of_batches_are_made_in_the_parts_engines_worker_processes(tmp_pa
         assert made[0][1] == {"train": 0} and all(n % 16 == 0 for _, start, _ in made for n in start.values())
     else:
         assert pids == {os.getpid()} and len(made) == 1
+
+
+def _loads_torch(parts, *, batch_size, start=None):
+    import os
+
+    import torch  # noqa: F401 (what the graphs load in a worker)
+
+    yield os.getpid(), len(pd.concat(list(parts)))
+
+
+def _pid_and_torch(part):
+    import os
+    import sys
+
+    return os.getpid(), "torch" in sys.modules
+
+
+def test_the_workers_after_a_pass_of_batches_are_fresh(tmp_path):
+    """The pieces of batches (the graphs) load torch in the workers; the passes after them run in new processes
+    that never did, so what the graphs loaded and fragmented is not held through the report."""
+    parts = edge_parts(7, 4)
+    engine = PartsEngine(tmp_path, workers=2)
+    try:
+        edges = Stored(paths=tuple(engine._write(part) for part in parts), lengths=tuple(map(len, parts)), order=None,
+                       columns=("SPLIT", "HADM_ID"))
+        made = list(engine.in_batches(_loads_torch, edges, batch_size=16, sees=tmp_path))
+        after = list(engine.per_part(_pid_and_torch, edges))
+    finally:
+        engine.close()
+    assert sum(rows for _, rows in made) == sum(map(len, parts))
+    assert {pid for pid, _ in made}.isdisjoint({pid for pid, _ in after}) and len(after) == len(parts)
+    assert not any(loaded for _, loaded in after)
