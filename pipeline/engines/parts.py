@@ -249,8 +249,8 @@ class PartsEngine:
         finally:
             # What makes the pieces (the graphs: torch and PyG, 280 MB a process) stays loaded in the workers, with
             # the heap it fragmented: the passes after it (the report's) start fresh ones, a few seconds, which at
-            # 118M rows held 850 MB each, idle, against 340 before.
-            self.close()
+            # 118M rows held 850 MB each, idle, against 340 before. (A Dask engine's workers are its cluster's.)
+            self._stop_workers()
 
     def _seen_by_workers(self, folder: Path) -> bool:
         """Whether the processes that work on the parts see ``folder``: this machine's do."""
@@ -282,6 +282,10 @@ class PartsEngine:
 
     def close(self) -> None:
         """Stop the processes ``workers`` started (:func:`parts_engine` does, at the end of the run)."""
+        self._stop_workers()
+
+    def _stop_workers(self) -> None:
+        """The worker processes stopped; the next pass starts new ones."""
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
