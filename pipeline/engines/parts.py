@@ -52,7 +52,7 @@ from pipeline.engines.pandas import PANDAS
 from pipeline.engines.routing import Router, admission_parts
 from pipeline.engines.stored import Batches, LineFiles, Stored, read_part
 from pipeline.engines.tasks import ChainDone, LinkDone, block_part, call_part, chain_part, pick_part, step_part
-from pipeline.engines.workers import give_back_all, start_worker, started
+from pipeline.engines.workers import give_back_all, start_worker, started, stopped
 from pipeline.parse import PartCheck, check_part
 from pipeline.quarantine import Kept
 from pipeline.shared import Shared, share, shared_frames, write_part
@@ -287,7 +287,7 @@ class PartsEngine:
     def _stop_workers(self) -> None:
         """The worker processes stopped; the next pass starts new ones."""
         if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
+            stopped(self._pool)
             self._pool = None
 
     def result(self, events: Stored) -> Stored:

@@ -63,12 +63,35 @@ def started(pool: Any, workers: int) -> None:
     once they are started. A process pool starts a worker per task submitted until it has them all, then no more."""
     if threading.current_thread() is not threading.main_thread():  # the main thread takes the signals
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
+    with _ctrl_c_held():
         for _ in range(workers):
             pool.submit(_ready)
+
+
+def stopped(pool: Any) -> None:
+    """A ``pool``'s workers told to stop and waited for, with Ctrl-C held until they are (from the main thread): a
+    shutdown that Ctrl-C broke off left workers reading a queue this process then closed by exiting, and each
+    printed its EOFError. A pass may stop its workers (the graphs'), so this happens within a run too."""
+    with _ctrl_c_held() if threading.current_thread() is threading.main_thread() else contextlib.nullcontext():
+        pool.shutdown(cancel_futures=True)
+
+
+@contextlib.contextmanager
+def _ctrl_c_held():
+    """Ctrl-C held off meanwhile (from the main thread), and raised once done if it came. SIGINT is blocked in this
+    thread, so a worker started meanwhile inherits the mask; and it is only noted, not raised, by this process:
+    another of its threads may take the signal, and Python then raises KeyboardInterrupt in the main thread wherever
+    it is, between starting a worker and writing what it reads first (the worker read an empty pipe: EOFError)."""
+    came: list[int] = []
+    handler = signal.signal(signal.SIGINT, lambda number, frame: came.append(number))
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        signal.signal(signal.SIGINT, handler)
+        if came:
+            signal.raise_signal(signal.SIGINT)
 
 
 def _ready() -> None:
