@@ -69,9 +69,9 @@ def started(pool: Any, workers: int) -> None:
 
 
 def stopped(pool: Any) -> None:
-    """A ``pool``'s workers told to stop and waited for, with Ctrl-C held until they are (from the main thread): a
-    shutdown that Ctrl-C broke off left workers reading a queue this process then closed by exiting, and each
-    printed its EOFError. A pass may stop its workers (the graphs'), so this happens within a run too."""
+    """A ``pool``'s workers told to stop and waited for, with Ctrl-C held until they are (from the main thread), so
+    a Ctrl-C never breaks the shutdown off halfway, leaving workers to read a queue this process closes by exiting.
+    A pass may stop its workers (the graphs'), so this happens within a run too, not only at its end."""
     with _ctrl_c_held() if threading.current_thread() is threading.main_thread() else contextlib.nullcontext():
         pool.shutdown(cancel_futures=True)
 
