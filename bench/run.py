@@ -56,7 +56,7 @@ from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 
-from bench.shapes import shape_out, write_shapes
+from bench.shapes import shape_out, shapes_summary
 from bench.show import print_results, print_shapes
 from bench.steps import (DASK_MEMORY_LIMIT, DASK_WORKERS, MB, ROOT, STEP_INFO, BenchError, StepResult,
                          badpoints_step, baseline_settings, dask_step, polars_missing, prepare_data, python_step)
@@ -228,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench failed: {error}", file=sys.stderr)
         return 2
     if len(shapes) > 1:
-        print_shapes(write_shapes(args.out, runs))
+        summary = shapes_summary(args.out, runs)
+        _write_json(Path(args.out) / "shapes.json", summary)
+        print_shapes(summary)
         print(f"wrote {Path(args.out) / 'shapes.json'}")
     return 0
 

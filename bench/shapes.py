@@ -9,7 +9,6 @@ badpoints report gives (rows read, kept, quarantined, merged by dedup), nothing 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 MEMORY_STEPS = {"build": ("tree_peak_rss_mb", "peak_rss_mb"), "validate": ("tree_peak_rss_mb", "peak_rss_mb"),
@@ -46,12 +45,8 @@ def _ledger(result: dict) -> dict | None:
             "deduplicated_share_of_rest": round(ledger["deduplicated"] / rest, 4) if rest else None}
 
 
-def write_shapes(out: Path, runs: dict[str, dict]) -> dict:
-    """``out/shapes.json``: each shape's figures (:func:`shape_figures`) with the path of its ``bench.json``."""
-    summary = {"shapes": {shape: shape_figures(results, shape_out(out, shape).resolve() / "bench.json")
-                          for shape, results in runs.items()}}
-    path = Path(out) / "shapes.json"
-    partial = path.with_name(path.name + ".tmp")
-    partial.write_text(json.dumps(summary, indent=2) + "\n")
-    partial.replace(path)
-    return summary
+def shapes_summary(out: Path, runs: dict[str, dict]) -> dict:
+    """What ``out/shapes.json`` holds: each shape's figures (:func:`shape_figures`) with the path of its
+    ``bench.json``."""
+    return {"shapes": {shape: shape_figures(results, shape_out(out, shape).resolve() / "bench.json")
+                       for shape, results in runs.items()}}

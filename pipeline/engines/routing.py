@@ -19,8 +19,8 @@ from pipeline.shared import PART_OPTIONS, scratch, value_of
 from schemas.split import SPLITS, split_codes
 
 
-BUCKETS = 64  # admission ranges a Router writes checked blocks into (consecutive ones make a part), at least
-ADMISSIONS_PER_BUCKET = 512  # and at most this many admissions in one: at MIMIC's 275-480 rows per admission, a range
+BUCKETS = 64  # the fewest admission ranges a Router writes checked blocks into (consecutive ones make a part)
+ADMISSIONS_PER_BUCKET = 512  # the most admissions in one range: at MIMIC's 275-480 rows per admission, a range
 # is a quarter of a part or less, so parts of whole ranges keep to rows_per_part however many admissions there are
 
 
