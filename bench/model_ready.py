@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.write import read_graph, read_manifest
+from pipeline.output.write import read_graph, read_manifest
 from schemas.graph import EDGE
 from schemas.raw import KNOWN_AFTER_ADMISSION
 

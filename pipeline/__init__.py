@@ -2,28 +2,28 @@
 
 Notebook use::
 
-    from pipeline.load import load_text_tables
-    from pipeline.parse import check_raw
+    from pipeline.reading.load import load_text_tables
+    from pipeline.reading.parse import check_raw
 """
 
 from pipeline.config import Config, load_config
 from pipeline.builds import Build, build
 from pipeline.flow import Validation, validate
-from pipeline.load import load_text_tables, read_table
-from pipeline.locate import locate_table
-from pipeline.parse import RawResult, RawTables, check_raw
+from pipeline.reading.load import load_text_tables, read_table
+from pipeline.reading.locate import locate_table
+from pipeline.reading.parse import RawResult, RawTables, check_raw
 from pipeline.preflight import Preflight, preflight
-from pipeline.report import Finding, Report
+from pipeline.reporting.report import Finding, Report
 
 
 def __getattr__(name: str):
     """``load_graphs`` and ``GraphDataset`` import torch and PyG: only when asked for, so validating stays light."""
     if name == "load_graphs":
-        from pipeline.write import load_graphs
+        from pipeline.output.write import load_graphs
 
         return load_graphs
     if name == "GraphDataset":
-        from pipeline.dataset import GraphDataset
+        from pipeline.output.dataset import GraphDataset
 
         return GraphDataset
     raise AttributeError(f"module 'pipeline' has no attribute {name!r}")

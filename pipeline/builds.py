@@ -20,12 +20,12 @@ import pandas as pd
 from pipeline.cache import Cache
 from pipeline.config import Config
 from pipeline.engines import PANDAS, Engine
-from pipeline.findings import Finding, finding_from_error, item_names, summary_finding
+from pipeline.reporting.findings import Finding, finding_from_error, item_names, summary_finding
 from pipeline.flow import ORDER, Validation, validate
 from pipeline.ledgers import IN_GRAPHS
-from pipeline.paths import check_output_dir, claim_output_dir
-from pipeline.progress import NO_PROGRESS, Progress
-from pipeline.report import Report
+from pipeline.output.paths import check_output_dir, claim_output_dir
+from pipeline.reporting.progress import NO_PROGRESS, Progress
+from pipeline.reporting.report import Report
 from schemas.graph import EDGE
 from schemas.split import SPLITS
 
@@ -67,7 +67,7 @@ def build(data_dir: Path, out_dir: Path, config: Config, *, show_values: bool = 
 
 def _build_into(out: Path, data_dir: Path, config: Config, *, show_values: bool, cache: Cache | None,
                 progress: Progress | None, engine: Engine | None, to: str = "graphs") -> Build:
-    from pipeline import write  # torch and PyG load only when graphs are built
+    from pipeline.output import write  # torch and PyG load only when graphs are built
 
     progress = progress or NO_PROGRESS
     building, guarding = (step for stage in ORDER.built for step in stage.steps)
@@ -98,8 +98,8 @@ class MadeGraph:
     """A graph built, guarded, serialised and staged (where the edge rows are: this process, or a Dask worker):
     what the build keeps of it."""
 
-    file: Any  # pipeline.write.GraphFile, without its bytes
-    staged: bool | OSError  # whether its file was staged (pipeline.write.stage_file), or why it could not be
+    file: Any  # pipeline.output.write.GraphFile, without its bytes
+    staged: bool | OSError  # whether its file was staged (pipeline.output.write.stage_file), or why it could not be
     labitems: int
     memory: dict[str, int]
     findings: tuple[Finding, ...]
@@ -113,7 +113,7 @@ def made_graphs(parts: Iterable[pd.DataFrame], admissions: pd.DataFrame, labitem
                 layers: int, start: Mapping[str, int] | None = None) -> Iterator[MadeGraph]:
     """The graphs of edge rows in parts (:func:`pipeline.stages.graph.stream_graphs`) each built, guarded, sized,
     serialised and staged in ``out_dir`` at once, so only what :class:`MadeGraph` keeps stays."""
-    from pipeline import write
+    from pipeline.output import write
     from pipeline.stages import graph
 
     for g in graph.stream_graphs(parts, admissions, labitems, batch_size=batch_size, labels=labels,
@@ -172,7 +172,7 @@ def _meds_into(staged: Any, validation: Validation, config: Config, progress: Pr
     """The edge rows of a validated run written as a MEDS dataset (:mod:`pipeline.meds.export`): each part's events
     as pieces where the parts are, then each shard sorted and staged with its admissions' events; then codes.parquet,
     subject_splits.parquet and dataset.json beside the report, the fitted state, the quarantine and the manifest."""
-    from pipeline import write
+    from pipeline.output import write
     from pipeline.meds import export
 
     out, prepared = staged.out_dir, validation.prepared
@@ -218,7 +218,8 @@ def _meds_into(staged: Any, validation: Validation, config: Config, progress: Pr
 def _write_meds(built: Build, staged: Any, config: Config, progress: Progress, *, files: list,
                 accounting: Mapping[str, dict], inputs: list[dict], engine: Engine) -> None:
     """A MEDS build's own files beside the dataset: report (JSON and HTML), fitted state, quarantine, manifest."""
-    from pipeline import html, write
+    from pipeline.output import write
+    from pipeline.reporting import html
 
     out, report, prepared = staged.out_dir, built.report, built.validation.prepared
     progress.step("report")
@@ -310,7 +311,8 @@ def _write(built: Build, staged: Any, graphs: _Graphs, config: Config, progress:
            accounting: Mapping[str, dict], engine: Engine) -> None:
     """The build's files written with the staged graphs: the report (JSON and HTML), the fitted state, the
     quarantine, the index and the manifest."""
-    from pipeline import html, write  # matplotlib loads only when graphs are built
+    from pipeline.output import write  # matplotlib loads only when graphs are built
+    from pipeline.reporting import html
     from pipeline.stages import graph
 
     out, report, prepared = staged.out_dir, built.report, built.validation.prepared

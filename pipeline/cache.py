@@ -40,8 +40,8 @@ from typing import Any, BinaryIO, Callable, Iterator, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.parse import RawResult, RawTables
-from pipeline.report import Finding, InputFile, Report, atomic_path
+from pipeline.reading.parse import RawResult, RawTables
+from pipeline.reporting.report import Finding, InputFile, Report, atomic_path
 
 ENV = "BADPOINTS_CACHE_DIR"
 FORMAT = 2
@@ -56,7 +56,7 @@ TAG_TEXT = (f"{SIGNATURE}\n# This file is a cache directory tag created by badpo
             "# `badpoints cache` shows where and how much; `badpoints cache --clear` removes them.\n")
 PRIVATE_FOLDER, PRIVATE_FILE = 0o700, 0o600
 ENTRY = re.compile(r"[0-9a-f]{64}\.(?:json|parquet)")  # a key's entry: its table's Parquet and metadata, or a report
-TEMPORARY = re.compile(r"\..+\.tmp")  # a write in progress (pipeline.report.atomic_path), or one a killed run left
+TEMPORARY = re.compile(r"\..+\.tmp")  # a write in progress (pipeline.reporting.report.atomic_path), or one a killed run left
 
 
 class CacheError(ValueError):
@@ -553,7 +553,7 @@ def _private_file(path: Path) -> BinaryIO:
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    """Write atomically (:func:`pipeline.report.atomic_path`) a file only its owner can read."""
+    """Write atomically (:func:`pipeline.reporting.report.atomic_path`) a file only its owner can read."""
     with atomic_path(path) as tmp:
         with _private_file(tmp) as handle:
             handle.write(data)

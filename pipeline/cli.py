@@ -27,11 +27,11 @@ from pipeline.flow import ORDER
 from pipeline.flow import steps as run_steps
 from pipeline.flow import validate as run_validate
 from pipeline.meds import is_meds, validate_meds
-from pipeline.paths import OutputError
-from pipeline.shared import ScratchError, as_shown
-from pipeline.progress import progress_for
-from pipeline.report import Report, tally
-from pipeline.stage import in_flow_order
+from pipeline.output.paths import OutputError
+from pipeline.kernel.handed import ScratchError
+from pipeline.reporting.progress import progress_for
+from pipeline.reporting.report import Report, as_shown, tally
+from pipeline.kernel.stage import in_flow_order
 from schemas.checks import CHECKS, LOCKED
 from schemas.errors import ValidationDisabled
 
@@ -310,7 +310,7 @@ def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `b
     The summary ends with whether the files are intact (exit 1 when they are not) and the data's status as the
     build's report records it (shown, not failing).
     """
-    from pipeline.inspect import inspect_build, item_lines, status_lines
+    from pipeline.output.inspect import inspect_build, item_lines, status_lines
 
     console, err = _consoles()
     if not out_dir.is_dir():  # nothing to inspect: could not run (2), like a missing DATA_DIR
@@ -404,7 +404,7 @@ def _write_html(err: Console, result, config: Config, html_path: Optional[Path],
     written = getattr(result, "out_dir", None)
     if written is not None and (written / REPORT_HTML).resolve() == Path(html_path).resolve():
         return  # the build wrote this very file
-    from pipeline.html import HtmlReport, render
+    from pipeline.reporting.html import HtmlReport, render
 
     def write() -> None:
         if written is not None and not show_values:  # the build's page: the same bytes, not rendered twice
@@ -418,7 +418,7 @@ def _write_html(err: Console, result, config: Config, html_path: Optional[Path],
 def _write_junit(err: Console, report: Report, junit_path: Optional[Path], *, name: str) -> None:
     if junit_path is None:
         return
-    from pipeline.junit import write_junit
+    from pipeline.reporting.junit import write_junit
 
     _write_file(err, junit_path, lambda: write_junit(report, junit_path, name=name))
 

@@ -2,7 +2,7 @@
 
 The run's own sections (load, raw, filters, report) are declared here, each stage's in its module (``Options``,
 named in its :class:`pipeline.stages.Stage`): every key once, with its type, range, default and documentation
-(:func:`pipeline.options.setting`). The documented defaults (:func:`documented_defaults`, what ``badpoints config``
+(:func:`pipeline.kernel.options.setting`). The documented defaults (:func:`documented_defaults`, what ``badpoints config``
 prints and the loader reads the defaults from) are generated from these declarations. :class:`Config` holds one
 field per section, the stages' in flow order, so a new stage's section needs no line here. Only the CLI and
 ``flow.py`` read the whole config; stages get their section (``context.options``) or keyword arguments.
@@ -18,10 +18,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from pipeline.load import MAX_EXPANDED_BYTES, MAX_EXPANSION_RATIO, MAX_FIELD_CHARS
-from pipeline.options import (POSITIVE, Allowed, ConfigError, Section, comments, require,  # noqa: F401 (re-exported)
-                              setting)
-from pipeline.stage import sections_of
+from pipeline.reading.load import MAX_EXPANDED_BYTES, MAX_EXPANSION_RATIO, MAX_FIELD_CHARS
+from pipeline.kernel.options import (POSITIVE, Allowed, ConfigError, Section, comments, require,  # noqa: F401 (re-exported)
+                                     setting)
+from pipeline.kernel.stage import sections_of
 from pipeline.stages import STAGES
 from schemas.checks import CHECKS, ERROR, LOCKED, SEVERITIES
 from schemas.errors import SAMPLE_CAP

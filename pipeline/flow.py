@@ -4,7 +4,7 @@ load -> raw -> the stages of ``pipeline.stages.STAGES`` (the one list) -> graph 
 :func:`prepare` is a loop over the list: each stage's fit, then its plan; the stages up to the next fit that must read
 their rows work on the rows in one pass of the engine. A stage that raises :class:`StageError` stops the stages after
 it (their input would be corrupt); everything found until then is reported. This module names no stage: what a stage
-adds (its state, its drops, its findings) comes through its declaration (``pipeline.stage``).
+adds (its state, its drops, its findings) comes through its declaration (``pipeline.kernel.stage``).
 """
 
 from __future__ import annotations
@@ -19,20 +19,20 @@ import pandas as pd
 from pipeline.cache import Cache
 from pipeline.cache import key_of as cache_key
 from pipeline.config import Config
-from pipeline.findings import finding_from_error, item_names
+from pipeline.reporting.findings import finding_from_error, item_names
 from pipeline.ledgers import (Prepared, admission_fates, admission_findings, attrition_finding,
                               quarantine_findings)
 from pipeline.engines import PANDAS, Engine
-from pipeline.load import file_sha256, read_blocks
-from pipeline.locate import TABLES, locate_tables
-from pipeline.parse import (LabRelations, RawResult, RawTables, check_blocks, check_relations, check_stream,
-                            keyed_admissions)
-from pipeline.progress import NO_PROGRESS, Progress, build_steps, pass_step, validate_steps
-from pipeline.quarantine import Quarantine
-from pipeline.report import InputFile, Report
-from pipeline.stage import Context, Ledger, Order, Outcome, Pass, Plan, Stage
+from pipeline.reading.load import file_sha256, read_blocks
+from pipeline.reading.locate import TABLES, locate_tables
+from pipeline.reading.parse import (LabRelations, RawResult, RawTables, check_blocks, check_relations, check_stream,
+                                    keyed_admissions)
+from pipeline.reporting.progress import NO_PROGRESS, Progress, build_steps, pass_step, validate_steps
+from pipeline.kernel.quarantine import Quarantine
+from pipeline.reporting.report import InputFile, Report
+from pipeline.kernel.stage import Context, Ledger, Order, Outcome, Pass, Plan, Stage
 from pipeline.stages import STAGES
-from pipeline.work import Chained, Link, Linked
+from pipeline.kernel.calls import Chained, Link, Linked
 from schemas.checks import CANNOT_RUN_CHECKS
 from schemas.errors import StageError, require_validation
 from schemas.guard import trusted_chain

@@ -1,6 +1,6 @@
 """The run's ledgers: what the stages made (:class:`Prepared`), LABEVENTS rows read = kept + quarantined +
 deduplicated, every ADMISSIONS row's fate (in the graphs, or the check that says why not), and the findings they
-make. Stages say which admissions they leave out through their declared reasons (:attr:`pipeline.stage.Reason.drops`);
+make. Stages say which admissions they leave out through their declared reasons (:attr:`pipeline.kernel.stage.Reason.drops`);
 nothing here names a stage.
 """
 
@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 
 from pipeline.engines import PANDAS, Engine
-from pipeline.findings import LISTED, Finding, finding_from_mask, format_items, summary_finding
-from pipeline.parse import RawTables
-from pipeline.quarantine import Quarantine, Step
-from pipeline.stage import Order
+from pipeline.reporting.findings import LISTED, Finding, finding_from_mask, format_items, summary_finding
+from pipeline.reading.parse import RawTables
+from pipeline.kernel.quarantine import Quarantine, Step
+from pipeline.kernel.stage import Order
 from schemas.split import SPLITS
 
 IN_GRAPHS = "in_graphs"

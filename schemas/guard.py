@@ -111,7 +111,7 @@ def guarded(*, stage: str, takes: type[pa.DataFrameModel] | None = None,
     """Validate the first argument against ``takes`` and the returned frame against ``gives``.
 
     A stage that returns an object with a ``frame`` attribute (such as
-    :class:`pipeline.quarantine.Kept`) has that frame validated.
+    :class:`pipeline.kernel.quarantine.Kept`) has that frame validated.
     """
 
     def decorate(function: F) -> F:

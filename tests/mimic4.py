@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline.load import load_text_tables
+from pipeline.reading.load import load_text_tables
 from tests.corpus import Dataset
 
 LABEVENTS_HEADER = [

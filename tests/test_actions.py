@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.findings import LISTED
+from pipeline.reporting.findings import LISTED
 from schemas.checks import CHECKS
 from tests import mimic4
 from tests.mimic4 import in_mimic4_layout

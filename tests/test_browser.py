@@ -327,8 +327,8 @@ def test_the_first_screen_shows_the_status_and_the_actions_and_nothing_overflows
     """At 1,400 x 900 the status and the actions lie within the first screen; at 900 px wide the page does not
     scroll sideways, its <details> closed or all opened; every findings table is in a stage's <details>; the z
     chart's labels name the items as D_LABITEMS does."""
-    from pipeline.findings import item_names
-    from pipeline.load import read_table
+    from pipeline.reporting.findings import item_names
+    from pipeline.reading.load import read_table
 
     url, folder = served_page
     with opened(chromium, tmp_path, url, width=1400, height=900) as (browser, session):

@@ -34,8 +34,8 @@ from typer.testing import CliRunner
 from pipeline.stages import fill, graph, scale, split
 from pipeline.cli import app
 from pipeline.config import load_config
-from pipeline.findings import LISTED
-from pipeline.report import finding_from_error
+from pipeline.reporting.findings import LISTED
+from pipeline.reporting.report import finding_from_error
 from schemas.checks import CHECKS, INFO, OFF, WARNING
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE
@@ -266,14 +266,14 @@ def missing_z() -> Run:
 
 
 def no_manifest() -> Run:
-    from pipeline import write
+    from pipeline.output import write
     with pytest.raises(StageError) as caught:
         write.read_manifest(Path(tempfile.mkdtemp(dir=ROOT)))
     return Run(1, (finding_from_error(caught.value).as_json(),))
 
 
 def unsafe_graph() -> Run:
-    from pipeline import write
+    from pipeline.output import write
     buffer = io.BytesIO()
     torch.save({"admission": {"x": torch.zeros(1)}, "code": Path("anything")}, buffer)  # needs unpickling a class
     with pytest.raises(StageError) as caught:

@@ -6,7 +6,7 @@ lab rows, items rescaled, shifted to a large offset or made constant (extreme bu
 ``valuenum_abs_bound``), every table's rows shuffled; and a config file with another batch size, bucket
 interval, late-row policy and fill policy. The dataset is written to CSV and run through the real
 ``pipeline.flow.build`` (which runs ``validate`` and ``prepare``, ``pipeline.stages.graph.build_graphs`` and
-``pipeline.write``); what it wrote is read back through ``load_graphs`` (weights_only, hash-checked).
+``pipeline.output.write``); what it wrote is read back through ``load_graphs`` (weights_only, hash-checked).
 
 Properties (the fixed examples of tests/pipeline/stages/test_graph.py, test_write.py and test_flow.py, for any
 such dataset):
@@ -42,7 +42,7 @@ from hypothesis import strategies as st
 from pipeline.config import load_config
 from pipeline.builds import build
 from pipeline.stages.graph import build_graphs
-from pipeline.write import MANIFEST, graph_bytes, load_graphs
+from pipeline.output.write import MANIFEST, graph_bytes, load_graphs
 from schemas.graph import EDGE
 from schemas.split import SPLITS
 from tests.corpus import Dataset

@@ -1,5 +1,5 @@
 """The house: the import graph of ``pipeline/`` and ``schemas/`` has no circle, not even one made of imports that run
-only for type checking or inside a function (what the kernel, ``pipeline/stage.py``, is there to keep)."""
+only for type checking or inside a function (what the kernel, ``pipeline/kernel/stage.py``, is there to keep)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_a_cycle_is_found():
 def test_the_kernel_names_no_stage_and_no_stage_imports_the_list():
     graph = import_graph()
     stage_modules = {name for name in graph if name.startswith("pipeline.stages.")}
-    for kernel in ("pipeline.stage", "pipeline.work"):
+    for kernel in ("pipeline.kernel.stage", "pipeline.kernel.calls"):
         assert not graph[kernel] & (stage_modules | {"pipeline.stages"}), kernel
     for module in stage_modules:
         assert "pipeline.stages" not in graph[module], module

@@ -17,9 +17,9 @@ from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 import numpy as np
 import pandas as pd
 
-from pipeline.parse import PartCheck
-from pipeline.quarantine import Kept, Step
-from pipeline.work import Chained, Events, Fit, Link, Linked
+from pipeline.reading.parse import PartCheck
+from pipeline.kernel.quarantine import Kept, Step
+from pipeline.kernel.calls import Chained, Events, Fit, Link, Linked
 from schemas.errors import StageError
 
 
@@ -165,7 +165,7 @@ def ahead_of_results(submit: Callable[[Any], Any], items: Iterable[Any], *, ahea
 def in_parts(data_dir: Path) -> bool:
     """Whether ``--engine auto`` works on parts: LABEVENTS holds about :data:`AUTO_PARTS_BYTES` of text or more
     (a file that cannot be found or read: no, the run reports why)."""
-    from pipeline.locate import locate_table
+    from pipeline.reading.locate import locate_table
 
     try:
         path = locate_table(Path(data_dir), "LABEVENTS")

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from pipeline.engines.base import error_as_data
 from pipeline.engines.stored import read_part
-from pipeline.shared import value_of
+from pipeline.kernel.handed import value_of
 from schemas.errors import StageError
 from schemas.split import SPLITS, split_codes
 

@@ -12,7 +12,7 @@ import pandas as pd
 
 from pipeline.engines.base import ROWS_PER_PART, ahead_of_results
 from pipeline.engines.parts import PartsEngine, parts_folder
-from pipeline.quarantine import LineMask
+from pipeline.kernel.quarantine import LineMask
 
 
 class DaskEngine(PartsEngine):

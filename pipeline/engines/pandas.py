@@ -10,8 +10,8 @@ import pandas as pd
 
 from pipeline.engines.base import picked, run_link
 from pipeline.engines.stored import Stored, frames
-from pipeline.parse import PartCheck, check_part
-from pipeline.work import Chained, Fit, Link
+from pipeline.reading.parse import PartCheck, check_part
+from pipeline.kernel.calls import Chained, Fit, Link
 
 
 class PandasEngine:

@@ -8,13 +8,13 @@ the same result:
   cluster, while this process reads the next blocks), and a :class:`pipeline.engines.routing.Router` makes
   admission-range parts of them, so the whole table never exists. The split and the admission order are known
   from ADMISSIONS (small) before any lab row is read. Keys, foreign keys and stays are checked per block against
-  ADMISSIONS and D_LABITEMS (``pipeline.parse.check_stream``), which every task reads from one file
-  (:class:`pipeline.shared.Shared`), not from the task.
+  ADMISSIONS and D_LABITEMS (``pipeline.reading.parse.check_stream``), which every task reads from one file
+  (:class:`pipeline.kernel.handed.Shared`), not from the task.
 - every stage works per row or per admission (clean, split, encode, z-scores, fill, bucket, dedup), and every
   admission's rows are in one part, so the stages of a pass run on each part alone, one after the other (``chain``),
   and their quarantine records (kept on disk by source line range: :class:`pipeline.engines.stored.LineFiles`) and
   steps are added up.
-- a stage's fit (:class:`pipeline.work.Fit`) is global: a mergeable one (``partial``, ``combine``,
+- a stage's fit (:class:`pipeline.kernel.calls.Fit`) is global: a mergeable one (``partial``, ``combine``,
   ``finish``: item kinds, vocabularies, z-score stats) reads each part and gives a small result; those are
   combined into exactly the state one process fits. Any other fit (fill's exact medians) reads the rows and
   columns it needs, gathered.
@@ -53,10 +53,10 @@ from pipeline.engines.routing import Router, admission_parts
 from pipeline.engines.stored import Batches, LineFiles, Stored, read_part
 from pipeline.engines.tasks import ChainDone, LinkDone, block_part, call_part, chain_part, pick_part, step_part
 from pipeline.engines.workers import give_back_all, start_worker, started, stopped
-from pipeline.parse import PartCheck, check_part
-from pipeline.quarantine import Kept
-from pipeline.shared import Shared, share, shared_frames, write_part
-from pipeline.work import Call, Chained, Events, Fit, Link, Linked
+from pipeline.reading.parse import PartCheck, check_part
+from pipeline.kernel.quarantine import Kept
+from pipeline.kernel.handed import Shared, share, shared_frames, write_part
+from pipeline.kernel.calls import Call, Chained, Events, Fit, Link, Linked
 from schemas.errors import StageError
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 
 from pipeline.engines.stored import Batches, Stored
-from pipeline.shared import PART_OPTIONS, scratch, value_of
+from pipeline.kernel.handed import PART_OPTIONS, scratch, value_of
 from schemas.split import SPLITS, split_codes
 
 

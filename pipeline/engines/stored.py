@@ -13,8 +13,8 @@ import pandas as pd
 import pyarrow as pa
 
 from pipeline.engines.workers import give_back_memory
-from pipeline.quarantine import LINE_RANGE, empty_quarantine
-from pipeline.shared import scratch
+from pipeline.kernel.quarantine import LINE_RANGE, empty_quarantine
+from pipeline.kernel.handed import scratch
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Stored:
 
 def read_part(path: Path | tuple[Path | Batches, ...], columns: Sequence[str] | None = None, *,
               present: bool = False, where: Callable[[pa.Table], Any] | None = None) -> pd.DataFrame:
-    """A part written by :func:`pipeline.shared.write_part` (or a :class:`Router`'s pieces of one part: files, or
+    """A part written by :func:`pipeline.kernel.handed.write_part` (or a :class:`Router`'s pieces of one part: files, or
     some record batches of files, put in source line order), with only ``columns`` (``present``: those of them it
     has) and its index; ``where``: only the rows of its mask (of the Arrow table), chosen before any pandas column
     is made. What the part before it used is given back first."""
@@ -79,7 +79,7 @@ def frames(events: pd.DataFrame | Stored, columns: Sequence[str] | None = None) 
 
 @dataclass(frozen=True)
 class Ranged:
-    """Quarantine records kept by source line range (:class:`pipeline.quarantine.ByLines`): per range, an Arrow
+    """Quarantine records kept by source line range (:class:`pipeline.kernel.quarantine.ByLines`): per range, an Arrow
     file of a :class:`PartsEngine`'s folder."""
 
     files: tuple[tuple[int, Path], ...]  # (range, file), by range

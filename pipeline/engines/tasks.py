@@ -16,8 +16,8 @@ import pandas as pd
 
 from pipeline.engines.base import error_as_data, picked, run_link
 from pipeline.engines.stored import read_part
-from pipeline.quarantine import Step
-from pipeline.shared import value_of, write_part
+from pipeline.kernel.quarantine import Step
+from pipeline.kernel.handed import value_of, write_part
 from schemas.guard import trusted_chain, vouch
 
 
@@ -80,7 +80,7 @@ def block_part(path: Path, *, call: Callable[..., Any], kwargs: dict) -> Any:
 def call_part(source: Any, *, call: Callable[..., Any], args: tuple = (), kwargs: dict | None = None,
               columns: list[str] | None = None) -> Any:
     """``call`` of a part: only ``columns`` read when given, else those ``call`` declares it reads (all without);
-    each argument as handed, or the value the :class:`pipeline.shared.Shared` handed names."""
+    each argument as handed, or the value the :class:`pipeline.kernel.handed.Shared` handed names."""
     args = tuple(map(value_of, args))
     if columns is not None:
         return call(read_part(source, columns), *args, **(kwargs or {}))

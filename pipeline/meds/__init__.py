@@ -1,7 +1,7 @@
 """``badpoints validate DIR`` on a MEDS dataset (a folder with ``data/`` and ``metadata/``): each shard read on its
 own (:mod:`pipeline.meds.shards`, in ``workers`` processes), the partials put together (:mod:`.combine`), what
 MEDS-Transforms' normalization will make of each code predicted (:mod:`.normalization`), and every finding of
-``schemas/meds.py`` made (:mod:`.checks`) into the same :class:`pipeline.report.Report` as a MIMIC run's.
+``schemas/meds.py`` made (:mod:`.checks`) into the same :class:`pipeline.reporting.report.Report` as a MIMIC run's.
 
 Beside it, :mod:`.export` writes a build as MEDS (``badpoints build --to meds``, for :mod:`pipeline.builds`) and
 :mod:`.view` draws the HTML report's MEDS sections."""
@@ -31,7 +31,7 @@ from pipeline.meds.compare import per_split
 from pipeline.meds.compare import summary as compare_summary
 from pipeline.meds.normalization import given_mean_std, readiness
 from pipeline.meds.shards import ShardPartial, read_shard, shard_name
-from pipeline.report import InputFile, Report
+from pipeline.reporting.report import InputFile, Report
 from schemas.meds import STAGE
 
 COLOURS = {"load": "#7f7f7f", STAGE: "#1f77b4"}  # as flow.ORDER draws them

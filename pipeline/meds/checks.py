@@ -1,6 +1,6 @@
 """The findings of a MEDS dataset, one function per check (``schemas/meds.py`` declares them): each reads the
 combined shards (:class:`pipeline.meds.combine.Combined`) or the readiness table
-(:func:`pipeline.meds.normalization.readiness`) and names at most :data:`pipeline.findings.LISTED` codes or
+(:func:`pipeline.meds.normalization.readiness`) and names at most :data:`pipeline.reporting.findings.LISTED` codes or
 subjects in its message, the most rows first."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from pipeline.findings import Finding, format_items, summary_finding
+from pipeline.reporting.findings import Finding, format_items, summary_finding
 from pipeline.meds.combine import Combined
 from pipeline.meds.compare import Comparison
 from pipeline.meds.shards import ShardPartial
@@ -21,7 +21,7 @@ SPLITS = "subject_splits.parquet"
 
 
 def listed(counts: pd.Series, *, unit: str = "row", why: pd.Series | None = None) -> str:
-    """``'A (3 rows; why), B (1 row) +4 more in the JSON report'``: :func:`pipeline.findings.format_items` of
+    """``'A (3 rows; why), B (1 row) +4 more in the JSON report'``: :func:`pipeline.reporting.findings.format_items` of
     ``counts`` (name -> count), the most first, ties by name; the finding keeps every one (:func:`_finding`'s
     ``named``)."""
     return format_items(counts.sort_index(), unit=unit, why=None if why is None else lambda name: why.get(name) or "")

@@ -230,5 +230,5 @@ def dataset_json(data_dir: Path, version: str, inputs: list[dict]) -> bytes:
 
 
 def parquet_writer(table: pa.Table) -> Any:
-    """A ``write(path)`` of ``table`` as Parquet (for :meth:`pipeline.write.StagedBuild.add_written`)."""
+    """A ``write(path)`` of ``table`` as Parquet (for :meth:`pipeline.output.write.StagedBuild.add_written`)."""
     return lambda path: pq.write_table(table, path)

@@ -1,12 +1,12 @@
 """The HTML report's sections of MEDS: a MEDS run's ledgers (and ``--compare``'s), and the shards of a build written as
-MEDS (``--to meds``); drawn with :mod:`pipeline.page` as the rest of the page."""
+MEDS (``--to meds``); drawn with :mod:`pipeline.reporting.page` as the rest of the page."""
 
 from __future__ import annotations
 
 from html import escape
 
-from pipeline import page
-from pipeline.report import Report
+from pipeline.reporting import page
+from pipeline.reporting.report import Report
 
 
 def ledgers(report: Report) -> str:

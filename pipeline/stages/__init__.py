@@ -1,6 +1,6 @@
 """The stages that turn the checked raw tables into graph edges, in flow order: the one list.
 
-Each stage is a module of this package that declares itself (its ``STAGE``, a :class:`pipeline.stage.Stage`)
+Each stage is a module of this package that declares itself (its ``STAGE``, a :class:`pipeline.kernel.stage.Stage`)
 beside its code; ``pipeline.flow`` runs this list, and the report's stage order, the HTML colours, the progress
 steps, the config sections and the check catalogue's order derive from it. Adding a stage is its module, its
 schema module in ``schemas/`` and one line here.

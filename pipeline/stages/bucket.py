@@ -21,12 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from pipeline.findings import Finding, summary_finding
-from pipeline.options import Section, setting
-from pipeline.shared import reads
-from pipeline.stage import Context, Plan, Reason, Stage
-from pipeline.work import Call
-from pipeline.quarantine import Kept, Step, set_aside
+from pipeline.reporting.findings import Finding, summary_finding
+from pipeline.kernel.options import Section, setting
+from pipeline.kernel.handed import reads
+from pipeline.kernel.stage import Context, Plan, Reason, Stage
+from pipeline.kernel.calls import Call
+from pipeline.kernel.quarantine import Kept, Step, set_aside
 from schemas.bucket import BucketedEvents
 from schemas.fill import FilledEvents
 from schemas.guard import guarded

@@ -20,12 +20,12 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from pipeline.findings import item_names
-from pipeline.options import Section, setting
-from pipeline.stage import Context, Plan, Reason, Stage
-from pipeline.work import Call, Fit
-from pipeline.quarantine import Kept, set_aside
-from pipeline.shared import reads
+from pipeline.reporting.findings import item_names
+from pipeline.kernel.options import Section, setting
+from pipeline.kernel.stage import Context, Plan, Reason, Stage
+from pipeline.kernel.calls import Call, Fit
+from pipeline.kernel.quarantine import Kept, set_aside
+from pipeline.kernel.handed import reads
 from schemas.clean import CleanAdmissions, CleanEvents, CleanLabItems
 from schemas.guard import guarded
 from schemas.raw import Admissions, LabEvents, LabItems

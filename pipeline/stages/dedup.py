@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pipeline.findings import Finding, summary_finding
-from pipeline.stage import Context, Drop, Outcome, Plan, Reason, Stage
-from pipeline.work import Call
-from pipeline.quarantine import Kept, Step, set_aside
+from pipeline.reporting.findings import Finding, summary_finding
+from pipeline.kernel.stage import Context, Drop, Outcome, Plan, Reason, Stage
+from pipeline.kernel.calls import Call
+from pipeline.kernel.quarantine import Kept, Step, set_aside
 from schemas.bucket import BucketedEvents
 from schemas.dedup import EdgeRows
 from schemas.guard import guarded

@@ -13,11 +13,11 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
-from pipeline.options import Section, setting
-from pipeline.stage import Context, Outcome, Plan, Stage
-from pipeline.work import Call, Fit
-from pipeline.shared import reads
+from pipeline.reporting.findings import Finding, finding_from_mask, format_items, summary_finding
+from pipeline.kernel.options import Section, setting
+from pipeline.kernel.stage import Context, Outcome, Plan, Stage
+from pipeline.kernel.calls import Call, Fit
+from pipeline.kernel.handed import reads
 from schemas.encode import EncodedAdmissions, EncodedEvents, EncodedLabItems
 from schemas.errors import SAMPLE_CAP
 from schemas.guard import guarded

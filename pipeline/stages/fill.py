@@ -15,13 +15,13 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import numpy as np
 import pandas as pd
 
-from pipeline.findings import Finding, summary_finding
-from pipeline import page
-from pipeline.options import Allowed, Section, comments, require, setting, toml_value, typed
-from pipeline.stage import Context, Plan, Shown, Stage
-from pipeline.work import Call, Fit
-from pipeline.quarantine import Kept, set_aside
-from pipeline.shared import reads
+from pipeline.reporting.findings import Finding, summary_finding
+from pipeline.reporting import page
+from pipeline.kernel.options import Allowed, Section, comments, require, setting, toml_value, typed
+from pipeline.kernel.stage import Context, Plan, Shown, Stage
+from pipeline.kernel.calls import Call, Fit
+from pipeline.kernel.quarantine import Kept, set_aside
+from pipeline.kernel.handed import reads
 from schemas.errors import StageError
 from schemas.fill import TENSOR_COLUMNS, FilledEvents
 from schemas.guard import guarded

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
-from pipeline.findings import Finding, summary_finding
-from pipeline.options import POSITIVE, Section, setting
-from pipeline.stage import Stage
+from pipeline.reporting.findings import Finding, summary_finding
+from pipeline.kernel.options import POSITIVE, Section, setting
+from pipeline.kernel.stage import Stage
 from pipeline.stages.dedup import KEY, edge_key, split_codes
 from schemas.dedup import EdgeRows
 from schemas.errors import StageError

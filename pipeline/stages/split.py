@@ -12,11 +12,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from pipeline.findings import summary_finding
+from pipeline.reporting.findings import summary_finding
 
-from pipeline.options import Section, require, setting
-from pipeline.stage import Context, Plan, Stage
-from pipeline.work import Call
+from pipeline.kernel.options import Section, require, setting
+from pipeline.kernel.stage import Context, Plan, Stage
+from pipeline.kernel.calls import Call
 from schemas.clean import CleanAdmissions, CleanEvents
 from schemas.errors import StageError
 from schemas.guard import guarded

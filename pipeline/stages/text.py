@@ -23,12 +23,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from pipeline import page
-from pipeline.findings import Finding, format_items, item_names, summary_finding
-from pipeline.options import Section, require, setting, table, typed
-from pipeline.shared import reads
-from pipeline.stage import Context, Outcome, Plan, Shown, Stage
-from pipeline.work import Call, Fit
+from pipeline.reporting import page
+from pipeline.reporting.findings import Finding, format_items, item_names, summary_finding
+from pipeline.kernel.options import Section, require, setting, table, typed
+from pipeline.kernel.handed import reads
+from pipeline.kernel.stage import Context, Outcome, Plan, Shown, Stage
+from pipeline.kernel.calls import Call, Fit
 from schemas.errors import SAMPLE_CAP
 from schemas.guard import guarded
 from schemas.raw import DEFAULT_VALUENUM_ABS_BOUND, LabEvents

@@ -19,7 +19,7 @@ from pipeline.cache import STALE_TMP_SECONDS, Cache
 from pipeline.cli import app
 from pipeline.config import load_config
 from pipeline.flow import validate
-from pipeline.parse import RawTables
+from pipeline.reading.parse import RawTables
 from tests.corpus import SAMPLE
 
 TABLE_NAMES = ("ADMISSIONS", "D_LABITEMS", "LABEVENTS")

@@ -31,7 +31,7 @@ from typer.testing import CliRunner
 
 from tests.pipeline.allow_list import empty_allow_list
 from pipeline.cli import app
-from pipeline.write import MANIFEST, MARKER, PREVIOUS, STAGING, load_graphs, verify_outputs
+from pipeline.output.write import MANIFEST, MARKER, PREVIOUS, STAGING, load_graphs, verify_outputs
 
 ROOT = Path(__file__).resolve().parents[2]
 BADPOINTS = Path(sys.executable).with_name("badpoints")

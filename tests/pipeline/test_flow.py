@@ -22,8 +22,8 @@ from pipeline.stages import encode, scale
 from pipeline.config import load_config
 from pipeline.flow import ORDER, prepare
 from pipeline.ledgers import dropped
-from pipeline.load import load_text_tables
-from pipeline.parse import RawTables, check_raw
+from pipeline.reading.load import load_text_tables
+from pipeline.reading.parse import RawTables, check_raw
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
 SEED_BUG_ITEMS = (50963, 51100)  # one normal observation; every normal value 20: they vary, so fallback items
@@ -471,7 +471,7 @@ def test_each_reason_is_a_finding_with_its_count_splits_lines_and_hadm_ids(dropp
 def test_every_admission_in_no_graph_is_named_in_the_ledger_and_the_page(dropping):
     """The ledger lists each dropped admission by source line (HADM_ID, split, reason, the stage that took its last
     lab rows), as many as it counts; report.html lists them too."""
-    from pipeline.html import render
+    from pipeline.reporting.html import render
 
     validation, _, ids, lines = dropping
     ledger = validation.report.attrition["ADMISSIONS"]

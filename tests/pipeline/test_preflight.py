@@ -18,7 +18,7 @@ from torch_geometric.nn import HeteroConv, SAGEConv
 from pipeline.config import load_config
 from pipeline.builds import build
 from pipeline.preflight import default_loss, preflight
-from pipeline.write import load_graphs
+from pipeline.output.write import load_graphs
 from schemas.graph import EDGE, REVERSE
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,30 +22,30 @@ from pipeline.flow import ORDER
 
 STAGE_ORDER = ORDER.index
 from schemas.checks import (
-    CANNOT_RUN,
-    CANNOT_RUN_CHECKS,
-    CHECKS,
-    ERROR,
-    INFO,
-    NUMBER_TEXT,
-    OFF,
-    PARSED_AS,
-    SEVERITIES,
-    WARNING,
-    CheckInfo,
-    ParsedFlags,
-    ParsedIds,
-    ParsedNumbers,
-    ParsedTimes,
-    check_info,
-    collect_checks,
-    matches,
-    number_values,
-    parse_columns,
-    parse_datetime_text,
-    _real_datetimes,
-    sharing_parses,
-)
+                            CANNOT_RUN,
+                            CANNOT_RUN_CHECKS,
+                            CHECKS,
+                            ERROR,
+                            INFO,
+                            NUMBER_TEXT,
+                            OFF,
+                            PARSED_AS,
+                            SEVERITIES,
+                            WARNING,
+                            CheckInfo,
+                            ParsedFlags,
+                            ParsedIds,
+                            ParsedNumbers,
+                            ParsedTimes,
+                            check_info,
+                            collect_checks,
+                            matches,
+                            number_values,
+                            parse_columns,
+                            parse_datetime_text,
+                            _real_datetimes,
+                            sharing_parses,
+                            )
 from schemas import checks as checks_module
 from schemas.raw import RawAdmissions, RawLabEvents, RawLabItems
 
@@ -104,7 +104,7 @@ def test_the_catalogue_refuses_a_stage_check_that_reuses_a_listed_id(monkeypatch
 def test_checks_are_listed_in_the_flow_order_each_stage_as_declared():
     """`badpoints checks` and the JUnit file list reading's checks, the raw tables', those of every stage, then
     each stage's in flow order, and the run's last; a stage's checks keep the order of its ``CHECKS``."""
-    from pipeline.stage import in_flow_order
+    from pipeline.kernel.stage import in_flow_order
     from pipeline.stages import STAGES
 
     listed = in_flow_order(CHECKS.values(), ORDER.names)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from pipeline.findings import Finding, finding_from_mask, format_items, summary_finding
-from pipeline.shared import reads
+from pipeline.reporting.findings import Finding, finding_from_mask, format_items, summary_finding
+from pipeline.kernel.handed import reads
 from pipeline.stages.scale.fit import ZScoreStats, _transformed, row_transforms
 from pipeline.stages.scale.options import BOUNDED, NAME, Options
 from schemas.encode import EncodedEvents
@@ -145,7 +145,7 @@ def scale_findings(scaled: pd.DataFrame, stats: ZScoreStats, *, warn_bound: floa
                    ranges: pd.DataFrame | None = None, range_widths: float = Options.range_widths,
                    names: Mapping[int, str] | None = None, bounded: pd.Series | None = None) -> list[Finding]:
     """Constant, fallback and unseen items, values of constant items other than their one value, and |z| above
-    the warning bound, named by ITEMID (with ``names`` from :func:`pipeline.report.item_names`, at most
+    the warning bound, named by ITEMID (with ``names`` from :func:`pipeline.reporting.report.item_names`, at most
     ``max_lines`` of them) and the rule that scaled each item; with ``ranges`` (REF_RANGE_LOWER and
     REF_RANGE_UPPER by line), the rows above the bound are counted as real extremes or suspect scales; with
     ``bounded`` (:func:`bounded_counts` of all the rows), the rows the bound drew in, per item."""

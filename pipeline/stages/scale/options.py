@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from pipeline.options import POSITIVE, Section, require, setting, table, typed
+from pipeline.kernel.options import POSITIVE, Section, require, setting, table, typed
 
 NAME = "scale"
 # The fallback chain, in order; an item is scaled by the first rule that fits it ("rare": seen in fewer than

@@ -14,10 +14,10 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from pipeline import page
-from pipeline.findings import format_items
-from pipeline.quarantine import LineMask
-from pipeline.stage import Shown
+from pipeline.reporting import page
+from pipeline.reporting.findings import format_items
+from pipeline.kernel.quarantine import LineMask
+from pipeline.kernel.stage import Shown
 from pipeline.stages.scale.apply import scaled
 from pipeline.stages.scale.fit import ZScoreStats, stats_table
 from pipeline.stages.scale.options import Options

@@ -9,7 +9,7 @@ from pipeline.engines.base import add_steps
 from pipeline.engines.dask import DaskEngine
 from pipeline.engines.pandas import PANDAS, PandasEngine
 from pipeline.engines.parts import PartsEngine
-from pipeline.quarantine import Step
+from pipeline.kernel.quarantine import Step
 
 
 def test_every_engine_declares_whether_it_keeps_parts():

@@ -28,7 +28,7 @@ from pipeline.builds import build
 from pipeline.flow import prepare, validate
 from pipeline.ledgers import Prepared
 from schemas.errors import StageError
-from pipeline.write import load_graphs
+from pipeline.output.write import load_graphs
 from schemas.split import SPLITS
 from tests.corpus import CASES, build as build_case
 from tests.pipeline.engines.rows import edge_parts, output_files

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from pipeline.engines.pandas import PANDAS
-from pipeline.work import Call, Link
+from pipeline.kernel.calls import Call, Link
 
 
 def test_the_pandas_engine_runs_stages_on_the_whole_frame():

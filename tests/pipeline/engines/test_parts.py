@@ -17,8 +17,8 @@ from pipeline.engines.parts import PartsEngine, parts_engine
 from pipeline.engines.stored import Stored
 from pipeline.builds import build
 from pipeline.flow import validate
-from pipeline.work import Call, Link
-from pipeline.quarantine import Kept, Step
+from pipeline.kernel.calls import Call, Link
+from pipeline.kernel.quarantine import Kept, Step
 from tests.corpus import CASES, build as build_case
 from tests.pipeline.engines.rows import SYNTHETIC_ROWS, edge_parts, lab_frame, output_files
 
@@ -79,11 +79,11 @@ def test_parts_worked_on_by_two_processes_build_the_same_files(synthetic, built_
 
 def test_blocks_checked_and_routed_by_two_processes_give_the_same_validation(synthetic, tmp_path, monkeypatch):
     """LABEVENTS read in many small blocks, each checked, related, guarded and written into its admission ranges by
-    one of two worker processes (``pipeline.parse.check_and_route``): the in-memory run's report and rows."""
-    import pipeline.load
+    one of two worker processes (``pipeline.reading.parse.check_and_route``): the in-memory run's report and rows."""
+    import pipeline.reading.load
 
     expected = validate(synthetic, _config())
-    monkeypatch.setitem(pipeline.load.read_blocks.__kwdefaults__, "block_bytes", 64 * 2**10)  # dozens of blocks
+    monkeypatch.setitem(pipeline.reading.load.read_blocks.__kwdefaults__, "block_bytes", 64 * 2**10)  # dozens of blocks
     with parts_engine(partitions=3, workers=2, folder=tmp_path) as engine:
         got = validate(synthetic, _config(), engine=engine)
         routed = {one.path for part in got.tables.labevents.paths for one in part}
@@ -114,9 +114,9 @@ def test_quarantine_kept_in_many_line_ranges_writes_the_same_files(synthetic, tm
 
     from pipeline.engines.stored import Ranged
 
-    monkeypatch.setattr("pipeline.write.ROW_GROUP", 500)
+    monkeypatch.setattr("pipeline.output.write.ROW_GROUP", 500)
     assert build(synthetic, tmp_path / "whole", _config()).exit_code == 0
-    for module in ("pipeline.quarantine", "pipeline.engines.stored"):
+    for module in ("pipeline.kernel.quarantine", "pipeline.engines.stored"):
         monkeypatch.setattr(f"{module}.LINE_RANGE", 3_000)
     with parts_engine(partitions=3) as engine:
         built = build(synthetic, tmp_path / "out", _config(), engine=engine)

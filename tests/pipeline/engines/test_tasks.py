@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from pipeline.engines.tasks import block_part, chain_part
-from pipeline.shared import write_part
-from pipeline.work import Call, Link
+from pipeline.kernel.handed import write_part
+from pipeline.kernel.calls import Call, Link
 from tests.pipeline.engines.rows import lab_frame
 
 

@@ -191,7 +191,7 @@ def test_item_units_takes_each_items_most_common_unit(tmp_path):
 def test_inspect_checks_a_meds_build_by_its_hashes_and_load_graphs_says_it_holds_none(demo, tmp_path):
     import shutil
 
-    from pipeline.write import load_graphs
+    from pipeline.output.write import load_graphs
     from schemas.errors import StageError
 
     out = tmp_path / "copy"

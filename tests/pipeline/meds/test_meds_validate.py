@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import load_config
-from pipeline.html import render
-from pipeline.junit import junit_xml
+from pipeline.reporting.html import render
+from pipeline.reporting.junit import junit_xml
 from pipeline.meds import is_meds, validate_meds
 from tests import meds as fixture
 from tests.meds import ISSUE_CASES, NON_FINITE, write_meds

@@ -16,9 +16,9 @@ import pandas as pd
 
 from pipeline.stages import clean, encode, fill, scale, split
 from pipeline.config import Config, load_config
-from pipeline.load import load_text_tables
-from pipeline.parse import RawTables, check_raw
-from pipeline.quarantine import Kept
+from pipeline.reading.load import load_text_tables
+from pipeline.reading.parse import RawTables, check_raw
+from pipeline.kernel.quarantine import Kept
 
 SAMPLE = Path(__file__).resolve().parents[3] / "data" / "sample"
 

@@ -11,9 +11,9 @@ import pytest
 from pipeline.stages import clean
 from pipeline.config import Config, load_config
 from pipeline.flow import prepare
-from pipeline.load import load_text_tables
-from pipeline.parse import RawTables
-from pipeline.quarantine import Kept, combine
+from pipeline.reading.load import load_text_tables
+from pipeline.reading.parse import RawTables
+from pipeline.kernel.quarantine import Kept, combine
 from schemas.errors import StageError
 from tests import mimic4
 from tests.corpus import Dataset

@@ -1,5 +1,5 @@
 """pipeline/stages/__init__.py: the one list of the stages (each declared in its module, on the kernel's
-:class:`pipeline.stage.Stage`), and everything that derives from it."""
+:class:`pipeline.kernel.stage.Stage`), and everything that derives from it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pipeline.config import load_config
 from pipeline.engines.pandas import PandasEngine
 from pipeline.flow import ORDER
 from pipeline.ledgers import dropped
-from pipeline.stage import Stage
+from pipeline.kernel.stage import Stage
 from pipeline.stages import STAGES
 
 BEFORE, AFTER, PREPARE, BUILT, REASONS = ORDER.before, ORDER.after, ORDER.prepare, ORDER.built, ORDER.reasons
@@ -108,7 +108,7 @@ def test_the_engines_name_no_stage():
         imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
         imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
         assert not stage_modules & set(imported), path.name
-        assert not {"pipeline.stages", "pipeline.stage"} & set(imported), path.name  # not the list, not the kernel
+        assert not {"pipeline.stages", "pipeline.kernel.stage"} & set(imported), path.name  # not the list, not the kernel
 
 
 def test_schemas_never_import_pipeline():

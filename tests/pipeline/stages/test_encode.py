@@ -236,8 +236,8 @@ def test_case_variants_are_reported_naming_column_and_spellings(sample):
 
 def test_the_mimic3_demo_dictionary_folds_blood_and_blood(mimic3demo):
     from pipeline.stages.clean import clean_labitems
-    from pipeline.load import read_table
-    from pipeline.parse import check_raw
+    from pipeline.reading.load import read_table
+    from pipeline.reading.parse import check_raw
 
     text = read_table(mimic3demo / "D_LABITEMS.csv", "D_LABITEMS").frame
     labitems = clean_labitems(check_raw({"D_LABITEMS": text}).tables.labitems).frame

@@ -24,9 +24,9 @@ from pipeline.config import ConfigError, load_config
 from pipeline.flow import prepare, validate
 from pipeline.stages.graph import (GraphBatch, Options, admission_feature_columns, build_graphs, feature_columns,
                                    graph_limits, memory_estimate)
-from pipeline.load import load_text_tables
-from pipeline.parse import check_raw
-from pipeline.write import graph_bytes
+from pipeline.reading.load import load_text_tables
+from pipeline.reading.parse import check_raw
+from pipeline.output.write import graph_bytes
 from schemas.graph import EDGE, REVERSE, graph_problems
 from schemas.raw import ADMISSION_CATEGORICALS
 from schemas.split import SPLITS

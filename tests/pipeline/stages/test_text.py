@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from pipeline.config import load_config
-from pipeline.options import ConfigError
+from pipeline.kernel.options import ConfigError
 from pipeline.flow import validate
 from pipeline.stages import clean, text
 from schemas.errors import StageError

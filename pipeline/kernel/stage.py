@@ -1,0 +1,354 @@
+"""What a stage is, naming none: its declaration (:class:`Stage`), what it reads (:class:`Context`), what it plans
+(:class:`Plan`), the ledger it reports into (:class:`Ledger`) and the passes its declaration implies (:func:`passes`).
+
+The kernel of badpoints: each module of ``pipeline/stages/`` declares its one :class:`Stage` beside its code,
+``pipeline/stages/__init__.py`` lists them in flow order, and ``pipeline.flow`` runs that list. Nothing here
+imports a stage or the list. The work a plan hands an engine (:class:`pipeline.kernel.calls.Call`,
+:class:`pipeline.kernel.calls.Fit`) is the kernel's lower half, in :mod:`pipeline.kernel.calls`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from pipeline.engines.base import Engine
+from pipeline.reporting.findings import Finding, summary_finding
+from pipeline.reading.parse import RawTables
+from pipeline.kernel.quarantine import Kept, Step
+from pipeline.kernel.calls import Call, Events, Fit
+from schemas.catalogue import CheckInfo
+from schemas.errors import StageError
+
+
+@dataclass(frozen=True)
+class Drop:
+    """Admissions a stage leaves out of every graph for a reason of its own (those of an admission in no graph
+    whose rows it quarantined for that reason): the check that reports them, and what it says of them."""
+
+    check: str
+    what: str  # 'with fewer timesteps than [graph] min_timesteps'
+
+
+@dataclass(frozen=True)
+class Reason:
+    """A quarantine reason a stage gives, and the check of ``schemas/checks.py`` whose finding reports it."""
+
+    text: str
+    check: str
+    per_admission: bool = False  # the finding also counts the admissions its rows belong to
+    per_item: bool = False  # the finding names the lab items its rows belong to
+    drops: Drop | None = None  # the admissions it leaves without a lab row are dropped for it, not "quarantined"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: its name (in findings, quarantine records and steps), what it runs and reads, and how it shows.
+
+    ``plan`` is None for a part of the order that is not a LABEVENTS stage of ``flow.prepare`` (reading, the
+    raw checks, the graph build, the run as a whole). ``by_admission``: it works per row or per admission,
+    so an engine may run it on parts cut by admission. ``filters``: it may drop rows; ``writes``: the columns its
+    calls add or change (None: any); both say which fits may read the rows before it (:attr:`Fit.early`), and the
+    tests hold each stage to them.
+    """
+
+    name: str
+    colour: str  # in the HTML report
+    plan: Callable[[Context], Plan] | None = None
+    options: Any = None  # the config section it declares (an ``Options`` of its module: name, keys, defaults)
+    reads: str | None = None  # the section handed to it as ``context.options``, when not its own
+    takes: type | None = None  # the schema of the LABEVENTS rows it takes and gives
+    gives: type | None = None
+    fit: Fit | None = None
+    reasons: tuple[Reason, ...] = ()
+    by_admission: bool = False
+    filters: bool = True
+    writes: tuple[str, ...] | None = None
+    # Its calls are cheap: the next stage's fit may read the rows they give by replaying them on the rows they take
+    # (:meth:`Fit.replaying`), so the pass goes on through that stage instead of ending before it.
+    replay: bool = False
+    progress: tuple[str, ...] = ()  # the progress steps it shows (default: its name, when it runs)
+    # The split each admission will get, known from the raw ADMISSIONS and the stage's options alone (HADM_ID,
+    # SPLIT; None when the stage will fail): how an engine cuts lab rows into parts before any stage runs.
+    splits_ahead: Callable[[pd.DataFrame, Any], pd.DataFrame | None] | None = None
+    # How it shows in the reports, from what the run made (:class:`Shown`): its lines of the terminal summary
+    # (label, text), and its sections of the HTML report (drawn with ``pipeline.reporting.page``), in flow order.
+    summary: Callable[[Shown], list[tuple[str, str]]] | None = None
+    sections: Callable[[Shown], list[str]] | None = None
+    # What its config section alone says, whatever the data (a legal but risky choice): findings of the options it
+    # is handed, reported by every run of the stages, validate's and build's alike.
+    checks_options: Callable[[Any], list[Finding]] | None = None
+
+    @property
+    def section(self) -> str | None:
+        """The config section handed to it as ``context.options``: its own, or the one it reads."""
+        return self.reads or getattr(self.options, "NAME", None)
+
+    def options_in(self, config: Any) -> Any:
+        """The config section this stage is handed as ``context.options`` (None: it reads none)."""
+        return getattr(config, self.section) if self.section else None
+
+    def shown(self, config: Any, *, tables: RawTables, prepared: Any, report: Any, engine: Engine,
+              names: Mapping[int, str]) -> Shown:
+        """What its report hooks read of a run with ``config``: its own state and section among the rest."""
+        return Shown(tables=tables, prepared=prepared, report=report, state=prepared.fitted.get(self.name),
+                     options=self.options_in(config), engine=engine, names=names,
+                     max_lines=config.report.max_lines)
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        return self.progress or ((self.name,) if self.plan is not None else ())
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a stage's report hooks (:attr:`Stage.summary`, :attr:`Stage.sections`) read of a finished run: the typed
+    raw tables (LABEVENTS maybe in the engine's parts), what the stages made (``pipeline.ledgers.Prepared``), the
+    report, the stage's own fitted state (None: not fitted) and config section, the engine that holds the rows, and
+    how findings name lab items. A run served from the cache has no tables and no state: a hook then shows nothing."""
+
+    tables: RawTables
+    prepared: Any
+    report: Any
+    state: Any
+    options: Any
+    engine: Engine
+    names: Mapping[int, str]
+    max_lines: int
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a stage reads besides its rows, the same for every stage: the tables it works with (as the stages
+    before it left them), the fitted state by stage, its config section, and where it runs and reports."""
+
+    tables: RawTables  # the typed raw tables
+    engine: Engine
+    ledger: Ledger
+    max_lines: int  # [report] max_lines: how many lines and items a finding lists
+    admissions: pd.DataFrame | None = None  # clean; with SPLIT from split on; with codes from encode on
+    labitems: pd.DataFrame | None = None  # clean; with codes from encode on
+    splits: pd.DataFrame | None = None
+    fitted: Mapping[str, Any] = field(default_factory=dict)  # by stage name
+    options: Any = None  # the running stage's config section
+    # Every section, for a setting that holds across stages (scale keeps out of stats.json what [encode]
+    # min_admissions keeps out of the vocabularies); a stage's own options are ``options``.
+    settings: Any = None
+
+
+class Ledger:
+    """What the stages hand back besides their rows: quarantines, steps, findings and the lab items' names.
+
+    It outlives a stage that stops the run, so everything found until then is reported. An empty step is a
+    :class:`StageError`; a step that removes more than the ``[filters]`` fractions, a finding.
+    """
+
+    def __init__(self, *, warn_removed_fraction: float, error_removed_fraction: float) -> None:
+        self.warn_removed_fraction = warn_removed_fraction
+        self.error_removed_fraction = error_removed_fraction
+        self.quarantines: list[pd.DataFrame] = []
+        self.steps: list[Step] = []
+        self.findings: list[Finding] = []
+        self.names: dict[int, str] = {}  # how findings name lab items: '50963 NTproBNP (Blood)'
+
+    def take(self, kept: Kept) -> Events:
+        self.quarantines.append(kept.quarantine)
+        self.steps.extend(kept.steps)
+        for step in kept.steps:
+            self._judge(step)
+        return kept.frame
+
+    def _judge(self, step: Step) -> None:
+        if step.rows_in == 0:
+            return
+        removed = (step.rows_in - step.rows_out) / step.rows_in
+        where = f"{step.stage} step '{step.step}'"
+        if step.rows_out == 0:
+            raise StageError(stage=step.stage, side="output", check="step_empty", column=step.column,
+                             count=step.rows_in,
+                             failure_cases=pd.DataFrame({"line": []}), table=step.table,
+                             detail=f"{where} removed all {step.rows_in} rows",
+                             advice="Nothing would reach the graphs; check the inputs and this step's settings")
+        check = ("step_removed_nearly_all" if removed > self.error_removed_fraction
+                 else "step_removed_most" if removed > self.warn_removed_fraction else None)
+        if check:
+            self.findings.append(summary_finding(
+                stage=step.stage, check=check, table=step.table, column=step.column,
+                count=step.rows_in - step.rows_out,
+                message=f"{where} removed {removed:.1%} of its {step.rows_in} rows"))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a stage's calls made of all the rows, for its findings: its counts (of its input, added up), its picks
+    (of its output, in row order), its tallies (of its output, added up), its steps and how many rows it handed
+    on."""
+
+    counts: tuple[Any, ...] = ()
+    picks: tuple[pd.DataFrame, ...] = ()
+    steps: tuple[Step, ...] = ()
+    rows: int = 0
+    tallies: tuple[Any, ...] = ()  # of its output, added up
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a stage does, once its fit is known, made before any part is worked on (``plan(context)``).
+
+    ``calls`` run on each part in turn (the last one's rows go on); ``counts`` read each part's input, ``picks``
+    and ``tallies`` (counts that add up) its output. What the stage reports comes in this order: ``before`` (findings known from the small
+    tables alone), ``taken`` (ADMISSIONS' and D_LABITEMS' own quarantines and steps), ``counted(outcome)``, the
+    steps of its calls, then ``report(outcome)``. ``context`` is what the next stage sees.
+    """
+
+    context: "Context"
+    calls: tuple[Call, ...] = ()
+    counts: tuple[Call, ...] = ()
+    picks: tuple[Call, ...] = ()
+    tallies: tuple[Call, ...] = ()
+    before: tuple[Finding, ...] = ()
+    taken: tuple[Kept, ...] = ()
+    counted: Callable[[Outcome], list[Finding]] | None = None
+    report: Callable[[Outcome], list[Finding]] | None = None
+
+
+def _waits_for_rows(stage: Stage, config: Any, fitted: Collection[str]) -> bool:
+    """Whether a stage's fit must read the rows the stage before it gives: it is not fitted yet, and reads rows with
+    its options."""
+    return stage.fit is not None and stage.name not in fitted and stage.fit.reads_rows(stage.options_in(config))
+
+
+def stage_pass(prepare: Sequence[Stage], start: int, config: Any, fitted: Collection[str] = ()) -> tuple[Stage, ...]:
+    """The stages of ``prepare`` (those that work on the lab rows, in order) from ``start`` that work on the rows in
+    one pass: up to the next one whose fit waits for its rows (``fitted``: the stages whose state is known), unless
+    every stage before it in the pass may be replayed for its fit (:attr:`Stage.replay`)."""
+    end = start + 1
+    while end < len(prepare) and (not _waits_for_rows(prepare[end], config, fitted)
+                                  or _replays(prepare[start:end], prepare[end])):
+        end += 1
+    return tuple(prepare[start:end])
+
+
+def _replays(before: Sequence[Stage], stage: Stage) -> bool:
+    """Whether ``stage``'s fit can read the rows of the stages ``before`` it by replaying their calls."""
+    return all(s.replay for s in before) and stage.fit is not None and stage.fit.parts is None
+
+
+def fits_ahead(prepare: Sequence[Stage], end: int, config: Any, fitted: Collection[str] = ()
+               ) -> tuple[Stage, ...]:
+    """The stages whose mergeable fits are read from the rows of the pass that ends before stage ``end``: that
+    stage's, and a later stage's :attr:`Fit.early` fit when the stages between keep every row and write none of
+    the columns its partial reads."""
+    ahead = []
+    for at in range(end, len(prepare)):
+        stage, between = prepare[at], prepare[end:at]
+        if at > end and any(s.filters or s.writes is None for s in between):
+            break
+        written = {column for s in between for column in s.writes or ()}
+        reads = getattr(stage.fit.partial, "reads", None) if stage.fit is not None else None
+        if (_waits_for_rows(stage, config, fitted) and stage.fit.partial is not None
+                and (at == end or (stage.fit.early and reads is not None and not written & set(reads)))):
+            ahead.append(stage)
+    return tuple(ahead)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass of ``flow.prepare`` over the rows: the stages it runs, and those whose fits read its rows."""
+
+    stages: tuple[Stage, ...]
+    ahead: tuple[Stage, ...] = ()
+
+
+def passes(prepare: Sequence[Stage], config: Any, fitted: Collection[str] = ()) -> list[Pass]:
+    """The passes ``flow.prepare`` makes over the rows of the stages ``prepare`` with this config (``fitted``: the
+    stages whose state an earlier run gave)."""
+    known, done, start = set(fitted), [], 0
+    while start < len(prepare):
+        stages = stage_pass(prepare, start, config, known)
+        start += len(stages)
+        ahead = fits_ahead(prepare, start, config, known)
+        known |= {s.name for s in (*stages, *ahead)}
+        done.append(Pass(stages=stages, ahead=ahead))
+    return done
+
+
+def in_flow_order(checks: Iterable[CheckInfo], order: Sequence[str]) -> list[CheckInfo]:
+    """Checks as people read them: by the stage that reports them in ``order`` (the names of reading, the raw
+    tables, the stages, the run), those of every stage after the raw tables'; each stage's in the order declared."""
+    at = {name: n for n, name in enumerate(order)}
+    raw = at.get("raw", 0)
+    return sorted(checks, key=lambda info: at.get(info.stage, raw))
+
+
+@dataclass(frozen=True)
+class Order:
+    """Everything that reports findings, in the report's order: the run's steps ``before`` the stages (reading,
+    the raw checks), the declared ``stages``, and those ``after`` them (the run as a whole). Everything ordered by
+    stage (the report, the HTML colours, the progress steps, the passes, the config sections) reads it here."""
+
+    stages: tuple[Stage, ...]
+    before: tuple[Stage, ...] = ()
+    after: tuple[Stage, ...] = ()
+
+    @property
+    def all(self) -> tuple[Stage, ...]:
+        return (*self.before, *self.stages, *self.after)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(stage.name for stage in self.all)
+
+    @property
+    def index(self) -> dict[str, int]:
+        """Each name's place in the report's order."""
+        return {stage.name: n for n, stage in enumerate(self.all)}
+
+    @property
+    def colours(self) -> dict[str, str]:
+        return {stage.name: stage.colour for stage in self.all}
+
+    @property
+    def prepare(self) -> tuple[Stage, ...]:
+        """The stages ``flow.prepare`` runs on LABEVENTS (those with a plan), in order."""
+        return tuple(stage for stage in self.stages if stage.plan is not None)
+
+    @property
+    def built(self) -> tuple[Stage, ...]:
+        """The stages built after them from the edge rows (the graphs and their guard)."""
+        return tuple(stage for stage in self.stages if stage.plan is None)
+
+    @property
+    def reasons(self) -> dict[str, Reason]:
+        """Every declared quarantine reason, by its text."""
+        return {reason.text: reason for stage in self.stages for reason in stage.reasons}
+
+    def options_findings(self, config: Any) -> list[Finding]:
+        """What each stage finds of its own config section (:attr:`Stage.checks_options`), in flow order."""
+        return [finding for stage in self.stages if stage.checks_options is not None
+                for finding in stage.checks_options(stage.options_in(config))]
+
+    def passes(self, config: Any, fitted: Collection[str] = ()) -> list[Pass]:
+        return passes(self.prepare, config, fitted)
+
+    def splits_ahead(self, admissions: pd.DataFrame, config: Any) -> pd.DataFrame | None:
+        """The split of every admission, as the stage that assigns them will (None: no stage can tell ahead)."""
+        for stage in self.stages:
+            if stage.splits_ahead is not None:
+                return stage.splits_ahead(admissions, stage.options_in(config))
+        return None
+
+    def fitted_by(self, states: Any) -> dict[str, Any]:
+        """States saved by an earlier run (``from_json``), by the stage whose :class:`Fit` learns their kind:
+        ``states`` is a mapping by stage name, or states of any order."""
+        if isinstance(states, Mapping):
+            return {name: state for name, state in states.items() if state is not None}
+        return {stage.name: state for state in states if state is not None
+                for stage in self.prepare if stage.fit is not None and isinstance(state, stage.fit.state)}
+
+
+def sections_of(stages: Iterable[Stage]) -> dict[str, Any]:
+    """The config sections ``stages`` declare (their ``Options``), by name, in their order."""
+    return {stage.options.NAME: stage.options for stage in stages if stage.options is not None}

@@ -1,0 +1,570 @@
+"""Writing a build, and reading it back safely: the only module that writes outputs.
+
+A build writes every file that changes, and its manifest, into a staging folder
+inside OUT_DIR (each file atomically), while the previous build stays as it was.
+Only then does it switch: the old manifest is moved aside, the staged files are
+renamed into place and the new manifest last (renames only, no new data: a full
+disk fails before the switch, never during it). Readers (``inspect``,
+``load_graphs``) therefore see the previous build, then for the milliseconds of
+the renames no manifest ("no finished build"), then the new one; a rebuild whose
+files are all unchanged only replaces the manifest. Afterwards it removes the
+files that only the previous manifest listed, and nothing else. Graph
+files hold ``HeteroData.to_dict()`` (plain tensors, strings and tuples) and are
+loaded only with ``torch.load(..., weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import io
+import json
+import os
+import pickle
+import re
+import shutil
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.kernel.quarantine import Quarantine, empty_quarantine
+from pipeline.stages.graph import GraphBatch
+from pipeline.output.paths import MARKER, OutputError, check_output_dir, os_reason  # noqa: F401  (re-exported)
+from pipeline.reporting.report import atomic_path, write_atomic
+from schemas.checks import check_info
+from schemas.errors import StageError
+from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
+
+if TYPE_CHECKING:  # torch and PyG load where graphs are serialised or read, not where a build is only written
+    from torch_geometric.data import HeteroData
+
+MANIFEST = "manifest.json"
+STAGING = ".badpoints-staging"  # new files are written here, then renamed into place
+PREVIOUS = "previous-manifest.json"  # in STAGING while files are switched: the replaced build's list
+# The names a build writes: only these, and only when a previous manifest lists them, does a rebuild remove.
+OUTPUT_NAME = re.compile(r"(stats|report)\.json|report\.html|(index|quarantine)\.parquet"
+                         r"|graphs/[A-Za-z0-9_-]+/batch_\d{5}\.pt")
+FORMAT = 2  # 2: node_id is arange(num_nodes), raw ids in hadm_id and itemid; feature names recorded
+FEATURES = ("admission.x", "labitem.x", "edge_attr")  # the manifest's "features": column names of each, in order
+PACKAGES = ("badpoints", "pandas", "pandera", "numpy", "pyarrow", "torch", "torch_geometric")
+
+
+def graph_path(split: str, batch: int) -> str:
+    """A graph's path relative to OUT_DIR: names come from the split and batch number, never from data."""
+    return f"graphs/{split}/batch_{batch:05d}.pt"
+
+
+def graph_bytes(data: HeteroData) -> bytes:
+    """The graph's bytes: deterministic (no file name, no time stamp in the archive)."""
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(data.to_dict(), buffer)
+    return buffer.getvalue()
+
+
+def json_bytes(value: Any) -> bytes:
+    return (json.dumps(value, indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+
+
+ROW_GROUP = 1024 * 1024  # rows per Parquet row group (pyarrow's default)
+
+
+def _parquet_bytes(frame: pd.DataFrame) -> bytes:
+    sink = pa.BufferOutputStream()
+    _parquet_of([frame], sink)
+    return sink.getvalue().to_pybytes()
+
+
+def _parquet_of(frames: Iterable[pd.DataFrame], sink: pa.NativeFile, empty: pd.DataFrame | None = None) -> None:
+    """One Parquet file of ``frames`` in turn (index dropped) into ``sink``, the bytes one frame of them all would
+    give: rows are written in whole row groups as they come, so only a row group's worth waits (``empty``: the file
+    of none)."""
+    writer, waiting, written = None, None, False
+    for frame in frames:
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        waiting = table if waiting is None else pa.concat_tables([waiting, table])
+        if writer is None:
+            writer = pq.ParquetWriter(sink, table.schema, compression="zstd")
+        whole = len(waiting) // ROW_GROUP * ROW_GROUP
+        if whole:
+            writer.write_table(waiting.slice(0, whole).combine_chunks(), row_group_size=ROW_GROUP)
+            waiting, written = waiting.slice(whole), True
+    if writer is None:
+        waiting = pa.Table.from_pandas(empty if empty is not None else pd.DataFrame(), preserve_index=False)
+        writer = pq.ParquetWriter(sink, waiting.schema, compression="zstd")
+    if len(waiting) or not written:  # no rows at all: one empty row group, as a whole empty frame gives
+        writer.write_table(waiting.combine_chunks(), row_group_size=ROW_GROUP)
+    writer.close()
+
+
+QUARANTINE = "quarantine.parquet"
+
+
+def quarantine_parquet(quarantine: Quarantine, sink: pa.NativeFile) -> None:
+    """``quarantine.parquet``: every record, by table, source line and stage, written a line range at a time."""
+    _parquet_of((part.reset_index() for part in quarantine.in_order()), sink, empty=empty_quarantine().reset_index())
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def versions() -> dict[str, str]:
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "unknown"
+    return found
+
+
+@dataclass(frozen=True)
+class GraphFile:
+    """A graph as a build writes it: its file's hash and size (its bytes, until they were staged) and what the
+    manifest says of it."""
+
+    split: str
+    batch: int
+    sha256: str
+    bytes: int
+    admissions: int
+    edges: int
+    data: bytes | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.split}/batch {self.batch}"
+
+    @property
+    def path(self) -> str:
+        return graph_path(self.split, self.batch)
+
+
+def graph_file(graph: GraphBatch) -> GraphFile:
+    """A built graph serialised (its tensors can go)."""
+    data = graph_bytes(graph.data)
+    return GraphFile(split=graph.split, batch=graph.batch, sha256=_sha256(data), bytes=len(data),
+                     admissions=int(graph.data["admission"].num_nodes),
+                     edges=int(graph.data[EDGE].edge_index.shape[1]), data=data)
+
+
+def stage_quarantine(quarantine: Quarantine, staged: "StagedBuild", *,
+                     where: Callable[..., Any] | None = None) -> "StagedFile":
+    """``quarantine.parquet`` written straight into the staging folder, a line range at a time (at MIMIC-IV scale
+    its 49M records are 124 MB of Parquet, never in memory whole): its hash and size. ``where(function, *args)``
+    runs the writing: an engine's ``call``, which may run it on a Dask worker that sees OUT_DIR (here by default)."""
+    run = where or (lambda function, *args: function(*args))
+    records = Quarantine(quarantine.sources)  # what it was read for (summaries, masks) stays here
+    return staged.add_written(QUARANTINE, lambda path: run(write_quarantine, records, path))
+
+
+def write_quarantine(quarantine: Quarantine, path: Path) -> None:
+    """``quarantine.parquet`` at ``path`` (:func:`quarantine_parquet`)."""
+    with open(path, "wb") as handle, pa.PythonFile(handle, mode="w") as sink:  # a path of any bytes (out\xff)
+        quarantine_parquet(quarantine, sink)
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """An output written into the staging folder as it was made: its name, hash and size (for the manifest)."""
+
+    name: str
+    sha256: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class BuildOutputs:
+    """Everything a build writes, as bytes, before any of it touches the disk (graph files staged before: by
+    hash)."""
+
+    files: dict[str, bytes]
+    manifest: dict[str, Any]
+
+
+def build_outputs(*, graphs: list[GraphBatch | GraphFile], limits: GraphLimits, config: dict, inputs: list[dict],
+                  fitted: dict, quarantine: Quarantine | StagedFile, index: pd.DataFrame, report: dict,
+                  accounting: dict, splits: dict, memory: dict, features: dict[str, list[str]],
+                  report_html: bytes | None = None, item_names: dict[int, str] | None = None) -> BuildOutputs:
+    """Serialise every output and the manifest that names their hashes (pure: no I/O).
+
+    ``accounting`` holds the ledgers by table (LABEVENTS rows, ADMISSIONS); ``features`` names the columns of
+    admission x, labitem x and edge_attr, in order (:func:`pipeline.stages.graph.feature_columns`, which the
+    tensors were built from); ``item_names`` how findings name the lab items the edges carry (ITEMID ->
+    'NTproBNP (Blood)'). A graph already staged (a :class:`GraphFile` without its bytes: :func:`stage_file`) is
+    listed by its hash; its bytes are not among ``files``, and so is a quarantine staged already
+    (:func:`stage_quarantine`).
+    """
+    graphs = [g if isinstance(g, GraphFile) else graph_file(g) for g in graphs]
+    files = {g.path: g.data for g in graphs if g.data is not None}
+    files["stats.json"] = json_bytes(fitted)
+    if isinstance(quarantine, Quarantine):
+        sink = pa.BufferOutputStream()
+        quarantine_parquet(quarantine, sink)
+        files[QUARANTINE] = sink.getvalue().to_pybytes()
+    files["index.parquet"] = _parquet_bytes(index)
+    files["report.json"] = json_bytes(report)
+    if report_html is not None:
+        files["report.html"] = report_html
+    listed = {name: {"sha256": _sha256(data), "bytes": len(data)} for name, data in files.items()}
+    listed.update({g.path: {"sha256": g.sha256, "bytes": g.bytes} for g in graphs if g.data is None})
+    if isinstance(quarantine, StagedFile):
+        listed[quarantine.name] = {"sha256": quarantine.sha256, "bytes": quarantine.bytes}
+    manifest = {
+        "format": FORMAT,
+        "config": config,
+        "versions": versions(),
+        "inputs": inputs,
+        "outputs": dict(sorted(listed.items())),
+        "graphs": [{"split": g.split, "batch": g.batch, "path": g.path,
+                    "admissions": g.admissions, "edges": g.edges, "memory": memory[g.where]} for g in graphs],
+        "features": {name: list(columns) for name, columns in features.items()},
+        "item_names": {str(item): name for item, name in sorted((item_names or {}).items())},
+        "limits": {"max_timestep": limits.max_timestep, "max_code": limits.max_code,
+                   "max_node_code": {k: list(v) for k, v in sorted(limits.max_node_code.items())}},
+        "splits": splits,
+        "accounting": accounting,
+    }
+    return BuildOutputs(files=files, manifest=manifest)
+
+
+def meds_manifest(files: Iterable[StagedFile], *, config: dict, inputs: list[dict], shards: list[dict],
+                  splits: dict, accounting: dict) -> dict[str, Any]:
+    """The manifest of a build written as MEDS (``--to meds``): every file's hash, the shards, the splits and the
+    ledgers; ``kind`` says it holds no graphs."""
+    return {"format": FORMAT, "kind": "meds", "config": config, "versions": versions(), "inputs": inputs,
+            "outputs": {f.name: {"sha256": f.sha256, "bytes": f.bytes} for f in sorted(files, key=lambda f: f.name)},
+            "shards": shards, "splits": splits, "accounting": accounting}
+
+
+def write_build(out_dir: Path, outputs: BuildOutputs, staged: "StagedBuild | None" = None) -> None:
+    """Stage the files that change, switch them in by renames (manifest last), then drop what only the
+    previous build listed (``staged``: where some, the graphs, were staged already).
+
+    A failed write raises :class:`OutputError` with the path and the OS reason; until the switch the
+    previous build is untouched. The caller holds the folder (:func:`pipeline.output.paths.claim_output_dir`).
+    """
+    staged = staged or StagedBuild(out_dir)
+    for name, data in sorted(outputs.files.items()):
+        staged.add(name, data)
+    staged.commit(outputs.manifest)
+
+
+class StagedBuild:
+    """A build's files staged one by one in OUT_DIR's staging folder while the previous build stays as it was;
+    :meth:`commit` switches them in by renames (manifest last) and drops what only the previous build listed,
+    :meth:`abandon` (a build that found errors) drops them. A file that holds exactly the same bytes already is
+    not staged (a rebuild leaves it as it is)."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = Path(out_dir)
+        self.stage = self.out_dir / STAGING
+        self.earlier = _listed(self.out_dir / MANIFEST) | _listed(self.stage / MANIFEST) | _listed(
+            self.stage / PREVIOUS)
+        self.names: set[str] = set()
+        self.changed: list[str] = []
+        self.switching = False
+        self._attempt(lambda: _clear(self.stage))  # what a killed build staged: whole files or temp files
+
+    def add(self, name: str, data: bytes) -> StagedFile:
+        """``data`` staged as ``name`` (unless OUT_DIR holds the same bytes already): its hash and size."""
+        self._attempt(lambda: self.took(name, stage_file(self.out_dir, name, data)))
+        return StagedFile(name=name, sha256=_sha256(data), bytes=len(data))
+
+    def took(self, name: str, staged: bool | OSError) -> None:
+        """``name`` is one of this build's files, ``staged`` (:func:`stage_file`, where it was made) or already in
+        place; an OSError: it could not be staged (the staged files go: :class:`OutputError`)."""
+        if isinstance(staged, OSError):
+            self._attempt(functools.partial(_raise, staged))
+        self.names.add(name)
+        if staged:
+            self.changed.append(name)
+
+    def add_written(self, name: str, write: Callable[[Path], None]) -> StagedFile:
+        """A file ``write(path)`` writes, staged as ``name`` (unless OUT_DIR holds the same bytes already): its hash and
+        size, read back from the staged file in blocks, never whole in memory."""
+        found: list[StagedFile] = []
+
+        def stage() -> None:
+            target = self.stage / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            (self.out_dir / name).parent.mkdir(parents=True, exist_ok=True)  # before the switch: it only renames
+            with atomic_path(target) as tmp:
+                write(tmp)
+            sha256, size = _file_sha256(target)
+            same = _same_file(self.out_dir / name, sha256, size)
+            if same:
+                target.unlink()
+            self.took(name, not same)
+            found.append(StagedFile(name=name, sha256=sha256, bytes=size))
+
+        self._attempt(stage)
+        return found[0]
+
+    def abandon(self) -> None:
+        """Drop what was staged, unless the switch began: then the staging folder holds the previous build's list
+        (a switch cut short is finished by the next build)."""
+        if self.switching:
+            return
+        with contextlib.suppress(OSError):
+            _clear(self.stage)
+
+    def commit(self, manifest: dict[str, Any]) -> None:
+        out_dir, stage, changed = self.out_dir, self.stage, sorted(self.changed)
+
+        def staged_manifest() -> None:
+            stage.mkdir(exist_ok=True)
+            write_atomic(stage / MANIFEST, json_bytes(manifest))
+
+        self._attempt(staged_manifest)
+        self.switching = True
+        try:
+            if changed and (out_dir / MANIFEST).exists():
+                os.replace(out_dir / MANIFEST, stage / PREVIOUS)  # uncommit; its list stays for the next build
+            for name in changed:
+                os.replace(stage / name, out_dir / name)
+            os.replace(stage / MANIFEST, out_dir / MANIFEST)  # commit
+        except OSError as exc:
+            raise _write_failed(out_dir, exc, "it holds no finished build until a rebuild completes") from None
+        try:
+            for name in sorted(self.earlier - self.names):
+                path = out_dir / name
+                path.unlink(missing_ok=True)
+                if path.parent != out_dir:
+                    with contextlib.suppress(OSError):  # a folder that still holds something stays
+                        path.parent.rmdir()
+            _clear(stage)
+        except OSError as exc:
+            raise _write_failed(out_dir, exc, "the new build is complete, but files of the previous one are left") \
+                from None
+
+    def _attempt(self, write: Any) -> None:
+        """A write before the switch: on failure, the staged files go and the previous build is unchanged."""
+        try:
+            write()
+        except OSError as exc:
+            self.abandon()
+            raise _write_failed(self.out_dir, exc, "the previous build there is unchanged") from None
+
+
+def stage_file(out_dir: Path, name: str, data: bytes) -> bool:
+    """``data`` staged as ``name`` in OUT_DIR's staging folder, unless ``out_dir / name`` holds exactly these bytes
+    already (a rebuild leaves such a file as it is): whether it was staged. Runs wherever OUT_DIR can be seen (a Dask
+    worker stages the graphs it builds); the build that stages records the name (:meth:`StagedBuild.took`)."""
+    if _holds(Path(out_dir) / name, data):
+        return False
+    (Path(out_dir) / name).parent.mkdir(parents=True, exist_ok=True)  # before the switch: it only renames
+    target = Path(out_dir) / STAGING / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, data)
+    return True
+
+
+def _raise(problem: OSError) -> None:
+    raise problem
+
+
+def _file_sha256(path: Path) -> tuple[str, int]:
+    """A file's sha256 (streamed, never whole in memory) and size."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest(), os.fstat(handle.fileno()).st_size
+
+
+def _same_file(path: Path, sha256: str, size: int) -> bool:
+    """Whether ``path`` is a file of this size and hash (then a rebuild leaves it as it is)."""
+    try:
+        return path.is_file() and path.stat().st_size == size and _file_sha256(path)[0] == sha256
+    except OSError:
+        return False
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    """Whether ``path`` already holds exactly ``data`` (then a rebuild leaves it as it is)."""
+    try:
+        return path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data
+    except OSError:
+        return False
+
+
+def _listed(manifest: Path) -> set[str]:
+    """The outputs a manifest lists, of the names a build writes: a rebuild removes these and nothing else."""
+    try:
+        names = json.loads(manifest.read_text(encoding="utf-8"))["outputs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+    return {name for name in names if isinstance(name, str) and OUTPUT_NAME.fullmatch(name)} \
+        if isinstance(names, dict) else set()
+
+
+def _clear(stage: Path) -> None:
+    if stage.exists() or stage.is_symlink():
+        shutil.rmtree(stage)
+
+
+def _write_failed(out_dir: Path, exc: OSError, state: str) -> OutputError:
+    return OutputError(f"cannot write the build into {str(out_dir)!r} ({os_reason(exc)}); {state}. Free space "
+                       "or fix the folder, then rebuild")
+
+
+# -- reading back ---------------------------------------------------------------------------------
+def read_manifest(out_dir: Path) -> dict[str, Any]:
+    """The manifest, checked for the shape ``load_graphs`` and ``inspect`` rely on."""
+    path = Path(out_dir) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise _problem("graph_manifest", MANIFEST, "no manifest: the folder holds no finished build") from None
+    except (OSError, ValueError) as exc:
+        raise _problem("graph_manifest", MANIFEST, f"unreadable manifest ({type(exc).__name__})") from None
+    if not _manifest_shape_ok(manifest):
+        raise _problem("graph_manifest", MANIFEST, "the manifest lacks the outputs, graphs, limits, features or "
+                                                   "accounting of a badpoints build")
+    if manifest.get("format") != FORMAT:
+        raise _problem("graph_manifest", MANIFEST, f"format {manifest.get('format')!r} is not this badpoints' "
+                                                   f"format {FORMAT}: rebuild the graphs")
+    return manifest
+
+
+def _manifest_shape_ok(manifest: Any) -> bool:
+    try:
+        outputs = manifest["outputs"]
+        ok = isinstance(outputs, dict) and all(isinstance(v["sha256"], str) for v in outputs.values())
+        if manifest.get("kind") == "meds":  # a build written as MEDS (``--to meds``): shards, not graphs
+            ledger = manifest["accounting"]["LABEVENTS"]
+            return bool(ok and all(s["path"] in outputs and isinstance(s["edges"], int) for s in manifest["shards"])
+                        and all(isinstance(ledger[k], int) for k in ("read", "kept", "quarantined", "deduplicated")))
+        ok &= all(isinstance(g["split"], str) and isinstance(g["batch"], int) and g["path"] in outputs
+                  and isinstance(g["memory"]["total"], int) for g in manifest["graphs"])
+        limits_of(manifest)
+        ok &= all(isinstance(c, str) for key in FEATURES for c in manifest["features"][key])
+        ledger = manifest["accounting"]["LABEVENTS"]
+        ok &= all(isinstance(ledger[k], int) for k in ("read", "kept", "quarantined", "deduplicated"))
+        return bool(ok)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
+
+
+def _problem(check: str, where: str, detail: str) -> StageError:
+    return StageError(stage="graph", side="input", check=check, column=None, count=1,
+                      failure_cases=pd.DataFrame({"line": pd.Series([], dtype="int64")}), table=where,
+                      detail=detail, advice=check_info(check).advice)
+
+
+def verified_bytes(out_dir: Path, manifest: dict[str, Any], name: str) -> bytes:
+    """An output's bytes, read once, refused unless they match the manifest's sha256."""
+    path = Path(out_dir) / name
+    if not path.is_file():
+        raise _problem("graph_manifest", name, "listed in the manifest but missing")
+    data = path.read_bytes()
+    if _sha256(data) != manifest["outputs"][name]["sha256"]:
+        raise _problem("graph_manifest", name, "sha256 differs from the manifest's")
+    return data
+
+
+def verify_outputs(out_dir: Path, manifest: dict[str, Any], *, skip: frozenset[str] = frozenset()) -> list[StageError]:
+    """Every output file (but those in ``skip``) missing or differing from the manifest's hash."""
+    problems = []
+    for name in manifest["outputs"]:
+        if name in skip:
+            continue
+        try:
+            verified_bytes(out_dir, manifest, name)
+        except StageError as problem:
+            problems.append(problem)
+    return problems
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _plain(value: Any) -> bool:
+    """Only plain containers, scalars and exact torch.Tensor: no PyG class, no tensor subclass."""
+    import torch
+
+    if type(value) is torch.Tensor or isinstance(value, _PLAIN):
+        return True
+    if type(value) in (dict, tuple, list):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        return all(isinstance(k, (str, int, tuple)) and _plain(v) for k, v in items)
+    return False
+
+
+def _graph_shaped(record: dict) -> bool:
+    import torch
+
+    stores = [record.get(key) for key in ("admission", "labitem", EDGE, REVERSE)]
+    return all(isinstance(store, dict) for store in stores) and all(
+        type(record[edge].get("edge_index")) is torch.Tensor for edge in (EDGE, REVERSE))
+
+
+def load_graph_bytes(data: bytes, name: str) -> HeteroData:
+    """A graph from its bytes, loaded with weights_only=True and then required to be plain graph data."""
+    import torch
+    from torch_geometric.data import HeteroData
+
+    try:
+        record = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError, AttributeError, TypeError) as exc:
+        raise _problem("graph_unsafe", name, f"refused by torch.load(weights_only=True) "
+                                             f"({type(exc).__name__})") from None
+    if not isinstance(record, dict) or not _plain(record):
+        raise _problem("graph_unsafe", name, "holds objects other than plain tensors, numbers, strings and "
+                                             "containers")
+    if not _graph_shaped(record):
+        raise _problem("graph_unsafe", name, "is not a badpoints graph (admission and labitem nodes, did and "
+                                             "rev_did edges)")
+    return HeteroData.from_dict(record)
+
+
+def load_graph_file(path: Path) -> HeteroData:
+    """One graph file, loaded safely (see :func:`load_graph_bytes`)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise _problem("graph_manifest", str(path), f"unreadable ({exc.strerror})") from None
+    return load_graph_bytes(data, str(path))
+
+
+def limits_of(manifest: dict[str, Any]) -> GraphLimits:
+    raw = manifest["limits"]
+    return GraphLimits(max_timestep=int(raw["max_timestep"]), max_code=int(raw["max_code"]),
+                       max_node_code={k: tuple(int(c) for c in v) for k, v in raw["max_node_code"].items()})
+
+
+def read_graph(out_dir: Path, manifest: dict[str, Any], entry: dict[str, Any]) -> HeteroData:
+    """The graph of one manifest entry: read once, checked against the manifest's hash, loaded safely."""
+    content = verified_bytes(out_dir, manifest, entry["path"])
+    return load_graph_bytes(content, entry["path"])  # the bytes that were hashed, not a second read
+
+
+def where_of(entry: dict[str, Any]) -> str:
+    """How findings name a manifest entry's graph, e.g. 'train/batch 3'."""
+    return f"{entry['split']}/batch {entry['batch']}"
+
+
+def load_graph(out_dir: Path, manifest: dict[str, Any], entry: dict[str, Any], limits: GraphLimits) -> HeteroData:
+    """The graph of one manifest entry, read as :func:`read_graph` does and re-guarded (its first problem raised)."""
+    data = read_graph(out_dir, manifest, entry)
+    problems = graph_problems(data, limits, where=where_of(entry))
+    if problems:
+        raise problems[0]
+    return data
+
+
+def load_graphs(out_dir: Path, split: str) -> list[HeteroData]:
+    """The graphs of one split, each checked against the manifest's hash, loaded safely and re-guarded."""
+    out_dir = Path(out_dir)
+    manifest = read_manifest(out_dir)
+    if manifest.get("kind") == "meds":
+        raise _problem("graph_manifest", MANIFEST, "the build was written as MEDS (--to meds) and holds no graphs: "
+                                                   "read its data/ shards, or build again without --to meds")
+    limits = limits_of(manifest)
+    return [load_graph(out_dir, manifest, entry, limits) for entry in manifest["graphs"] if entry["split"] == split]
