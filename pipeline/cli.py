@@ -31,8 +31,8 @@ from pipeline.output.paths import OutputError
 from pipeline.kernel.handed import ScratchError
 from pipeline.reporting.progress import progress_for
 from pipeline.reporting.report import Report, as_shown, tally
-from pipeline.kernel.stage import in_flow_order
-from schemas.checks import CHECKS, LOCKED
+from schemas.catalogue import in_flow_order
+from schemas.catalogue import CHECKS, LOCKED
 from schemas.errors import ValidationDisabled
 
 

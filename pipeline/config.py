@@ -23,7 +23,7 @@ from pipeline.kernel.options import (POSITIVE, Allowed, ConfigError, Section, co
                                      setting)
 from pipeline.kernel.stage import sections_of
 from pipeline.stages import STAGES
-from schemas.checks import CHECKS, ERROR, LOCKED, SEVERITIES
+from schemas.catalogue import CHECKS, ERROR, LOCKED, SEVERITIES
 from schemas.errors import SAMPLE_CAP
 from schemas.raw import DEFAULT_STAY_TOLERANCE_HOURS, DEFAULT_VALUENUM_ABS_BOUND
 

@@ -20,7 +20,7 @@ from pipeline.cache import Cache
 from pipeline.cache import key_of as cache_key
 from pipeline.config import Config
 from pipeline.reporting.findings import finding_from_error, item_names
-from pipeline.ledgers import (Prepared, admission_fates, admission_findings, attrition_finding,
+from pipeline.ledgers import (Ledger, Prepared, admission_fates, admission_findings, attrition_finding,
                               quarantine_findings)
 from pipeline.engines import PANDAS, Engine
 from pipeline.reading.load import file_sha256, read_blocks
@@ -30,22 +30,18 @@ from pipeline.reading.parse import (LabRelations, RawResult, RawTables, check_bl
 from pipeline.reporting.progress import NO_PROGRESS, Progress, build_steps, pass_step, validate_steps
 from pipeline.kernel.quarantine import Quarantine
 from pipeline.reporting.report import InputFile, Report
-from pipeline.kernel.stage import Context, Ledger, Order, Outcome, Pass, Plan, Stage
+from pipeline.kernel.stage import Context, Order, Outcome, Pass, Plan, Stage
 from pipeline.stages import STAGES
 from pipeline.kernel.calls import Chained, Link, Linked
-from schemas.checks import CANNOT_RUN_CHECKS
 from schemas.errors import StageError, require_validation
 from schemas.guard import trusted_chain
-from schemas.raw import LabEvents
+from schemas.raw import ADMISSIONS, LABITEMS, LabEvents
 
 ORDER = Order(STAGES, before=(Stage("load", colour="#7f7f7f"),  # reading the files
                               Stage("raw", colour="#8c564b", gives=LabEvents),  # the raw checks and relations
                               Stage("meds", colour="#1f77b4")),  # a MEDS dataset's checks (pipeline/meds), instead
               after=(Stage("flow", colour="#7f7f7f"),))  # the run as a whole: attrition, admissions in no graph
 """Everything that reports findings, in the report's order: the run's steps around the declared stages."""
-
-# Checks that mean the run could not happen at all (exit 2), rather than that the data is bad (exit 1).
-CANNOT_RUN = CANNOT_RUN_CHECKS
 
 
 def steps(config: Config, *, build: bool = False) -> tuple[str, ...]:
@@ -120,7 +116,7 @@ def summary_lines(validation: Validation, config: Config) -> list[tuple[str, str
     prepared = validation.prepared
     names = item_names(prepared.labitems)
     return [line for stage in prepared.order.stages if stage.summary is not None
-            for line in stage.summary(stage.shown(config, tables=validation.tables, prepared=prepared,
+            for line in stage.summary(stage.shown(config, read=validation.tables, prepared=prepared,
                                                   report=validation.report, engine=PANDAS, names=names))]
 
 
@@ -231,7 +227,7 @@ def prepare(tables: RawTables, config: Config, *, fitted: Any = (), progress: Pr
     ledger.findings.extend(ORDER.options_findings(config))  # known from the config alone, even if a stage stops
     given = ORDER.fitted_by(fitted)
     run = _Run(tables, config, progress or NO_PROGRESS, engine, Context(
-        tables=tables, engine=engine, ledger=ledger, max_lines=config.report.max_lines, fitted=given, settings=config))
+        read=tables, engine=engine, ledger=ledger, max_lines=config.report.max_lines, fitted=given, settings=config))
     with trusted_chain():  # each stage's output goes straight to the next: its guard ran already
         try:
             for segment in ORDER.passes(config, given):
@@ -244,7 +240,7 @@ def prepare(tables: RawTables, config: Config, *, fitted: Any = (), progress: Pr
     # States fitted ahead for stages that never ran are not theirs to keep.
     kept = {name: state for name, state in context.fitted.items()
             if stopped_at is None or name in given or ORDER.index[name] <= ORDER.index[stopped_at]}
-    prepared = Prepared(admissions=context.admissions, labitems=context.labitems, splits=context.splits,
+    prepared = Prepared(admissions=context.table(ADMISSIONS), labitems=context.table(LABITEMS), splits=context.splits,
                         fitted=kept, quarantine=Quarantine(tuple(ledger.quarantines)), steps=tuple(ledger.steps),
                         order=ORDER, **run.state)
     return _reported(prepared, tables, config, ledger, engine)

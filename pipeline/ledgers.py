@@ -15,8 +15,10 @@ import pandas as pd
 from pipeline.engines import PANDAS, Engine
 from pipeline.reporting.findings import LISTED, Finding, finding_from_mask, format_items, summary_finding
 from pipeline.reading.parse import RawTables
-from pipeline.kernel.quarantine import Quarantine, Step
+from pipeline.kernel.calls import Events
+from pipeline.kernel.quarantine import Kept, Quarantine, Step
 from pipeline.kernel.stage import Order
+from schemas.errors import StageError
 from schemas.split import SPLITS
 
 IN_GRAPHS = "in_graphs"
@@ -29,6 +31,49 @@ RUN_DROPS = {
     "admission_no_labs": "without any lab row",
     LABS_QUARANTINED: "whose every lab row was quarantined",
 }
+
+
+class Ledger:
+    """What the stages hand back besides their rows (the kernel's :class:`pipeline.kernel.stage.Ledger`):
+    quarantines, steps, findings and the lab items' names.
+
+    It outlives a stage that stops the run, so everything found until then is reported. An empty step is a
+    :class:`StageError`; a step that removes more than the ``[filters]`` fractions, a finding.
+    """
+
+    def __init__(self, *, warn_removed_fraction: float, error_removed_fraction: float) -> None:
+        self.warn_removed_fraction = warn_removed_fraction
+        self.error_removed_fraction = error_removed_fraction
+        self.quarantines: list[pd.DataFrame] = []
+        self.steps: list[Step] = []
+        self.findings: list[Finding] = []
+        self.names: dict[int, str] = {}  # how findings name lab items: '50963 NTproBNP (Blood)'
+
+    def take(self, kept: Kept) -> Events:
+        self.quarantines.append(kept.quarantine)
+        self.steps.extend(kept.steps)
+        for step in kept.steps:
+            self._judge(step)
+        return kept.frame
+
+    def _judge(self, step: Step) -> None:
+        if step.rows_in == 0:
+            return
+        removed = (step.rows_in - step.rows_out) / step.rows_in
+        where = f"{step.stage} step '{step.step}'"
+        if step.rows_out == 0:
+            raise StageError(stage=step.stage, side="output", check="step_empty", column=step.column,
+                             count=step.rows_in,
+                             failure_cases=pd.DataFrame({"line": []}), table=step.table,
+                             detail=f"{where} removed all {step.rows_in} rows",
+                             advice="Nothing would reach the graphs; check the inputs and this step's settings")
+        check = ("step_removed_nearly_all" if removed > self.error_removed_fraction
+                 else "step_removed_most" if removed > self.warn_removed_fraction else None)
+        if check:
+            self.findings.append(summary_finding(
+                stage=step.stage, check=check, table=step.table, column=step.column,
+                count=step.rows_in - step.rows_out,
+                message=f"{where} removed {removed:.1%} of its {step.rows_in} rows"))
 
 
 def dropped(order: Order) -> dict[str, str]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable
 import pandas as pd
 
 from schemas.catalogue import ERROR, GRAPH_FILE, WARNING, CheckInfo
-from schemas.checks import check_info
+from schemas.catalogue import check_info
 from schemas.errors import StageError
 
 if TYPE_CHECKING:  # torch and PyG load when a graph is checked, not when the catalogue reads CHECKS

@@ -17,6 +17,10 @@ from pandera.typing import Series
 from schemas import checks as _checks  # noqa: F401  (registers the check methods)
 from schemas import guard as _guard  # noqa: F401  (registers the 'finite' check)
 
+# The tables of a lab run, by the names the data gives them (MIMIC-III's file names, upper case).
+ADMISSIONS, LABITEMS, LABEVENTS = "ADMISSIONS", "D_LABITEMS", "LABEVENTS"
+TABLES = (ADMISSIONS, LABITEMS, LABEVENTS)
+
 DEFAULT_VALUENUM_ABS_BOUND = 1e10
 DEFAULT_STAY_TOLERANCE_HOURS = 0.0  # [raw] stay_tolerance_hours: every lab outside the stay is reported
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.reporting.findings import LISTED
-from schemas.checks import CHECKS
+from schemas.catalogue import CHECKS
 from tests import mimic4
 from tests.mimic4 import in_mimic4_layout
 

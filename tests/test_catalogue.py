@@ -36,7 +36,7 @@ from pipeline.cli import app
 from pipeline.config import load_config
 from pipeline.reporting.findings import LISTED
 from pipeline.reporting.report import finding_from_error
-from schemas.checks import CHECKS, INFO, OFF, WARNING
+from schemas.catalogue import CHECKS, INFO, OFF, WARNING
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE
 from schemas.guard import check_frame

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from schemas.checks import OFF
+from schemas.catalogue import OFF
 from tests.corpus import CASES, build
 
 runner = CliRunner()
@@ -60,7 +60,7 @@ def test_show_values_opts_in_to_raw_samples(tmp_path, name):
 
 
 def test_corpus_covers_every_raw_check():
-    from schemas.checks import CHECKS
+    from schemas.catalogue import CHECKS
 
     covered = set()
     for name, make in CASES.items():

@@ -61,7 +61,7 @@ def test_readme_checks_agree_with_the_catalogue():
     """The README's table of the checks a user meets most says what the catalogue says (stage, default severity,
     fixed). Every check is documented where it is declared (``schemas/<stage>.py``) and printed by
     ``badpoints checks`` (tests/pipeline/test_cli.py), so a new stage's checks need no line here."""
-    from schemas.checks import CHECKS
+    from schemas.catalogue import CHECKS
 
     text = README.read_text()
     rows = re.findall(r"^\| `(\w+)` \| (\w+) \| (\w+) \|([^|]*)\|", text, flags=re.M)

@@ -16,7 +16,6 @@ import pandas as pd
 
 from pipeline.kernel.quarantine import Kept
 from pipeline.kernel.handed import value_of
-from schemas.errors import StageError
 
 Events = Any  # what a stage hands on: a pandas frame, or (parts and Dask engines) its parts
 
@@ -107,7 +106,7 @@ class Linked:
     kept: tuple[Kept | None, ...] = ()
     picks: tuple[pd.DataFrame, ...] = ()
     rows: int = 0
-    error: StageError | None = None
+    error: Exception | None = None  # a StageError, carried as data
     tallies: tuple[Any, ...] = ()  # of its output, added up over parts
 
 
@@ -119,3 +118,14 @@ class Chained:
     links: tuple[Linked, ...]
     events: Any = None
     fitted: tuple[Any, ...] = ()
+
+
+def reads(*columns: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declares the columns a function of a part's rows reads (a fit's partial result, a count, a pick): an engine
+    that keeps parts in files reads only those of them the part has, and its index. The function is unchanged."""
+
+    def declare(function: Callable[..., Any]) -> Callable[..., Any]:
+        function.reads = columns  # type: ignore[attr-defined]
+        return function
+
+    return declare

@@ -100,14 +100,3 @@ def _read(path: Path) -> pd.DataFrame:
 def _mask(path: Path) -> LineMask:
     with open(path, "rb") as file:
         return LineMask(np.load(file, allow_pickle=False))
-
-
-def reads(*columns: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Declares the columns a function of a part's rows reads (a fit's partial result, a count, a pick): an engine
-    that keeps parts in files reads only those of them the part has, and its index. The function is unchanged."""
-
-    def declare(function: Callable[..., Any]) -> Callable[..., Any]:
-        function.reads = columns  # type: ignore[attr-defined]
-        return function
-
-    return declare

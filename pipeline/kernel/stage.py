@@ -9,18 +9,15 @@ imports a stage or the list. The work a plan hands an engine (:class:`pipeline.k
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Collection, Iterable, Mapping, Protocol, Sequence
 
 import pandas as pd
 
-from pipeline.engines.base import Engine
-from pipeline.reporting.findings import Finding, summary_finding
-from pipeline.reading.parse import RawTables
+from pipeline.kernel.calls import Call, Fit
+from pipeline.kernel.engine import Engine
+from pipeline.kernel.finding import Finding
 from pipeline.kernel.quarantine import Kept, Step
-from pipeline.kernel.calls import Call, Events, Fit
-from schemas.catalogue import CheckInfo
-from schemas.errors import StageError
 
 
 @dataclass(frozen=True)
@@ -90,10 +87,10 @@ class Stage:
         """The config section this stage is handed as ``context.options`` (None: it reads none)."""
         return getattr(config, self.section) if self.section else None
 
-    def shown(self, config: Any, *, tables: RawTables, prepared: Any, report: Any, engine: Engine,
+    def shown(self, config: Any, *, read: Any, prepared: Any, report: Any, engine: Engine,
               names: Mapping[int, str]) -> Shown:
         """What its report hooks read of a run with ``config``: its own state and section among the rest."""
-        return Shown(tables=tables, prepared=prepared, report=report, state=prepared.fitted.get(self.name),
+        return Shown(read=read, prepared=prepared, report=report, state=prepared.fitted.get(self.name),
                      options=self.options_in(config), engine=engine, names=names,
                      max_lines=config.report.max_lines)
 
@@ -104,12 +101,13 @@ class Stage:
 
 @dataclass(frozen=True)
 class Shown:
-    """What a stage's report hooks (:attr:`Stage.summary`, :attr:`Stage.sections`) read of a finished run: the typed
-    raw tables (LABEVENTS maybe in the engine's parts), what the stages made (``pipeline.ledgers.Prepared``), the
-    report, the stage's own fitted state (None: not fitted) and config section, the engine that holds the rows, and
-    how findings name lab items. A run served from the cache has no tables and no state: a hook then shows nothing."""
+    """What a stage's report hooks (:attr:`Stage.summary`, :attr:`Stage.sections`) read of a finished run: the inputs
+    as read (a lab run's typed raw tables, LABEVENTS maybe in the engine's parts), what the stages made (a lab run's
+    ``pipeline.ledgers.Prepared``), the report, the stage's own fitted state (None: not fitted) and config section,
+    the engine that holds the rows, and how findings name items. A run served from the cache has no inputs and no
+    state: a hook then shows nothing."""
 
-    tables: RawTables
+    read: Any
     prepared: Any
     report: Any
     state: Any
@@ -119,65 +117,43 @@ class Shown:
     max_lines: int
 
 
+class Ledger(Protocol):
+    """Where a stage's records go besides its rows (a run's ledger): what it quarantined and the steps that decided
+    (:meth:`take` hands on the rows kept), its findings, and how findings name the dataset's items."""
+
+    findings: list[Finding]
+    names: dict[int, str]
+
+    def take(self, kept: Kept) -> Any: ...
+
+
 @dataclass(frozen=True)
 class Context:
-    """What a stage reads besides its rows, the same for every stage: the tables it works with (as the stages
-    before it left them), the fitted state by stage, its config section, and where it runs and reports."""
+    """What a stage reads besides its rows, the same for every stage and every dataset: the inputs as read, the
+    dataset's named tables as the stages before it left them, the split, the fitted state by stage, its config
+    section, and where it runs and reports."""
 
-    tables: RawTables  # the typed raw tables
+    read: Any  # the inputs as read and checked (a lab run: the typed raw tables, ``.of("D_LABITEMS")``)
     engine: Engine
     ledger: Ledger
     max_lines: int  # [report] max_lines: how many lines and items a finding lists
-    admissions: pd.DataFrame | None = None  # clean; with SPLIT from split on; with codes from encode on
-    labitems: pd.DataFrame | None = None  # clean; with codes from encode on
-    splits: pd.DataFrame | None = None
+    # The dataset's tables besides the rows, by name, as the stages before it left them (a lab run: ADMISSIONS and
+    # D_LABITEMS, clean from the clean stage on, with SPLIT from split's, with codes from encode's).
+    tables: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+    splits: pd.DataFrame | None = None  # each admission's (or subject's) split, once a stage assigned them
     fitted: Mapping[str, Any] = field(default_factory=dict)  # by stage name
     options: Any = None  # the running stage's config section
     # Every section, for a setting that holds across stages (scale keeps out of stats.json what [encode]
     # min_admissions keeps out of the vocabularies); a stage's own options are ``options``.
     settings: Any = None
 
+    def table(self, name: str) -> pd.DataFrame | None:
+        """The dataset's table ``name`` as the stages before this one left it (None: the dataset has none)."""
+        return self.tables.get(name)
 
-class Ledger:
-    """What the stages hand back besides their rows: quarantines, steps, findings and the lab items' names.
-
-    It outlives a stage that stops the run, so everything found until then is reported. An empty step is a
-    :class:`StageError`; a step that removes more than the ``[filters]`` fractions, a finding.
-    """
-
-    def __init__(self, *, warn_removed_fraction: float, error_removed_fraction: float) -> None:
-        self.warn_removed_fraction = warn_removed_fraction
-        self.error_removed_fraction = error_removed_fraction
-        self.quarantines: list[pd.DataFrame] = []
-        self.steps: list[Step] = []
-        self.findings: list[Finding] = []
-        self.names: dict[int, str] = {}  # how findings name lab items: '50963 NTproBNP (Blood)'
-
-    def take(self, kept: Kept) -> Events:
-        self.quarantines.append(kept.quarantine)
-        self.steps.extend(kept.steps)
-        for step in kept.steps:
-            self._judge(step)
-        return kept.frame
-
-    def _judge(self, step: Step) -> None:
-        if step.rows_in == 0:
-            return
-        removed = (step.rows_in - step.rows_out) / step.rows_in
-        where = f"{step.stage} step '{step.step}'"
-        if step.rows_out == 0:
-            raise StageError(stage=step.stage, side="output", check="step_empty", column=step.column,
-                             count=step.rows_in,
-                             failure_cases=pd.DataFrame({"line": []}), table=step.table,
-                             detail=f"{where} removed all {step.rows_in} rows",
-                             advice="Nothing would reach the graphs; check the inputs and this step's settings")
-        check = ("step_removed_nearly_all" if removed > self.error_removed_fraction
-                 else "step_removed_most" if removed > self.warn_removed_fraction else None)
-        if check:
-            self.findings.append(summary_finding(
-                stage=step.stage, check=check, table=step.table, column=step.column,
-                count=step.rows_in - step.rows_out,
-                message=f"{where} removed {removed:.1%} of its {step.rows_in} rows"))
+    def with_tables(self, **tables: pd.DataFrame) -> "Context":
+        """The context with ``tables`` replaced (by name), what the next stage sees."""
+        return replace(self, tables={**self.tables, **tables})
 
 
 @dataclass(frozen=True)
@@ -273,14 +249,6 @@ def passes(prepare: Sequence[Stage], config: Any, fitted: Collection[str] = ()) 
         known |= {s.name for s in (*stages, *ahead)}
         done.append(Pass(stages=stages, ahead=ahead))
     return done
-
-
-def in_flow_order(checks: Iterable[CheckInfo], order: Sequence[str]) -> list[CheckInfo]:
-    """Checks as people read them: by the stage that reports them in ``order`` (the names of reading, the raw
-    tables, the stages, the run), those of every stage after the raw tables'; each stage's in the order declared."""
-    at = {name: n for n, name in enumerate(order)}
-    raw = at.get("raw", 0)
-    return sorted(checks, key=lambda info: at.get(info.stage, raw))
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.config import Config
-from pipeline.engines.base import Engine
+from pipeline.kernel.engine import Engine
 from pipeline.meds import checks, normalized
 from pipeline.meds.combine import Combined, combine
 from pipeline.meds.compare import compare as compared

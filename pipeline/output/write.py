@@ -37,7 +37,7 @@ from pipeline.kernel.quarantine import Quarantine, empty_quarantine
 from pipeline.stages.graph import GraphBatch
 from pipeline.output.paths import MARKER, OutputError, check_output_dir, os_reason  # noqa: F401  (re-exported)
 from pipeline.reporting.report import atomic_path, write_atomic
-from schemas.checks import check_info
+from schemas.catalogue import check_info
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
 

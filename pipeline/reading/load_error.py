@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from schemas.checks import check_info
+from schemas.catalogue import check_info
 from schemas.errors import SAMPLE_CAP, StageError
 
 # Problems of the file as a whole: their message counts no rows.

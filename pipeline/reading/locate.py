@@ -15,8 +15,8 @@ from typing import Iterator
 
 from pipeline.reading.load_error import load_error
 from schemas.errors import StageError
+from schemas.raw import TABLES
 
-TABLES = ("ADMISSIONS", "D_LABITEMS", "LABEVENTS")
 SUFFIXES = (".csv", ".csv.gz")
 SUBFOLDERS = ("", "hosp")
 # A missing table's file name is compared with the names in DATA_DIR and its subfolders; one this close

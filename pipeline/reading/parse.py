@@ -20,7 +20,8 @@ import pandera.pandas as pa
 
 from pipeline.reporting.findings import CLASS_SAMPLE, Finding, finding_from_mask
 from pipeline.kernel.handed import value_of
-from schemas.checks import CHECKS, ERROR, ParsedNumbers, ParsedText, parse_columns, sharing_parses
+from schemas.catalogue import CHECKS, ERROR
+from schemas.checks import ParsedNumbers, ParsedText, parse_columns, sharing_parses
 from schemas.errors import SAMPLE_CAP, require_validation, value_classes
 from schemas.guard import check_frame
 from schemas.raw import (

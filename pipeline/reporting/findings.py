@@ -1,19 +1,17 @@
-"""Findings: what a stage or check found, as one frozen record, and the helpers that make them.
-
-A finding names the severity, stage, table, check, column, how many rows, the
-first source lines and a message that says what was found and what to do. Raw
-values appear only in ``samples`` and only when ``--show-values`` was given.
+"""The helpers that make findings (:class:`pipeline.kernel.finding.Finding`): from an error, a mask of failing rows or
+a summary, with the severity the catalogue gives their check, lists of items capped to what a message shows, and
+failing values described by class. Raw values appear only in ``samples`` and only when ``--show-values`` was given.
 Stages make findings here; :mod:`pipeline.reporting.report` gathers them into the report.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
 
-from schemas.checks import CHECKS
+from pipeline.kernel.finding import Finding
+from schemas.catalogue import CHECKS
 from schemas.errors import SAMPLE_CAP, StageError, format_lines, summarize_classes, value_classes
 
 
@@ -22,29 +20,6 @@ CLASS_SAMPLE = 100_000
 # How many entries of a list (lab items, admissions, source lines) a message shows: the most rows first, then
 # "+K more". A finding's JSON holds every lab item it names (``items``) and its first [report] max_lines lines.
 LISTED = 5
-
-@dataclass(frozen=True)
-class Finding:
-    severity: str
-    stage: str
-    table: str | None
-    check: str
-    column: str | None
-    count: int
-    lines: list[int]
-    message: str
-    default_severity: str | None = None
-    samples: list[str] | None = None
-    items: list[int | str] | None = None  # all the message names (ITEMIDs; MEDS codes, subjects), most rows first
-
-    def as_json(self) -> dict[str, Any]:
-        record = asdict(self)
-        if record["default_severity"] is None or record["default_severity"] == record["severity"]:
-            record.pop("default_severity")
-        for key in ("samples", "items"):
-            if record[key] is None:
-                record.pop(key)
-        return record
 
 
 def finding_from_error(error: StageError) -> Finding:

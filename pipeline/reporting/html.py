@@ -32,7 +32,7 @@ from pipeline.reporting import page
 from pipeline.meds import view as meds_view
 from pipeline.reporting.findings import LISTED
 from pipeline.reporting.report import Report, as_shown, item_names, write_atomic
-from schemas.checks import CHECKS, ERROR, INFO, WARNING
+from schemas.catalogue import CHECKS, ERROR, INFO, WARNING
 
 
 DROPPED_OPEN = 20
@@ -387,7 +387,7 @@ def _stage_sections(validation: Any, report: Report, config: Config, *, engine: 
     prepared = validation.prepared
     names = item_names(prepared.labitems)
     return [section for stage in prepared.order.stages if stage.sections is not None
-            for section in stage.sections(stage.shown(config, tables=validation.tables, prepared=prepared,
+            for section in stage.sections(stage.shown(config, read=validation.tables, prepared=prepared,
                                                       report=report, engine=engine, names=names))]
 
 

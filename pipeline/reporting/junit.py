@@ -16,8 +16,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from pipeline.reporting.report import Finding, Report, write_atomic
-from pipeline.kernel.stage import in_flow_order
-from schemas.checks import CHECKS, ERROR, OFF
+from schemas.catalogue import in_flow_order
+from schemas.catalogue import CHECKS, ERROR, OFF
 
 # Characters XML 1.0 cannot carry (NUL and most control characters), written as \\xNN instead.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

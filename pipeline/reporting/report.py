@@ -19,7 +19,7 @@ import pandas as pd
 
 from pipeline.reporting.findings import (CLASS_SAMPLE, Finding, finding_from_error, finding_from_mask,  # noqa: F401 (re-exported)
                                          format_items, item_names, summary_finding)
-from schemas.checks import CANNOT_RUN_CHECKS, ERROR, OFF, WARNING
+from schemas.catalogue import CANNOT_RUN_CHECKS, ERROR, OFF, WARNING
 
 
 def as_shown(text: str) -> str:

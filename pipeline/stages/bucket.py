@@ -23,13 +23,14 @@ import pandas as pd
 
 from pipeline.reporting.findings import Finding, summary_finding
 from pipeline.kernel.options import Section, setting
-from pipeline.kernel.handed import reads
+from pipeline.kernel.calls import reads
 from pipeline.kernel.stage import Context, Plan, Reason, Stage
 from pipeline.kernel.calls import Call
 from pipeline.kernel.quarantine import Kept, Step, set_aside
 from schemas.bucket import BucketedEvents
 from schemas.fill import FilledEvents
 from schemas.guard import guarded
+from schemas.raw import ADMISSIONS
 
 NAME = "bucket"
 NO_ADMISSION = "admission not among the clean admissions"
@@ -185,7 +186,7 @@ def _per_row(per_admission: pd.Series, at: np.ndarray) -> np.ndarray:
 def plan(context: Context) -> Plan:
     """The stage in flow, per admission on the engine, with the [bucket] options; the rows kept from the ED stay
     are a finding."""
-    options, admissions = context.options, context.admissions
+    options, admissions = context.options, context.table(ADMISSIONS)
     return Plan(context=context, calls=(Call(bucket, (admissions,), dict(
         interval_hours=options.interval_hours, max_timestep=options.max_timestep, max_stay_days=options.max_stay_days,
         after_discharge_hours=options.after_discharge_hours, late_policy=options.late_policy,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -25,10 +25,10 @@ from pipeline.kernel.options import Section, setting
 from pipeline.kernel.stage import Context, Plan, Reason, Stage
 from pipeline.kernel.calls import Call, Fit
 from pipeline.kernel.quarantine import Kept, set_aside
-from pipeline.kernel.handed import reads
+from pipeline.kernel.calls import reads
 from schemas.clean import CleanAdmissions, CleanEvents, CleanLabItems
 from schemas.guard import guarded
-from schemas.raw import Admissions, LabEvents, LabItems
+from schemas.raw import ADMISSIONS, LABITEMS, Admissions, LabEvents, LabItems
 
 NAME = "clean"
 OUTPATIENT = "outpatient lab (no HADM_ID)"
@@ -223,16 +223,16 @@ def item_kinds(events: pd.DataFrame) -> pd.Series:
 def fit_inputs(labevents: Any, context: Context) -> tuple[Any, tuple, dict]:
     """What :func:`fit_kinds` reads in flow: every lab row, and the admissions and lab items that pass the raw
     checks (cleaned again: the stage cleans them when it runs, after its fit)."""
-    tables = context.tables
-    return labevents, (clean_admissions(tables.admissions).frame, clean_labitems(tables.labitems).frame), {}
+    read = context.read
+    return labevents, (clean_admissions(read.of(ADMISSIONS)).frame, clean_labitems(read.of(LABITEMS)).frame), {}
 
 
 def plan(context: Context) -> Plan:
     """The stage in flow: admissions and lab items first, then the lab rows against them ([comments] options)."""
-    admissions = clean_admissions(context.tables.admissions)
-    labitems = clean_labitems(context.tables.labitems)
+    admissions = clean_admissions(context.read.of(ADMISSIONS))
+    labitems = clean_labitems(context.read.of(LABITEMS))
     context.ledger.names = item_names(labitems.frame)
-    return Plan(context=replace(context, admissions=admissions.frame, labitems=labitems.frame),
+    return Plan(context=context.with_tables(**{ADMISSIONS: admissions.frame, LABITEMS: labitems.frame}),
                 taken=(admissions, labitems),
                 calls=(Call(clean_events, (admissions.frame, labitems.frame, context.fitted[NAME]),
                             {"empty_value": context.options.empty_value}),))

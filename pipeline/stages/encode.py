@@ -8,7 +8,7 @@ object that ``build`` saves and a later run can reuse.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import pandas as pd
@@ -17,11 +17,11 @@ from pipeline.reporting.findings import Finding, finding_from_mask, format_items
 from pipeline.kernel.options import Section, setting
 from pipeline.kernel.stage import Context, Outcome, Plan, Stage
 from pipeline.kernel.calls import Call, Fit
-from pipeline.kernel.handed import reads
+from pipeline.kernel.calls import reads
 from schemas.encode import EncodedAdmissions, EncodedEvents, EncodedLabItems
 from schemas.errors import SAMPLE_CAP
 from schemas.guard import guarded
-from schemas.raw import ADMISSION_CATEGORICALS
+from schemas.raw import ADMISSIONS, ADMISSION_CATEGORICALS, LABITEMS
 from schemas.split import SplitEvents
 
 NAME = "encode"
@@ -251,7 +251,7 @@ def encode_labitems(labitems: pd.DataFrame, vocabularies: Vocabularies) -> pd.Da
 def fit_inputs(events: pd.DataFrame, context: Context) -> tuple[pd.DataFrame, tuple, dict]:
     """What :func:`fit_vocabularies` reads in flow: the lab rows, admissions and lab items, the [encode] options."""
     options = context.options
-    return (events, (context.admissions, context.labitems),
+    return (events, (context.table(ADMISSIONS), context.table(LABITEMS)),
             dict(min_admissions=options.min_admissions, fold_case=options.fold_case))
 
 
@@ -259,18 +259,18 @@ def plan(context: Context) -> Plan:
     """The stage in flow: lab rows, admissions and lab items coded with the fitted vocabularies; letter-case
     variants and values coded 0 are findings."""
     vocabularies, ledger, options = context.fitted[NAME], context.ledger, context.options
-    admissions = encode_admissions(context.admissions, vocabularies)
-    labitems = encode_labitems(context.labitems, vocabularies)
+    admissions = encode_admissions(context.table(ADMISSIONS), vocabularies)
+    labitems = encode_labitems(context.table(LABITEMS), vocabularies)
 
     def report(outcome: Outcome) -> list[Finding]:
         zero, seen = outcome.picks
-        return unseen_findings(zero, seen, context.admissions, admissions, min_admissions=options.min_admissions,
+        return unseen_findings(zero, seen, context.table(ADMISSIONS), admissions, min_admissions=options.min_admissions,
                                max_lines=context.max_lines, names=ledger.names)
 
     # Read part by part: the rows coded 0, and the (ITEMID, VALUE) pairs training rows have (never every categorical
     # row: MIMIC-IV has tens of millions).
-    return Plan(context=replace(context, admissions=admissions, labitems=labitems),
-                before=tuple(case_findings(context.labitems, fold_case=vocabularies.fold_case_,
+    return Plan(context=context.with_tables(**{ADMISSIONS: admissions, LABITEMS: labitems}),
+                before=tuple(case_findings(context.table(LABITEMS), fold_case=vocabularies.fold_case_,
                                            max_lines=context.max_lines)),
                 calls=(Call(encode_events, (vocabularies,)),), picks=(Call(zero_coded_rows), Call(train_pairs)),
                 report=report)

@@ -21,7 +21,7 @@ from pipeline.kernel.options import Allowed, Section, comments, require, setting
 from pipeline.kernel.stage import Context, Plan, Shown, Stage
 from pipeline.kernel.calls import Call, Fit
 from pipeline.kernel.quarantine import Kept, set_aside
-from pipeline.kernel.handed import reads
+from pipeline.kernel.calls import reads
 from schemas.errors import StageError
 from schemas.fill import TENSOR_COLUMNS, FilledEvents
 from schemas.guard import guarded
@@ -261,7 +261,7 @@ def _missing_values(shown: Shown) -> list[list[str]]:
     """Per column of each raw table (LABEVENTS part by part, where its parts are): rows, missing and its share."""
     rows = []
     for name in ("admissions", "labitems", "labevents"):
-        frame = getattr(shown.tables, name, None)
+        frame = getattr(shown.read, name, None)
         if frame is None:
             continue
         total = len(frame)

@@ -20,6 +20,7 @@ from pipeline.kernel.calls import Call
 from schemas.clean import CleanAdmissions, CleanEvents
 from schemas.errors import StageError
 from schemas.guard import guarded
+from schemas.raw import ADMISSIONS
 from schemas.split import SPLITS, SplitAssignment, SplitEvents
 
 NAME = "split"
@@ -96,13 +97,13 @@ def attach_split(events: pd.DataFrame, splits: pd.DataFrame) -> pd.DataFrame:
 def plan(context: Context) -> Plan:
     """The stage in flow: admissions assigned by the [split] options, then every lab row and admission gets its
     split (a warning when there is no SUBJECT_ID to group by)."""
-    options, admissions = context.options, context.admissions
+    options, admissions = context.options, context.table(ADMISSIONS)
     splits = assign_splits(admissions, train=options.train, val=options.val, test=options.test, seed=options.seed)
     before = () if split_by_subject(admissions) else (summary_finding(
         stage=NAME, check="split_by_admission", table="ADMISSIONS", column="SUBJECT_ID", count=len(admissions),
         message="SUBJECT_ID is absent or incomplete"),)
     admissions = admissions.merge(splits[["HADM_ID", "SPLIT"]], on="HADM_ID", validate="one_to_one")
-    return Plan(context=replace(context, admissions=admissions, splits=splits), before=before,
+    return Plan(context=replace(context.with_tables(**{ADMISSIONS: admissions}), splits=splits), before=before,
                 calls=(Call(attach_split, (splits,)),))
 
 

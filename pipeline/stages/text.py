@@ -26,12 +26,12 @@ import pandas as pd
 from pipeline.reporting import page
 from pipeline.reporting.findings import Finding, format_items, item_names, summary_finding
 from pipeline.kernel.options import Section, require, setting, table, typed
-from pipeline.kernel.handed import reads
+from pipeline.kernel.calls import reads
 from pipeline.kernel.stage import Context, Outcome, Plan, Shown, Stage
 from pipeline.kernel.calls import Call, Fit
 from schemas.errors import SAMPLE_CAP
 from schemas.guard import guarded
-from schemas.raw import DEFAULT_VALUENUM_ABS_BOUND, LabEvents
+from schemas.raw import DEFAULT_VALUENUM_ABS_BOUND, LABITEMS, LabEvents
 from schemas.text import CENSORED, TextEvents
 
 NAME = "text"
@@ -216,7 +216,7 @@ def plan(context: Context) -> Plan:
     """The stage in flow, per admission on the engine: censored and mapped text read as numbers, counted per item."""
     options, numbered = context.options, context.fitted[NAME]
     kwargs = dict(censored=options.censored, text_values=options.text_values)
-    names = item_names(context.tables.labitems)  # the typed D_LABITEMS: clean has not named the items yet
+    names = item_names(context.read.of(LABITEMS))  # the typed D_LABITEMS: clean has not named the items yet
 
     def report(outcome: Outcome) -> list[Finding]:
         counts, = outcome.counts

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from pipeline import cli
 from pipeline.cli import app
-from schemas.checks import CHECKS
+from schemas.catalogue import CHECKS
 
 ROOT = Path(__file__).resolve().parents[2]
 BADPOINTS = Path(sys.executable).with_name("badpoints")

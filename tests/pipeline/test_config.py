@@ -21,8 +21,8 @@ from pipeline.config import (MAX_CONFIG_BYTES, RUN_SECTIONS, SECTIONS, Allowed, 
                              documented_defaults, load_config)
 from pipeline.stages.fill import FLOAT32_MAX, FillPolicy
 from pipeline.stages.fill import VALUES as FILL_VALUES
-from pipeline.flow import CANNOT_RUN
-from schemas.checks import CHECKS, LOCKED
+from schemas.catalogue import CANNOT_RUN_CHECKS
+from schemas.catalogue import CHECKS, LOCKED
 
 ROOT = Path(__file__).resolve().parents[2]
 BADPOINTS = Path(sys.executable).with_name("badpoints")
@@ -290,7 +290,7 @@ def test_the_fixed_checks_are_the_ones_without_which_a_run_could_pass_untrue():
         if info.locked:
             fixed[info.locked].add(check)
             assert info.severity == "error" and info.locked in LOCKED, check
-    assert fixed["cannot run"] == set(CANNOT_RUN) == {"file_missing", "file_unreadable", "decompression_bound"}
+    assert fixed["cannot run"] == set(CANNOT_RUN_CHECKS) == {"file_missing", "file_unreadable", "decompression_bound"}
     assert {"file_empty", "table_empty", "compression", "encoding", "missing_column"} <= fixed["table not read"]
     assert fixed["graph file"] == {"graph_finite", "graph_edge_index", "graph_index_bounds", "graph_edge_rows",
                                    "graph_node_rows", "graph_node_ids", "graph_code_range", "graph_timestep_range",

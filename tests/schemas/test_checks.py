@@ -1,4 +1,4 @@
-"""schemas/checks.py: the catalogue is well formed and each registered check accepts and rejects the right text."""
+"""schemas/catalogue.py and schemas/checks.py: the catalogue is well formed and each registered check accepts and rejects the right text."""
 
 from __future__ import annotations
 
@@ -21,31 +21,11 @@ from hypothesis import strategies as st
 from pipeline.flow import ORDER
 
 STAGE_ORDER = ORDER.index
-from schemas.checks import (
-                            CANNOT_RUN,
-                            CANNOT_RUN_CHECKS,
-                            CHECKS,
-                            ERROR,
-                            INFO,
-                            NUMBER_TEXT,
-                            OFF,
-                            PARSED_AS,
-                            SEVERITIES,
-                            WARNING,
-                            CheckInfo,
-                            ParsedFlags,
-                            ParsedIds,
-                            ParsedNumbers,
-                            ParsedTimes,
-                            check_info,
-                            collect_checks,
-                            matches,
-                            number_values,
-                            parse_columns,
-                            parse_datetime_text,
-                            _real_datetimes,
-                            sharing_parses,
-                            )
+from schemas.catalogue import (CANNOT_RUN, CANNOT_RUN_CHECKS, CHECKS, ERROR, INFO, OFF, SEVERITIES, WARNING, CheckInfo,
+                               check_info, collect_checks)
+from schemas.checks import (NUMBER_TEXT, PARSED_AS, ParsedFlags, ParsedIds, ParsedNumbers, ParsedTimes, _real_datetimes,
+                            matches, number_values, parse_columns, parse_datetime_text, sharing_parses)
+from schemas import catalogue as catalogue_module
 from schemas import checks as checks_module
 from schemas.raw import RawAdmissions, RawLabEvents, RawLabItems
 
@@ -65,11 +45,11 @@ def test_catalogue_ids_are_unique_and_keyed_by_id():
 
 
 def test_each_stage_declares_its_checks_in_its_schema_module_and_the_catalogue_finds_them():
-    """A stage's checks live in ``schemas/<stage>.py`` (``CHECKS``): schemas/checks.py names no stage module, so a
+    """A stage's checks live in ``schemas/<stage>.py`` (``CHECKS``): schemas/catalogue.py names no stage module, so a
     new stage's checks reach the catalogue, the config's [severity] and `badpoints checks` from its schema alone."""
     from pipeline.stages import STAGES
 
-    source = Path(checks_module.__file__).read_text(encoding="utf-8")
+    source = Path(catalogue_module.__file__).read_text(encoding="utf-8")
     for stage in STAGES:
         module = importlib.import_module(f"schemas.{stage.name}")
         declared = getattr(module, "CHECKS", ())
@@ -96,15 +76,15 @@ def test_a_check_declared_twice_is_refused_naming_both_modules():
 def test_the_catalogue_refuses_a_stage_check_that_reuses_a_listed_id(monkeypatch):
     clash = types.ModuleType("schemas.clash")
     clash.CHECKS = (CheckInfo("file_missing", "clean", WARNING, "a title", "Some advice."),)
-    monkeypatch.setattr(checks_module, "_declaring_modules", lambda: [clash])
-    with pytest.raises(ValueError, match="'file_missing' is declared twice: in schemas.checks and schemas.clash"):
+    monkeypatch.setattr(catalogue_module, "_declaring_modules", lambda: [clash])
+    with pytest.raises(ValueError, match="'file_missing' is declared twice: in schemas.catalogue and schemas.clash"):
         len(type(CHECKS)())
 
 
 def test_checks_are_listed_in_the_flow_order_each_stage_as_declared():
     """`badpoints checks` and the JUnit file list reading's checks, the raw tables', those of every stage, then
     each stage's in flow order, and the run's last; a stage's checks keep the order of its ``CHECKS``."""
-    from pipeline.kernel.stage import in_flow_order
+    from schemas.catalogue import in_flow_order
     from pipeline.stages import STAGES
 
     listed = in_flow_order(CHECKS.values(), ORDER.names)
@@ -124,7 +104,7 @@ def test_only_reading_checks_mean_the_run_could_not_happen():
 def test_reading_the_catalogue_does_not_load_torch():
     """The graph stage's checks are in schemas/graph.py, which loads torch only when a graph is checked: validate
     stays light."""
-    code = ("import sys; from schemas.checks import CHECKS; assert CHECKS['graph_finite'].stage == 'graph'; "
+    code = ("import sys; from schemas.catalogue import CHECKS; assert CHECKS['graph_finite'].stage == 'graph'; "
             "import pipeline.cli; assert 'torch' not in sys.modules, 'torch loaded'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr

@@ -20,7 +20,7 @@ from pipeline.flow import prepare
 from pipeline.stages.graph import build_graphs, graph_limits
 from pipeline.reading.load import load_text_tables
 from pipeline.reading.parse import check_raw
-from schemas.checks import check_info
+from schemas.catalogue import check_info
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pandera.pandas as pa
 import pytest
 
-from schemas.checks import CHECKS
+from schemas.catalogue import CHECKS
 from schemas.raw import (
     DEFAULT_VALUENUM_ABS_BOUND,
     OPTIONAL,

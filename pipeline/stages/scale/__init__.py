@@ -49,6 +49,7 @@ from pipeline.stages.scale.options import (BOUNDED, DEFAULT_POLICY, MAX_Z_BOUND,
                                            TRANSFORMS, Options, item_policies, policy_of, rows_with, unmatched_groups)
 from pipeline.stages.scale.view import sections
 from schemas.encode import EncodedEvents
+from schemas.raw import LABEVENTS, LABITEMS
 from schemas.scale import ScaledEvents
 
 
@@ -58,7 +59,7 @@ def fit_inputs(events: Any, context: Context) -> tuple[Any, tuple, dict]:
     options = context.options
     return events, (), dict(eps=options.eps, clip_sigma=options.clip_sigma, min_rows=options.min_rows,
                             constant_bound=options.constant_bound, bound=options.bound, skew=options.skew,
-                            policy=item_policies(options.policy, context.labitems),
+                            policy=item_policies(options.policy, context.table(LABITEMS)),
                             min_admissions=context.settings.encode.min_admissions)
 
 
@@ -76,7 +77,7 @@ def plan(context: Context) -> Plan:
     items, values the bound drew in and large |z| are findings, read from the rows they name and from per-item
     counts; a [scale.policy] group that names no category or fluid is a warning before it runs."""
     options, stats = context.options, context.fitted[NAME]
-    unmatched = unmatched_groups(options.policy, context.labitems)
+    unmatched = unmatched_groups(options.policy, context.table(LABITEMS))
     before = (summary_finding(
         stage=NAME, check="policy_group_unknown", table="D_LABITEMS", column=None, count=len(unmatched),
         message=f"[scale.policy] names {', '.join(map(repr, unmatched))}, no category or fluid of D_LABITEMS"),
@@ -86,7 +87,7 @@ def plan(context: Context) -> Plan:
         reported, = outcome.picks
         bounded, = outcome.tallies
         return scale_findings(reported, stats, warn_bound=options.warn_bound, max_lines=context.max_lines,
-                              ranges=reference_ranges(context.tables.labevents, reported.index, context.engine),
+                              ranges=reference_ranges(context.read.of(LABEVENTS), reported.index, context.engine),
                               range_widths=options.range_widths, names=context.ledger.names, bounded=bounded)
 
     return Plan(context=context, report=report, before=before,

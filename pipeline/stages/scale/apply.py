@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.reporting.findings import Finding, finding_from_mask, format_items, summary_finding
-from pipeline.kernel.handed import reads
+from pipeline.kernel.calls import reads
 from pipeline.stages.scale.fit import ZScoreStats, _transformed, row_transforms
 from pipeline.stages.scale.options import BOUNDED, NAME, Options
 from schemas.encode import EncodedEvents
@@ -19,7 +19,7 @@ from schemas.guard import guarded
 from schemas.scale import ScaledEvents
 
 if TYPE_CHECKING:
-    from pipeline.engines.base import Engine
+    from pipeline.kernel.engine import Engine
 
 # Optional per-row reference ranges of LABEVENTS (MIMIC-IV's ref_range_lower / ref_range_upper).
 RANGE_COLUMNS = ("REF_RANGE_LOWER", "REF_RANGE_UPPER")

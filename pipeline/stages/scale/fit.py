@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from pipeline.kernel.handed import reads
+from pipeline.kernel.calls import reads
 from pipeline.stages.scale.options import NAME, POLICIES, RULES, TRANSFORMS, Options, policy_of, rows_with
 from schemas.errors import StageError
 

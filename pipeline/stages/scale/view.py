@@ -80,7 +80,7 @@ def z_scores(part: pd.DataFrame, stats: Any, cleaned: LineMask, *, warn_bound: f
 
 def _z_sources(shown: Shown) -> tuple | None:
     """What the z passes need: the fitted stats and the lines clean quarantined (None: no z to draw)."""
-    labevents, stats = shown.tables.labevents, shown.state
+    labevents, stats = shown.read.labevents, shown.state
     if labevents is None or stats is None or "VALUENUM" not in labevents.columns:
         return None
     return stats, shown.prepared.quarantine.taken("LABEVENTS", "clean")
@@ -105,7 +105,7 @@ def z_summary(shown: Shown) -> pd.DataFrame:
     and whether the item was seen in train; summed up part by part (:func:`z_scores`), where the parts are."""
     sources = _z_sources(shown)
     summaries = [] if sources is None else list(shown.engine.per_part(
-        _part_summary, shown.tables.labevents, *sources, columns=["ITEMID", "VALUENUM"],
+        _part_summary, shown.read.labevents, *sources, columns=["ITEMID", "VALUENUM"],
         warn_bound=shown.options.warn_bound, error_bound=shown.options.error_bound))
     if not summaries:
         return pd.DataFrame({"rows": [], "nonfinite": [], "max_abs": [], "flagged": [], "seen": []},
@@ -136,7 +136,7 @@ def drawn_z(shown: Shown, items: Iterable[int]) -> dict[int, DrawnZ]:
     sources = _z_sources(shown)
     found: dict[int, list[DrawnZ]] = {}
     if sources is not None:
-        for drawn in shown.engine.per_part(_part_drawn, shown.tables.labevents, *sources,
+        for drawn in shown.engine.per_part(_part_drawn, shown.read.labevents, *sources,
                                            columns=["ITEMID", "VALUENUM"],
                                            error_bound=shown.options.error_bound, warn_bound=shown.options.warn_bound, items=[int(item) for item in items]):
             for item, part in drawn.items():

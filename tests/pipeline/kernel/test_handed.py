@@ -8,7 +8,8 @@ import pytest
 
 from pipeline.engines.parts import PartsEngine
 from pipeline.kernel.quarantine import LineMask
-from pipeline.kernel.handed import ScratchError, Shared, reads, share, value_of, write_part
+from pipeline.kernel.handed import ScratchError, Shared, share, value_of, write_part
+from pipeline.kernel.calls import reads
 
 
 def test_a_shared_frame_is_read_back_equal_and_once_per_process(tmp_path):

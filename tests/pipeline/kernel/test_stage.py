@@ -13,8 +13,10 @@ from pipeline.engines import PANDAS
 from pipeline.ledgers import Prepared, dropped
 from pipeline.reading.parse import RawTables
 from pipeline.kernel.quarantine import Kept, Step
-from pipeline.kernel.handed import reads
-from pipeline.kernel.stage import Drop, Ledger, Order, Reason, Stage, in_flow_order, passes
+from pipeline.kernel.calls import reads
+from pipeline.kernel.stage import Drop, Order, Reason, Stage, passes
+from pipeline.ledgers import Ledger
+from schemas.catalogue import in_flow_order
 from pipeline.kernel.calls import Call, Fit
 from schemas.catalogue import INFO, CheckInfo
 from schemas.errors import StageError
@@ -126,7 +128,7 @@ def test_a_stage_is_shown_its_own_state_and_section():
     options = type("Options", (), {"NAME": "mine"})
     stage = Stage("mine", colour="#000000", plan=_plan, options=options, summary=lambda shown: [("x", "y")])
     prepared = Prepared(fitted={"mine": Counts(4), "other": Counts(5)})
-    shown = stage.shown(config, tables=RawTables(), prepared=prepared, report=None, engine=PANDAS, names={})
+    shown = stage.shown(config, read=RawTables(), prepared=prepared, report=None, engine=PANDAS, names={})
     assert shown.state == Counts(4) and shown.options is config.mine and shown.max_lines == 7
     assert stage.summary(shown) == [("x", "y")]
 

@@ -19,7 +19,7 @@ from pipeline.reporting.findings import item_names
 from pipeline.reporting.html import ACTIONS, HtmlReport, actions, html_report, render
 from pipeline.stages.scale import view as scale_view
 from pipeline.reporting.report import Finding, Report
-from schemas.checks import CHECKS
+from schemas.catalogue import CHECKS
 from tests.corpus import CANARY, Dataset
 from tests.corpus import build as build_case
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 from pipeline.reporting.junit import junit_xml
 from pipeline.reporting.report import Finding, Report
-from schemas.checks import CHECKS
+from schemas.catalogue import CHECKS
 from tests.corpus import CANARY
 from tests.corpus import build as build_case
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pipeline.reporting.report import (Finding, InputFile, Report, finding_from_error, finding_from_mask, format_items,
                                        item_names, write_atomic)
-from schemas.checks import CHECKS
+from schemas.catalogue import CHECKS
 from schemas.errors import SAMPLE_CAP, StageError
 
 FINDING_KEYS = {"severity", "stage", "table", "check", "column", "count", "lines", "message"}

@@ -21,7 +21,7 @@ from pipeline.stages import STAGES
 
 BEFORE, AFTER, PREPARE, BUILT, REASONS = ORDER.before, ORDER.after, ORDER.prepare, ORDER.built, ORDER.reasons
 STAGE_ORDER, COLOURS = ORDER.index, ORDER.colours
-from schemas.checks import CHECKS
+from schemas.catalogue import CHECKS
 
 ROOT = Path(__file__).resolve().parents[3]
 
