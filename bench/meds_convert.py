@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pv
 import pyarrow.parquet as pq
 
-from pipeline.meds.export import ADMISSION, DISCHARGE, LAB, SEP, UNKNOWN  # the codes named as a build names them
+from pipeline.stages.meds_export import ADMISSION, DISCHARGE, LAB, SEP, UNKNOWN  # the codes named as a build names them
 
 SHARD_EVENTS = 1_000_000
 SPLITS = {meds.train_split: 0.8, meds.tuning_split: 0.1, meds.held_out_split: 0.1}

@@ -1,5 +1,5 @@
 """MEDS-Transforms 0.7.0's normalization on a whole MEDS folder, in the benchmark's terms: the formula itself
-(read from its source, with the lines it reproduces) lives in :mod:`pipeline.meds.normalization`, which the
+(read from its source, with the lines it reproduces) lives in :mod:`pipeline.meds.formula`, which the
 validator ships; this module reads a folder with it and says what the pipeline will output, as
 ``bench/meds_transforms.py`` measures it.
 """
@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.meds.normalization import (WORKER, Fitted, fit_shard, given_mean_std, present,  # noqa: F401
+from pipeline.meds.formula import (WORKER, Fitted, fit_shard, given_mean_std, present,  # noqa: F401
                                          reduce_shards, shard_order, zscore)
 
 

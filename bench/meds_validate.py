@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from pipeline.config import load_config
+from pipeline.engines import PANDAS, parts_engine
 from pipeline.meds import validate_meds
 
 
@@ -27,7 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("predicted", type=Path)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
-    result = validate_meds(args.meds_dir, load_config(None), workers=args.workers)
+    if args.workers > 1:  # the shards read by the parts engine's processes, as `--engine parts --workers N` does
+        with parts_engine(workers=args.workers) as engine:
+            result = validate_meds(args.meds_dir, load_config(None), engine=engine)
+    else:
+        result = validate_meds(args.meds_dir, load_config(None), engine=PANDAS)
     result.report.write_json(args.report)
     ready = result.ready
     broken = ready[ready["non_finite"] > 0] if ready is not None else None

@@ -227,11 +227,10 @@ def _meds_run(err: Console, data_dir: Path, settings: Config, *, compare: Option
     """``validate`` of a MEDS folder: its shards read in ``workers`` processes here, or by the engine named
     (``--engine parts`` or ``dask``: the parts engine's processes, a Dask cluster's workers)."""
     if engine in (EngineName.auto, EngineName.pandas):
-        return _guarded_run(err, lambda: validate_meds(data_dir, settings, workers=workers, compare=compare))
+        return _guarded_run(err, lambda: validate_meds(data_dir, settings, compare=compare))
     with _where(err, data_dir, cache_dir=None, no_cache=True, engine=engine, scheduler=scheduler, workers=workers,
                 memory_limit=memory_limit, partitions=None) as (_, running):
-        return _guarded_run(err, lambda: validate_meds(data_dir, settings, workers=workers, compare=compare,
-                                                       engine=running))
+        return _guarded_run(err, lambda: validate_meds(data_dir, settings, compare=compare, engine=running))
 
 
 def _reported(console: Console, err: Console, result: Any, settings: Config, *, quiet: bool,
@@ -276,7 +275,8 @@ def build(
     where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, scheduler=scheduler,
                    workers=workers, memory_limit=memory_limit, partitions=partitions)
     with where as (cache, running), \
-            progress_for(err, quiet=quiet, steps=len(run_steps(settings, build=True)), title="build") as progress:
+            progress_for(err, quiet=quiet, steps=len(run_steps(settings, build=BuildTarget(to).value)),
+                         title="build") as progress:
         result = _guarded_run(err, lambda: run_build(data_dir, out, settings, show_values=show_values,
                                                      progress=progress, cache=cache, engine=running,
                                                      to=BuildTarget(to).value))
@@ -285,7 +285,8 @@ def build(
     _print_summary(console, result.report)
     written = "MEDS shards" if result.to == "meds" else "graphs"
     if result.out_dir is not None:
-        console.print(f"wrote {len(result.graphs)} {written} and the report "
+        made = result.shards if result.to == "meds" else result.graphs
+        console.print(f"wrote {len(made)} {written} and the report "
                       f"{escape(str(result.out_dir / REPORT_HTML))}")
     else:
         console.print(f"[bold red]no {written} written[/]: fix the errors above first")

@@ -24,8 +24,9 @@ from pipeline.ledgers import (Ledger, Prepared, admission_fates, admission_findi
                               quarantine_findings)
 from pipeline.engines import PANDAS, Engine
 from pipeline.reading.load import file_sha256, read_blocks
-from pipeline.reading.locate import TABLES, locate_tables
-from pipeline.reading.parse import (LabRelations, RawResult, RawTables, check_blocks, check_relations, check_stream,
+from pipeline.meds import stage as meds
+from pipeline.reading.locate import LOAD, TABLES, locate_tables
+from pipeline.reading.parse import (RAW, LabRelations, RawResult, RawTables, check_blocks, check_relations, check_stream,
                                     keyed_admissions)
 from pipeline.reporting.progress import NO_PROGRESS, Progress, build_steps, pass_step, validate_steps
 from pipeline.kernel.quarantine import Quarantine
@@ -35,30 +36,45 @@ from pipeline.stages import STAGES
 from pipeline.kernel.calls import Chained, Link, Linked
 from schemas.errors import StageError, require_validation
 from schemas.guard import trusted_chain
-from schemas.raw import ADMISSIONS, LABITEMS, LabEvents
+from schemas.raw import ADMISSIONS, LABITEMS
 
-ORDER = Order(STAGES, before=(Stage("load", colour="#7f7f7f"),  # reading the files
-                              Stage("raw", colour="#8c564b", gives=LabEvents),  # the raw checks and relations
-                              Stage("meds", colour="#1f77b4")),  # a MEDS dataset's checks (pipeline/meds), instead
-              after=(Stage("flow", colour="#7f7f7f"),))  # the run as a whole: attrition, admissions in no graph
-"""Everything that reports findings, in the report's order: the run's steps around the declared stages."""
+FLOW = Stage("flow", colour="#7f7f7f")  # the run as a whole: attrition, admissions in no graph
+ORDER = Order(STAGES, before=(LOAD, RAW, meds.STAGE), after=(FLOW,))
+"""Everything that reports findings, in the report's order: reading, the raw checks, a MEDS dataset's checks (a MEDS
+run's stage, ``pipeline.meds``: in this order for the catalogue), the declared stages, then the run as a whole."""
 
 
-def steps(config: Config, *, build: bool = False) -> tuple[str, ...]:
-    """The progress steps a run with ``config`` reports, in order (``build``: a build's, else validate's)."""
-    return (build_steps if build else validate_steps)(ORDER, config)
+def steps(config: Config, *, build: str | None = None) -> tuple[str, ...]:
+    """The progress steps a run with ``config`` reports, in order: validate's, or (``build``: its target, ``graphs``)
+    a build's."""
+    return build_steps(ORDER, config, build) if build else validate_steps(ORDER, config)
 
 
 @dataclass(frozen=True)
 class Validation:
+    """A lab run: its report, the typed raw tables, what the stages made, the config it ran with and the engine that
+    holds its rows (whether the report came from the cache: ``cached``, with no tables and no state)."""
+
     report: Report
     tables: RawTables
     prepared: Prepared
     cached: bool = False
+    config: Config | None = None
+    engine: Engine = PANDAS
 
     @property
     def exit_code(self) -> int:
         return self.report.exit_code
+
+    @property
+    def order(self) -> Order:
+        """The run's stages, in the report's order."""
+        return self.prepared.order
+
+    @property
+    def names(self) -> dict[int, str]:
+        """How findings name lab items (``'50963 NTproBNP (Blood)'``)."""
+        return item_names(self.prepared.labitems)
 
 
 def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache: Cache | None = None,
@@ -83,7 +99,8 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
         cached = cache.get_report(report_key, {t: str(p) for t, p in located.items()})
         if cached is not None:
             cached.stages = ORDER.colours
-            return Validation(report=cached, tables=RawTables(), prepared=Prepared(order=ORDER), cached=True)
+            return Validation(report=cached, tables=RawTables(), prepared=Prepared(order=ORDER), cached=True,
+                              config=config, engine=engine or PANDAS)
     reading = _Reading(config, show_values=show_values, cache=cache, digests=digests, progress=progress,
                        engine=engine)
     # Checked tables are stored in the cache behind the run, while the next table and the stages go on.
@@ -101,7 +118,7 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
     # A table that could not be read stops the run before the stages: there is no ledger to report.
     report.attrition = prepared.attrition() if all(raw.tables.of(t) is not None for t in TABLES) else {}
     validation = Validation(report=report.with_severities(dict(config.severity)), tables=raw.tables,
-                            prepared=prepared)
+                            prepared=prepared, config=config, engine=engine or PANDAS)
     validation.report.summary = summary_lines(validation, config)
     # Stored under the files' hashes only when the bytes read are those bytes: a file replaced during the run (mv,
     # rsync) must not leave its report under the key of the file it replaced.

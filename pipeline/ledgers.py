@@ -104,6 +104,11 @@ class Prepared:
         return {stage.fit.saved_as: self.fitted[stage.name].as_json() for stage in self.order.stages
                 if stage.fit is not None and stage.name in self.fitted}
 
+    def state_of(self, kind: type) -> Any:
+        """The fitted state of the kind ``kind`` (a stage's :attr:`Fit.state`: ``ZScoreStats``), None when no
+        stage fitted one: how a later stage or a build target reads an earlier stage's fit."""
+        return next((state for state in self.fitted.values() if isinstance(state, kind)), None)
+
     def ledger(self) -> dict[str, int]:
         """LABEVENTS rows read = kept + quarantined + deduplicated."""
         quarantined = self.quarantine.count("LABEVENTS")
@@ -256,3 +261,17 @@ def attrition_finding(prepared: Prepared) -> Finding:
         stage="flow", check="attrition", table="LABEVENTS", column=None, count=ledger["read"],
         message=f"read {ledger['read']} = kept {ledger['kept']} + quarantined {ledger['quarantined']} + "
                 f"deduplicated {ledger['deduplicated']}{stopped}{sizes}; funnel: {funnel or 'no rows removed'}")
+
+
+def check_built(made: tuple[dict, ...], accounting: Mapping[str, dict], *, rows: str = "edges") -> None:
+    """What a build made (graphs, or MEDS shards: per entry its split, admissions and ``rows``) holds every kept row
+    and every admission the ledgers count in graphs (else a bug in badpoints)."""
+    held = sum(entry[rows] for entry in made)
+    kept = accounting["LABEVENTS"]["kept"]
+    if held != kept:
+        raise RuntimeError(f"the build holds {held} lab rows but {kept} rows were kept")
+    admissions = accounting["ADMISSIONS"]
+    nodes = {name: sum(entry["admissions"] for entry in made if entry["split"] == name) for name in SPLITS}
+    counted = {name: admissions["splits"][name][IN_GRAPHS] for name in SPLITS}
+    if nodes != counted:
+        raise RuntimeError(f"the build holds admissions {nodes} per split but the ledger counted {counted}")

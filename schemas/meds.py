@@ -1,9 +1,15 @@
 """A MEDS dataset (``data/{split}/*.parquet`` shards, ``metadata/codes.parquet``, ``subject_splits.parquet``): the
 checks ``badpoints validate`` runs on it (stage ``meds``). The shards' types and nulls are ``meds``' own
 ``DataSchema``; the rest is what that schema does not look at and MEDS-Transforms' normalization does not survive
-(docs/meds.md)."""
+(docs/meds.md), checked by pandera on the small tables a run puts together from its shards (per shard, split,
+subject and code: the models below), each check named by its catalogue id."""
 
 from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+from pandera.typing import Series
 
 from schemas.catalogue import ERROR, WARNING, CheckInfo
 
@@ -55,7 +61,7 @@ CHECKS = (
     CheckInfo("meds_z_bound", STAGE, WARNING, "code whose normalized |z| will pass [scale] warn_bound",
               f"A real outlier or heavy tail (look at the code's largest values), or a float32 variance residue "
               f"where the values are nearly equal (all equal: meds_z_noise). {_FIX}."),
-    # the output of MEDS-Transforms' normalization (integer code, z in numeric_value): pipeline/meds/normalized.py
+    # the output of MEDS-Transforms' normalization (integer code, z in numeric_value): pipeline/meds/zscored.py
     CheckInfo("meds_normalized_non_finite", STAGE, ERROR, "normalized z that is NaN or inf",
               f"normalization wrote these z; a model reads NaN as missing and inf breaks it. {_FIX}, then rerun "
               f"normalization (run `badpoints validate` on its input first: meds_z_non_finite names them)."),
@@ -70,3 +76,156 @@ CHECKS = (
               "drops every code with no train row). Map the codes to ones seen in train, or filter them on "
               "purpose with a filter stage."),
 )
+
+
+# -- the tables the checks read, one model each: a check is named by its catalogue id, and the rows that fail it are
+# the ones its finding names (pipeline/meds/checks.py reads them from pandera's failure cases) -------------------
+class MedsShards(pa.DataFrameModel):
+    """Per shard (index: its name, ``train/0``): its split, its rows and its split's rows over every shard."""
+
+    split: Series[str]
+    rows: Series[np.int64] = pa.Field(ge=0)
+    split_rows: Series[np.int64] = pa.Field(ge=0)
+
+    @pa.dataframe_check(name="meds_shard_empty")
+    def has_rows(cls, frame: pd.DataFrame) -> pd.Series:
+        """A shard has rows, unless its whole split has none (that is the split's finding)."""
+        return (frame["rows"] > 0) | (frame["split_rows"] == 0)
+
+
+class MedsSplits(pa.DataFrameModel):
+    """Per split (index) a shard or subject_splits.parquet names: its rows over every shard."""
+
+    rows: Series[np.int64] = pa.Field(ge=0)
+
+    @pa.check("rows", name="meds_split_empty")
+    def has_rows(cls, rows: pd.Series) -> pd.Series:
+        return rows > 0
+
+
+class MedsSubjects(pa.DataFrameModel):
+    """Per subject (index: subject_id): how many shards and splits hold its rows, the first split by name, the split
+    subject_splits.parquet gives it (without the file: its first split; null: it names none), and whether its rows in
+    a shard are out of order."""
+
+    shards: Series[np.int64] = pa.Field(ge=1)
+    splits: Series[np.int64] = pa.Field(ge=1)
+    split: Series[str]
+    expected: Series[str] = pa.Field(nullable=True)
+    out_of_order: Series[bool]
+
+    @pa.check("shards", name="meds_subject_shards")
+    def in_one_shard(cls, shards: pd.Series) -> pd.Series:
+        return shards == 1
+
+    @pa.check("out_of_order", name="meds_subject_order")
+    def in_order(cls, out_of_order: pd.Series) -> pd.Series:
+        return ~out_of_order
+
+    @pa.dataframe_check(name="meds_subject_split")
+    def in_its_split(cls, frame: pd.DataFrame) -> pd.Series:
+        """All its rows in one split, the one subject_splits.parquet gives it."""
+        return (frame["splits"] == 1) & (frame["split"] == frame["expected"])
+
+
+class MedsCodes(pa.DataFrameModel):
+    """Per code (index), over every split: its rows, those with a number and those with text only, whether
+    codes.parquet lists it and whether the fitted (train) rows hold it."""
+
+    rows: Series[np.int64] = pa.Field(ge=0)
+    numeric: Series[np.int64] = pa.Field(ge=0)
+    text_only: Series[np.int64] = pa.Field(ge=0)
+    listed: Series[bool]
+    fitted: Series[bool]
+
+    @pa.check("listed", name="meds_code_unlisted")
+    def is_listed(cls, listed: pd.Series) -> pd.Series:
+        return listed
+
+    @pa.check("fitted", name="meds_code_unseen")
+    def is_fitted(cls, fitted: pd.Series) -> pd.Series:
+        return fitted
+
+    @pa.dataframe_check(name="meds_code_mixed")
+    def numbers_or_text(cls, frame: pd.DataFrame) -> pd.Series:
+        """Not both: rows with numbers and rows with text and no number."""
+        return ~((frame["numeric"] > 0) & (frame["text_only"] > 0))
+
+
+class MedsValues(pa.DataFrameModel):
+    """Per split and code: its values that are NaN, +-inf, and finite beyond the run's bound."""
+
+    split: Series[str]
+    code: Series[str]
+    nan: Series[np.int64] = pa.Field(ge=0)
+    inf: Series[np.int64] = pa.Field(ge=0)
+    beyond: Series[np.int64] = pa.Field(ge=0)
+
+    @pa.check("beyond", name="meds_value_bound")
+    def within_bound(cls, beyond: pd.Series) -> pd.Series:
+        return beyond == 0
+
+    @pa.dataframe_check(name="meds_value_finite")
+    def finite(cls, frame: pd.DataFrame) -> pd.Series:
+        return frame["nan"] + frame["inf"] == 0
+
+
+class MedsReadiness(pa.DataFrameModel):
+    """Per fitted code, what MEDS-Transforms' normalization will make of its rows: the rows whose z will be NaN or
+    inf, whether its std is a rounding residue of equal values (noise), and whether its largest finite |z| passes
+    [scale] warn_bound (``beyond``)."""
+
+    non_finite: Series[np.int64] = pa.Field(ge=0)
+    noise: Series[bool]
+    beyond: Series[bool]
+
+    @pa.check("non_finite", name="meds_z_non_finite")
+    def finite_z(cls, non_finite: pd.Series) -> pd.Series:
+        return non_finite == 0
+
+    @pa.check("noise", name="meds_z_noise")
+    def not_noise(cls, noise: pd.Series) -> pd.Series:
+        return ~noise
+
+    @pa.dataframe_check(name="meds_z_bound")
+    def bounded(cls, frame: pd.DataFrame) -> pd.Series:
+        """A largest |z| within the bound, or noise (reported as noise, not as a bound)."""
+        return ~frame["beyond"] | frame["noise"]
+
+
+class MedsNormalized(pa.DataFrameModel):
+    """Per code of a folder normalization wrote: its z that are NaN or inf, and finite beyond [scale] warn_bound."""
+
+    bad: Series[np.int64] = pa.Field(ge=0)
+    beyond: Series[np.int64] = pa.Field(ge=0)
+
+    @pa.check("bad", name="meds_normalized_non_finite")
+    def finite_z(cls, bad: pd.Series) -> pd.Series:
+        return bad == 0
+
+    @pa.check("beyond", name="meds_normalized_bound")
+    def within_bound(cls, beyond: pd.Series) -> pd.Series:
+        return beyond == 0
+
+
+class MedsCompared(pa.DataFrameModel):
+    """Per split of two folders, before and after a stage: its rows on each side."""
+
+    rows_before: Series[np.int64] = pa.Field(ge=0)
+    rows_after: Series[np.int64] = pa.Field(ge=0)
+
+    @pa.dataframe_check(name="meds_compare_split_emptied")
+    def not_emptied(cls, frame: pd.DataFrame) -> pd.Series:
+        return (frame["rows_before"] == 0) | (frame["rows_after"] > 0)
+
+
+class MedsDropped(pa.DataFrameModel):
+    """Per code with rows before a stage and none after: its rows before, and whether a stage that ran declares a
+    drop (a filter)."""
+
+    rows_before: Series[np.int64] = pa.Field(gt=0)
+    filtered: Series[bool]
+
+    @pa.dataframe_check(name="meds_compare_codes_dropped")
+    def dropped_on_purpose(cls, frame: pd.DataFrame) -> pd.Series:
+        return frame["filtered"]

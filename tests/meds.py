@@ -417,10 +417,10 @@ def write_normalized(before: Path, root: Path) -> None:
     """Write into ``root`` what MEDS-Transforms 0.7's ``fit_normalization`` -> ``fit_vocabulary_indices`` ->
     ``normalization`` writes for the MEDS folder ``before``, without it: ``data/{split}/*.parquet`` with ``code``
     as its vocabulary index (numbered from 1 over the fitted codes, sorted; the smallest unsigned type), the z in
-    ``numeric_value`` (float32; the formula of :mod:`pipeline.meds.normalization`, equal to the tool's bit for bit)
+    ``numeric_value`` (float32; the formula of :mod:`pipeline.meds.formula`, equal to the tool's bit for bit)
     and no ``text_value``; ``metadata/codes.parquet`` with ``code/vocab_index``; ``.logs/normalization.done``.
     Rows of a code with no fitted row are dropped, as the tool's inner join drops them."""
-    from pipeline.meds.normalization import given_mean_std, zscore  # the reproduced formula
+    from pipeline.meds.formula import given_mean_std, zscore  # the reproduced formula
     from bench.meds_formula import fit_folder
 
     before, root = Path(before), Path(root)

@@ -54,9 +54,11 @@ class Fit:
     """
 
     whole: Callable[..., Any]
-    inputs: Callable[..., tuple[Events, tuple, dict]]  # (events, context): rows, args, kwargs
     state: type
     saved_as: str
+    # (events, context): the rows, arguments and options it reads in a run's passes (None: a run that hands it its
+    # items itself, a MEDS run its shards)
+    inputs: Callable[..., tuple[Events, tuple, dict]] | None = None
     parts: Callable[..., Any] | None = None
     partial: Callable[..., Any] | None = None
     combine: Callable[[list], Any] | None = None
@@ -66,6 +68,12 @@ class Fit:
 
     def reads_rows(self, options: Any) -> bool:
         return self.rows is None or self.rows(options)
+
+    def of_items(self, each: Callable[..., Any], items: Any, **kwargs: Any) -> tuple[list, Any]:
+        """The partial of every item, made by ``each(partial, items, **kwargs)`` (an engine's :meth:`each`: where its
+        parts are worked on), and the state they give (``finish`` of ``combine``)."""
+        partials = list(each(self.partial, items, **kwargs))
+        return partials, self.finish(self.combine(partials))
 
     def replaying(self, calls: tuple[Call, ...]) -> "Fit":
         """The same fit of the rows ``calls`` give (each applied in turn to what the one before gave): read from the

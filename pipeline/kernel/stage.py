@@ -41,11 +41,21 @@ class Reason:
 
 
 @dataclass(frozen=True)
+class Target:
+    """What a build writes, declared by the stage that makes it from a finished run's rows (``build --to NAME``):
+    ``write(staged, validation, config, progress, *, engine, data_dir)`` makes, guards and stages the files (in a
+    staged build of ``pipeline.output.write``) and gives the build, committed only when nothing is an error."""
+
+    name: str
+    write: Callable[..., Any]
+
+
+@dataclass(frozen=True)
 class Stage:
     """One stage: its name (in findings, quarantine records and steps), what it runs and reads, and how it shows.
 
     ``plan`` is None for a part of the order that is not a LABEVENTS stage of ``flow.prepare`` (reading, the
-    raw checks, the graph build, the run as a whole). ``by_admission``: it works per row or per admission,
+    raw checks, a build's target, the run as a whole). ``by_admission``: it works per row or per admission,
     so an engine may run it on parts cut by admission. ``filters``: it may drop rows; ``writes``: the columns its
     calls add or change (None: any); both say which fits may read the rows before it (:attr:`Fit.early`), and the
     tests hold each stage to them.
@@ -77,6 +87,11 @@ class Stage:
     # What its config section alone says, whatever the data (a legal but risky choice): findings of the options it
     # is handed, reported by every run of the stages, validate's and build's alike.
     checks_options: Callable[[Any], list[Finding]] | None = None
+    # What a build writes when this stage is its target (``build --to NAME``); its progress steps are ``progress``.
+    target: Target | None = None
+    # Its state as a build saved it (stats.json's JSON) as one row per item and the notes the table rests on, for
+    # ``badpoints inspect --items``.
+    items: Callable[[Any], tuple[pd.DataFrame, list[str]]] | None = None
 
     @property
     def section(self) -> str | None:
@@ -88,11 +103,11 @@ class Stage:
         return getattr(config, self.section) if self.section else None
 
     def shown(self, config: Any, *, read: Any, prepared: Any, report: Any, engine: Engine,
-              names: Mapping[int, str]) -> Shown:
+              names: Mapping[int, str], built: Any = None) -> Shown:
         """What its report hooks read of a run with ``config``: its own state and section among the rest."""
         return Shown(read=read, prepared=prepared, report=report, state=prepared.fitted.get(self.name),
                      options=self.options_in(config), engine=engine, names=names,
-                     max_lines=config.report.max_lines)
+                     max_lines=config.report.max_lines, built=built)
 
     @property
     def steps(self) -> tuple[str, ...]:
@@ -104,8 +119,9 @@ class Shown:
     """What a stage's report hooks (:attr:`Stage.summary`, :attr:`Stage.sections`) read of a finished run: the inputs
     as read (a lab run's typed raw tables, LABEVENTS maybe in the engine's parts), what the stages made (a lab run's
     ``pipeline.ledgers.Prepared``), the report, the stage's own fitted state (None: not fitted) and config section,
-    the engine that holds the rows, and how findings name items. A run served from the cache has no inputs and no
-    state: a hook then shows nothing."""
+    the engine that holds the rows, how findings name items, and the build (None for a validation): its target,
+    what it made and whether it wrote it. A run served from the cache has no inputs and no state: a hook then shows
+    nothing."""
 
     read: Any
     prepared: Any
@@ -115,6 +131,7 @@ class Shown:
     engine: Engine
     names: Mapping[int, str]
     max_lines: int
+    built: Any = None
 
 
 class Ledger(Protocol):
@@ -284,9 +301,9 @@ class Order:
         return tuple(stage for stage in self.stages if stage.plan is not None)
 
     @property
-    def built(self) -> tuple[Stage, ...]:
-        """The stages built after them from the edge rows (the graphs and their guard)."""
-        return tuple(stage for stage in self.stages if stage.plan is None)
+    def targets(self) -> dict[str, Stage]:
+        """The stages a build may write, by the name of what they write (``build --to NAME``)."""
+        return {stage.target.name: stage for stage in self.stages if stage.target is not None}
 
     @property
     def reasons(self) -> dict[str, Reason]:

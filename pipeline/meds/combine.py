@@ -1,6 +1,6 @@
 """The shards' partials put together (:class:`Combined`): per split and code the rows, per code the float64 two-pass
 reference (Chan's merge of each shard's count, mean and centred sum of squares), MEDS-Transforms' own float32 fit
-(:func:`pipeline.meds.normalization.reduce_shards`, in its shard order), and per subject its shards and splits. The
+(:func:`pipeline.meds.formula.reduce_shards`, in its shard order), and per subject its shards and splits. The
 result does not depend on the order the partials come in."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from pipeline.meds.normalization import Fitted, reduce_shards
+from pipeline.meds.formula import Fitted, reduce_shards
 from pipeline.meds.shards import CODE_COLUMNS, SUBJECT_COLUMNS, ShardPartial
 
 _COUNTS = ["rows", "numeric", "nan", "inf", "beyond", "text_only"]

@@ -16,8 +16,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.meds import normalized
-from pipeline.meds.normalization import Fitted, fit_shard
+from pipeline.meds import zscored
+from pipeline.meds.formula import Fitted, fit_shard
 
 CODE_COLUMNS = ["rows", "numeric", "nan", "inf", "beyond", "text_only", "min", "max",
                 "fit_n", "fit_mean", "fit_m2"]
@@ -55,19 +55,19 @@ def read_shard(path: Path, name: str, *, fit: bool | np.ndarray, bound: float,
     """The partial of one shard. ``fit``: whether MEDS-Transforms fits on its rows (a train/ shard), or the train
     subjects of subject_splits.parquet whose rows it fits on (a dataset without train/ shards); ``bound``: [raw]
     valuenum_abs_bound, or for normalized z [scale] warn_bound; ``vocab``: None for a MEDS dataset, else the
-    shard is normalization's output (:mod:`pipeline.meds.normalized`), its integer codes named by ``vocab``."""
+    shard is normalization's output (:mod:`pipeline.meds.zscored`), its integer codes named by ``vocab``."""
     split = name.split("/")[0] if "/" in name else name
     try:
         digest = _sha256(path)
         table = pq.read_table(path)
     except (OSError, pa.ArrowException) as exc:
         return ShardPartial(name, str(path), split, unreadable=f"{type(exc).__name__}: {exc}"[:300])
-    problem = schema_problem(table) if vocab is None else normalized.schema_problem(table)
+    problem = schema_problem(table) if vocab is None else zscored.schema_problem(table)
     if problem is not None:
         return ShardPartial(name, str(path), split, digest, table.num_rows, schema=problem,
                             schema_rows=_null_key_rows(table) or table.num_rows)
     if vocab is not None:
-        table = normalized.name_codes(table, vocab)
+        table = zscored.name_codes(table, vocab)
     frame = _frame(table)
     fitted_rows = _fitted_rows(frame, fit)
     fitted = fit_shard(frame["code"].to_numpy()[fitted_rows], frame["numeric_value"].to_numpy()[fitted_rows],

@@ -1,21 +1,41 @@
-"""The HTML report's sections of MEDS: a MEDS run's ledgers (and ``--compare``'s), and the shards of a build written as
-MEDS (``--to meds``); drawn with :mod:`pipeline.reporting.page` as the rest of the page."""
+"""How the MEDS stage shows (its report hooks): the terminal summary's lines and the HTML report's section of a MEDS
+run's ledgers (and ``--compare``'s), drawn with :mod:`pipeline.reporting.page` as the rest of the page."""
 
 from __future__ import annotations
 
 from html import escape
 
+from pipeline.kernel.stage import Shown
 from pipeline.reporting import page
-from pipeline.reporting.report import Report
 
 
-def ledgers(report: Report) -> str:
-    """A MEDS run's ledgers: per split its shards, rows and subjects; with ``--compare``, rows and subjects before
-    and after the stage per split, and the codes it took out."""
-    attrition = report.attrition or {}
+def summary(shown: Shown) -> list[tuple[str, str]]:
+    """The terminal summary's lines: rows, shards and subjects per split (of a folder normalization wrote, said);
+    with ``--compare``, rows and subjects in -> out per split, and the codes dropped."""
+    attrition = shown.report.attrition or {}
     read, compared = attrition.get("MEDS"), attrition.get("MEDS compare")
     if not read:
-        return ""
+        return []
+    text = " · ".join(f"{name} {s['rows']:,} rows in {s['shards']} shard(s), {s['subjects']:,} subjects"
+                      for name, s in read["splits"].items())
+    normalized = getattr(shown.prepared, "normalized", False)
+    lines = [("MEDS (normalized: integer codes, z)" if normalized else "MEDS", f"read {read['rows']:,} rows: {text}")]
+    if compared:
+        text = " · ".join(f"{split} {s['rows_before']:,} -> {s['rows_after']:,} rows, {s['subjects_before']:,} -> "
+                          f"{s['subjects_after']:,} subjects" for split, s in compared["splits"].items())
+        dropped = compared["codes_dropped"]
+        gone = f"; {len(dropped)} code(s) dropped ({sum(dropped.values()):,} rows)" if dropped else ""
+        lines.append(("MEDS compare", f"{text}{gone}"))
+    return lines
+
+
+def ledgers(shown: Shown) -> list[str]:
+    """A MEDS run's ledgers: per split its shards, rows and subjects; with ``--compare``, rows and subjects before
+    and after the stage per split, and the codes it took out."""
+    attrition = shown.report.attrition or {}
+    read, compared = attrition.get("MEDS"), attrition.get("MEDS compare")
+    if not read:
+        return []
     rows = [[split, page.n(e["shards"]), page.n(e["rows"]), page.n(e["subjects"])] for split, e in read["splits"].items()]
     body = (f'<p class="ledger">MEDS rows read: {read["rows"]:,}</p>'
             + page.table(["split", "shards", "rows", "subjects"], rows, numeric={1, 2, 3}))
@@ -32,12 +52,4 @@ def ledgers(report: Report) -> str:
                  + (page.details(f"codes with rows before and none after ({len(dropped)})",
                                  page.table(["code", "rows before"], dropped, numeric={1}, sortable=True))
                     if dropped else ""))
-    return f'<section id="attrition"><h2>MEDS rows</h2>{body}</section>'
-
-
-def shards(shards: list[dict]) -> str:
-    """A build written as MEDS (``--to meds``): its shards, with the admissions and lab events each holds."""
-    rows = [[s["path"], s["split"], page.n(s["admissions"]), page.n(s["edges"])] for s in shards]
-    table = page.table(["shard", "split", "admissions", "lab events"], rows, numeric={2, 3}, sortable=True)
-    return (f'<section id="graphs"><h2>MEDS shards</h2><p>{len(shards)} shards; metadata/codes.parquet holds each '
-            f'code\'s values/mean and values/std from the fit.</p>{table}</section>')
+    return [f'<section id="attrition"><h2>MEDS rows</h2>{body}</section>']

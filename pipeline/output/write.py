@@ -34,7 +34,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.kernel.quarantine import Quarantine, empty_quarantine
-from pipeline.stages.graph import GraphBatch
 from pipeline.output.paths import MARKER, OutputError, check_output_dir, os_reason  # noqa: F401  (re-exported)
 from pipeline.reporting.report import atomic_path, write_atomic
 from schemas.catalogue import check_info
@@ -112,7 +111,7 @@ def quarantine_parquet(quarantine: Quarantine, sink: pa.NativeFile) -> None:
     _parquet_of((part.reset_index() for part in quarantine.in_order()), sink, empty=empty_quarantine().reset_index())
 
 
-def _sha256(data: bytes) -> str:
+def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
@@ -146,14 +145,6 @@ class GraphFile:
     @property
     def path(self) -> str:
         return graph_path(self.split, self.batch)
-
-
-def graph_file(graph: GraphBatch) -> GraphFile:
-    """A built graph serialised (its tensors can go)."""
-    data = graph_bytes(graph.data)
-    return GraphFile(split=graph.split, batch=graph.batch, sha256=_sha256(data), bytes=len(data),
-                     admissions=int(graph.data["admission"].num_nodes),
-                     edges=int(graph.data[EDGE].edge_index.shape[1]), data=data)
 
 
 def stage_quarantine(quarantine: Quarantine, staged: "StagedBuild", *,
@@ -190,7 +181,7 @@ class BuildOutputs:
     manifest: dict[str, Any]
 
 
-def build_outputs(*, graphs: list[GraphBatch | GraphFile], limits: GraphLimits, config: dict, inputs: list[dict],
+def build_outputs(*, graphs: list[GraphFile], limits: GraphLimits, config: dict, inputs: list[dict],
                   fitted: dict, quarantine: Quarantine | StagedFile, index: pd.DataFrame, report: dict,
                   accounting: dict, splits: dict, memory: dict, features: dict[str, list[str]],
                   report_html: bytes | None = None, item_names: dict[int, str] | None = None) -> BuildOutputs:
@@ -203,7 +194,6 @@ def build_outputs(*, graphs: list[GraphBatch | GraphFile], limits: GraphLimits, 
     listed by its hash; its bytes are not among ``files``, and so is a quarantine staged already
     (:func:`stage_quarantine`).
     """
-    graphs = [g if isinstance(g, GraphFile) else graph_file(g) for g in graphs]
     files = {g.path: g.data for g in graphs if g.data is not None}
     files["stats.json"] = json_bytes(fitted)
     if isinstance(quarantine, Quarantine):
@@ -214,7 +204,7 @@ def build_outputs(*, graphs: list[GraphBatch | GraphFile], limits: GraphLimits, 
     files["report.json"] = json_bytes(report)
     if report_html is not None:
         files["report.html"] = report_html
-    listed = {name: {"sha256": _sha256(data), "bytes": len(data)} for name, data in files.items()}
+    listed = {name: {"sha256": sha256_of(data), "bytes": len(data)} for name, data in files.items()}
     listed.update({g.path: {"sha256": g.sha256, "bytes": g.bytes} for g in graphs if g.data is None})
     if isinstance(quarantine, StagedFile):
         listed[quarantine.name] = {"sha256": quarantine.sha256, "bytes": quarantine.bytes}
@@ -277,7 +267,7 @@ class StagedBuild:
     def add(self, name: str, data: bytes) -> StagedFile:
         """``data`` staged as ``name`` (unless OUT_DIR holds the same bytes already): its hash and size."""
         self._attempt(lambda: self.took(name, stage_file(self.out_dir, name, data)))
-        return StagedFile(name=name, sha256=_sha256(data), bytes=len(data))
+        return StagedFile(name=name, sha256=sha256_of(data), bytes=len(data))
 
     def took(self, name: str, staged: bool | OSError) -> None:
         """``name`` is one of this build's files, ``staged`` (:func:`stage_file`, where it was made) or already in
@@ -353,6 +343,21 @@ class StagedBuild:
         except OSError as exc:
             self.abandon()
             raise _write_failed(self.out_dir, exc, "the previous build there is unchanged") from None
+
+
+def write_scratch(path: Path, write: Callable[[Path], None]) -> None:
+    """A file of the build's own scratch inside its staging folder (a part's piece of a MEDS shard), written by
+    ``write(path)``: a failed write (a full disk) removes it and is an :class:`OutputError` naming the file and the
+    system's reason. Runs wherever OUT_DIR can be seen (a worker); a killed build's scratch goes with its staging
+    folder."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+        raise OutputError(f"cannot write {str(path)!r} ({os_reason(exc)}); the previous build there is unchanged. "
+                          "Free space or fix the folder, then rebuild") from None
 
 
 def stage_file(out_dir: Path, name: str, data: bytes) -> bool:
@@ -464,7 +469,7 @@ def verified_bytes(out_dir: Path, manifest: dict[str, Any], name: str) -> bytes:
     if not path.is_file():
         raise _problem("graph_manifest", name, "listed in the manifest but missing")
     data = path.read_bytes()
-    if _sha256(data) != manifest["outputs"][name]["sha256"]:
+    if sha256_of(data) != manifest["outputs"][name]["sha256"]:
         raise _problem("graph_manifest", name, "sha256 differs from the manifest's")
     return data
 

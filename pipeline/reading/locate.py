@@ -13,9 +13,12 @@ import stat
 from pathlib import Path
 from typing import Iterator
 
+from pipeline.kernel.stage import Stage
 from pipeline.reading.load_error import load_error
 from schemas.errors import StageError
 from schemas.raw import TABLES
+
+LOAD = Stage("load", colour="#7f7f7f")  # reading the files: what reports their problems, first in every run's order
 
 SUFFIXES = (".csv", ".csv.gz")
 SUBFOLDERS = ("", "hosp")

@@ -20,6 +20,7 @@ import pandera.pandas as pa
 
 from pipeline.reporting.findings import CLASS_SAMPLE, Finding, finding_from_mask
 from pipeline.kernel.handed import value_of
+from pipeline.kernel.stage import Stage
 from schemas.catalogue import CHECKS, ERROR
 from schemas.checks import ParsedNumbers, ParsedText, parse_columns, sharing_parses
 from schemas.errors import SAMPLE_CAP, require_validation, value_classes
@@ -43,6 +44,9 @@ _UNPARSEABLE = ("id_positive_integer", "datetime_iso", "valuenum_numeric", "valu
 # Checks of metadata (MIMIC-IV's reference range bounds, the ED registration time): the failing text becomes null,
 # the row is never rejected.
 _METADATA = ("ref_range_numeric", "edregtime_iso")
+
+
+RAW = Stage("raw", colour="#8c564b", gives=LabEvents)  # the raw checks and relations: in a lab run's order
 
 
 @dataclass(frozen=True)

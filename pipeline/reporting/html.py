@@ -24,14 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from pipeline.config import Config
-from pipeline.engines import PANDAS
+from pipeline.kernel.engine import Engine
 from pipeline.reporting import page
-from pipeline.meds import view as meds_view
 from pipeline.reporting.findings import LISTED
-from pipeline.reporting.report import Report, as_shown, item_names, write_atomic
+from pipeline.reporting.report import Report, as_shown, write_atomic
 from schemas.catalogue import CHECKS, ERROR, INFO, WARNING
 
 
@@ -71,39 +68,30 @@ class HtmlReport:
         return self.text
 
 
-def html_report(result: Any, config: Config | None = None, *, show_values: bool = False) -> HtmlReport:
-    """The report of a :class:`pipeline.flow.Validation` or :class:`pipeline.builds.Build`, for a notebook."""
-    if config is None:
-        from pipeline.config import load_config
-
-        config = load_config()
-    return HtmlReport(render(result, config, show_values=show_values))
-
-
-def render(result: Any, config: Config, *, show_values: bool = False, engine: Any = None) -> str:
-    """The whole page for a Validation or a Build (a Build has ``validation`` and its graphs). With the ``engine``
-    that holds LABEVENTS in parts (``pipeline.engines``), what is read of every part is read where its parts are
-    (the Dask engine's workers) and only per-part sums come back; without one, the parts are read here, one at a
-    time."""
-    engine = engine or PANDAS
+def html_report(result: Any, config: Any = None, *, show_values: bool = False) -> HtmlReport:
+    """The report of a run (a :class:`pipeline.flow.Validation`, a MEDS run or a :class:`pipeline.builds.Build`), for
+    a notebook, drawn with ``config`` (by default the config it ran with)."""
     validation = getattr(result, "validation", result)
+    return HtmlReport(render(result, config if config is not None else validation.config, show_values=show_values))
+
+
+def render(result: Any, config: Any, *, show_values: bool = False, engine: Engine | None = None) -> str:
+    """The whole page for a run or a build (a build has ``validation`` and what its target made). What is read of
+    the rows held in the engine's parts (``engine``, by default the run's own) is read where its parts are (the
+    Dask engine's workers) and only per-part sums come back. The sections after the findings and the attrition are
+    the ones the run's stages draw of themselves (:attr:`pipeline.kernel.stage.Stage.sections`), in flow order."""
+    validation = getattr(result, "validation", result)
+    built = result if validation is not result else None
     report: Report = result.report
-    prepared = getattr(validation, "prepared", None)  # None for a MEDS run: its findings, ledger and inputs only
-    graphs = list(getattr(result, "graphs", ()) or ())
-    kind = "build" if validation is not result else "validate"
+    engine = engine or getattr(validation, "engine", None)
     sections = [
-        _findings(report, show_values=show_values, names=item_names(getattr(prepared, "labitems", None))),
+        _findings(report, show_values=show_values, names=getattr(validation, "names", {})),
         _attrition(report),
-        meds_view.ledgers(report),
-        *(_stage_sections(validation, report, config, engine=engine) if prepared is not None else []),
-        _splits(prepared, graphs, engine=engine),
+        *_stage_sections(validation, report, config, engine=engine, built=built),
+        _inputs(report),
     ]
-    if kind == "build":
-        written = getattr(result, "out_dir", None) is not None
-        sections.append(meds_view.shards(graphs) if getattr(result, "to", "graphs") == "meds"
-                        else _graphs(graphs, config, written=written))
-    sections.append(_inputs(report))
     sections = [s for s in sections if s]
+    kind = "build" if built is not None else "validate"
     top = [_header(report, kind, getattr(validation, "cached", False)), _actions(report), _ledgers(report),
            _contents(sections)]
     body = "\n".join(s for s in [*top, *sections] if s)
@@ -382,59 +370,15 @@ def _inputs(report: Report) -> str:
     return f'<section id="inputs"><h2>Inputs</h2>{inputs}</section>'
 
 
-def _stage_sections(validation: Any, report: Report, config: Config, *, engine: Any) -> list[str]:
-    """The sections the stages draw of themselves (their ``sections`` hook), in flow order."""
-    prepared = validation.prepared
-    names = item_names(prepared.labitems)
-    return [section for stage in prepared.order.stages if stage.sections is not None
-            for section in stage.sections(stage.shown(config, read=validation.tables, prepared=prepared,
-                                                      report=report, engine=engine, names=names))]
-
-
-def _split_sizes(part: pd.DataFrame) -> pd.DataFrame:
-    """Per split: the part's admissions with edges, and its edges."""
-    return part.groupby("SPLIT")["HADM_ID"].agg(["nunique", "size"]).reindex(_SPLITS, fill_value=0)
-
-
-def _splits(prepared: Any, graphs: list[dict], *, engine: Any = PANDAS) -> str:
-    splits = getattr(prepared, "splits", None)
-    if splits is None:
-        return ""
-    edges = getattr(prepared, "edges", None)
-    per_split = None  # per split: admissions with edges, edges (added up over parts: they share no admission)
-    if edges is not None:
-        per_split = sum(engine.per_part(_split_sizes, edges, columns=["SPLIT", "HADM_ID"]))
-    rows = []
-    for name in _SPLITS:
-        part = splits[splits["SPLIT"] == name]
-        row = [name, page.n(len(part)), page.n(int(per_split.loc[name, "nunique"])) if per_split is not None else "-",
-               page.n(part["GROUP"].nunique() if "GROUP" in part else len(part)),
-               page.n(int(per_split.loc[name, "size"])) if per_split is not None else "-"]
-        if graphs:
-            row.append(page.n(sum(g["split"] == name for g in graphs)))
-        rows.append(row)
-    head = ["split", "admissions", "in graphs", "patients", "lab edges"] + (["graphs"] if graphs else [])
-    return (f'<section id="splits"><h2>Split sizes</h2>'
-            f'{page.table(head, rows, numeric=set(range(1, len(head))))}</section>')
-
-
-def _graphs(graphs: list[dict], config: Config, *, written: bool) -> str:
-    if not graphs:
-        return ('<section id="graphs"><h2>Graphs</h2><p>No graphs were built: the data has errors, fix them '
-                "first.</p></section>")
-    mb = 2 ** 20
-    rows = [[g["split"], str(g["batch"]), page.n(g["admissions"]), page.n(g["labitems"]), page.n(g["edges"]),
-             f'{g["memory"]["tensors"] / mb:.2f}', f'{g["memory"]["activations"] / mb:.2f}',
-             f'{g["memory"]["total"] / mb:.2f}'] for g in graphs]
-    table = page.table(["split", "batch", "admission nodes", "labitem nodes", "did edges", "tensors MB",
-                    f"activations MB (hidden {config.graph.hidden}, {config.graph.layers} layers)", "total MB"],
-                   rows, numeric={1, 2, 3, 4, 5, 6, 7}, sortable=True)
-    largest = max(graphs, key=lambda g: g["memory"]["total"])
-    note = (f'<p>Largest batch: {escape(largest["split"])}/batch {largest["batch"]} at '
-            f'{largest["memory"]["total"] / mb:.2f} MB; budget {config.graph.memory_budget_mb:g} MB.'
-            + ("" if written else " Not written: the build has errors.") + "</p>")
-    chart = page.figure("graph-sizes", "did edges per graph, by split", lambda: _graph_chart(graphs))
-    return f'<section id="graphs"><h2>Graphs</h2>{note}{chart}{table}</section>'
+def _stage_sections(validation: Any, report: Report, config: Any, *, engine: Engine, built: Any) -> list[str]:
+    """The sections the run's stages draw of themselves (their ``sections`` hook), in flow order."""
+    order = getattr(validation, "order", None)
+    if order is None:
+        return []
+    return [section for stage in order.all if stage.sections is not None
+            for section in stage.sections(stage.shown(config, read=validation.tables, prepared=validation.prepared,
+                                                      report=report, engine=engine, names=validation.names,
+                                                      built=built))]
 
 
 # -- charts (matplotlib, no pyplot: no global state, no GUI backend; pipeline.reporting.page draws them) ------
@@ -457,21 +401,6 @@ def _funnel_chart(read: int, steps: list[dict], colour: dict[str, str]):
             if step is not None:
                 note += f'  (-{step["rows_in"] - step["rows_out"]:,} {"merged" if step["merged"] else "quarantined"})'
             ax.text(value, position, "  " + note, va="center", fontsize=8)
-        return figure
-
-
-def _graph_chart(graphs: list[dict]):
-    import matplotlib
-
-    with matplotlib.rc_context(page.RC):
-        figure = page.new_figure(8, 2.6)
-        ax = figure.add_subplot()
-        colours = {"train": "#1f77b4", "val": "#ff7f0e", "test": "#2ca02c"}
-        x = np.arange(len(graphs))
-        ax.bar(x, [g["edges"] for g in graphs], color=[colours.get(g["split"], "#999999") for g in graphs])
-        ax.set_xticks(x, [f'{g["split"]}/{g["batch"]}' for g in graphs], rotation=45 if len(graphs) > 8 else 0,
-                      ha="right" if len(graphs) > 8 else "center")
-        ax.set_ylabel("did edges")
         return figure
 
 

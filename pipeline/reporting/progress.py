@@ -208,8 +208,7 @@ def validate_steps(order: Order, config: Any) -> tuple[str, ...]:
         "relations", *(pass_step(segment.stages) for segment in order.passes(config)))
 
 
-def build_steps(order: Order, config: Any) -> tuple[str, ...]:
-    """The steps ``pipeline.builds.build`` reports: validate's, the graphs' and their guard, the report and the
-    writing."""
-    return validate_steps(order, config) + tuple(step for stage in order.built for step in stage.steps) + (
-        "report", "write")
+def build_steps(order: Order, config: Any, to: str) -> tuple[str, ...]:
+    """The steps ``pipeline.builds.build`` reports: validate's, those of the stage that makes the target ``to``
+    (the graphs and their guard), the report and the writing."""
+    return validate_steps(order, config) + order.targets[to].steps + ("report", "write")

@@ -79,6 +79,11 @@ class ZScoreStats:
         """Items scaled on all their training rows (rule ``all`` or ``all_unclipped``)."""
         return tuple(i for i, r in zip(self.items_, self.rule_) if r in ("all", "all_unclipped"))
 
+    def transformed(self, events: pd.DataFrame) -> pd.Series:
+        """Each row's VALUENUM through its item's fitted transform (``identity``, ``log1p``, ``asinh``): the value
+        its z is computed from, ``(value - mean) / scale``; NaN (or -inf) where log1p is undefined."""
+        return _transformed(events, *row_transforms(events["ITEMID"].astype("int64"), self), strict=False)
+
     def table(self) -> pd.DataFrame:
         """mean, scale, count, rule and normal count per ITEMID."""
         return pd.DataFrame({"mean": self.mean_, "scale": self.scale_, "count": self.count_, "rule": self.rule_,

@@ -5,6 +5,10 @@ the engine works (its worker processes; a real two-worker Dask LocalCluster on l
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -13,6 +17,7 @@ from pipeline.cli import app
 from tests.meds import ISSUE_CASES, write_meds
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -34,3 +39,29 @@ def test_an_engine_reads_the_shards_and_finds_what_this_process_finds(issue, tmp
     here = _findings(issue, tmp_path)
     there = _findings(issue, tmp_path, "--engine", engine, "--workers", "2")
     assert there == here and {"meds_z_non_finite", "meds_subject_order"} <= {f[0] for f in here}
+
+
+def test_the_pandas_engine_reads_every_shard_in_this_process(issue, monkeypatch):
+    """``--engine pandas`` means this process: every shard's partial is read here, none in a worker."""
+    from pipeline.config import load_config
+    from pipeline.engines import PANDAS
+    from pipeline.meds import stage, validate_meds
+
+    seen: list[int] = []
+    read = stage.read_shard
+
+    def counted(*args, **kwargs):
+        seen.append(os.getpid())
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(stage, "read_shard", counted)
+    run = validate_meds(issue, load_config(), engine=PANDAS)
+    assert seen == [os.getpid()] * len(run.report.inputs) and len(seen) > 1
+
+
+def test_pandera_switched_off_refuses_a_meds_run(issue):
+    """As a lab run does: with pandera's validation off no check would run, so the MEDS run does not start."""
+    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "validate", str(issue)], capture_output=True,
+                          text=True, env={**os.environ, "PANDERA_VALIDATION_ENABLED": "False"}, cwd=ROOT)
+    assert done.returncode == 2, done.stderr
+    assert "PANDERA_VALIDATION_ENABLED" in done.stderr and "status:" not in done.stdout

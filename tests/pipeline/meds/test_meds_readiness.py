@@ -1,4 +1,4 @@
-"""pipeline/meds/normalization.py's readiness on hand-made fits: a code whose train values are all equal gets a
+"""pipeline/meds/formula.py's readiness on hand-made fits: a code whose train values are all equal gets a
 variance of exactly 0 only where float32 holds its sums exactly; elsewhere a rounding residue, which the count type
 of the whole dataset (float32 or float64 arithmetic) turns to 0 (every z NaN or inf: ``non_finite``) or to a tiny
 positive std (every z noise: ``noise``), and each ``why`` says so."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pipeline.meds.normalization import Fitted, exact_zero, readiness
+from pipeline.meds.formula import Fitted, exact_zero, readiness
 
 TENTH, ONE, SPREAD = "EQUAL_TENTH", "EQUAL_ONE", "SPREAD"
 

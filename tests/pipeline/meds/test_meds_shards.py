@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.meds.combine import combine
-from pipeline.meds.normalization import readiness
+from pipeline.meds.formula import readiness
 from pipeline.meds.shards import read_shard, subject_spans
 
 

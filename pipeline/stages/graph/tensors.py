@@ -1,4 +1,4 @@
-"""Graph stage: deduplicated edge rows to PyTorch Geometric heterographs, one per batch of admissions.
+"""The graph stage's tensors: deduplicated edge rows to PyTorch Geometric heterographs, one per batch of admissions.
 
 Per split, admissions are taken in HADM_ID order and batched; each batch is a
 ``HeteroData`` with ``admission`` nodes (x = the codes of the admission columns
@@ -23,51 +23,21 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
-from pipeline.reporting.findings import Finding, summary_finding
-from pipeline.kernel.options import POSITIVE, Section, setting
-from pipeline.kernel.stage import Stage
+
 from pipeline.stages.dedup import KEY, edge_key, split_codes
-from schemas.dedup import EdgeRows
+from pipeline.stages.graph.options import NAME, Options
 from schemas.errors import StageError
 from schemas.fill import TENSOR_COLUMNS
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
-from schemas.raw import ADMISSION_CATEGORICALS, KNOWN_AFTER_ADMISSION
+from schemas.raw import ADMISSION_CATEGORICALS
 from schemas.split import SPLITS
 
 if TYPE_CHECKING:  # torch and PyG load when graphs are built, not when the stages are declared
     import torch
     from torch_geometric.data import HeteroData
 
-NAME = "graph"
+
 LABITEM_FEATURES = ("FLUID_CODE", "CATEGORY_CODE")
-
-
-@dataclass(frozen=True)
-class Options(Section):
-    NAME = "graph"
-    batch_size: int = setting(int, 128, low=1, doc="""
-        Admissions per graph, per split, in HADM_ID order.""")
-    labels: bool = setting(bool, True, doc="""
-        Add the next-timestep target: admission.y, multi-hot over lab items at each admission's last timestep.""")
-    admission_features: tuple[str, ...] = setting(list, tuple(c for c in ADMISSION_CATEGORICALS
-                                                                if c not in KNOWN_AFTER_ADMISSION),
-                                                  words=ADMISSION_CATEGORICALS, doc="""
-        The admission columns whose codes make admission.x: any of those below and DISCHARGE_LOCATION (a column
-        the data lacks is skipped), always in this order (DISCHARGE_LOCATION after ADMISSION_LOCATION), whatever
-        the order written. By default every column known at admission. DISCHARGE_LOCATION is known only at
-        discharge (MIMIC's DEAD/EXPIRED, HOSPICE): as a feature it leaks the outcome, and choosing it is a warning
-        (check feature_known_after_admission). labitem.x (FLUID, CATEGORY) and edge_attr (the value's code and
-        z-score, fill's indicators) are all known when the lab is charted.""")
-    hidden: int = setting(int, 64, low=1, high=1 << 16, note="at most 65536", doc="""
-        Each batch's memory is estimated (tensors, and a float32 GNN's activations at this width and depth);
-        above the budget it is a warning (graph_memory).""")
-    layers: int = setting(int, 2, low=1, high=1 << 10, note="at most 1024")
-    memory_budget_mb: float = setting(float, 1024.0, **POSITIVE)
-    min_timesteps: int = setting(int, 1, low=1, doc="""
-        Admissions with fewer distinct timesteps than this are left out of the graphs: their lab rows are
-        quarantined (check below_min_timesteps) and the admission counted (check admission_below_min_timesteps).
-        1 keeps every admission that has a kept lab. A next-timestep target needs history before its last
-        timestep: set 2 for that (as the seed research code did), knowing it drops one-day admissions.""")
 
 
 @dataclass(frozen=True)
@@ -284,20 +254,3 @@ def memory_estimate(data: HeteroData, *, hidden: int, layers: int) -> dict[str, 
 def check_graphs(graphs: list[GraphBatch], limits: GraphLimits) -> list:
     """Every problem of every graph, as StageErrors naming split, batch and edge type."""
     return [problem for g in graphs for problem in graph_problems(g.data, limits, where=g.where)]
-
-
-def features_known_after_admission(options: Options) -> list[Finding]:
-    """A warning when ``[graph] admission_features`` chooses a column recorded at or after discharge (the stage's
-    :attr:`Stage.checks_options`: every run of the stages reports it, validate's too)."""
-    leaking = [column for column in options.admission_features if column in KNOWN_AFTER_ADMISSION]
-    if not leaking:
-        return []
-    return [summary_finding(
-        stage=NAME, check="feature_known_after_admission", table="ADMISSIONS", column=", ".join(leaking),
-        count=len(leaking), message="chosen in [graph] admission_features for admission.x, but recorded at or "
-                                    "after discharge")]
-
-
-# Built by ``pipeline.build`` from the edge rows (torch and PyG load only then).
-STAGE = Stage(NAME, colour="#e377c2", options=Options, takes=EdgeRows, progress=("graphs", "guard"),
-              checks_options=features_known_after_admission)

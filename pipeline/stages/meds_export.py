@@ -1,5 +1,5 @@
-"""A build written as a MEDS 0.4 dataset (``badpoints build DATA --out OUT --to meds``): the rows the graphs would
-hold, as events, with the guarded fit in ``metadata/codes.parquet``, so that MEDS-Transforms' own
+"""MEDS export stage: a build written as a MEDS 0.4 dataset (its target ``meds``: ``badpoints build DATA --out OUT
+--to meds``): the rows the graphs would hold, as events, with the guarded fit in ``metadata/codes.parquet``, so that MEDS-Transforms' own
 ``normalization`` gives every row badpoints' z: finite and bounded.
 
 - **Events.** Each edge row (one per admission, 24-hour timestep and item: the graphs' rows) is a
@@ -20,7 +20,9 @@ hold, as events, with the guarded fit in ``metadata/codes.parquet``, so that MED
   whose value is null for a rare or unseen item): every value the build changed, counted per code.
 
 Memory is bounded by a part and a shard: the engine's parts are written as pieces per shard where they are
-(:func:`write_pieces`), then each shard is read alone, its admission events added, sorted and written.
+(:func:`write_pieces`, through the build's staged writer), then each shard is read alone, its admission events added,
+sorted, guarded (``schemas/meds_export.py``: MEDS' own types, a finite or null value, each subject's rows one run in
+time order) and staged. Nothing is committed unless every shard passed its guard.
 """
 
 from __future__ import annotations
@@ -38,7 +40,19 @@ import pyarrow.compute as pc
 import pyarrow.csv as pv
 import pyarrow.parquet as pq
 
-from pipeline.stages.scale.fit import ZScoreStats, _transformed, row_transforms
+from pipeline.kernel.stage import Shown, Stage, Target
+from pipeline.ledgers import check_built
+from pipeline.output import write
+from pipeline.output.built import Build
+from pipeline.reporting import page
+from pipeline.reporting.findings import finding_from_error, item_names
+from pipeline.reporting.progress import Progress
+from pipeline.stages.scale.fit import ZScoreStats
+from schemas.dedup import EdgeRows
+from schemas.errors import StageError
+from schemas.guard import check_frame
+from schemas.meds_export import NAME, MedsShard
+from schemas.split import SPLITS
 
 MEDS_SPLITS = {"train": meds.train_split, "val": meds.tuning_split, "test": meds.held_out_split}
 SHARD_EVENTS = 1_000_000  # about this many events per shard, as MEDS-Extract shards
@@ -111,7 +125,7 @@ def lab_events(rows: pd.DataFrame, items: pd.DataFrame, people: pd.DataFrame, st
     """The MEDS events of edge rows, with their split and shard (module docstring: Values)."""
     item = rows["ITEMID"].astype("int64")
     who = people.set_index("HADM_ID").loc[rows["HADM_ID"].to_numpy("int64")]
-    value = _transformed(rows, *row_transforms(item, stats), strict=False)
+    value = stats.transformed(rows)
     mean, scale = item.map(items["mean"]), item.map(items["scale"])
     bounded = rows["Z_BOUNDED"].to_numpy() == 1
     value = value.where(~bounded, mean + scale * rows["Z"])
@@ -140,10 +154,9 @@ def write_pieces(parts: Iterable[pd.DataFrame], items: pd.DataFrame, people: pd.
         events = lab_events(part, items, people, stats)
         events["HADM_ID"] = part["HADM_ID"].to_numpy("int64")
         for (split, shard), group in events.groupby(["split", "shard"], sort=True):
-            folder = Path(pieces) / split / str(shard)
-            folder.mkdir(parents=True, exist_ok=True)
             table = pa.Table.from_pandas(group[list(meds.DataSchema.schema().names)], preserve_index=False)
-            pq.write_table(table.cast(meds.DataSchema.schema()), folder / f"{int(group['HADM_ID'].min())}.parquet")
+            write.write_scratch(Path(pieces) / split / str(shard) / f"{int(group['HADM_ID'].min())}.parquet",
+                                parquet_writer(table.cast(meds.DataSchema.schema())))
             per_code = group.groupby("code", sort=True)[["bounded", "withheld"]].sum()
             yield {"split": split, "shard": int(shard), "rows": len(group),
                    "admissions": np.unique(group["HADM_ID"].to_numpy()), "per_code": per_code}
@@ -171,7 +184,7 @@ def admission_events(admissions: pd.DataFrame, people: pd.DataFrame) -> pd.DataF
 
 def shard_table(pieces: Path, split: str, shard: int, admitted: pd.DataFrame) -> pa.Table:
     """One shard: its pieces and its admission events, sorted by subject, time, code, value (stable, so the same
-    inputs give the same bytes)."""
+    inputs give the same bytes), guarded before it is staged (:func:`guard_shard`)."""
     schema = meds.DataSchema.schema()
     folder = Path(pieces) / split / str(shard)
     tables = [pq.read_table(path, schema=schema) for path in sorted(folder.glob("*.parquet"))]
@@ -180,7 +193,21 @@ def shard_table(pieces: Path, split: str, shard: int, admitted: pd.DataFrame) ->
     table = pa.concat_tables(tables)
     order = pc.sort_indices(table, [("subject_id", "ascending"), ("time", "ascending"), ("code", "ascending"),
                                     ("numeric_value", "ascending"), ("text_value", "ascending")])
-    return table.take(order)
+    table = table.take(order)
+    guard_shard(table.select(["subject_id", "time", "code", "numeric_value"]).to_pandas(),
+                where=f"data/{split}/{shard}.parquet")
+    return table
+
+
+def guard_shard(events: pd.DataFrame, *, where: str) -> None:
+    """A shard's events as written, checked against :class:`schemas.meds_export.MedsShard` before it is staged: a
+    failure is a :class:`StageError` of ``meds_export_shard`` naming the shard (``where``), the column and the rows."""
+    try:
+        check_frame(MedsShard, events, stage=NAME, side="output", table=where)
+    except StageError as error:
+        raise StageError(stage=NAME, side="output", check="meds_export_shard", column=error.column,
+                         count=error.count, failure_cases=error.failure_cases, table=where,
+                         detail=f"{error.check} failed: {error.detail}", advice=error.advice) from None
 
 
 def codes_table(stats: ZScoreStats, items: pd.DataFrame, names: Mapping[int, str], other: Iterable[str],
@@ -232,3 +259,112 @@ def dataset_json(data_dir: Path, version: str, inputs: list[dict]) -> bytes:
 def parquet_writer(table: pa.Table) -> Any:
     """A ``write(path)`` of ``table`` as Parquet (for :meth:`pipeline.output.write.StagedBuild.add_written`)."""
     return lambda path: pq.write_table(table, path)
+
+
+STEPS = ("events", "shards")  # its progress steps: each part's events written as pieces, then the shards
+
+
+def write_meds(staged: Any, validation: Any, config: Any, progress: Progress, *, engine: Any,
+               data_dir: Path) -> Build:
+    """The edge rows of a validated run written as a MEDS dataset (the stage's target ``meds``): each part's events
+    as pieces where the parts are, then each shard sorted, guarded and staged with its admissions' events; then
+    codes.parquet, subject_splits.parquet and dataset.json beside the report, the fitted state, the quarantine and
+    the manifest. A shard that fails its guard is an error finding, and nothing is committed."""
+    out, prepared = staged.out_dir, validation.prepared
+    progress.step(STEPS[0], rows=len(prepared.edges))
+    stats = prepared.state_of(ZScoreStats)
+    labevents = next((Path(i.path) for i in validation.report.inputs if i.table == "LABEVENTS"), None)
+    known = set(prepared.labitems["ITEMID"].astype("int64")) | set(stats.items_)
+    items = item_table(stats, lab_codes(known, item_units(labevents)))
+    accounting = {"LABEVENTS": prepared.ledger(), "ADMISSIONS": prepared.admission_ledger()}
+    people = subjects(prepared.fates, prepared.splits, accounting["LABEVENTS"]["kept"])
+    pieces = staged.stage / PIECES
+    made = list(engine.in_batches(write_pieces, prepared.edges, items, people, stats,
+                                  batch_size=config.graph.batch_size, columns=COLUMNS, sees=out, pieces=pieces))
+    progress.step(STEPS[1], rows=len(made), unit="pieces")
+    admitted = admission_events(prepared.admissions, people)
+    try:
+        files, shards = _shards(staged, pieces, people, admitted, made)
+    except StageError as error:
+        report = _with_findings(validation.report, [finding_from_error(error)], config)
+        progress.end()
+        return Build(validation=validation, report=report, out_dir=None, to=TARGET)
+    check_built(shards, accounting, rows="events")
+    counted = (pd.concat([m["per_code"] for m in made]).groupby(level=0).sum() if made
+               else pd.DataFrame(columns=["bounded", "withheld"]))
+    codes = codes_table(stats, items, item_names(prepared.labitems), admitted["code"], counted)
+    inputs = [{"table": i.table, "sha256": i.sha256, "rows": i.rows, "file": Path(i.path).name}
+              for i in validation.report.inputs]
+    files += [staged.add_written("metadata/codes.parquet", parquet_writer(codes)),
+              staged.add_written("metadata/subject_splits.parquet", parquet_writer(subject_splits(people))),
+              staged.add("metadata/dataset.json", dataset_json(data_dir, write.versions()["badpoints"], inputs))]
+    built = Build(validation=validation, report=validation.report, out_dir=out, shards=shards, to=TARGET)
+    _write(built, staged, config, progress, files=files, accounting=accounting, inputs=inputs, engine=engine)
+    return built
+
+
+def _shards(staged: Any, pieces: Path, people: pd.DataFrame, admitted: pd.DataFrame,
+            made: list[dict]) -> tuple[list, tuple[dict, ...]]:
+    """Each shard made from its pieces, guarded and staged: the staged files, and per shard its split (badpoints'
+    name), number, path, admissions and lab events."""
+    back = {meds_name: name for name, meds_name in MEDS_SPLITS.items()}
+    sizes = pd.DataFrame([{"split": m["split"], "shard": m["shard"], "rows": m["rows"],
+                           "admissions": len(m["admissions"])} for m in made], columns=["split", "shard", "rows",
+                                                                                        "admissions"])
+    sizes = sizes.groupby(["split", "shard"])[["rows", "admissions"]].sum()  # pieces share no admission
+    files, shards = [], []
+    for split, shard in people[["split", "shard"]].drop_duplicates().sort_values(["split", "shard"]).itertuples(
+            index=False):
+        path = f"data/{split}/{shard}.parquet"
+        files.append(staged.add_written(path, parquet_writer(shard_table(pieces, split, int(shard), admitted))))
+        size = sizes.loc[(split, shard)] if (split, shard) in sizes.index else {"rows": 0, "admissions": 0}
+        shards.append({"split": back[split], "shard": int(shard), "path": path,
+                       "admissions": int(size["admissions"]), "events": int(size["rows"])})
+    return files, tuple(shards)
+
+
+def _with_findings(report: Any, findings: list, config: Any) -> Any:
+    """The validation's report with the build's own findings (severities applied) after its own."""
+    added = type(report)(findings=findings).with_severities(dict(config.severity)).findings
+    return type(report)(inputs=list(report.inputs), findings=[*report.findings, *added],
+                        overrides=dict(report.overrides), attrition=report.attrition, stages=report.stages)
+
+
+def _write(built: Build, staged: Any, config: Any, progress: Progress, *, files: list,
+           accounting: Mapping[str, dict], inputs: list[dict], engine: Any) -> None:
+    """A MEDS build's own files beside the dataset: report (JSON and HTML), fitted state, quarantine, manifest."""
+    from pipeline.reporting import html  # matplotlib loads only when a build is written
+
+    out, report, prepared = staged.out_dir, built.report, built.validation.prepared
+    progress.step("report")
+    files = [*files, write.stage_quarantine(prepared.quarantine, staged,
+                                            where=lambda function, *args: engine.call(function, *args, sees=out)),
+             staged.add("report.html", html.render(built, config, engine=engine).encode("utf-8")),
+             staged.add("report.json", write.json_bytes(report.without_samples().as_json())),
+             staged.add("stats.json", write.json_bytes(prepared.saved_state()))]
+    splits = {name: {"admissions": sum(s["admissions"] for s in built.shards if s["split"] == name),
+                     "shards": sum(s["split"] == name for s in built.shards),
+                     "events": sum(s["events"] for s in built.shards if s["split"] == name)} for name in SPLITS}
+    shards = [{"split": s["split"], "batch": s["shard"], "path": s["path"], "admissions": s["admissions"],
+               "edges": s["events"]} for s in built.shards]  # the manifest's names, as inspect reads them
+    manifest = write.meds_manifest(files, config=config.as_json(), inputs=inputs, shards=shards, splits=splits,
+                                   accounting=accounting)
+    progress.step("write", rows=len(manifest["outputs"]), unit="files")
+    staged.commit(manifest)
+    progress.end()
+
+
+def sections(shown: Shown) -> list[str]:
+    """A build written as MEDS: its shards, with the admissions and lab events each holds."""
+    built = shown.built
+    if built is None or built.to != TARGET:
+        return []
+    rows = [[s["path"], s["split"], page.n(s["admissions"]), page.n(s["events"])] for s in built.shards]
+    table = page.table(["shard", "split", "admissions", "lab events"], rows, numeric={2, 3}, sortable=True)
+    return [f'<section id="graphs"><h2>MEDS shards</h2><p>{len(built.shards)} shards; metadata/codes.parquet holds '
+            f'each code\'s values/mean and values/std from the fit.</p>{table}</section>']
+
+
+TARGET = "meds"
+STAGE = Stage(NAME, colour="#9edae5", takes=EdgeRows, progress=STEPS, target=Target(TARGET, write=write_meds),
+              sections=sections)
