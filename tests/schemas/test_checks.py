@@ -26,7 +26,6 @@ from schemas.catalogue import (CANNOT_RUN, CANNOT_RUN_CHECKS, CHECKS, ERROR, INF
 from schemas.checks import (NUMBER_TEXT, PARSED_AS, ParsedFlags, ParsedIds, ParsedNumbers, ParsedTimes, _real_datetimes,
                             matches, number_values, parse_columns, parse_datetime_text, sharing_parses)
 from schemas import catalogue as catalogue_module
-from schemas import checks as checks_module
 from schemas.raw import RawAdmissions, RawLabEvents, RawLabItems
 
 ROOT = Path(__file__).resolve().parents[2]
