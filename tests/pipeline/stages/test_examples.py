@@ -1,5 +1,5 @@
 """pipeline/stages/examples/: every stage keeps an example beside it (a handful of input rows and the exact output
-it gives on them), and the stage gives that output.
+it gives on them), the stage gives that output, and docs/stages.md shows each example as the file holds it.
 
 A stage runs on its example as ``flow.prepare`` runs it: its fit from its declared inputs, its plan, then its plan's
 calls on the rows (the pandas engine's chain), so the functions and the wiring of its declaration are both held to
@@ -8,8 +8,10 @@ the example. The graph stage has no plan: its example holds the graphs ``build_g
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, replace
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -27,6 +29,8 @@ from pipeline.stages import STAGES, graph
 from pipeline.stages import examples
 from schemas.raw import ADMISSIONS, LABEVENTS, LABITEMS
 
+ROOT = Path(__file__).resolve().parents[3]
+DOCS = ROOT / "docs" / "stages.md"
 BY_NAME = {stage.name: stage for stage in STAGES}
 PLANNED = [stage for stage in STAGES if stage.plan is not None]
 
@@ -216,3 +220,14 @@ def test_a_graph_example_with_a_wrong_tensor_fails(wrong: str):
     with pytest.raises(AssertionError):
         assert_graphs(replace(example, graphs=stores), built)
 
+
+# docs/stages.md shows each example under its link, in a toml block: exactly the file's text.
+SHOWN = re.compile(r"^\[`pipeline/stages/examples/(\w+)\.toml`\]\(\.\./pipeline/stages/examples/\1\.toml\):\n\n"
+                   r"```toml\n(.*?)^```$", flags=re.M | re.S)
+
+
+def test_the_docs_show_every_example_as_its_file_holds_it():
+    shown = SHOWN.findall(DOCS.read_text(encoding="utf-8"))
+    assert [name for name, _ in shown] == [stage.name for stage in STAGES], "one example per stage, in flow order"
+    for name, block in shown:
+        assert block == examples.text(name), f"docs/stages.md shows {name}'s example otherwise than its file"
