@@ -318,7 +318,7 @@ def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `b
         what = "is not a folder" if out_dir.exists() else "does not exist"
         err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(out_dir))} {what}")
         raise typer.Exit(2)
-    summary = _guarded_run(err, lambda: inspect_build(out_dir))
+    summary = _guarded_run(err, lambda: inspect_build(out_dir, stages=ORDER.stages))
     listed = item_lines(summary, top=ITEM_ROWS if top is None else top) if items or top is not None else []
     for line in [*summary.lines, *listed]:
         console.print(escape(line))

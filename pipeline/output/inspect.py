@@ -7,7 +7,8 @@ data (``ok`` or ``warnings``, with its findings by severity), which is shown and
 The summary names the feature columns the manifest records (admission x, labitem x and
 edge_attr, in order) and where the raw identifiers are (``node_id`` is ``arange``). Per lab item it
 tallies, one graph at a time, the edges that carry the item, their largest |z| and how many are marked
-bounded, beside the item's z-score stats from ``stats.json`` (``inspect --items``).
+bounded, beside what each stage that shows per-item state says of its state in ``stats.json``
+(:attr:`pipeline.kernel.stage.Stage.items`: the z-score stats) (``inspect --items``).
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
 from pipeline.reporting.report import tally
-from pipeline.stages import scale
+from pipeline.kernel.stage import Stage
 from pipeline.output.write import FEATURES, limits_of, read_graph, read_manifest, verified_bytes, verify_outputs, where_of
 from schemas.errors import StageError
 from schemas.graph import EDGE, graph_problems
@@ -30,11 +31,10 @@ from schemas.graph import EDGE, graph_problems
 if TYPE_CHECKING:
     from torch_geometric.data import HeteroData
 
-SCALE = scale.STAGE.fit.saved_as  # where stats.json keeps the z-score stats
 STATS = "stats.json"
 REPORT = "report.json"
 Z, Z_BOUNDED = "Z", "Z_BOUNDED"  # edge_attr's z-score and its 0/1 mark of a bounded z, found by name
-ITEM_COLUMNS = ("name", "rule", "transform", "mean", "scale", "count", "edges", "max_abs_z", "bounded")
+TALLIED = ("edges", "max_abs_z", "bounded")  # the item table's columns tallied from the graphs
 NONE = "-"  # a figure the build does not record
 
 
@@ -103,8 +103,9 @@ class ItemTally:
         self.itemid = union
 
 
-def inspect_build(out_dir: Path) -> Inspection:
-    """Hashes against the manifest, each graph loaded with weights_only=True and re-guarded, and a summary."""
+def inspect_build(out_dir: Path, *, stages: Sequence[Stage] = ()) -> Inspection:
+    """Hashes against the manifest, each graph loaded with weights_only=True and re-guarded, and a summary; the item
+    table beside what the ``stages`` that show per-item state (:attr:`Stage.items`) say of their saved state."""
     out_dir = Path(out_dir)
     result = Inspection()
     try:
@@ -136,9 +137,12 @@ def inspect_build(out_dir: Path) -> Inspection:
         _add_split(totals, entry, data, z_column if z_column is not None and z_column < width else None)
     result.lines.extend(_summary(out_dir, manifest, totals))
     result.data = _data_status(out_dir, manifest)
-    stats = _stats(out_dir, manifest).get(SCALE)
-    result.items = item_table(tally, manifest.get("item_names"), stats)
-    result.item_notes = _item_notes(stats, bounded=bounded_column is not None, untallied=untallied)
+    saved = _stats(out_dir, manifest)
+    shown = [stage.items(saved.get(stage.fit.saved_as)) for stage in stages
+             if stage.items is not None and stage.fit is not None]
+    result.items = item_table(tally, manifest.get("item_names"), [table for table, _ in shown])
+    result.item_notes = [note for _, notes in shown for note in notes] + _item_notes(
+        bounded=bounded_column is not None, untallied=untallied)
     return result
 
 
@@ -252,33 +256,27 @@ def status_lines(inspection: Inspection) -> list[str]:
                    f"see {REPORT})"]
 
 
-def item_table(tally: ItemTally, names: Any, stats: Any) -> pd.DataFrame:
+def item_table(tally: ItemTally, names: Any, stated: Sequence[pd.DataFrame] = ()) -> pd.DataFrame:
     """One row per lab item the edges carry, by max |z| descending, then ITEMID: its name (as findings give it),
-    z-score stats, edges, max |z| and bounded edges (missing where the build does not record them)."""
+    what the stages say of it (``stated``: tables by ITEMID, the z-score stats), edges, max |z| and bounded edges
+    (missing where the build does not record them)."""
     carried = tally.edges > 0
     itemid = tally.itemid[carried]
     names = names if isinstance(names, Mapping) else {}
     table = pd.DataFrame({"name": [names.get(str(i)) for i in itemid.tolist()]},
                          index=pd.Index(itemid, name="ITEMID", dtype="int64"))
-    table = table.join(scale.stats_table(stats))
+    for stated_table in stated:
+        table = table.join(stated_table)
     table["edges"] = tally.edges[carried]
     table["max_abs_z"] = tally.max_abs_z[carried]
     table["bounded"] = tally.bounded[carried] if tally.marked else None
     order = np.lexsort((itemid, -np.nan_to_num(table["max_abs_z"].to_numpy(), nan=-np.inf)))
-    return table.iloc[order][list(ITEM_COLUMNS)]
+    return table.iloc[order]
 
 
-def _item_notes(stats: Any, *, bounded: bool, untallied: int) -> list[str]:
-    """What the item table's figures rest on: the z bound stats.json records, whether edges mark a bounded z, and
-    the graphs left out."""
-    stats = stats if isinstance(stats, Mapping) else {}
+def _item_notes(*, bounded: bool, untallied: int) -> list[str]:
+    """What the tallied figures rest on: whether edges mark a bounded z, and the graphs left out."""
     notes = []
-    if "bound" not in stats:
-        notes.append(f"z bound: {NONE} (stats.json records none: a build from before z was bounded)")
-    elif isinstance(stats["bound"], (int, float)) and not isinstance(stats["bound"], bool):
-        notes.append(f"z bound: |z| <= {stats['bound']:g}")
-    else:
-        notes.append("z bound: none (z is not bounded)")
     if not bounded:
         notes.append(f"bounded: {NONE} (edge_attr has no {Z_BOUNDED} column)")
     if untallied:
@@ -308,7 +306,8 @@ def item_lines(inspection: Inspection, *, top: int) -> list[str]:
         return []
     shown = (table if top == 0 else table.head(top)).reset_index()
     columns = []
-    for name, (head, how, text) in _SHOWN.items():
+    for name in shown.columns:
+        head, how, text = _SHOWN.get(name, (name, "", True))
         cells = [head, *(_cell(value, how) for value in shown[name].tolist())]
         width = max(map(len, cells))
         columns.append([cell.ljust(width) if text else cell.rjust(width) for cell in cells])

@@ -35,7 +35,9 @@ The stage is this package: its options (``options``), its fitted state and fit (
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
+
+import pandas as pd
 
 from pipeline.reporting.findings import Finding, format_items, summary_finding
 from pipeline.kernel.stage import Context, Outcome, Plan, Shown, Stage
@@ -72,6 +74,19 @@ def summary(shown: Shown) -> list[tuple[str, str]]:
             for name, items in (("constant", stats.constant_items_), ("fallback", stats.fallback_items_))]
 
 
+def items(saved: Any) -> tuple[pd.DataFrame, list[str]]:
+    """The stage's state as a build saved it (stats.json's ``scale``), per ITEMID (rule, transform, mean, scale and
+    fitted rows: :func:`stats_table`), and the z bound it records (``badpoints inspect --items``)."""
+    saved = saved if isinstance(saved, Mapping) else {}
+    if "bound" not in saved:
+        bound = "z bound: - (stats.json records none: a build from before z was bounded)"
+    elif isinstance(saved["bound"], (int, float)) and not isinstance(saved["bound"], bool):
+        bound = f"z bound: |z| <= {saved['bound']:g}"
+    else:
+        bound = "z bound: none (z is not bounded)"
+    return stats_table(saved), [bound]
+
+
 def plan(context: Context) -> Plan:
     """The stage in flow, per admission on the engine: z with the fitted stats; constant, fallback and unseen
     items, values the bound drew in and large |z| are findings, read from the rows they name and from per-item
@@ -100,4 +115,5 @@ def plan(context: Context) -> Plan:
 STAGE = Stage(NAME, colour="#ff7f0e", plan=plan, options=Options, takes=EncodedEvents, gives=ScaledEvents,
               fit=Fit(whole=fit_zscore, partial=fit_rows, combine=add_fit_rows, finish=fit_from_rows,
                       inputs=fit_inputs, state=ZScoreStats, saved_as="scale", early=True),
-              by_admission=True, filters=False, writes=("Z", "Z_BOUNDED", "Z_UNSEEN"), summary=summary, sections=sections)
+              by_admission=True, filters=False, writes=("Z", "Z_BOUNDED", "Z_UNSEEN"), summary=summary, sections=sections,
+              items=items)

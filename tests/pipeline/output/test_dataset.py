@@ -24,7 +24,7 @@ from pipeline.builds import build
 from pipeline.output.write import MANIFEST, load_graphs
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE
-from tests.pipeline.test_write import _rehash
+from tests.pipeline.output.test_write import _rehash
 
 ROOT = Path(__file__).resolve().parents[3]
 SPLITS = ("train", "val", "test")

@@ -15,15 +15,21 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 from pipeline.config import load_config
 from pipeline.builds import build
-from pipeline.output.inspect import inspect_build
+from pipeline.flow import ORDER
+from pipeline.output import inspect
 from pipeline.output.write import MANIFEST, load_graphs
 from schemas.graph import EDGE
-from tests.pipeline.test_write import _rehash
+from tests.pipeline.output.test_write import _rehash
 
 ROOT = Path(__file__).resolve().parents[3]
 SPLITS = ("train", "val", "test")
 FILES_OK = "files: ok (every hash matches the manifest; every graph loads and passes its checks)"
 runner = CliRunner()
+
+
+def inspect_build(out_dir, stages=ORDER.stages):
+    """What ``badpoints inspect`` reads of a build: with the declared stages' per-item state, as the CLI asks."""
+    return inspect.inspect_build(out_dir, stages=stages)
 
 
 @pytest.fixture(scope="module")
