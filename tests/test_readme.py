@@ -101,3 +101,21 @@ def test_links_point_at_files_and_headings_that_exist():
             if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in _anchors(linked)):
                 broken.append(f"{page.relative_to(ROOT)}: {target}#{anchor}")
     assert not broken, broken
+
+
+# "`check_id`, a warning" or "`check_id` (an error)": what README and docs/ say of a check's default severity.
+SAID = re.compile(r"`(\w+)`(?:,| is| \()\s*an? (warning|error|note)\b")
+SEVERITY_WORD = {"warning": "warning", "error": "error", "note": "info"}
+
+
+def test_the_docs_say_each_check_s_severity_as_the_catalogue_does():
+    """Every page that calls a catalogued check a warning, an error or a note says what the catalogue says (a note
+    is severity info), so a check whose severity changes cannot leave a page behind."""
+    from schemas.catalogue import CHECKS
+
+    said = [(page.relative_to(ROOT), check, word) for page in (README, *DOCS)
+            for check, word in SAID.findall(page.read_text()) if check in CHECKS]
+    assert len(said) >= 8
+    wrong = [(str(page), check, word, CHECKS[check].severity) for page, check, word in said
+             if SEVERITY_WORD[word] != CHECKS[check].severity]
+    assert not wrong, wrong
