@@ -119,3 +119,17 @@ def test_the_docs_say_each_check_s_severity_as_the_catalogue_does():
     wrong = [(str(page), check, word, CHECKS[check].severity) for page, check, word in said
              if SEVERITY_WORD[word] != CHECKS[check].severity]
     assert not wrong, wrong
+
+
+def test_the_readme_names_everything_a_skipped_test_needs():
+    """The README says which tests may skip in a fresh clone and what they need; each reason a test skips for is
+    one the README names (a new kind of skip needs its line there)."""
+    section = README.read_text().split("## What badpoints guarantees", 1)[1].split("\n## ", 1)[0]
+    named = {"mimic-iii demo": "../shared/real/", "meds-transforms": "make meds-env", "chromium": "Chromium",
+             "polars": "polars", "mount": "mount"}
+    reasons = re.findall(r"(?:pytest\.skip\(|reason=)\s*f?\"([^\"]+)\"",
+                         "\n".join(path.read_text() for path in (ROOT / "tests").rglob("*.py")))
+    unnamed = [reason for reason in reasons if not any(key in reason.lower() for key in named)
+               and not any(machine in reason for machine in ("/proc/", "/dev/zero", "ignores case", "root"))]
+    assert not unnamed, unnamed
+    assert all(text in section for text in named.values())

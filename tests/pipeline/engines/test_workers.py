@@ -71,7 +71,8 @@ def _badpoints_build(tmp_path, data):
 
 
 def _workers_of(process, timeout: float = 120.0) -> list:
-    """The build's worker processes, once it has started them."""
+    """The build's worker processes, once it has started them. A build that ends before it starts them failed
+    early (its data are large enough to need them): that fails the test, with what the build said."""
     import time
 
     import psutil
@@ -83,7 +84,8 @@ def _workers_of(process, timeout: float = 120.0) -> list:
         if len(children) >= 2:
             return children
         time.sleep(0.05)
-    pytest.skip("the build ended before it started its workers")
+    out, err = process.communicate(timeout=60) if process.poll() is not None else ("", "")
+    pytest.fail(f"the build ended (exit {process.returncode}) before it started its workers: {err[-2000:]}")
 
 
 def test_a_build_killed_9_leaves_no_worker_behind(tmp_path, synthetic):
