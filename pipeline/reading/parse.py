@@ -86,31 +86,12 @@ def check_raw(
 ) -> RawResult:
     """Check and parse the raw text tables ``{"ADMISSIONS": ..., "D_LABITEMS": ..., "LABEVENTS": ...}``."""
     checked = {
-        table: check_table(table, frame, valuenum_abs_bound=valuenum_abs_bound, severity=severity,
-                           show_values=show_values, max_lines=max_lines)
+        table: check_blocks(table, [frame], valuenum_abs_bound=valuenum_abs_bound, severity=severity,
+                            show_values=show_values, max_lines=max_lines)
         for table, frame in text.items() if frame is not None
     }
     return check_relations(checked, stay_tolerance_hours=stay_tolerance_hours, severity=severity,
                            show_values=show_values, max_lines=max_lines)
-
-
-def check_table(
-    table: str,
-    frame: pd.DataFrame,
-    *,
-    valuenum_abs_bound: float = DEFAULT_VALUENUM_ABS_BOUND,
-    severity: Mapping[str, str] | None = None,
-    show_values: bool = False,
-    max_lines: int = SAMPLE_CAP,
-    engine: PartChecker | None = None,
-) -> RawResult:
-    """One table's own checks and parse: the part that depends on this file alone (and so can be cached).
-
-    The result's ``tables`` holds only this table; :func:`check_relations` joins the tables afterwards.
-    An ``engine`` (see ``pipeline.engines``) may check slices of the rows elsewhere; the result is the same.
-    """
-    return check_blocks(table, [frame], valuenum_abs_bound=valuenum_abs_bound, severity=severity,
-                        show_values=show_values, max_lines=max_lines, engine=engine)
 
 
 def check_blocks(
@@ -123,8 +104,11 @@ def check_blocks(
     max_lines: int = SAMPLE_CAP,
     engine: PartChecker | None = None,
 ) -> RawResult:
-    """:func:`check_table` on a table that comes in row blocks (``pipeline.reading.load.read_blocks``): each block is
-    checked as it comes and the checks combined, so the whole text table never exists at once."""
+    """One table's own checks and parse, the part that depends on this file alone (and so can be cached), of a table
+    that comes in row blocks (``pipeline.reading.load.read_blocks``; a frame is ``[frame]``): each block is checked
+    as it comes and the checks combined, so the whole text table never exists at once. The result's ``tables``
+    holds only this table; :func:`check_relations` joins the tables afterwards. An ``engine`` (see
+    ``pipeline.engines``) may check the blocks elsewhere; the result is the same."""
     part = _check_each(table, blocks, valuenum_abs_bound=valuenum_abs_bound, severity=severity, engine=engine)
     return RawResult(tables=RawTables.only(table, part.typed),
                      findings=part_findings(part, show_values=show_values, max_lines=max_lines))
@@ -343,7 +327,7 @@ def check_relations(
     show_values: bool = False,
     max_lines: int = SAMPLE_CAP,
 ) -> RawResult:
-    """Keys, foreign keys and stays across the tables checked by :func:`check_table`, then the typed guard."""
+    """Keys, foreign keys and stays across the tables checked by :func:`check_blocks`, then the typed guard."""
     findings: list[Finding | None] = [f for result in checked.values() for f in result.findings]
     typed = {table: result.tables.of(table) for table, result in checked.items()}
     related = checked["LABEVENTS"].related if "LABEVENTS" in checked else None

@@ -1,19 +1,7 @@
-"""The graph stage's tensors: deduplicated edge rows to PyTorch Geometric heterographs, one per batch of admissions.
-
-Per split, admissions are taken in HADM_ID order and batched; each batch is a
-``HeteroData`` with ``admission`` nodes (x = the codes of the admission columns
-``[graph] admission_features`` chooses, by default those known at admission),
-``labitem`` nodes (x = FLUID and CATEGORY codes; the whole dictionary in every
-graph, so an index means the same item everywhere), ``(admission, did,
-labitem)`` edges with ``edge_attr`` = [category code, z-score, the marks
-the stages wrote: Z_BOUNDED, Z_UNSEEN, fill's indicators, ...] and ``timestep``, and the reverse ``(labitem, rev_did,
-admission)``. As in PyG's heterograph tutorials, ``node_id`` is
-``arange(num_nodes)`` (what ``torch.nn.Embedding`` indexes); the raw
-identifiers are ``admission.hadm_id`` and ``labitem.itemid``. The names of
-every feature column come from :func:`feature_columns`, the one place the
-tensors take them from. The edge rows are sorted once and sliced by offsets: no
-rescan per batch. Pure: no I/O.
-"""
+"""The graph stage's tensors (the graphs themselves are described in the package's docstring): the edge rows sorted
+once and sliced by offsets into one ``HeteroData`` per batch of admissions, per split, with no rescan per batch; the
+names of every feature column from :func:`feature_columns`, the one place the tensors take them from; each graph's
+memory estimate and its guard. Pure: no I/O."""
 
 from __future__ import annotations
 

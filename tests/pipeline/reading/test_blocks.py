@@ -17,7 +17,7 @@ from pipeline import flow
 from pipeline.config import load_config
 from pipeline.reading.load import read_blocks, read_table
 from pipeline.reading.locate import TABLES, locate_tables
-from pipeline.reading.parse import check_blocks, check_table
+from pipeline.reading.parse import check_blocks
 from schemas.errors import StageError
 from tests.corpus import CASES, build
 
@@ -115,7 +115,7 @@ def test_validating_the_real_demo_in_blocks_gives_the_report_of_one_block(mimic3
 
 def test_checking_blocks_is_checking_the_whole_table(sample_dir):
     path = sample_dir / "LABEVENTS.csv"
-    whole = check_table("LABEVENTS", read_table(path, "LABEVENTS").frame)
+    whole = check_blocks("LABEVENTS", [read_table(path, "LABEVENTS").frame])
     blocks = check_blocks("LABEVENTS", read_blocks(path, "LABEVENTS", block_bytes=50_000))
     pd.testing.assert_frame_equal(blocks.tables.labevents, whole.tables.labevents)
     assert blocks.findings == whole.findings
