@@ -154,9 +154,8 @@ def write_pieces(parts: Iterable[pd.DataFrame], items: pd.DataFrame, people: pd.
         events = lab_events(part, items, people, stats)
         events["HADM_ID"] = part["HADM_ID"].to_numpy("int64")
         for (split, shard), group in events.groupby(["split", "shard"], sort=True):
-            table = pa.Table.from_pandas(group[list(meds.DataSchema.schema().names)], preserve_index=False)
             write.write_scratch(Path(pieces) / split / str(shard) / f"{int(group['HADM_ID'].min())}.parquet",
-                                parquet_writer(table.cast(meds.DataSchema.schema())))
+                                parquet_writer(meds_table(group)))
             per_code = group.groupby("code", sort=True)[["bounded", "withheld"]].sum()
             yield {"split": split, "shard": int(shard), "rows": len(group),
                    "admissions": np.unique(group["HADM_ID"].to_numpy()), "per_code": per_code}
@@ -182,20 +181,28 @@ def admission_events(admissions: pd.DataFrame, people: pd.DataFrame) -> pd.DataF
                          "text_value": pd.Series(None, index=events.index, dtype=object)})
 
 
-def shard_table(pieces: Path, split: str, shard: int, admitted: pd.DataFrame) -> pa.Table:
-    """One shard: its pieces and its admission events, sorted by subject, time, code, value (stable, so the same
-    inputs give the same bytes), guarded before it is staged (:func:`guard_shard`)."""
+def meds_table(events: pd.DataFrame) -> pa.Table:
+    """Events (a frame with at least MEDS' columns) as a table of ``meds.DataSchema``: its columns, its types."""
     schema = meds.DataSchema.schema()
+    return pa.Table.from_pandas(events[list(schema.names)], preserve_index=False).cast(schema)
+
+
+def shard_table(pieces: Path, split: str, shard: int, admitted: pd.DataFrame) -> pa.Table:
+    """One shard: its pieces and its admission events, sorted and guarded (:func:`sorted_shard`)."""
     folder = Path(pieces) / split / str(shard)
-    tables = [pq.read_table(path, schema=schema) for path in sorted(folder.glob("*.parquet"))]
-    mine = admitted[(admitted["split"] == split) & (admitted["shard"] == shard)]
-    tables.append(pa.Table.from_pandas(mine[list(schema.names)], preserve_index=False).cast(schema))
+    tables = [pq.read_table(path, schema=meds.DataSchema.schema()) for path in sorted(folder.glob("*.parquet"))]
+    tables.append(meds_table(admitted[(admitted["split"] == split) & (admitted["shard"] == shard)]))
+    return sorted_shard(tables, where=f"data/{split}/{shard}.parquet")
+
+
+def sorted_shard(tables: list[pa.Table], *, where: str) -> pa.Table:
+    """The shard ``where`` of its events' tables: sorted by subject, time, code, value (stable, so the same inputs
+    give the same bytes), guarded before it is staged (:func:`guard_shard`)."""
     table = pa.concat_tables(tables)
     order = pc.sort_indices(table, [("subject_id", "ascending"), ("time", "ascending"), ("code", "ascending"),
                                     ("numeric_value", "ascending"), ("text_value", "ascending")])
     table = table.take(order)
-    guard_shard(table.select(["subject_id", "time", "code", "numeric_value"]).to_pandas(),
-                where=f"data/{split}/{shard}.parquet")
+    guard_shard(table.select(["subject_id", "time", "code", "numeric_value"]).to_pandas(), where=where)
     return table
 
 

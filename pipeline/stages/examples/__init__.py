@@ -8,12 +8,16 @@ and ``docs/stages.md`` shows it as it is, so the tests and the documentation rea
   default);
 - ``[input.<TABLE>]`` and ``[output.<TABLE>]``: ``LABEVENTS`` (the lab rows the stage takes, and those it hands on),
   ``ADMISSIONS`` and ``D_LABITEMS`` (the small tables it reads, and those it hands on changed), and
-  ``[output.quarantine]`` (the rows it sets aside, with their reasons; without it, none). Each table names its
-  ``schema`` (a ``DataFrameModel`` of ``schemas/``, as ``"<module>.<Class>"``; the quarantine has its record's
-  columns) and holds its ``rows`` as CSV: the first column, ``line``, is the source line and the index (a table
-  that keeps no source lines has none, and is numbered from 0); an empty field is null. A column the schema does
-  not name is text, unless the table's ``dtypes`` names its dtype;
-- ``[fit]``: what the stage's fit learns, its ``state`` as ``stats.json`` keeps it (JSON) under ``saved_as``;
+  ``[output.quarantine]`` (the rows it sets aside, with their reasons; without it, none); the MEDS export's
+  ``splits`` and ``units`` (the split stage's assignment and each item's VALUEUOM, which it reads) and
+  ``[output.events]`` and ``[output.codes]`` (every shard's events and ``metadata/codes.parquet``'s rows, which it
+  writes). Each table names its ``schema`` (a ``DataFrameModel`` of ``schemas/``, as ``"<module>.<Class>"``; the
+  quarantine has its record's columns; a table no schema describes names none) and holds its ``rows`` as CSV: the
+  first column, ``line``, is the source line and the index (a table that keeps no source lines has none, and is
+  numbered from 0); an empty field is null. A column the schema does not name is text, unless the table's
+  ``dtypes`` names its dtype;
+- ``[fit]``: what the stage's fit learns (a stage that fits nothing: the fitted state it reads), its ``state`` as
+  ``stats.json`` keeps it (JSON) under ``saved_as``;
 - the graph stage's ``[output.features]`` (the names of each feature tensor's columns) and
   ``[output.graphs."<split>/<batch>".<store>]``: each graph's tensors, read by :func:`tensor`.
 
@@ -43,7 +47,8 @@ TEXT = types.pandas_dtype("str")  # a column no dtype is given for
 
 @dataclass(frozen=True)
 class Table:
-    """One table of an example: the schema it is described by (None: the quarantine's record) and its rows, typed."""
+    """One table of an example: the schema it is described by (None: the quarantine, whose record types its
+    columns, or a table no schema describes, typed by its ``dtypes`` alone) and its rows, typed."""
 
     schema: type | None
     frame: pd.DataFrame
@@ -52,8 +57,9 @@ class Table:
 @dataclass(frozen=True)
 class Example:
     """A stage's example as read: its config, its input and expected output tables by name, the state its fit
-    learns (``stats.json``'s JSON, parsed; None: the stage fits nothing) and the key it is saved under, and, for
-    the graph stage, the feature names and each graph's stores (attribute -> value, as written)."""
+    learns or, for a stage that fits nothing, reads (``stats.json``'s JSON, parsed; None: neither) and the key it
+    is saved under, and, for the graph stage, the feature names and each graph's stores (attribute -> value, as
+    written)."""
 
     name: str
     config: Mapping[str, Any]
@@ -94,8 +100,9 @@ def schema_of(name: str) -> type:
 
 
 def _table(name: str, block: Mapping[str, Any]) -> Table:
-    schema = None if name == QUARANTINE else schema_of(block["schema"])
-    dtypes = dict(empty_quarantine().dtypes) if schema is None else _schema_dtypes(schema)
+    schema = schema_of(block["schema"]) if "schema" in block else None
+    dtypes = (dict(empty_quarantine().dtypes) if name == QUARANTINE else {} if schema is None
+              else _schema_dtypes(schema))
     dtypes.update({column: types.pandas_dtype(dtype) for column, dtype in block.get("dtypes", {}).items()})
     return Table(schema=schema, frame=frame(block["rows"], dtypes))
 

@@ -3,7 +3,8 @@ it gives on them), the stage gives that output, and docs/stages.md shows each ex
 
 A stage runs on its example as ``flow.prepare`` runs it: its fit from its declared inputs, its plan, then its plan's
 calls on the rows (the pandas engine's chain), so the functions and the wiring of its declaration are both held to
-the example. The graph stage has no plan: its example holds the graphs ``build_graphs`` makes of the edge rows.
+the example. The graph stage has no plan: its example holds the graphs ``build_graphs`` makes of the edge rows; nor
+has the MEDS export: its example holds the events and the codes.parquet rows ``write_meds`` makes of them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from pipeline.config import SECTIONS, Config, documented_defaults
@@ -25,8 +28,10 @@ from pipeline.kernel.quarantine import combine
 from pipeline.kernel.stage import Context, Stage
 from pipeline.ledgers import Ledger
 from pipeline.reading.parse import RawTables
-from pipeline.stages import STAGES, graph
+from pipeline.reporting.findings import item_names
+from pipeline.stages import STAGES, graph, meds_export
 from pipeline.stages import examples
+from pipeline.stages.scale.fit import ZScoreStats
 from schemas.raw import ADMISSIONS, LABEVENTS, LABITEMS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -151,6 +156,71 @@ def test_the_graph_stage_builds_its_example_graphs():
     assert_graphs(example, graphs_of(example))
 
 
+def meds_of(example: examples.Example) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """What ``write_meds`` makes of the example's edge rows, without the files: every shard's events (its path
+    first, the shards in the order written) and ``metadata/codes.parquet``'s rows (parent_codes, checked null, left
+    out; its int64 columns read as Int64, as badpoints/itemid holds nulls). An admission is in the graphs when it
+    has an edge row, as the admission ledger says."""
+    given = {name: table.frame for name, table in example.input.items()}
+    edges, admissions, labitems = given[LABEVENTS], given[ADMISSIONS], given[LABITEMS]
+    stats = ZScoreStats.from_json(example.state)
+    known = set(labitems["ITEMID"].astype("int64")) | set(stats.items_)
+    items = meds_export.item_table(stats, meds_export.lab_codes(known, given["units"].set_index("ITEMID")["VALUEUOM"]))
+    fates = pd.DataFrame({"HADM_ID": admissions["HADM_ID"],
+                          "FATE": np.where(admissions["HADM_ID"].isin(edges["HADM_ID"]), "in_graphs", "dropped")})
+    people = meds_export.subjects(fates, given["splits"], len(edges))
+    labs = meds_export.lab_events(edges, items, people, stats)
+    admitted = meds_export.admission_events(admissions, people)
+    shards = []
+    for (split, shard), events in pd.concat([labs, admitted], ignore_index=True).groupby(["split", "shard"]):
+        where = f"data/{split}/{shard}.parquet"
+        written = meds_export.sorted_shard([meds_export.meds_table(events)], where=where).to_pandas()
+        shards.append(written.assign(file=where)[["file", *written.columns]])
+    counted = labs.groupby("code", sort=True)[["bounded", "withheld"]].sum()
+    codes = meds_export.codes_table(stats, items, item_names(labitems), admitted["code"], counted)
+    codes = codes.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+    assert codes.pop("parent_codes").isna().all(), "parent_codes: null in every row"
+    return pd.concat(shards, ignore_index=True), codes
+
+
+def assert_meds(example: examples.Example, events: pd.DataFrame, codes: pd.DataFrame) -> None:
+    """The export wrote exactly the example's events and codes.parquet rows."""
+    pd.testing.assert_frame_equal(events, example.output["events"].frame, check_exact=True, obj="MEDS events")
+    pd.testing.assert_frame_equal(codes, example.output["codes"].frame, check_exact=True, obj="codes.parquet")
+
+
+def test_the_meds_export_writes_its_example_events_and_codes():
+    example = examples.load(meds_export.NAME)
+    assert example.saved_as == BY_NAME["scale"].fit.saved_as, "the state it reads is the scale stage's"
+    assert_meds(example, *meds_of(example))
+
+
+@pytest.mark.parametrize("wrong", ["a value", "a row", "a dtype", "a code's mean", "a count"])
+def test_a_meds_example_with_a_wrong_expected_output_fails(wrong: str):
+    """One wrong numeric_value, a missing event, another dtype, a code's values/mean or a withheld count fails."""
+    example = examples.load(meds_export.NAME)
+    events, codes = meds_of(example)
+    assert_meds(example, events, codes)
+    output = dict(example.output)
+    written, table = output["events"], output["codes"]
+    if wrong == "a value":
+        bounded = written.frame["numeric_value"] == np.float32(185.0)
+        changed = written.frame.copy()
+        changed.loc[bounded, "numeric_value"] = np.float32(210.0)
+        output["events"] = replace(written, frame=changed)
+    elif wrong == "a row":
+        output["events"] = replace(written, frame=written.frame.iloc[1:].reset_index(drop=True))
+    elif wrong == "a dtype":
+        output["events"] = replace(written, frame=written.frame.astype({"numeric_value": "float64"}))
+    elif wrong == "a code's mean":
+        output["codes"] = replace(table, frame=_changed(table.frame, "values/mean", np.float32(0.000001)))
+    else:
+        output["codes"] = replace(table, frame=table.frame.assign(**{"badpoints/withheld": 0}).astype(
+            {"badpoints/withheld": "Int64"}))
+    with pytest.raises(AssertionError):
+        assert_meds(replace(example, output=output), events, codes)
+
+
 def test_every_stage_has_an_example_and_every_example_a_stage():
     assert examples.names() == tuple(sorted(BY_NAME))
 
@@ -166,7 +236,7 @@ def test_an_example_takes_what_its_stage_takes_and_gives_what_it_gives(stage: St
         for name, table in tables.items():
             if table.schema is not None:
                 table.schema.validate(table.frame)
-            else:
+            elif name == examples.QUARANTINE:
                 assert list(table.frame.columns) == list(combine([]).columns), f"{side} {name}"
 
 
