@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.kernel.calls import reads
+from pipeline.stages.encode import Options as EncodeOptions
 from pipeline.stages.scale.options import NAME, POLICIES, RULES, TRANSFORMS, Options, policy_of, rows_with
 from schemas.errors import StageError
 
@@ -45,8 +46,8 @@ class ZScoreStats:
     constant_bound: float = Options.constant_bound
     transform_: tuple[str, ...] | None = None  # per item, of TRANSFORMS (None: identity for every item)
     policy_: tuple[str, ...] | None = None  # per item, its [scale.policy] (None: "none" for every item)
-    bound: float = math.inf  # [scale] bound of the items whose policy is one of BOUNDED (inf: "none")
-    min_admissions: int = 1  # [encode] min_admissions: an item seen in fewer training admissions is rare
+    bound: float = Options.bound  # [scale] bound of the items whose policy is one of BOUNDED (inf: "none")
+    min_admissions: int = EncodeOptions.min_admissions  # an item seen in fewer training admissions is rare
 
     @property
     def transforms(self) -> tuple[str, ...]:
@@ -141,6 +142,7 @@ class ZScoreStats:
             policy_=tuple(str(p) for p in data["policy"]) if "policy" in data else None,
             bound=math.inf if bound is None else float(bound), eps=float(data["eps"]),
             min_rows=int(data["min_rows"]), constant_bound=float(data["constant_bound"]),
+            # A stats.json without the key marks no item rare: each kept what its values gave.
             min_admissions=int(data.get("min_admissions", 1)),
         )
 
@@ -263,7 +265,7 @@ def _skewness(values: pd.Series, items: pd.Series, weights: pd.Series) -> pd.Ser
 def fit_zscore(events: pd.DataFrame, *, eps: float = Options.eps, clip_sigma: float = Options.clip_sigma,
                min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
                policy: Mapping[Any, str] | None = None, bound: float = Options.bound,
-               skew: float = Options.skew, min_admissions: int = 1) -> ZScoreStats:
+               skew: float = Options.skew, min_admissions: int = EncodeOptions.min_admissions) -> ZScoreStats:
     """Fit per-item stats on the training rows that carry a number (``events`` has SPLIT, FLAG and HADM_ID);
     ``policy`` as :func:`pipeline.stages.scale.options.item_policies` gives it (ITEMIDs and "default"); an item seen
     in fewer than ``min_admissions`` training admissions is rare (nothing of its values kept)."""
@@ -276,7 +278,8 @@ def fit_by_passes(keep: Callable[[Callable[[pd.DataFrame], pd.DataFrame]], Any],
                   each: Callable[[Any, Callable[[pd.DataFrame], pd.DataFrame]], Sequence[pd.DataFrame]], *,
                   eps: float = Options.eps, clip_sigma: float = Options.clip_sigma, min_rows: int = Options.min_rows,
                   constant_bound: float = Options.constant_bound, policy: Mapping[Any, str] | None = None,
-                  bound: float = Options.bound, skew: float = Options.skew, min_admissions: int = 1) -> ZScoreStats:
+                  bound: float = Options.bound, skew: float = Options.skew,
+                  min_admissions: int = EncodeOptions.min_admissions) -> ZScoreStats:
     """The fit of rows that may lie in parts: ``keep(step)`` applies ``step`` to every part and keeps what it
     gives where the part is; ``each(kept, step)`` gives ``step`` of every kept part. Each part's
     :func:`fit_rows` (its distinct values, counted) come back and add up (:func:`add_fit_rows`) to the very
@@ -295,7 +298,7 @@ def _as_is(rows: FitRows) -> FitRows:
 def fit_from_rows(rows: FitRows, *, eps: float = Options.eps, clip_sigma: float = Options.clip_sigma,
                   min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
                   policy: Mapping[Any, str] | None = None, bound: float = Options.bound,
-                  skew: float = Options.skew, min_admissions: int = 1) -> ZScoreStats:
+                  skew: float = Options.skew, min_admissions: int = EncodeOptions.min_admissions) -> ZScoreStats:
     """The stats from the counted training values of all the rows (:func:`add_fit_rows`): each item's transform
     is chosen from them (:func:`item_transforms`), then its mean and scale are fitted on the transformed values
     (strictly increasing: distinct values stay distinct and in order). An item seen in fewer than
@@ -409,7 +412,8 @@ def _centred_bases(sums: Callable[[pd.DataFrame | None], pd.DataFrame], known: p
 def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: float = Options.eps,
                   min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
                   transforms: pd.Series | None = None, policies: pd.Series | None = None,
-                  bound: float = math.inf, rare: pd.Series | None = None, min_admissions: int = 1) -> ZScoreStats:
+                  bound: float = Options.bound, rare: pd.Series | None = None,
+                  min_admissions: int = EncodeOptions.min_admissions) -> ZScoreStats:
     """The stats from ``sums(known)``: :func:`fit_sums` of every training row, in one part or added over many.
 
     Five passes: counts and ranges; per basis, the mean and centred std (two passes), which set the

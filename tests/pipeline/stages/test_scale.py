@@ -43,13 +43,19 @@ HADM_OF_SPLIT = {"train": 100, "val": 200, "test": 300}
 RAW = {"default": "none"}  # today's raw z: these tests hold the fit's chain of rules, not the default policy
 
 
+def fit(events, *, min_admissions=1, **options):
+    """:func:`scale.fit_zscore` with no item rare unless ``min_admissions`` says: :func:`lab_rows` puts a split's
+    rows in one admission, which [encode] min_admissions would make every item's too few."""
+    return scale.fit_zscore(events, min_admissions=min_admissions, **options)
+
+
 def fit_raw(events, *, policy=None, **options):
-    """:func:`scale.fit_zscore` with every item not named in ``policy`` scaled by the raw z."""
-    return scale.fit_zscore(events, policy={**RAW, **(policy or {})}, **options)
+    """:func:`fit` with every item not named in ``policy`` scaled by the raw z."""
+    return fit(events, policy={**RAW, **(policy or {})}, **options)
 
 
-def _passes_raw(keep, each, *, policy=None, **options):
-    return scale.fit_by_passes(keep, each, policy={**RAW, **(policy or {})}, **options)
+def _passes_raw(keep, each, *, policy=None, min_admissions=1, **options):
+    return scale.fit_by_passes(keep, each, policy={**RAW, **(policy or {})}, min_admissions=min_admissions, **options)
 
 
 def raw_config(**policy):
@@ -568,8 +574,8 @@ def test_an_item_of_fewer_training_admissions_than_min_admissions_keeps_nothing_
     (finding,) = [f for f in scale.scale_findings(scaled, stats, warn_bound=100.0) if f.check == "rare_item"]
     assert finding.severity == "info" and finding.count == 3
     assert "ITEMID 3 (18 train rows), 2 (2 train rows), 1 (1 train row)" in finding.message
-    # With min_admissions 1 (what the fit did before), the one row's value was the mean: the leak this closes.
-    assert fit_raw(events).table().loc[1, "mean"] == 31337.777
+    # With min_admissions 1, the one row's value is the mean: what the rule keeps out of stats.json.
+    assert fit_raw(events, min_admissions=1).table().loc[1, "mean"] == 31337.777
 
 
 def test_rare_items_are_the_same_from_parts_cut_by_admission():
@@ -710,9 +716,9 @@ def demo(mimic3demo):
     """The demo validated by the flow with today's raw z and every item fitted ([encode] min_admissions 1: no item
     is rare), and its lab rows as the scale stage received them."""
     config = raw_config()
-    validation = validate(mimic3demo, dataclasses.replace(config, encode=dataclasses.replace(config.encode,
-                                                                                            min_admissions=1)))
-    return validation.prepared, run_stages(validation.tables).encoded
+    config = dataclasses.replace(config, encode=dataclasses.replace(config.encode, min_admissions=1))
+    validation = validate(mimic3demo, config)
+    return validation.prepared, run_stages(validation.tables, config).encoded
 
 
 def test_on_the_mimic3_demo_no_varying_item_is_constant_and_fallback_z_stays_small(demo):
@@ -752,7 +758,7 @@ def test_auto_takes_asinh_for_a_right_skewed_item_and_nothing_for_a_symmetric_on
     symmetric = np.round(rng.normal(140.0, 3.0, 300), 1)  # sodium
     events = lab_rows([(1, v, None, "train") for v in skewed] + [(2, v, None, "train") for v in symmetric]
                       + [(1, -3.0, None, "test"), (1, 50_000.0, None, "test")])
-    stats = scale.fit_zscore(events)
+    stats = fit(events)
     assert dict(zip(stats.items_, stats.transforms)) == {1: "asinh", 2: "identity"}
     assert dict(zip(stats.items_, stats.policies)) == {1: "auto", 2: "auto"}
     z = scale.apply_zscore(events, stats)
@@ -765,7 +771,7 @@ def test_the_default_keeps_every_items_order_and_marks_what_it_bounded():
     events = lab_rows([(1, v, None, "train") for v in (10.0, 11.0, 12.0, 11.5, 10.5, 9.0, 13.0, 12.5, 10.2, 11.1)]
                       + [(1, v, "abnormal", s) for v, s in ((400.0, "train"), (9_000.0, "val"), (20.0, "test"))]
                       + [(5, 7.0, None, "val")])
-    scaled = scale.apply_zscore(events, scale.fit_zscore(events))
+    scaled = scale.apply_zscore(events, fit(events))
     item = scaled[scaled["ITEMID"] == 1].sort_values("VALUENUM")
     assert item["Z"].is_monotonic_increasing and item["Z"].abs().max() < 10
     assert item.loc[item["VALUENUM"] >= 400, "Z_BOUNDED"].tolist() == [1, 1]
@@ -775,7 +781,7 @@ def test_the_default_keeps_every_items_order_and_marks_what_it_bounded():
 
 def test_a_raw_policy_item_is_neither_transformed_nor_bounded():
     events = lab_rows([(1, v, None, "train") for v in (10.0, 11.0, 12.0)] + [(1, 400.0, None, "test")])
-    stats = scale.fit_zscore(events, policy={"default": "auto", 1: "none"})
+    stats = fit(events, policy={"default": "auto", 1: "none"})
     assert stats.transforms == ("identity",)
     assert scale.apply_zscore(events, stats)["Z"].max() == pytest.approx(389.0)
 
@@ -806,21 +812,21 @@ def test_a_policy_that_is_not_one_of_the_policies_is_a_config_error(tmp_path):
 def test_stats_json_records_each_items_transform_policy_and_the_bound():
     events = lab_rows([(1, v, None, "train") for v in np.exp(np.linspace(0, 8, 50))]
                       + [(2, v, None, "train") for v in (1.0, 2.0, 3.0)])
-    stats = scale.fit_zscore(events, policy={2: "log"})
+    stats = fit(events, policy={2: "log"})
     saved = json.loads(json.dumps(stats.as_json()))
     assert (saved["transform"], saved["policy"], saved["bound"]) == (["asinh", "log1p"], ["auto", "log"], 10.0)
     assert scale.ZScoreStats.from_json(saved) == stats
-    unbounded = scale.fit_zscore(events, bound="none").as_json()
+    unbounded = fit(events, bound="none").as_json()
     assert unbounded["bound"] is None and scale.ZScoreStats.from_json(unbounded).bound == float("inf")
 
 
 def test_the_default_fit_does_not_depend_on_row_order():
     rng = np.random.default_rng(7)
     events = lab_rows([(1 + n % 3, float(np.round(np.exp(rng.normal(2, 1)), 2)), None, "train") for n in range(300)])
-    stats = scale.fit_zscore(events)
+    stats = fit(events)
     for seed in range(3):
         shuffled = events.sample(frac=1.0, random_state=seed)
-        assert scale.fit_zscore(shuffled) == stats
+        assert fit(shuffled) == stats
         pd.testing.assert_frame_equal(scale.apply_zscore(shuffled, stats).sort_index(),
                                       scale.apply_zscore(events, stats).sort_index())
 
