@@ -54,10 +54,6 @@ def fit_raw(events, *, policy=None, **options):
     return fit(events, policy={**RAW, **(policy or {})}, **options)
 
 
-def _passes_raw(keep, each, *, policy=None, min_admissions=1, **options):
-    return scale.fit_by_passes(keep, each, policy={**RAW, **(policy or {})}, min_admissions=min_admissions, **options)
-
-
 def raw_config(**policy):
     """The default config with [scale.policy] default = "none" (and ``policy``'s lines)."""
     config = load_config()
@@ -111,37 +107,35 @@ def lab_rows(rows: list[tuple]) -> pd.DataFrame:
     return frame
 
 
-# -- centred_stats ------------------------------------------------------------------------------------
-def test_centred_stats_match_numpy_two_pass_sample_std():
+# -- the centred std ---------------------------------------------------------------------------------
+def test_the_fit_gives_numpys_two_pass_sample_std_per_item():
     rng = np.random.default_rng(7)
-    values = pd.Series(np.concatenate([rng.normal(5, 2, 40), rng.normal(-300, 0.5, 9), [42.0]]))
-    items = pd.Series(np.repeat([1, 2, 3], [40, 9, 1]))
-    stats = scale.centred_stats(values, items)
-    for item, group in values.groupby(items):
-        assert stats.loc[item, "mean"] == pytest.approx(np.mean(group.to_numpy()), rel=1e-12)
-        assert stats.loc[item, "count"] == len(group)
-    assert stats.loc[1, "std"] == pytest.approx(np.std(values[items == 1].to_numpy(), ddof=1), rel=1e-12)
-    assert stats.loc[2, "std"] == pytest.approx(np.std(values[items == 2].to_numpy(), ddof=1), rel=1e-12)
-    assert np.isnan(stats.loc[3, "std"])  # one observation has no sample std
+    values = {1: rng.normal(5, 2, 40), 2: rng.normal(-300, 0.5, 9)}
+    events = lab_rows([(item, v, None, "train") for item, group in values.items() for v in group]
+                      + [(3, 42.0, None, "train")])
+    table = fit_raw(events, clip_sigma=100.0, min_rows=2).table()
+    for item, group in values.items():
+        assert table.loc[item, "mean"] == pytest.approx(np.mean(group), rel=1e-12)
+        assert table.loc[item, "scale"] == pytest.approx(np.std(group, ddof=1), rel=1e-12)
+        assert (table.loc[item, "count"], table.loc[item, "rule"]) == (len(group), "normal")
+    assert table.loc[3, "rule"] == "constant"  # one observation has no sample std
 
 
-def test_centred_stats_ignore_missing_values():
-    values = pd.Series([1.0, np.nan, 3.0])
-    stats = scale.centred_stats(values, pd.Series([9, 9, 9]))
-    assert (stats.loc[9, "mean"], stats.loc[9, "count"]) == (2.0, 2)
-    assert stats.loc[9, "std"] == pytest.approx(np.sqrt(2.0))
+def test_the_fit_reads_only_rows_with_a_number():
+    events = lab_rows([(9, 1.0, None, "train"), (9, None, None, "train"), (9, 3.0, None, "train")])
+    stats = fit_raw(events, min_rows=2)
+    assert (stats.mean_, stats.count_) == ((2.0,), (2,)) and stats.scale_[0] == pytest.approx(np.sqrt(2.0))
 
 
-def test_centred_stats_stay_right_where_a_sum_of_squares_formula_fails():
+def test_the_centred_std_stays_right_where_a_sum_of_squares_formula_fails():
     rng = np.random.default_rng(11)
-    values = pd.Series(1e6 + 1e-3 * rng.standard_normal(2_000))
+    values = 1e6 + 1e-3 * rng.standard_normal(2_000)
     n = len(values)
-    centred = values.to_numpy() - values.to_numpy().mean()
-    reference = np.std(centred, ddof=1)
-    std = scale.centred_stats(values, pd.Series(np.zeros(n, dtype="int64"))).loc[0, "std"]
-    assert abs(std - reference) <= 1e-6 * reference
+    reference = np.std(values - values.mean(), ddof=1)
+    stats = fit_raw(lab_rows([(7, v, None, "train") for v in values]), clip_sigma=100.0)
+    assert stats.rule_ == ("normal",) and abs(stats.scale_[0] - reference) <= 1e-6 * reference
     # The one-pass formula the module refuses to use: catastrophic cancellation at mean 1e6, std 1e-3.
-    squares = np.sum(values.to_numpy() ** 2)
+    squares = np.sum(values ** 2)
     one_pass_variance = (squares - n * values.mean() ** 2) / (n - 1)
     one_pass = np.sqrt(one_pass_variance) if one_pass_variance >= 0 else np.nan
     assert not (abs(one_pass - reference) <= 1e-6 * reference)
@@ -489,15 +483,19 @@ def test_z_is_finite_for_every_row_with_a_number_or_the_stage_says_why(items, lo
     assert np.isfinite(scaled.loc[constant, "Z"]).all()
 
 
-# -- the fit from per-part sums (what the Dask engine adds up) ------------------------------------------
-def _fit_from_parts(events: pd.DataFrame, parts: int, **settings) -> scale.ZScoreStats:
-    """The fit as the Dask engine runs it: fit rows kept per part, every pass of fit_sums added over the parts."""
+# -- the fit from parts (what the parts and Dask engines add up) ---------------------------------------------
+def _fit_from_parts(events: pd.DataFrame, parts: int, *, policy=None, min_admissions=1,
+                    **settings) -> scale.ZScoreStats:
+    """The fit as an engine of parts runs the stage's :class:`Fit`: each part's :func:`scale.fit_rows`, added up
+    (:func:`scale.add_fit_rows`), then finished (:func:`scale.fit_from_rows`); :func:`fit_raw`'s policy and
+    ``min_admissions``."""
+    fit, policy = scale.STAGE.fit, {**RAW, **(policy or {})}
     frames = [events[events["HADM_ID"] % parts == n] for n in range(parts)]
-    return _passes_raw(lambda step: [step(frame) for frame in frames],
-                               lambda kept, step: [step(rows) for rows in kept], **settings)
+    return fit.finish(fit.combine([fit.partial(frame, policy=policy) for frame in frames]), policy=policy,
+                      min_admissions=min_admissions, **settings)
 
 
-def test_sums_added_over_parts_give_the_whole_fit(encoded):
+def test_fit_rows_added_over_parts_give_the_whole_fit(encoded):
     whole = fit_raw(encoded, policy={AST: "log"})
     assert _fit_from_parts(encoded, 1, policy={AST: "log"}) == whole  # one part: bit for bit
     for parts in (2, 7):
@@ -525,7 +523,7 @@ def test_reported_rows_give_the_same_findings_as_all_rows(scaled, fitted):
     assert scale.scale_findings(picked, fitted, warn_bound=5.0) == scale.scale_findings(scaled, fitted, warn_bound=5.0)
 
 
-def test_fit_by_passes_over_parts_records_the_same_rules_ranges_and_counts():
+def test_the_fit_over_parts_records_the_same_rules_ranges_and_counts():
     rng = np.random.default_rng(3)
     rows = ([(1, v, None, "train") for v in rng.normal(10, 1, 40)] + [(1, 90.0, "abnormal", "train")]
             + [(2, 120.0, None, "train")] + [(2, v, "abnormal", "train") for v in rng.uniform(400, 13_000, 27)]
@@ -538,7 +536,7 @@ def test_fit_by_passes_over_parts_records_the_same_rules_ranges_and_counts():
         split = _fit_from_parts(events, parts)
         assert (split.items_, split.rule_, split.count_, split.normal_count_) == (
             whole.items_, whole.rule_, whole.count_, whole.normal_count_)
-        assert split.mean_[2] == whole.mean_[2] == 4.0  # the constant value exactly, from the min over parts
+        assert split.mean_[2] == whole.mean_[2] == 4.0  # the constant value exactly
         np.testing.assert_allclose(split.mean_, whole.mean_, rtol=1e-12)
         np.testing.assert_allclose(split.scale_, whole.scale_, rtol=1e-12)
 
@@ -595,13 +593,6 @@ def test_stats_json_of_a_rare_item_round_trips_and_an_edited_one_is_refused():
     edited = {**stats.as_json(), "mean": [7.5]}
     with pytest.raises(ValueError, match="rare ITEMID \\[1\\] must keep nothing of their values"):
         scale.ZScoreStats.from_json(edited)
-
-
-def test_add_sums_takes_min_of_mins_and_max_of_maxes():
-    one = pd.DataFrame({"N_NORMAL": [1, 0], "MIN": [3.0, -1.0], "MAX": [5.0, 2.0]}, index=[7, 8])
-    two = pd.DataFrame({"N_NORMAL": [2], "MIN": [-4.0], "MAX": [4.0]}, index=[7])
-    added = scale.add_sums([one, two])
-    assert added.loc[7].tolist() == [3, -4.0, 5.0] and added.loc[8].tolist() == [0, -1.0, 2.0]
 
 
 # -- what stats.json records per item ---------------------------------------------------------------------
