@@ -17,7 +17,7 @@ from pipeline.kernel.quarantine import LineMask
 
 class DaskEngine(PartsEngine):
     """The parts engine's work on a ``dask.distributed`` cluster: the same parts files, each per-part step (a
-    stage, a fit's partial result or pass, a pick, a count) a task on a worker, which reads its part's file and
+    stage, a fit's partial result, a pick, a count) a task on a worker, which reads its part's file and
     writes what it makes beside it.
 
     LABEVENTS' blocks are read here (a ``.gz`` stream is read in order) and sent to the workers, which check them and

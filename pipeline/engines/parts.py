@@ -51,7 +51,7 @@ from pipeline.engines.batches import admitted_in, batch_piece, batch_pieces
 from pipeline.engines.pandas import PANDAS
 from pipeline.engines.routing import Router, admission_parts
 from pipeline.engines.stored import Batches, LineFiles, Stored, read_part
-from pipeline.engines.tasks import ChainDone, LinkDone, block_part, call_part, chain_part, pick_part, step_part
+from pipeline.engines.tasks import ChainDone, LinkDone, block_part, call_part, chain_part, pick_part
 from pipeline.engines.workers import give_back_all, start_worker, started, stopped
 from pipeline.reading.parse import PartCheck, check_part
 from pipeline.kernel.quarantine import Kept
@@ -133,31 +133,15 @@ class PartsEngine:
                       order=order, columns=tuple(events.columns))
 
     def fit(self, fit: Fit, events: Events, *args: Any, **kwargs: Any) -> Any:
-        """A mergeable fit part by part (its partial results, or its passes); any other fit on what it was handed."""
-        if not isinstance(events, Stored) or (fit.parts is None and fit.partial is None):
+        """A mergeable fit part by part (its partial results); any other fit on what it was handed."""
+        if not isinstance(events, Stored) or fit.partial is None:
             return fit.whole(events, *args, **kwargs)
-        if fit.partial is not None:  # combined a few at a time as they come (a combine adds up: counts, sums)
-            partials: list = []
-            for partial in self._map(call_part, events.paths, call=fit.partial, args=args, kwargs=kwargs):
-                partials.append(partial)
-                if len(partials) > COMBINE_EVERY:
-                    partials = [fit.combine(partials)]
-            return fit.finish(fit.combine(partials), *args, **kwargs)
-
-        kept_by_passes: list[Stored] = []
-
-        def keep(step: Callable[[pd.DataFrame], pd.DataFrame]) -> Stored:
-            targets = [self._path() for _ in events.paths]
-            list(self._map(step_part, list(zip(events.paths, targets)), step=step))
-            kept_by_passes.append(replace(events, paths=tuple(targets)))
-            return kept_by_passes[-1]
-
-        try:
-            return fit.parts(keep, lambda kept, step: list(self._map(call_part, kept.paths, call=step)), *args,
-                             **kwargs)
-        finally:
-            for kept in kept_by_passes:
-                self.release(kept)
+        partials: list = []  # combined a few at a time as they come (a combine adds up: counts, sums)
+        for partial in self._map(call_part, events.paths, call=fit.partial, args=args, kwargs=kwargs):
+            partials.append(partial)
+            if len(partials) > COMBINE_EVERY:
+                partials = [fit.combine(partials)]
+        return fit.finish(fit.combine(partials), *args, **kwargs)
 
     def chain(self, events: Stored, links: Sequence[Link], fits: Sequence[tuple[Fit, tuple, dict]] = ()) -> Chained:
         """The links on every part, each part in one go (one read, one write: in a worker process or on a cluster's

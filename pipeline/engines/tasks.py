@@ -1,6 +1,6 @@
 """A part's work as one function of its file, which a worker runs as a task (:class:`PartsEngine` calls it here,
 one part at a time, or in its worker processes; :class:`DaskEngine` sends it to a cluster's worker): the links of
-a chain (:func:`chain_part`), a fit's pass (:func:`step_part`), a raw block's check (:func:`block_part`), a call
+a chain (:func:`chain_part`), a raw block's check (:func:`block_part`), a call (a fit's partial result among them)
 or a pick of a part (:func:`call_part`, :func:`pick_part`). What it makes comes back as data, a
 :class:`StageError` included."""
 
@@ -61,14 +61,6 @@ def chain_part(paths: tuple[Any, Path], *, work: Any, schema: type | None) -> Ch
         fitted = tuple(partial(frame) for partial in partials)
     write_part(frame, target)
     return ChainDone(links=tuple(done), rows=len(frame), columns=tuple(frame.columns), partials=fitted)
-
-
-def step_part(paths: tuple[Any, Path], *, step: Callable[[pd.DataFrame], pd.DataFrame]) -> int:
-    """A fit's pass over the part at ``paths[0]``: what ``step`` keeps of it, written to ``paths[1]``; its rows."""
-    source, target = paths
-    frame = step(read_part(source))
-    write_part(frame, target)
-    return len(frame)
 
 
 def block_part(path: Path, *, call: Callable[..., Any], kwargs: dict) -> Any:

@@ -42,10 +42,9 @@ class Fit:
     ``whole`` fits one frame. A mergeable fit gives the same state from rows held in parts (the engine picks):
     ``partial(part, *args, **kwargs)`` is a part's small result, ``combine(partials)`` adds them up (into a
     result that combines again: an engine combines a few at a time) and ``finish(combined, *args, **kwargs)`` is
-    the state (``whole`` is ``finish`` of ``combine`` of one ``partial``); or ``parts`` runs passes over the parts
-    itself (the z-score fit's centred sums). ``inputs(events, context)`` says what the fit reads: the rows (or the
-    columns it needs of them), its arguments and its options. The state is a frozen dataclass whose fitted
-    attributes end in ``_``, saved in ``stats.json`` under ``saved_as``.
+    the state (``whole`` is ``finish`` of ``combine`` of one ``partial``). ``inputs(events, context)`` says what
+    the fit reads: the rows (or the columns it needs of them), its arguments and its options. The state is a frozen
+    dataclass whose fitted attributes end in ``_``, saved in ``stats.json`` under ``saved_as``.
 
     ``rows(options)``: whether it reads any row with these options (fill's constants read none: it is fitted
     without waiting for the rows). ``early``: its arguments are its options alone, so a mergeable fit may read the
@@ -59,7 +58,6 @@ class Fit:
     # (events, context): the rows, arguments and options it reads in a run's passes (None: a run that hands it its
     # items itself, a MEDS run its shards)
     inputs: Callable[..., tuple[Events, tuple, dict]] | None = None
-    parts: Callable[..., Any] | None = None
     partial: Callable[..., Any] | None = None
     combine: Callable[[list], Any] | None = None
     finish: Callable[..., Any] | None = None

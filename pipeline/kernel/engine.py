@@ -44,8 +44,8 @@ class Engine(Protocol):
         """``events`` ready for per-admission stages (``splits``: HADM_ID and SPLIT, when the rows have no SPLIT)."""
 
     def fit(self, fit: Fit, events: Events, *args: Any, **kwargs: Any) -> Any:
-        """The state ``fit`` learns from all the rows: ``fit.whole(events, *args, **kwargs)``, or as much from
-        ``fit.parts`` over the parts."""
+        """The state ``fit`` learns from all the rows: ``fit.whole(events, *args, **kwargs)``, or (a mergeable fit
+        of rows in parts) as much from its partial results, combined and finished."""
 
     def chain(self, events: Events, links: Sequence[Link], fits: Sequence[tuple[Fit, tuple, dict]] = ()) -> Chained:
         """Each link's counts, calls and picks, link after link, on all the rows (in one go on each part): what

@@ -226,7 +226,7 @@ def stage_pass(prepare: Sequence[Stage], start: int, config: Any, fitted: Collec
 
 def _replays(before: Sequence[Stage], stage: Stage) -> bool:
     """Whether ``stage``'s fit can read the rows of the stages ``before`` it by replaying their calls."""
-    return all(s.replay for s in before) and stage.fit is not None and stage.fit.parts is None
+    return all(s.replay for s in before) and stage.fit is not None
 
 
 def fits_ahead(prepare: Sequence[Stage], end: int, config: Any, fitted: Collection[str] = ()

@@ -56,7 +56,7 @@ class Vocabularies:
     admission_: tuple[tuple[str, tuple[str, ...]], ...]
     fluid_: tuple[str, ...]
     category_: tuple[str, ...]
-    fold_case_: bool = False  # FLUID and CATEGORY looked up regardless of letter case
+    fold_case_: bool = Options.fold_case  # FLUID and CATEGORY looked up regardless of letter case
 
     def lab_table(self) -> pd.DataFrame:
         """(ITEMID, VALUE) -> CODE."""
@@ -79,7 +79,7 @@ class Vocabularies:
             admission_=tuple((column, tuple(values)) for column, values in data["admission"]),
             fluid_=tuple(data["fluid"]),
             category_=tuple(data["category"]),
-            fold_case_=bool(data.get("fold_case", False)),
+            fold_case_=bool(data.get("fold_case", False)),  # a stats.json without the key matched case exactly
         )
 
 
@@ -140,7 +140,8 @@ def add_value_counts(parts: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def vocabularies_from_counts(counts: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
-                             min_admissions: int = 1, fold_case: bool = False) -> Vocabularies:
+                             min_admissions: int = Options.min_admissions,
+                             fold_case: bool = Options.fold_case) -> Vocabularies:
     """The vocabularies from the lab values' counts over all the rows (see :func:`fit_vocabularies`)."""
     counts = counts.reset_index()
     counts = counts[counts["ADMISSIONS"] >= min_admissions]
@@ -160,7 +161,8 @@ def vocabularies_from_counts(counts: pd.DataFrame, admissions: pd.DataFrame, lab
 
 
 def fit_vocabularies(events: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
-                     min_admissions: int = 1, fold_case: bool = False) -> Vocabularies:
+                     min_admissions: int = Options.min_admissions,
+                     fold_case: bool = Options.fold_case) -> Vocabularies:
     """Fit on the training split: lab VALUEs of categorical items, admission columns; FLUID/CATEGORY on the dictionary.
 
     ``events`` and ``admissions`` carry SPLIT. A lab VALUE or admission value enters a vocabulary only when

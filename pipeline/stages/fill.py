@@ -69,6 +69,8 @@ class Options:
         "CODE": Column(FillPolicy(policy="constant", value=0), doc="""
             Numeric rows have no category: code 0, reserved for missing and unseen values."""),
     })
+    # The section as a config without [fill] tables holds it: each column's declared policy.
+    DEFAULTS = MappingProxyType({column: declared.policy for column, declared in COLUMNS.items()})
 
     @classmethod
     def load(cls, values: Any, name: str | None = None) -> Mapping[str, FillPolicy]:
@@ -111,8 +113,8 @@ class FillValues:
         return {column: value for column, value in self.values_}
 
 
-def fit_fill(events: pd.DataFrame, policies: Mapping[str, FillPolicy]) -> FillValues:
-    """Constants as declared; means and medians of the training split."""
+def fit_fill(events: pd.DataFrame, *, policies: Mapping[str, FillPolicy] = Options.DEFAULTS) -> FillValues:
+    """Per column of ``policies`` ([fill]): constants as declared; means and medians of the training split."""
     train = events["SPLIT"] == "train"
     values = []
     for column, policy in sorted(policies.items()):
@@ -245,7 +247,7 @@ def fit_inputs(events: Any, context: Context) -> tuple[pd.DataFrame, tuple, dict
               if column in context.options and context.options[column].policy in ("mean", "median")]
     rows = (context.engine.rows(events, training_rows, fitted) if fitted
             else pd.DataFrame({"SPLIT": pd.Series([], dtype="str")}))  # constants alone read no row
-    return rows, (context.options,), {}
+    return rows, (), dict(policies=context.options)
 
 
 def fits_rows(policies: Mapping[str, FillPolicy]) -> bool:

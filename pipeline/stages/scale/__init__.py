@@ -43,10 +43,10 @@ from pipeline.reporting.findings import Finding, format_items, summary_finding
 from pipeline.kernel.stage import Context, Outcome, Plan, Shown, Stage
 from pipeline.kernel.calls import Call, Fit
 from pipeline.stages.scale.apply import (RANGE_COLUMNS, apply_zscore, bounded_counts, range_classes,  # noqa: F401
-                                         reference_ranges, reported_rows, scale_findings, scaled, soft_bound, zscores)
-from pipeline.stages.scale.fit import (BASES, STAT_COLUMNS, ZScoreStats, add_fit_rows, add_sums,  # noqa: F401
-                                       centred_stats, fit_by_passes, fit_from_rows, fit_from_sums, fit_rows, fit_sums,
-                                       fit_zscore, item_sums, item_transforms, stats_table)
+                                         reference_ranges, reported_rows, scale_findings, scaled, soft_bound)
+from pipeline.stages.scale.fit import (BASES, STAT_COLUMNS, ZScoreStats, add_fit_rows, fit_from_rows,  # noqa: F401
+                                       fit_from_sums, fit_rows, fit_sums, fit_zscore, item_sums, item_transforms,
+                                       stats_table)
 from pipeline.stages.scale.options import (BOUNDED, DEFAULT_POLICY, MAX_Z_BOUND, NAME, POLICIES, RULES,  # noqa: F401
                                            TRANSFORMS, Options, item_policies, policy_of, rows_with, unmatched_groups)
 from pipeline.stages.scale.view import sections

@@ -25,13 +25,6 @@ if TYPE_CHECKING:
 RANGE_COLUMNS = ("REF_RANGE_LOWER", "REF_RANGE_UPPER")
 
 
-def zscores(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Options.warn_bound,
-            strict: bool = True) -> pd.Series:
-    """The z of each row with a number (NaN elsewhere), from ``events``' ITEMID and VALUENUM and the fitted stats
-    alone (:func:`scaled`)."""
-    return scaled(events, stats, warn_bound=warn_bound, strict=strict)[0]
-
-
 def scaled(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Options.warn_bound,
            strict: bool = True) -> tuple[pd.Series, pd.Series, pd.Series]:
     """The z of each row with a number (NaN elsewhere), whether a bound changed it (Z_BOUNDED: the soft bound, a

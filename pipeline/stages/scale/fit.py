@@ -13,13 +13,12 @@ import numpy as np
 import pandas as pd
 
 from pipeline.kernel.calls import reads
+from pipeline.stages.encode import Options as EncodeOptions
 from pipeline.stages.scale.options import NAME, POLICIES, RULES, TRANSFORMS, Options, policy_of, rows_with
 from schemas.errors import StageError
 
 # The two row sets each pass of the fit sums over: an item's normal training rows, and all of them.
 BASES = ("NORMAL", "ALL")
-# How per-part columns combine in add_sums (every other column is a sum).
-_COMBINE = {"MIN": "min", "MAX": "max"}
 
 
 @dataclass(frozen=True)
@@ -45,8 +44,8 @@ class ZScoreStats:
     constant_bound: float = Options.constant_bound
     transform_: tuple[str, ...] | None = None  # per item, of TRANSFORMS (None: identity for every item)
     policy_: tuple[str, ...] | None = None  # per item, its [scale.policy] (None: "none" for every item)
-    bound: float = math.inf  # [scale] bound of the items whose policy is one of BOUNDED (inf: "none")
-    min_admissions: int = 1  # [encode] min_admissions: an item seen in fewer training admissions is rare
+    bound: float = Options.bound  # [scale] bound of the items whose policy is one of BOUNDED (inf: "none")
+    min_admissions: int = EncodeOptions.min_admissions  # an item seen in fewer training admissions is rare
 
     @property
     def transforms(self) -> tuple[str, ...]:
@@ -146,6 +145,7 @@ class ZScoreStats:
             policy_=tuple(str(p) for p in data["policy"]) if "policy" in data else None,
             bound=math.inf if bound is None else float(bound), eps=float(data["eps"]),
             min_rows=int(data["min_rows"]), constant_bound=float(data["constant_bound"]),
+            # A stats.json without the key marks no item rare: each kept what its values gave.
             min_admissions=int(data.get("min_admissions", 1)),
         )
 
@@ -186,29 +186,6 @@ def item_sums(values: pd.Series, items: pd.Series, centre: pd.Series | None = No
         return pd.DataFrame({"N": counted.groupby(items).sum(), "SUM": (values * weights).groupby(items).sum()})
     grouped = values.groupby(items)
     return pd.DataFrame({"N": grouped.count(), "SUM": grouped.sum()})
-
-
-def add_sums(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    """The per-item sums of all the rows from the sums of each part (in the given order, for repeatable rounding):
-    MIN and MAX columns combine by min and max, every other column by sum."""
-    parts = list(parts)
-    how = {column: _COMBINE.get(column, "sum") for column in parts[0].columns}
-    return pd.concat(parts).groupby(level=0).agg(how)
-
-
-def centred_stats(values: pd.Series, items: pd.Series) -> pd.DataFrame:
-    """Per item: mean, two-pass centred sample std (NaN for one observation) and count."""
-    return _centred(lambda centre: item_sums(values, items, centre))
-
-
-def _centred(sums: Callable[[pd.Series | None], pd.DataFrame]) -> pd.DataFrame:
-    """Mean, centred sample std and count from two passes of ``sums``: plain, then about the mean."""
-    totals = sums(None)
-    count = totals["N"]
-    mean = totals["SUM"] / count
-    squares = sums(mean)["SUM"].reindex(mean.index)
-    std = np.sqrt(squares / (count - 1)).where(count > 1)
-    return pd.DataFrame({"mean": mean, "std": std, "count": count})
 
 
 def _transformed(events: pd.DataFrame, logged: pd.Series | np.ndarray, asinh: pd.Series | np.ndarray | None = None,
@@ -268,7 +245,7 @@ def _skewness(values: pd.Series, items: pd.Series, weights: pd.Series) -> pd.Ser
 def fit_zscore(events: pd.DataFrame, *, eps: float = Options.eps, clip_sigma: float = Options.clip_sigma,
                min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
                policy: Mapping[Any, str] | None = None, bound: float = Options.bound,
-               skew: float = Options.skew, min_admissions: int = 1) -> ZScoreStats:
+               skew: float = Options.skew, min_admissions: int = EncodeOptions.min_admissions) -> ZScoreStats:
     """Fit per-item stats on the training rows that carry a number (``events`` has SPLIT, FLAG and HADM_ID);
     ``policy`` as :func:`pipeline.stages.scale.options.item_policies` gives it (ITEMIDs and "default"); an item seen
     in fewer than ``min_admissions`` training admissions is rare (nothing of its values kept)."""
@@ -277,30 +254,10 @@ def fit_zscore(events: pd.DataFrame, *, eps: float = Options.eps, clip_sigma: fl
                          min_admissions=min_admissions)
 
 
-def fit_by_passes(keep: Callable[[Callable[[pd.DataFrame], pd.DataFrame]], Any],
-                  each: Callable[[Any, Callable[[pd.DataFrame], pd.DataFrame]], Sequence[pd.DataFrame]], *,
-                  eps: float = Options.eps, clip_sigma: float = Options.clip_sigma, min_rows: int = Options.min_rows,
-                  constant_bound: float = Options.constant_bound, policy: Mapping[Any, str] | None = None,
-                  bound: float = Options.bound, skew: float = Options.skew, min_admissions: int = 1) -> ZScoreStats:
-    """The fit of rows that may lie in parts: ``keep(step)`` applies ``step`` to every part and keeps what it
-    gives where the part is; ``each(kept, step)`` gives ``step`` of every kept part. Each part's
-    :func:`fit_rows` (its distinct values, counted) come back and add up (:func:`add_fit_rows`) to the very
-    table one part gives, so one part or many give the same stats, bit for bit."""
-    kept = keep(functools.partial(fit_rows, policy=policy))
-    return fit_from_rows(add_fit_rows(each(kept, _as_is)), eps=eps, clip_sigma=clip_sigma, min_rows=min_rows,
-                         constant_bound=constant_bound, policy=policy, bound=bound, skew=skew,
-                         min_admissions=min_admissions)
-
-
-def _as_is(rows: FitRows) -> FitRows:
-    """A part's fit rows as they were kept (a module function: a worker process is sent it by name)."""
-    return rows
-
-
 def fit_from_rows(rows: FitRows, *, eps: float = Options.eps, clip_sigma: float = Options.clip_sigma,
                   min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
                   policy: Mapping[Any, str] | None = None, bound: float = Options.bound,
-                  skew: float = Options.skew, min_admissions: int = 1) -> ZScoreStats:
+                  skew: float = Options.skew, min_admissions: int = EncodeOptions.min_admissions) -> ZScoreStats:
     """The stats from the counted training values of all the rows (:func:`add_fit_rows`): each item's transform
     is chosen from them (:func:`item_transforms`), then its mean and scale are fitted on the transformed values
     (strictly increasing: distinct values stay distinct and in order). An item seen in fewer than
@@ -368,8 +325,8 @@ def _counted(rows: pd.DataFrame) -> pd.DataFrame:
 
 def fit_sums(rows: pd.DataFrame, known: pd.DataFrame | None = None, *,
              clip_sigma: float = Options.clip_sigma) -> pd.DataFrame:
-    """One pass of the fit over ``rows`` (from :func:`fit_rows`): per-item sums that :func:`add_sums` combines
-    over parts of the rows.
+    """One pass of the fit over ``rows`` (the counted training values of all the rows, :func:`fit_from_rows`):
+    per-item sums.
 
     Without ``known``: N_NORMAL (the item's normal rows), MIN and MAX (of X over all its rows). With ``known``
     (indexed by ITEMID), for each basis b of :data:`BASES` (the normal rows, all rows): N_b and SUM_b of
@@ -399,9 +356,8 @@ def _centred_bases(sums: Callable[[pd.DataFrame | None], pd.DataFrame], known: p
                    shift: Mapping[str, pd.Series]) -> dict[str, pd.DataFrame]:
     """Per basis: mean, centred sample std and count of the rows ``known`` picks, from two passes of ``sums``.
 
-    The mean is ``shift`` plus the mean difference from it: with a shift near the values (the same however the
-    rows are cut into parts), the rounding of the sums over parts stays far below the mean's own, so one part or
-    many give the same mean (an item of 1e6 +- 1e-3 included)."""
+    The mean is ``shift`` plus the mean difference from it: with a shift near the values, the rounding of the sums
+    stays far below the mean's own (an item of 1e6 +- 1e-3 included)."""
     shift = {b: shift[b].reindex(known.index).fillna(0.0) for b in BASES}
     totals = sums(known.assign(**{f"SHIFT_{b}": shift[b] for b in BASES})).reindex(known.index)
     count = {b: totals[f"N_{b}"].fillna(0).astype("int64") for b in BASES}
@@ -414,8 +370,9 @@ def _centred_bases(sums: Callable[[pd.DataFrame | None], pd.DataFrame], known: p
 def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: float = Options.eps,
                   min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
                   transforms: pd.Series | None = None, policies: pd.Series | None = None,
-                  bound: float = math.inf, rare: pd.Series | None = None, min_admissions: int = 1) -> ZScoreStats:
-    """The stats from ``sums(known)``: :func:`fit_sums` of every training row, in one part or added over many.
+                  bound: float = Options.bound, rare: pd.Series | None = None,
+                  min_admissions: int = EncodeOptions.min_admissions) -> ZScoreStats:
+    """The stats from ``sums(known)``: :func:`fit_sums` of the counted training values of every row.
 
     Five passes: counts and ranges; per basis, the mean and centred std (two passes), which set the
     ``clip_sigma`` window; the mean and centred std of the rows inside it (two passes). Each item then takes
@@ -424,7 +381,7 @@ def fit_from_sums(sums: Callable[[pd.DataFrame | None], pd.DataFrame], *, eps: f
     first = sums(None)
     index = first.index
     low, high = first["MIN"], first["MAX"]
-    middle = low + (high - low) / 2  # of every row's X: the same in one part or many
+    middle = low + (high - low) / 2  # of every row's X
     unclipped = _centred_bases(sums, pd.DataFrame(index=index), {b: middle for b in BASES})
     window = pd.DataFrame({f"{what}_{b}": unclipped[b][column] for b in BASES
                            for what, column in (("MEAN", "mean"), ("STD", "std"))}, index=index)

@@ -3,7 +3,7 @@ declaration implies, saved states matched to their stage, the ledger's judgement
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pandas as pd
@@ -87,10 +87,11 @@ def test_a_mergeable_fit_is_read_from_the_rows_of_the_pass_before_it():
 def test_a_fit_after_replayable_stages_goes_on_in_their_pass_and_reads_the_rows_they_give():
     cheap = Stage("cheap", colour="#000000", plan=_plan, replay=True, writes=("A",))
     b = Stage("b", colour="#000000", plan=_plan, fit=_fit(partial=_count_a), writes=("B",))
-    custom = Stage("custom", colour="#000000", plan=_plan, fit=replace(_fit(), parts=lambda keep, each: None))
+    after = Stage("after", colour="#000000", plan=_plan, fit=_fit())
     assert [[s.name for s in p.stages] for p in passes((cheap, b), config=None)] == [["cheap", "b"]]
+    # c is not replayed: the fit after it reads the rows c gives, in a pass of its own.
     assert [[s.name for s in p.stages] for p in passes((cheap, b, Stage("c", colour="#000000", plan=_plan),
-                                                        custom), config=None)] == [["cheap", "b", "c"], ["custom"]]
+                                                        after), config=None)] == [["cheap", "b", "c"], ["after"]]
     # The fit reads what the calls give, each in turn: here rows doubled, then one taken away.
     doubled = Call(lambda part: pd.concat([part, part]))
     kept = Call(lambda part: Kept(frame=part.iloc[1:]))

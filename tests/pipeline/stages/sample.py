@@ -61,12 +61,15 @@ def run_stages(tables: RawTables, config: Config | None = None) -> Stages:
                                  test=config.split.test, seed=config.split.seed)
     split_events = split.attach_split(events.frame, splits)
     split_admissions = admissions.frame.merge(splits[["HADM_ID", "SPLIT"]], on="HADM_ID", validate="one_to_one")
-    vocabularies = encode.fit_vocabularies(split_events, split_admissions, labitems.frame)
+    vocabularies = encode.fit_vocabularies(split_events, split_admissions, labitems.frame,
+                                           min_admissions=config.encode.min_admissions,
+                                           fold_case=config.encode.fold_case)
     encoded = encode.encode_events(split_events, vocabularies)
     stats = scale.fit_zscore(encoded, eps=config.scale.eps, clip_sigma=config.scale.clip_sigma,
                              min_rows=config.scale.min_rows, constant_bound=config.scale.constant_bound,
                              bound=config.scale.bound, skew=config.scale.skew,
-                             policy=scale.item_policies(config.scale.policy, labitems.frame))
+                             policy=scale.item_policies(config.scale.policy, labitems.frame),
+                             min_admissions=config.encode.min_admissions)
     scaled = scale.apply_zscore(encoded, stats, warn_bound=config.scale.warn_bound,
                                 error_bound=config.scale.error_bound)
     return Stages(tables=tables, admissions=admissions, labitems=labitems, events=events, splits=splits,
@@ -82,7 +85,7 @@ def sample_stages() -> Stages:
 def sample_filled() -> tuple[pd.DataFrame, pd.DataFrame]:
     """The sample's lab rows after fill (the bucket stage's input), and the admissions with SPLIT."""
     stages, config = sample_stages(), load_config()
-    filled = fill.apply_fill(stages.scaled, fill.fit_fill(stages.scaled, config.fill), config.fill).frame
+    filled = fill.apply_fill(stages.scaled, fill.fit_fill(stages.scaled, policies=config.fill), config.fill).frame
     return filled, stages.split_admissions
 
 

@@ -88,7 +88,8 @@ def test_a_fit_learns_frozen_state_saved_as_json(stage: Stage):
     assert callable(getattr(fit.state, "as_json", None))
     own = (stage.plan.__module__, f"{stage.plan.__module__}.")  # its module, or a module of its package
     assert fit.whole.__module__ == own[0] or fit.whole.__module__.startswith(own[1])
-    assert fit.parts is None or fit.parts.__module__ == own[0] or fit.parts.__module__.startswith(own[1])
+    for function in (fit.partial, fit.combine, fit.finish):
+        assert function is None or function.__module__ == own[0] or function.__module__.startswith(own[1])
     saved = [s.fit.saved_as for s in PREPARE if s.fit is not None]
     assert len(saved) == len(set(saved))
 

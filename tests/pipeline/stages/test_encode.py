@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -19,15 +20,24 @@ SAMPLE_ADMISSION_COLUMNS = ["ADMISSION_TYPE", "ADMISSION_LOCATION", "DISCHARGE_L
                             "RELIGION", "MARITAL_STATUS", "ETHNICITY"]
 
 
+# Every training value gets a code: these tests hold how codes are made; [encode] min_admissions, which leaves the
+# sample's rarer values uncoded, has tests of its own.
+EVERY_VALUE = dict(min_admissions=1)
+
+
 @pytest.fixture(scope="module")
 def sample():
-    return sample_stages()
+    """The sample's stages up to encode, its vocabularies fitted with :data:`EVERY_VALUE`."""
+    stages = sample_stages()
+    vocabularies = encode.fit_vocabularies(stages.split_events, stages.split_admissions, stages.labitems.frame,
+                                           **EVERY_VALUE)
+    return replace(stages, vocabularies=vocabularies, encoded=encode.encode_events(stages.split_events, vocabularies))
 
 
 def _fit(stages, events=None, admissions=None, labitems=None) -> encode.Vocabularies:
     return encode.fit_vocabularies(stages.split_events if events is None else events,
                                    stages.split_admissions if admissions is None else admissions,
-                                   stages.labitems.frame if labitems is None else labitems)
+                                   stages.labitems.frame if labitems is None else labitems, **EVERY_VALUE)
 
 
 def _row_of(events: pd.DataFrame, item: int, split: str) -> int:
@@ -258,7 +268,8 @@ def test_the_mimic3_demo_dictionary_folds_blood_and_blood(mimic3demo):
 
 
 def _fit_folded(sample, labitems, *, fold_case):
-    return encode.fit_vocabularies(sample.split_events, sample.split_admissions, labitems, fold_case=fold_case)
+    return encode.fit_vocabularies(sample.split_events, sample.split_admissions, labitems, fold_case=fold_case,
+                                   **EVERY_VALUE)
 
 
 # -- the fit from parts' counts -----------------------------------------------------------------------
@@ -267,7 +278,7 @@ def test_value_counts_of_admission_parts_give_the_whole_vocabularies(sample, par
     """Parts share no admission, so their distinct training admissions per value add up: the same codes."""
     events, admissions, labitems = sample.split_events, sample.split_admissions, sample.labitems.frame
     counts = [encode.count_values(events[events["HADM_ID"] % parts == n]) for n in range(parts)]
-    fitted = encode.vocabularies_from_counts(encode.add_value_counts(counts), admissions, labitems)
+    fitted = encode.vocabularies_from_counts(encode.add_value_counts(counts), admissions, labitems, **EVERY_VALUE)
     assert fitted == _fit(sample) == sample.vocabularies
     assert fitted.lab_values_
 

@@ -38,7 +38,7 @@ def _events(rows: list[tuple]) -> pd.DataFrame:
 
 
 def _fill(events: pd.DataFrame, policies: dict[str, FillPolicy]):
-    return fill.apply_fill(events, fill.fit_fill(events, policies), policies)
+    return fill.apply_fill(events, fill.fit_fill(events, policies=policies), policies)
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +118,7 @@ def test_indicator_marks_the_rows_that_were_missing(scaled):
 @pytest.mark.parametrize(("policy", "expected"), [("mean", 8.0), ("median", 3.0)])
 def test_mean_and_median_come_from_train_rows_only(train_and_val, policy, expected):
     policies = {"Z": FillPolicy(policy), "CODE": FillPolicy("constant", 0.0)}
-    values = fill.fit_fill(train_and_val, policies)
+    values = fill.fit_fill(train_and_val, policies=policies)
     assert values.value("Z") == expected  # with the val rows it would be 64.8 or 20
     assert values.as_json() == {"CODE": 0.0, "Z": expected}
     filled = fill.apply_fill(train_and_val, values, policies).frame
@@ -214,7 +214,7 @@ def test_unscaled_events_are_refused_on_input(scaled):
 def test_shuffled_rows_give_the_same_fill(scaled, policy):
     policies = {"Z": FillPolicy(policy, indicator=True), "CODE": FillPolicy("constant", 0.0)}
     mixed_up = shuffled(scaled, 5)
-    assert fill.fit_fill(mixed_up, policies) == fill.fit_fill(scaled, policies)
+    assert fill.fit_fill(mixed_up, policies=policies) == fill.fit_fill(scaled, policies=policies)
     first, second = _fill(scaled, policies), _fill(mixed_up, policies)
     pd.testing.assert_frame_equal(first.frame, second.frame.sort_index())
     pd.testing.assert_frame_equal(first.quarantine.sort_index(), second.quarantine.sort_index())

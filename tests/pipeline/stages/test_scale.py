@@ -43,13 +43,15 @@ HADM_OF_SPLIT = {"train": 100, "val": 200, "test": 300}
 RAW = {"default": "none"}  # today's raw z: these tests hold the fit's chain of rules, not the default policy
 
 
+def fit(events, *, min_admissions=1, **options):
+    """:func:`scale.fit_zscore` with no item rare unless ``min_admissions`` says: :func:`lab_rows` puts a split's
+    rows in one admission, which [encode] min_admissions would make every item's too few."""
+    return scale.fit_zscore(events, min_admissions=min_admissions, **options)
+
+
 def fit_raw(events, *, policy=None, **options):
-    """:func:`scale.fit_zscore` with every item not named in ``policy`` scaled by the raw z."""
-    return scale.fit_zscore(events, policy={**RAW, **(policy or {})}, **options)
-
-
-def _passes_raw(keep, each, *, policy=None, **options):
-    return scale.fit_by_passes(keep, each, policy={**RAW, **(policy or {})}, **options)
+    """:func:`fit` with every item not named in ``policy`` scaled by the raw z."""
+    return fit(events, policy={**RAW, **(policy or {})}, **options)
 
 
 def raw_config(**policy):
@@ -105,37 +107,35 @@ def lab_rows(rows: list[tuple]) -> pd.DataFrame:
     return frame
 
 
-# -- centred_stats ------------------------------------------------------------------------------------
-def test_centred_stats_match_numpy_two_pass_sample_std():
+# -- the centred std ---------------------------------------------------------------------------------
+def test_the_fit_gives_numpys_two_pass_sample_std_per_item():
     rng = np.random.default_rng(7)
-    values = pd.Series(np.concatenate([rng.normal(5, 2, 40), rng.normal(-300, 0.5, 9), [42.0]]))
-    items = pd.Series(np.repeat([1, 2, 3], [40, 9, 1]))
-    stats = scale.centred_stats(values, items)
-    for item, group in values.groupby(items):
-        assert stats.loc[item, "mean"] == pytest.approx(np.mean(group.to_numpy()), rel=1e-12)
-        assert stats.loc[item, "count"] == len(group)
-    assert stats.loc[1, "std"] == pytest.approx(np.std(values[items == 1].to_numpy(), ddof=1), rel=1e-12)
-    assert stats.loc[2, "std"] == pytest.approx(np.std(values[items == 2].to_numpy(), ddof=1), rel=1e-12)
-    assert np.isnan(stats.loc[3, "std"])  # one observation has no sample std
+    values = {1: rng.normal(5, 2, 40), 2: rng.normal(-300, 0.5, 9)}
+    events = lab_rows([(item, v, None, "train") for item, group in values.items() for v in group]
+                      + [(3, 42.0, None, "train")])
+    table = fit_raw(events, clip_sigma=100.0, min_rows=2).table()
+    for item, group in values.items():
+        assert table.loc[item, "mean"] == pytest.approx(np.mean(group), rel=1e-12)
+        assert table.loc[item, "scale"] == pytest.approx(np.std(group, ddof=1), rel=1e-12)
+        assert (table.loc[item, "count"], table.loc[item, "rule"]) == (len(group), "normal")
+    assert table.loc[3, "rule"] == "constant"  # one observation has no sample std
 
 
-def test_centred_stats_ignore_missing_values():
-    values = pd.Series([1.0, np.nan, 3.0])
-    stats = scale.centred_stats(values, pd.Series([9, 9, 9]))
-    assert (stats.loc[9, "mean"], stats.loc[9, "count"]) == (2.0, 2)
-    assert stats.loc[9, "std"] == pytest.approx(np.sqrt(2.0))
+def test_the_fit_reads_only_rows_with_a_number():
+    events = lab_rows([(9, 1.0, None, "train"), (9, None, None, "train"), (9, 3.0, None, "train")])
+    stats = fit_raw(events, min_rows=2)
+    assert (stats.mean_, stats.count_) == ((2.0,), (2,)) and stats.scale_[0] == pytest.approx(np.sqrt(2.0))
 
 
-def test_centred_stats_stay_right_where_a_sum_of_squares_formula_fails():
+def test_the_centred_std_stays_right_where_a_sum_of_squares_formula_fails():
     rng = np.random.default_rng(11)
-    values = pd.Series(1e6 + 1e-3 * rng.standard_normal(2_000))
+    values = 1e6 + 1e-3 * rng.standard_normal(2_000)
     n = len(values)
-    centred = values.to_numpy() - values.to_numpy().mean()
-    reference = np.std(centred, ddof=1)
-    std = scale.centred_stats(values, pd.Series(np.zeros(n, dtype="int64"))).loc[0, "std"]
-    assert abs(std - reference) <= 1e-6 * reference
+    reference = np.std(values - values.mean(), ddof=1)
+    stats = fit_raw(lab_rows([(7, v, None, "train") for v in values]), clip_sigma=100.0)
+    assert stats.rule_ == ("normal",) and abs(stats.scale_[0] - reference) <= 1e-6 * reference
     # The one-pass formula the module refuses to use: catastrophic cancellation at mean 1e6, std 1e-3.
-    squares = np.sum(values.to_numpy() ** 2)
+    squares = np.sum(values ** 2)
     one_pass_variance = (squares - n * values.mean() ** 2) / (n - 1)
     one_pass = np.sqrt(one_pass_variance) if one_pass_variance >= 0 else np.nan
     assert not (abs(one_pass - reference) <= 1e-6 * reference)
@@ -483,15 +483,19 @@ def test_z_is_finite_for_every_row_with_a_number_or_the_stage_says_why(items, lo
     assert np.isfinite(scaled.loc[constant, "Z"]).all()
 
 
-# -- the fit from per-part sums (what the Dask engine adds up) ------------------------------------------
-def _fit_from_parts(events: pd.DataFrame, parts: int, **settings) -> scale.ZScoreStats:
-    """The fit as the Dask engine runs it: fit rows kept per part, every pass of fit_sums added over the parts."""
+# -- the fit from parts (what the parts and Dask engines add up) ---------------------------------------------
+def _fit_from_parts(events: pd.DataFrame, parts: int, *, policy=None, min_admissions=1,
+                    **settings) -> scale.ZScoreStats:
+    """The fit as an engine of parts runs the stage's :class:`Fit`: each part's :func:`scale.fit_rows`, added up
+    (:func:`scale.add_fit_rows`), then finished (:func:`scale.fit_from_rows`); :func:`fit_raw`'s policy and
+    ``min_admissions``."""
+    fit, policy = scale.STAGE.fit, {**RAW, **(policy or {})}
     frames = [events[events["HADM_ID"] % parts == n] for n in range(parts)]
-    return _passes_raw(lambda step: [step(frame) for frame in frames],
-                               lambda kept, step: [step(rows) for rows in kept], **settings)
+    return fit.finish(fit.combine([fit.partial(frame, policy=policy) for frame in frames]), policy=policy,
+                      min_admissions=min_admissions, **settings)
 
 
-def test_sums_added_over_parts_give_the_whole_fit(encoded):
+def test_fit_rows_added_over_parts_give_the_whole_fit(encoded):
     whole = fit_raw(encoded, policy={AST: "log"})
     assert _fit_from_parts(encoded, 1, policy={AST: "log"}) == whole  # one part: bit for bit
     for parts in (2, 7):
@@ -519,7 +523,7 @@ def test_reported_rows_give_the_same_findings_as_all_rows(scaled, fitted):
     assert scale.scale_findings(picked, fitted, warn_bound=5.0) == scale.scale_findings(scaled, fitted, warn_bound=5.0)
 
 
-def test_fit_by_passes_over_parts_records_the_same_rules_ranges_and_counts():
+def test_the_fit_over_parts_records_the_same_rules_ranges_and_counts():
     rng = np.random.default_rng(3)
     rows = ([(1, v, None, "train") for v in rng.normal(10, 1, 40)] + [(1, 90.0, "abnormal", "train")]
             + [(2, 120.0, None, "train")] + [(2, v, "abnormal", "train") for v in rng.uniform(400, 13_000, 27)]
@@ -532,7 +536,7 @@ def test_fit_by_passes_over_parts_records_the_same_rules_ranges_and_counts():
         split = _fit_from_parts(events, parts)
         assert (split.items_, split.rule_, split.count_, split.normal_count_) == (
             whole.items_, whole.rule_, whole.count_, whole.normal_count_)
-        assert split.mean_[2] == whole.mean_[2] == 4.0  # the constant value exactly, from the min over parts
+        assert split.mean_[2] == whole.mean_[2] == 4.0  # the constant value exactly
         np.testing.assert_allclose(split.mean_, whole.mean_, rtol=1e-12)
         np.testing.assert_allclose(split.scale_, whole.scale_, rtol=1e-12)
 
@@ -568,8 +572,8 @@ def test_an_item_of_fewer_training_admissions_than_min_admissions_keeps_nothing_
     (finding,) = [f for f in scale.scale_findings(scaled, stats, warn_bound=100.0) if f.check == "rare_item"]
     assert finding.severity == "info" and finding.count == 3
     assert "ITEMID 3 (18 train rows), 2 (2 train rows), 1 (1 train row)" in finding.message
-    # With min_admissions 1 (what the fit did before), the one row's value was the mean: the leak this closes.
-    assert fit_raw(events).table().loc[1, "mean"] == 31337.777
+    # With min_admissions 1, the one row's value is the mean: what the rule keeps out of stats.json.
+    assert fit_raw(events, min_admissions=1).table().loc[1, "mean"] == 31337.777
 
 
 def test_rare_items_are_the_same_from_parts_cut_by_admission():
@@ -589,13 +593,6 @@ def test_stats_json_of_a_rare_item_round_trips_and_an_edited_one_is_refused():
     edited = {**stats.as_json(), "mean": [7.5]}
     with pytest.raises(ValueError, match="rare ITEMID \\[1\\] must keep nothing of their values"):
         scale.ZScoreStats.from_json(edited)
-
-
-def test_add_sums_takes_min_of_mins_and_max_of_maxes():
-    one = pd.DataFrame({"N_NORMAL": [1, 0], "MIN": [3.0, -1.0], "MAX": [5.0, 2.0]}, index=[7, 8])
-    two = pd.DataFrame({"N_NORMAL": [2], "MIN": [-4.0], "MAX": [4.0]}, index=[7])
-    added = scale.add_sums([one, two])
-    assert added.loc[7].tolist() == [3, -4.0, 5.0] and added.loc[8].tolist() == [0, -1.0, 2.0]
 
 
 # -- what stats.json records per item ---------------------------------------------------------------------
@@ -710,9 +707,9 @@ def demo(mimic3demo):
     """The demo validated by the flow with today's raw z and every item fitted ([encode] min_admissions 1: no item
     is rare), and its lab rows as the scale stage received them."""
     config = raw_config()
-    validation = validate(mimic3demo, dataclasses.replace(config, encode=dataclasses.replace(config.encode,
-                                                                                            min_admissions=1)))
-    return validation.prepared, run_stages(validation.tables).encoded
+    config = dataclasses.replace(config, encode=dataclasses.replace(config.encode, min_admissions=1))
+    validation = validate(mimic3demo, config)
+    return validation.prepared, run_stages(validation.tables, config).encoded
 
 
 def test_on_the_mimic3_demo_no_varying_item_is_constant_and_fallback_z_stays_small(demo):
@@ -752,7 +749,7 @@ def test_auto_takes_asinh_for_a_right_skewed_item_and_nothing_for_a_symmetric_on
     symmetric = np.round(rng.normal(140.0, 3.0, 300), 1)  # sodium
     events = lab_rows([(1, v, None, "train") for v in skewed] + [(2, v, None, "train") for v in symmetric]
                       + [(1, -3.0, None, "test"), (1, 50_000.0, None, "test")])
-    stats = scale.fit_zscore(events)
+    stats = fit(events)
     assert dict(zip(stats.items_, stats.transforms)) == {1: "asinh", 2: "identity"}
     assert dict(zip(stats.items_, stats.policies)) == {1: "auto", 2: "auto"}
     z = scale.apply_zscore(events, stats)
@@ -765,7 +762,7 @@ def test_the_default_keeps_every_items_order_and_marks_what_it_bounded():
     events = lab_rows([(1, v, None, "train") for v in (10.0, 11.0, 12.0, 11.5, 10.5, 9.0, 13.0, 12.5, 10.2, 11.1)]
                       + [(1, v, "abnormal", s) for v, s in ((400.0, "train"), (9_000.0, "val"), (20.0, "test"))]
                       + [(5, 7.0, None, "val")])
-    scaled = scale.apply_zscore(events, scale.fit_zscore(events))
+    scaled = scale.apply_zscore(events, fit(events))
     item = scaled[scaled["ITEMID"] == 1].sort_values("VALUENUM")
     assert item["Z"].is_monotonic_increasing and item["Z"].abs().max() < 10
     assert item.loc[item["VALUENUM"] >= 400, "Z_BOUNDED"].tolist() == [1, 1]
@@ -775,7 +772,7 @@ def test_the_default_keeps_every_items_order_and_marks_what_it_bounded():
 
 def test_a_raw_policy_item_is_neither_transformed_nor_bounded():
     events = lab_rows([(1, v, None, "train") for v in (10.0, 11.0, 12.0)] + [(1, 400.0, None, "test")])
-    stats = scale.fit_zscore(events, policy={"default": "auto", 1: "none"})
+    stats = fit(events, policy={"default": "auto", 1: "none"})
     assert stats.transforms == ("identity",)
     assert scale.apply_zscore(events, stats)["Z"].max() == pytest.approx(389.0)
 
@@ -806,21 +803,21 @@ def test_a_policy_that_is_not_one_of_the_policies_is_a_config_error(tmp_path):
 def test_stats_json_records_each_items_transform_policy_and_the_bound():
     events = lab_rows([(1, v, None, "train") for v in np.exp(np.linspace(0, 8, 50))]
                       + [(2, v, None, "train") for v in (1.0, 2.0, 3.0)])
-    stats = scale.fit_zscore(events, policy={2: "log"})
+    stats = fit(events, policy={2: "log"})
     saved = json.loads(json.dumps(stats.as_json()))
     assert (saved["transform"], saved["policy"], saved["bound"]) == (["asinh", "log1p"], ["auto", "log"], 10.0)
     assert scale.ZScoreStats.from_json(saved) == stats
-    unbounded = scale.fit_zscore(events, bound="none").as_json()
+    unbounded = fit(events, bound="none").as_json()
     assert unbounded["bound"] is None and scale.ZScoreStats.from_json(unbounded).bound == float("inf")
 
 
 def test_the_default_fit_does_not_depend_on_row_order():
     rng = np.random.default_rng(7)
     events = lab_rows([(1 + n % 3, float(np.round(np.exp(rng.normal(2, 1)), 2)), None, "train") for n in range(300)])
-    stats = scale.fit_zscore(events)
+    stats = fit(events)
     for seed in range(3):
         shuffled = events.sample(frac=1.0, random_state=seed)
-        assert scale.fit_zscore(shuffled) == stats
+        assert fit(shuffled) == stats
         pd.testing.assert_frame_equal(scale.apply_zscore(shuffled, stats).sort_index(),
                                       scale.apply_zscore(events, stats).sort_index())
 
