@@ -39,9 +39,10 @@ from pathlib import Path
 from bench.steps import MB, ROOT, STEP_INFO, BenchError, StepResult, measure, prepare_data
 from bench.synth import SEED
 from bench.targets import ratio
+from pipeline.engines import EngineOptions
 
 MEDS_PYTHON = Path(os.environ.get("BADPOINTS_MEDS_PYTHON", ROOT / ".venv-meds" / "bin" / "python"))
-WORKERS = 2
+WORKERS = EngineOptions.workers
 RATIO_LIMIT = 1.5  # validate wall time / MEDS-Transforms' normalization's, at 27.8M events (issue 29)
 RSS_LIMIT_GB = 3.0
 

@@ -29,9 +29,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pv
 import pyarrow.parquet as pq
 
-from pipeline.stages.meds_export import ADMISSION, DISCHARGE, LAB, SEP, UNKNOWN  # the codes named as a build names them
+# the codes named, and the shards cut, as a build names and cuts them
+from pipeline.stages.meds_export import ADMISSION, DISCHARGE, LAB, SEP, SHARD_EVENTS, UNKNOWN
 
-SHARD_EVENTS = 1_000_000
 SPLITS = {meds.train_split: 0.8, meds.tuning_split: 0.1, meds.held_out_split: 0.1}
 BLOCK_BYTES = 64 << 20  # a CSV block: about a million LABEVENTS rows
 LAB_TYPES = {"SUBJECT_ID": pa.int64(), "ITEMID": pa.int64(), "CHARTTIME": pa.timestamp("us"), "VALUE": pa.string(),

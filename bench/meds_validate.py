@@ -3,10 +3,11 @@ messages cannot hold (they name the first five): every code readiness predicts n
 noise (all train values equal, a positive rounding residue for a std: finite z of noise here, NaN or inf where the
 residue rounds the other way), with their rows (in all, and per noise code).
 
-    python -m bench.meds_validate MEDS_DIR REPORT_JSON PREDICTED_JSON [--workers N]
+    python -m bench.meds_validate MEDS_DIR REPORT_JSON PREDICTED_JSON [--workers N] [--engine NAME]
 
-It runs what the CLI runs on a MEDS folder (:func:`pipeline.meds.validate_meds` with the default config, the
-report written by ``Report.write_json``), without printing the findings to a terminal.
+It runs what the CLI runs on a MEDS folder (:func:`pipeline.meds.validate_meds` with the default config, on the
+engine the registry opens: ``auto`` by default, which weighs the shards' bytes; the report written by
+``Report.write_json``), without printing the findings to a terminal.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 
 from pipeline.config import load_config
-from pipeline.engines import PANDAS, parts_engine
+from pipeline.engines import AUTO, EngineOptions, meds_size, names, open_engine
 from pipeline.meds import validate_meds
 
 
@@ -26,13 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("meds_dir", type=Path)
     parser.add_argument("report", type=Path)
     parser.add_argument("predicted", type=Path)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=EngineOptions.workers)
+    parser.add_argument("--engine", choices=names(), default=AUTO)
     args = parser.parse_args(argv)
-    if args.workers > 1:  # the shards read by the parts engine's processes, as `--engine parts --workers N` does
-        with parts_engine(workers=args.workers) as engine:
-            result = validate_meds(args.meds_dir, load_config(None), engine=engine)
-    else:
-        result = validate_meds(args.meds_dir, load_config(None), engine=PANDAS)
+    options = EngineOptions(workers=args.workers)
+    with open_engine(args.engine, options, size=meds_size(args.meds_dir)) as engine:
+        result = validate_meds(args.meds_dir, load_config(None), engine=engine)
     result.report.write_json(args.report)
     ready = result.ready
     broken = ready[ready["non_finite"] > 0] if ready is not None else None

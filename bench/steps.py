@@ -18,6 +18,7 @@ from pathlib import Path
 from bench import plain
 from bench.synth.shape import SHAPES
 from pipeline.config import Config, load_config
+from pipeline.engines import EngineOptions
 from pipeline.stages.text import CENSORING
 from schemas.raw import DEFAULT_VALUENUM_ABS_BOUND
 
@@ -37,9 +38,9 @@ STEP_INFO = {
     "meds_transforms": "(h) MEDS: MEDS-Transforms' normalization",
 }
 RSS_SAMPLE_SECONDS = 0.1  # how often a step's process tree is summed
-# --- Dask (issue 13): LocalCluster 2 workers x 4 GB; the client's RSS apart from the workers' --------------
-DASK_WORKERS = 2
-DASK_MEMORY_LIMIT = "4GB"
+# --- Dask: a LocalCluster of the engine options' default workers and memory; the client's RSS apart from the workers'
+DASK_WORKERS = EngineOptions.workers
+DASK_MEMORY_LIMIT = EngineOptions.memory_limit
 
 
 class BenchError(RuntimeError):

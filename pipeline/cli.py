@@ -22,7 +22,11 @@ from pipeline.cache import Cache, CacheError, cleared_lines, contents, shown_lin
 from pipeline.cache import clear as clear_cache
 from pipeline.cache import default_dir as default_cache_dir
 from pipeline.config import Config, ConfigError, load_config
+from pipeline.builds import TARGETS
 from pipeline.builds import build as run_build
+from pipeline.engines import (AUTO, ENGINES, Engine, EngineOptions, InputSize, labevents_size, meds_size, names,
+                              open_engine, resolve)
+from pipeline.engines.registry import AUTO_PARTS_BYTES, LARGE, SMALL
 from pipeline.flow import ORDER
 from pipeline.flow import steps as run_steps
 from pipeline.flow import validate as run_validate
@@ -82,12 +86,11 @@ _QUIET = typer.Option("--quiet", "-q", help="No progress; print only errors and 
 _CACHE_DIR = typer.Option("--cache-dir", help="Cache of raw-checked tables (default $BADPOINTS_CACHE_DIR or "
                                               "~/.cache/badpoints). It holds parsed copies of the data.")
 _NO_CACHE = typer.Option("--no-cache", help="Neither read nor write the cache.")
-_ENGINE = typer.Option("--engine", help="Where LABEVENTS' raw checks and its stages run: pandas (this process, "
-                                        "whole frames), parts (its checked blocks routed into admission-range "
-                                        "parts kept as Arrow files in a temporary folder, each part worked on by "
-                                        "one of --workers processes: memory stays bounded), dask (the same parts, "
-                                        "worked on by a Dask cluster's workers), or auto (default): parts when "
-                                        "LABEVENTS holds more than about 256 MiB of text, else pandas.")
+_ENGINE = typer.Option("--engine", help="Where LABEVENTS' raw checks and its stages run: "
+                       + ", ".join(f"{kind.name} ({kind.doc})" for kind in ENGINES.values())
+                       + f", or {AUTO} (default): {LARGE} when LABEVENTS holds more than about "
+                         f"{AUTO_PARTS_BYTES >> 20} MiB of text (a MEDS dataset: as its shards' bytes suggest), "
+                         f"else {SMALL}.")
 _SCHEDULER = typer.Option("--scheduler", help="With --engine dask: an existing scheduler's address "
                                               "(default: a LocalCluster on loopback).")
 _WORKERS = typer.Option("--workers", min=1, help="With --engine parts (or auto choosing it): processes that work "
@@ -98,56 +101,39 @@ _COMPARE = typer.Option("--compare", help="With a MEDS folder: the folder before
                                           "adds rows and subjects in and out per split, rows per shard and the "
                                           "codes dropped.", metavar="BEFORE")
 _PARTITIONS = typer.Option("--partitions", min=1, help="With --engine parts or dask: the admission-range parts "
-                                                      "of LABEVENTS (default: about a million rows each).")
+                                                      f"of LABEVENTS (default: about {EngineOptions.rows_per_part:,} "
+                                                      "rows each).")
 
 
-class BuildTarget(str, Enum):
-    """What ``build`` writes (``pipeline.builds.TARGETS``)."""
-
-    graphs = "graphs"
-    meds = "meds"
-
-
-class EngineName(str, Enum):
-    """Where LABEVENTS' raw checks and heavy stages run (see ``pipeline.engines``)."""
-
-    auto = "auto"
-    pandas = "pandas"
-    parts = "parts"
-    dask = "dask"
+BuildTarget = Enum("BuildTarget", {target: target for target in TARGETS}, type=str)
+BuildTarget.__doc__ = "What ``build`` writes: one of ``pipeline.builds.TARGETS``."
+_TO = typer.Option("--to", help="What to write: PyG graphs, or a MEDS 0.4 dataset whose codes.parquet carries the "
+                                "guarded fit.")
+EngineName = Enum("EngineName", {name: name for name in names()}, type=str)
+EngineName.__doc__ = "Where LABEVENTS' raw checks and heavy stages run: auto, or an engine of the registry."
 
 
 @contextlib.contextmanager
 def _where(err: Console, data_dir: Path, *, cache_dir: Optional[Path], no_cache: bool, engine: EngineName,
-           scheduler: Optional[str], workers: int, memory_limit: str,
-           partitions: Optional[int]) -> Iterator[tuple]:
-    """The cache and the engine a run uses; a Dask cluster that cannot start is a 'cannot run' (exit 2)."""
+           options: EngineOptions) -> Iterator[tuple[Optional[Cache], Engine]]:
+    """The cache and the engine a run uses (``auto``: by the text LABEVENTS holds)."""
     cache = None if no_cache else _cache(err, cache_dir or default_cache_dir())
-    if engine is EngineName.auto:
-        from pipeline.engines import in_parts
+    with _opened(err, engine, options, labevents_size(data_dir)) as running:
+        yield cache, running
 
-        engine = EngineName.parts if in_parts(data_dir) else EngineName.pandas
-    if engine is EngineName.pandas:
-        yield cache, None
-        return
-    if engine is EngineName.parts:
-        from pipeline.engines import ROWS_PER_PART, parts_engine
 
-        with parts_engine(partitions=partitions, rows_per_part=None if partitions else ROWS_PER_PART,
-                          workers=workers) as running:
-            yield cache, running
-        return
-    from pipeline.engines import dask_engine
-
+@contextlib.contextmanager
+def _opened(err: Console, engine: EngineName, options: EngineOptions, size: InputSize) -> Iterator[Engine]:
+    """The engine named, opened by the registry; one that cannot start (a Dask cluster) is a 'cannot run' (exit 2)."""
+    kind = resolve(EngineName(engine).value, size)
     with contextlib.ExitStack() as stack:
         try:
-            running = stack.enter_context(dask_engine(scheduler, workers=workers, memory_limit=memory_limit,
-                                                      partitions=partitions))
-        except Exception as exc:  # noqa: BLE001 - a cluster that cannot start: say why, no traceback
-            err.print(f"[bold red]badpoints: cannot run:[/] the Dask cluster did not start "
+            running = stack.enter_context(open_engine(kind.name, options))
+        except Exception as exc:  # noqa: BLE001 - an engine that cannot start: say why, no traceback
+            err.print(f"[bold red]badpoints: cannot run:[/] {kind.starts} did not start "
                       f"({type(exc).__name__}: {escape(str(exc)[:200])})")
             raise typer.Exit(2)
-        yield cache, running
+        yield running
 
 
 def _cache(err: Console, root: Optional[Path]) -> Optional[Cache]:
@@ -183,11 +169,11 @@ def validate(
     quiet: Annotated[bool, _QUIET] = False,
     cache_dir: Annotated[Optional[Path], _CACHE_DIR] = None,
     no_cache: Annotated[bool, _NO_CACHE] = False,
-    engine: Annotated[EngineName, _ENGINE] = EngineName.auto,
-    scheduler: Annotated[Optional[str], _SCHEDULER] = None,
-    workers: Annotated[int, _WORKERS] = 2,
-    memory_limit: Annotated[str, _MEMORY] = "4GB",
-    partitions: Annotated[Optional[int], _PARTITIONS] = None,
+    engine: Annotated[EngineName, _ENGINE] = EngineName(AUTO),
+    scheduler: Annotated[Optional[str], _SCHEDULER] = EngineOptions.scheduler,
+    workers: Annotated[int, _WORKERS] = EngineOptions.workers,
+    memory_limit: Annotated[str, _MEMORY] = EngineOptions.memory_limit,
+    partitions: Annotated[Optional[int], _PARTITIONS] = EngineOptions.partitions,
     compare: Annotated[Optional[Path], _COMPARE] = None,
 ) -> None:
     """Validate the raw tables, run every stage, and report every finding at once.
@@ -197,18 +183,18 @@ def validate(
     """
     console, err = _consoles()
     settings = _guarded_run(err, lambda: load_config(config))
+    options = _guarded_run(err, lambda: EngineOptions(workers=workers, memory_limit=memory_limit,
+                                                      partitions=partitions, scheduler=scheduler))
     if compare is not None and not (is_meds(data_dir) and is_meds(compare)):
         err.print(f"[bold red]badpoints: cannot run:[/] --compare takes two MEDS folders (data/ and metadata/); "
                   f"{escape(str(compare if is_meds(data_dir) else data_dir))} is not one")
         raise typer.Exit(2)
-    if is_meds(data_dir):  # a MEDS dataset: its shards, read --workers at a time (on Dask with --engine dask); no cache
-        result = _meds_run(err, data_dir, settings, compare=compare, engine=engine, scheduler=scheduler,
-                           workers=workers, memory_limit=memory_limit)
+    if is_meds(data_dir):  # a MEDS dataset: its shards, read where the engine works; no cache
+        result = _meds_run(err, data_dir, settings, compare=compare, engine=engine, options=options)
         _reported(console, err, result, settings, quiet=quiet, json_path=json_path, html_path=html_path,
                   junit_path=junit_path, show_values=show_values)
         raise typer.Exit(result.exit_code)
-    where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, scheduler=scheduler,
-                   workers=workers, memory_limit=memory_limit, partitions=partitions)
+    where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, options=options)
     with where as (cache, running):  # the engine's parts of LABEVENTS last until the HTML report read them
         with progress_for(err, quiet=quiet, steps=len(run_steps(settings)), title="validate") as progress:
             result = _guarded_run(err, lambda: run_validate(data_dir, settings, show_values=show_values,
@@ -223,13 +209,10 @@ def validate(
 
 
 def _meds_run(err: Console, data_dir: Path, settings: Config, *, compare: Optional[Path], engine: EngineName,
-              scheduler: Optional[str], workers: int, memory_limit: str) -> Any:
-    """``validate`` of a MEDS folder: its shards read in ``workers`` processes here, or by the engine named
-    (``--engine parts`` or ``dask``: the parts engine's processes, a Dask cluster's workers)."""
-    if engine in (EngineName.auto, EngineName.pandas):
-        return _guarded_run(err, lambda: validate_meds(data_dir, settings, compare=compare))
-    with _where(err, data_dir, cache_dir=None, no_cache=True, engine=engine, scheduler=scheduler, workers=workers,
-                memory_limit=memory_limit, partitions=None) as (_, running):
+              options: EngineOptions) -> Any:
+    """``validate`` of a MEDS folder: its shards read where the engine the registry opens works (this process, the
+    parts engine's processes, a Dask cluster's workers; ``auto``: by the bytes of its shards)."""
+    with _opened(err, engine, options, meds_size(data_dir)) as running:
         return _guarded_run(err, lambda: validate_meds(data_dir, settings, compare=compare, engine=running))
 
 
@@ -256,13 +239,12 @@ def build(
     quiet: Annotated[bool, _QUIET] = False,
     cache_dir: Annotated[Optional[Path], _CACHE_DIR] = None,
     no_cache: Annotated[bool, _NO_CACHE] = False,
-    engine: Annotated[EngineName, _ENGINE] = EngineName.auto,
-    scheduler: Annotated[Optional[str], _SCHEDULER] = None,
-    workers: Annotated[int, _WORKERS] = 2,
-    memory_limit: Annotated[str, _MEMORY] = "4GB",
-    partitions: Annotated[Optional[int], _PARTITIONS] = None,
-    to: Annotated[BuildTarget, typer.Option("--to", help="What to write: PyG graphs, or a MEDS 0.4 dataset whose "
-                                                         "codes.parquet carries the guarded fit.")] = "graphs",
+    engine: Annotated[EngineName, _ENGINE] = EngineName(AUTO),
+    scheduler: Annotated[Optional[str], _SCHEDULER] = EngineOptions.scheduler,
+    workers: Annotated[int, _WORKERS] = EngineOptions.workers,
+    memory_limit: Annotated[str, _MEMORY] = EngineOptions.memory_limit,
+    partitions: Annotated[Optional[int], _PARTITIONS] = EngineOptions.partitions,
+    to: Annotated[BuildTarget, _TO] = BuildTarget.graphs,
 ) -> None:
     """Validate, run every stage, and write guarded graphs (or, with --to meds, a MEDS dataset) only if nothing is
     an error."""
@@ -272,8 +254,9 @@ def build(
                   "validate` checks it; `build` reads MIMIC CSVs only for now")
         raise typer.Exit(2)
     settings = _guarded_run(err, lambda: load_config(config))
-    where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, scheduler=scheduler,
-                   workers=workers, memory_limit=memory_limit, partitions=partitions)
+    options = _guarded_run(err, lambda: EngineOptions(workers=workers, memory_limit=memory_limit,
+                                                      partitions=partitions, scheduler=scheduler))
+    where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, options=options)
     with where as (cache, running), \
             progress_for(err, quiet=quiet, steps=len(run_steps(settings, build=BuildTarget(to).value)),
                          title="build") as progress:

@@ -1,13 +1,13 @@
 """What the engines share (what an engine is, :class:`pipeline.kernel.engine.Engine`, is the kernel's): a link run
 on a frame, rows picked and put back in row order, steps added up over parts, errors carried as data, results read a
-few tasks ahead, and the choice ``--engine auto`` makes. This module names no engine and no stage.
+few tasks ahead. This module names no engine and no stage; the engines by name, their options and the choice
+``--engine auto`` makes are :mod:`pipeline.engines.registry`'s.
 """
 
 from __future__ import annotations
 
 import collections
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -17,10 +17,6 @@ from pipeline.kernel.quarantine import Kept, Step
 from pipeline.kernel.calls import Link, Linked
 from schemas.errors import StageError
 
-
-ROWS_PER_PART = 1_000_000  # a PartsEngine's default: a part of LABEVENTS about this many rows
-AUTO_PARTS_BYTES = 256 * 2**20  # LABEVENTS' text from which ``--engine auto`` works on parts
-GZIP_TEXT_RATIO = 7  # about how many bytes of text a byte of gzipped LABEVENTS holds (MIMIC-IV: 17 GB in 2.5 GB)
 
 
 def run_link(link: Link, frame: pd.DataFrame) -> tuple[Linked, pd.DataFrame]:
@@ -86,17 +82,4 @@ def ahead_of_results(submit: Callable[[Any], Any], items: Iterable[Any], *, ahea
     finally:
         for future in pending:
             future.cancel()
-
-
-def in_parts(data_dir: Path) -> bool:
-    """Whether ``--engine auto`` works on parts: LABEVENTS holds about :data:`AUTO_PARTS_BYTES` of text or more
-    (a file that cannot be found or read: no, the run reports why)."""
-    from pipeline.reading.locate import locate_table
-
-    try:
-        path = locate_table(Path(data_dir), "LABEVENTS")
-        size = path.stat().st_size
-    except (StageError, OSError):
-        return False
-    return size * (GZIP_TEXT_RATIO if path.name.lower().endswith(".gz") else 1) >= AUTO_PARTS_BYTES
 

@@ -10,7 +10,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import pandas as pd
 
-from pipeline.engines.base import ROWS_PER_PART, ahead_of_results
+from pipeline.engines.base import ahead_of_results
+from pipeline.engines.options import EngineKind, EngineOptions
 from pipeline.engines.parts import PartsEngine, parts_folder
 from pipeline.kernel.quarantine import LineMask
 
@@ -33,9 +34,8 @@ class DaskEngine(PartsEngine):
     forever, and the build hung.
     """
 
-    def __init__(self, folder: Path, client: Any, *, partitions: int | None = None,
-                 rows_per_part: int | None = None) -> None:
-        super().__init__(folder, partitions=partitions, rows_per_part=rows_per_part)
+    def __init__(self, folder: Path, client: Any, options: EngineOptions | None = None, **changes: Any) -> None:
+        super().__init__(folder, options, **changes)
         self.client = client
 
     def _elsewhere(self) -> bool:
@@ -74,11 +74,12 @@ NO_WORKERS_TIMEOUT = "60s"
 
 
 @contextlib.contextmanager
-def dask_engine(scheduler: str | None = None, *, workers: int = 2, memory_limit: str = "4GB",
-                partitions: int | None = None, rows_per_part: int | None = ROWS_PER_PART,
-                folder: Path | None = None) -> Iterator[DaskEngine]:
-    """A :class:`DaskEngine` on the cluster at ``scheduler``, or on a fresh loopback ``LocalCluster``, its parts in
-    a fresh temporary folder (in ``folder``, or the system's) that every worker must see; deleted afterwards. A
+def dask_engine(options: EngineOptions | None = None, *, folder: Path | None = None,
+                **changes: Any) -> Iterator[DaskEngine]:
+    """A :class:`DaskEngine` on the cluster at the options' ``scheduler``, or on a fresh loopback ``LocalCluster`` of
+    ``workers`` processes of ``memory_limit`` each, its parts in a fresh temporary folder (in ``folder``, or the
+    system's) that every worker must see; deleted afterwards. ``options`` whole, or ``changes`` to the defaults by
+    name (``dask_engine(workers=1, memory_limit="1GB")``). A
     ``LocalCluster``'s scheduler and workers keep their own scratch (Dask's ``dask-scratch-space``) in it too, so a
     killed run leaves none in TMPDIR: the next run removes its parts folder (:func:`parts_folder`).
 
@@ -88,19 +89,24 @@ def dask_engine(scheduler: str | None = None, *, workers: int = 2, memory_limit:
     import dask
     from dask.distributed import Client, LocalCluster
 
+    options = EngineOptions.given(options, **changes)
     with contextlib.ExitStack() as stack:
         parts = Path(stack.enter_context(parts_folder(folder)))  # removed after the cluster has stopped
-        if scheduler:
-            client = stack.enter_context(Client(scheduler))
+        if options.scheduler:
+            client = stack.enter_context(Client(options.scheduler))
         else:
             with dask.config.set({NO_WORKERS: dask.config.get(NO_WORKERS) or NO_WORKERS_TIMEOUT,
                                   "temporary-directory": str(parts)}):  # the scheduler's and workers' scratch
                 cluster = stack.enter_context(LocalCluster(
-                    n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
-                    host="127.0.0.1", dashboard_address=None))
+                    n_workers=options.workers, threads_per_worker=1, processes=True,
+                    memory_limit=options.memory_limit, host="127.0.0.1", dashboard_address=None))
             client = stack.enter_context(Client(cluster))
         blind = sorted(worker for worker, sees in _seeing(client, parts).items() if not sees)
         if blind:
             raise OSError(f"{len(blind)} Dask worker(s) cannot see the parts folder {parts} (first: {blind[0]}): "
                           "run the workers where it is, or set TMPDIR to a folder they share")
-        yield DaskEngine(parts, client, partitions=partitions, rows_per_part=None if partitions else rows_per_part)
+        yield DaskEngine(parts, client, options)
+
+
+KIND = EngineKind("dask", dask_engine, reads=("scheduler", "workers", "memory_limit", "partitions", "rows_per_part"),
+                  doc="the same parts, worked on by a Dask cluster's workers", starts="the Dask cluster")

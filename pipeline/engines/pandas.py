@@ -3,12 +3,14 @@ checked blocks are put together into one typed table before the stages run on it
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import pandas as pd
 
 from pipeline.engines.base import picked, run_link
+from pipeline.engines.options import EngineKind, EngineOptions
 from pipeline.engines.stored import Stored, frames
 from pipeline.reading.parse import PartCheck, check_part
 from pipeline.kernel.calls import Chained, Fit, Link
@@ -78,3 +80,11 @@ class PandasEngine:
 
 
 PANDAS = PandasEngine()
+
+
+def pandas_engine(options: EngineOptions | None = None) -> contextlib.nullcontext[PandasEngine]:
+    """:data:`PANDAS`, as the registry opens an engine (it reads no option, and there is nothing to close)."""
+    return contextlib.nullcontext(PANDAS)
+
+
+KIND = EngineKind("pandas", pandas_engine, doc="this process, whole frames")

@@ -46,8 +46,9 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import pandas as pd
 
-from pipeline.engines.base import ROWS_PER_PART, add_steps, ahead_of_results, in_row_order, picked
+from pipeline.engines.base import add_steps, ahead_of_results, in_row_order, picked
 from pipeline.engines.batches import admitted_in, batch_piece, batch_pieces
+from pipeline.engines.options import EngineKind, EngineOptions
 from pipeline.engines.pandas import PANDAS
 from pipeline.engines.routing import Router, admission_parts
 from pipeline.engines.stored import Batches, LineFiles, Stored, read_part
@@ -66,8 +67,9 @@ COMBINE_EVERY = 8  # a mergeable fit's partial results held before they are comb
 class PartsEngine:
     """On parts cut by admission and kept as Arrow files in ``folder``: a stage reads one part, runs, and writes
     what it gives as a new file, so one part of LABEVENTS is in memory per process at a time; the parts are worked
-    on here, or by ``workers`` processes of this machine. ``partitions`` parts, or as many as ``rows_per_part``
-    needs (at least one).
+    on here, or by ``workers`` processes of this machine. As many parts as its options cut
+    (:attr:`EngineOptions.part_rows`, :meth:`EngineOptions.parts_for`); ``options`` whole, or ``changes`` to the
+    defaults by name.
 
     A table's raw checks run block by block: ADMISSIONS' and D_LABITEMS' here, LABEVENTS' where the parts are worked
     on, each block routed into the parts (:meth:`router`, :meth:`blocks`). Use
@@ -76,12 +78,10 @@ class PartsEngine:
 
     keeps_parts = True
 
-    def __init__(self, folder: Path, *, partitions: int | None = None, rows_per_part: int | None = None,
-                 workers: int | None = None) -> None:
+    def __init__(self, folder: Path, options: EngineOptions | None = None, **changes: Any) -> None:
         self.folder = Path(folder)
-        self.partitions = partitions
-        self.rows_per_part = rows_per_part
-        self.workers = workers
+        self.options = EngineOptions.given(options, **changes)
+        self.workers = self.options.workers
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._written = itertools.count()
         self._prefix = uuid.uuid4().hex[:8]  # engines sharing a folder never write the same file
@@ -126,8 +126,7 @@ class PartsEngine:
     def partition(self, events: pd.DataFrame | Stored, splits: pd.DataFrame | None = None) -> Stored:
         if isinstance(events, Stored):  # routed into parts as its blocks were read
             return events
-        count = self.partitions or -(-len(events) // max(1, self.rows_per_part or len(events) or 1))
-        frames = admission_parts(events, max(1, count), splits)
+        frames = admission_parts(events, self.options.parts_for(len(events)), splits)
         order = None if events.index.is_monotonic_increasing else events.index
         return Stored(paths=tuple(self._write(frame) for frame in frames), lengths=tuple(len(f) for f in frames),
                       order=order, columns=tuple(events.columns))
@@ -376,18 +375,24 @@ class _ChainSums:
 
 
 @contextlib.contextmanager
-def parts_engine(*, partitions: int | None = None, rows_per_part: int | None = ROWS_PER_PART,
-                 folder: Path | None = None, workers: int | None = None) -> Iterator[PartsEngine]:
-    """A :class:`PartsEngine` on a fresh temporary folder (in ``folder``, or the system's), deleted afterwards.
+def parts_engine(options: EngineOptions | None = None, *, folder: Path | None = None,
+                 **changes: Any) -> Iterator[PartsEngine]:
+    """A :class:`PartsEngine` on a fresh temporary folder (in ``folder``, or the system's), deleted afterwards;
+    ``options`` whole, or ``changes`` to the defaults by name (``parts_engine(partitions=3, workers=1)``).
 
     A run that was killed (by the system for memory, or by a signal) cannot delete its folder; its folder holds its
     pid (``OWNER``), and the next run removes the folders of owners that are no longer running."""
     with parts_folder(folder) as temporary:
-        engine = PartsEngine(temporary, partitions=partitions, rows_per_part=rows_per_part, workers=workers)
+        engine = PartsEngine(temporary, options, **changes)
         try:
             yield engine
         finally:
             engine.close()
+
+
+KIND = EngineKind("parts", parts_engine, reads=("workers", "partitions", "rows_per_part"),
+                  doc="its checked blocks routed into admission-range parts kept as Arrow files in a temporary "
+                      "folder, each part worked on by one of --workers processes: memory stays bounded")
 
 
 @contextlib.contextmanager

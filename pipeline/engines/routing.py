@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from pipeline.engines.options import EngineOptions
 from pipeline.engines.stored import Batches, Stored
 from pipeline.kernel.handed import PART_OPTIONS, scratch, value_of
 from schemas.split import SPLITS, split_codes
@@ -97,12 +98,11 @@ class BlockRoute:
 
 
 class PartsFolder(Protocol):
-    """What a :class:`Router` needs of the engine whose parts it makes: their folder, how many rows or parts it
-    cuts, and how it shares a frame with the processes that route blocks (a parts engine)."""
+    """What a :class:`Router` needs of the engine whose parts it makes: their folder, its options (how many rows or
+    parts it cuts), and how it shares a frame with the processes that route blocks (a parts engine)."""
 
     folder: Path
-    partitions: int | None
-    rows_per_part: int | None
+    options: EngineOptions
 
     def share(self, value: pd.DataFrame | pd.Series) -> Any: ...
 
@@ -115,8 +115,9 @@ class Router:
     order, rows of no known admission last. As the rows per admission are known only at the end, each block is
     written (by :meth:`route`, in the process that checked it) as one file of admission ranges (:func:`buckets`), a
     record batch each; :meth:`finish` puts consecutive ranges of every block together into parts of at most the
-    engine's ``rows_per_part`` (a range larger than that is a part alone), or into its ``partitions``. Rows of no
-    known admission (quarantined by clean) are parts of their own, cut by rows.
+    engine's :attr:`~pipeline.engines.options.EngineOptions.part_rows` (a range larger than that is a part alone),
+    or, when its ``partitions`` count the parts, into that many. Rows of no known admission (quarantined by clean)
+    are parts of their own, cut by rows.
     """
 
     def __init__(self, engine: PartsFolder, splits: pd.DataFrame | None) -> None:
@@ -135,7 +136,7 @@ class Router:
         self._buckets: list[np.ndarray] = []
         self._rows: list[np.ndarray] = []
         self._columns: tuple[str, ...] | None = None
-        self._cut = engine.rows_per_part if engine.partitions is None and engine.rows_per_part else None
+        self._cut = engine.options.part_rows  # None: the engine's partitions count the parts
 
     def add(self, frame: pd.DataFrame) -> None:
         """A checked block, routed here."""
@@ -155,7 +156,7 @@ class Router:
         per = pd.Series(pieces.rows[known]).groupby(pieces.bucket[known]).sum()  # rows per bucket that has any
         if self._cut is None:
             before = per.cumsum() - per
-            cut = (before.to_numpy() * max(1, self.engine.partitions or 1)) // max(1, int(per.sum()))
+            cut = (before.to_numpy() * self.engine.options.partitions) // max(1, int(per.sum()))
         else:
             cut = packed(per.to_numpy(), self._cut)
         part = np.full(self._unknown + 1, -1, dtype="int64")

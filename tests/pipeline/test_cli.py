@@ -400,3 +400,54 @@ def test_paths_that_are_not_utf8_are_read_written_and_shown_as_escapes(tmp_path)
     assert built.returncode == 0, built.stderr
     assert "out\\xff" in built.stdout and (out / "quarantine.parquet").is_file()
     assert _badpoints("inspect", str(out), env=strict).returncode == 0
+
+
+# -- engines, through the registry --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def meds_folder(tmp_path_factory):
+    from tests.meds import write_meds
+
+    root = tmp_path_factory.mktemp("cli-meds") / "meds"
+    write_meds(root)
+    return root
+
+
+@pytest.mark.parametrize(("engine", "large", "opened"), [
+    ("auto", False, "PandasEngine"), ("pandas", True, "PandasEngine"), ("auto", True, "PartsEngine"),
+    ("parts", False, "PartsEngine")])
+def test_a_meds_run_always_hands_validate_meds_the_engine_the_registry_opens(meds_folder, monkeypatch, engine,
+                                                                             large, opened):
+    """auto weighs the shards' bytes: the pandas engine for a small dataset, parts for a large one of several
+    shards; an engine named is the one opened; validate_meds is never left to choose."""
+    from pipeline.engines import registry
+
+    handed = []
+    real = cli.validate_meds
+
+    def validate_meds(*args, **kwargs):
+        handed.append((type(kwargs["engine"]).__name__, kwargs["workers"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "validate_meds", validate_meds)
+    if large:
+        monkeypatch.setattr(registry, "AUTO_PARTS_BYTES", 1)
+    result = runner.invoke(app, ["validate", str(meds_folder), "-q", "--engine", engine, "--workers", "1"])
+    assert result.exit_code in (0, 1), result.output
+    assert handed == [(opened, 1)]
+
+
+def test_an_engine_that_cannot_start_is_cannot_run_naming_it(monkeypatch):
+    """A Dask cluster that does not start: exit 2, what did not start and why, no traceback."""
+    import dataclasses
+
+    from pipeline.engines import registry
+
+    def refused(options):
+        raise OSError("no cluster here")
+
+    monkeypatch.setitem(registry.ENGINES, "dask", dataclasses.replace(registry.ENGINES["dask"], opens=refused))
+    result = runner.invoke(app, ["validate", "data/sample", "-q", "--no-cache", "--engine", "dask"])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "cannot run: the Dask cluster did not start (OSError: no cluster here)" in said
+    assert "Traceback" not in result.output

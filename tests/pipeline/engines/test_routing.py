@@ -56,7 +56,7 @@ def test_routed_blocks_make_the_parts_partition_cuts(tmp_path, partitions):
     """Blocks routed as they come give what cutting the whole table gives: every admission in one part, parts in
     (split, HADM_ID) order, each in source line order, rows of no known admission last; in row order, the table."""
     frame, splits = lab_frame(), _splits()
-    engine = PartsEngine(tmp_path, partitions=partitions)
+    engine = PartsEngine(tmp_path, partitions=partitions, workers=1)
     stored = _routed(engine, frame, splits, block=37)
     assert len(stored) == len(frame) and stored.columns == tuple(frame.columns)
     pd.testing.assert_frame_equal(engine.rows(stored), frame)
@@ -78,7 +78,7 @@ def test_routed_blocks_make_the_parts_partition_cuts(tmp_path, partitions):
 
 def test_routed_rows_of_no_known_admission_are_cut_by_rows(tmp_path):
     frame = lab_frame()
-    engine = PartsEngine(tmp_path, rows_per_part=20)
+    engine = PartsEngine(tmp_path, rows_per_part=20, workers=1)
     stored = _routed(engine, frame, pd.DataFrame({"HADM_ID": [], "SPLIT": pd.Series([], dtype="str")}), block=25)
     # No admission is known: every row is of no known admission, in parts of about 20 rows in source line order.
     assert len(stored.paths) > 5 and max(stored.lengths) <= 25 + 25
@@ -105,7 +105,7 @@ def test_routed_parts_hold_at_most_rows_per_part_when_no_admission_is_larger(tmp
     """The known admissions' parts stay within rows_per_part (each admission is a range here), cut in order; a part
     of whole ranges used to run past it by up to a range."""
     frame, splits = lab_frame(), _splits()
-    engine = PartsEngine(tmp_path, rows_per_part=40)
+    engine = PartsEngine(tmp_path, rows_per_part=40, workers=1)
     stored = _routed(engine, frame, splits, block=37)
     known = frame["HADM_ID"].isin(splits["HADM_ID"])
     assert frame[known].groupby("HADM_ID").size().max() <= 40

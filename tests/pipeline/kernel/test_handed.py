@@ -44,7 +44,7 @@ def test_a_shared_line_mask_is_its_bits_and_read_back_once_per_process(tmp_path)
 def test_a_part_function_reads_only_the_columns_it_declares(tmp_path):
     frame = pd.DataFrame({"HADM_ID": np.repeat([1, 2, 3], 4), "VALUENUM": np.arange(12.0),
                           "VALUE": pd.Series(list("abcdefghijkl"), dtype="str")}, index=pd.RangeIndex(2, 14))
-    engine = PartsEngine(tmp_path, partitions=3)
+    engine = PartsEngine(tmp_path, partitions=3, workers=1)
     stored = engine.partition(frame)
     seen: list[tuple[str, ...]] = []
 

@@ -27,6 +27,7 @@ from typing import Any, Iterator
 import pytest
 
 from pipeline.config import SECTIONS, documented_defaults
+from pipeline.engines.options import EngineOptions
 from pipeline.kernel.options import Allowed, ConfigError, setting, toml_value
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -219,6 +220,75 @@ def fit(events, *, min_rows: int = 10, eps=Options.eps, error_bound: float = 1_0
     assert [w.line for w in written_again("eps", 1e-12, found)] == [4]
     assert [w.line for w in written_again("max_expanded_bytes", 68_719_476_736, found)] == [9]
     assert written_again("min_rows", True, found) == []  # True is not 1
+
+
+# -- the engines' options ------------------------------------------------------------------------------------------
+ENGINE_DEFAULTS = [(option.name, option.default) for option in dataclasses.fields(EngineOptions)
+                   if option.default is not None]
+ENGINE_OPTIONS = "pipeline/engines/options.py"
+PARTS_RULE = ("partitions", "rows_per_part")  # the two options one rule decides between
+
+
+@pytest.mark.parametrize(("key", "default"), ENGINE_DEFAULTS, ids=[key for key, _ in ENGINE_DEFAULTS])
+def test_every_engine_default_is_written_once_in_its_declaration(key, default):
+    """``--workers`` 2, ``--memory-limit`` "4GB", a part's million rows: in :class:`EngineOptions` alone; the CLI,
+    the engines' factories and the benchmark refer to it (``EngineOptions.workers``)."""
+    found = written_again(key, default, writings())
+    assert [w.path for w in found] == [ENGINE_OPTIONS], (
+        f"the engine option {key} = {default!r} is written {len(found)} times; declare it once in "
+        f"{ENGINE_OPTIONS} and refer to the declaration:\n" + "\n".join(map(str, found)))
+
+
+def _reads(node: ast.AST) -> set[str]:
+    """The rule's options ``node`` reads: names and attributes spelling one (``self.partitions``, ``ROWS_PER_PART``)."""
+    spelled = {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node)
+               if isinstance(n, (ast.Name, ast.Attribute))}
+    return {key for key in PARTS_RULE for name in spelled if names_key(name, key) or name.lower() == key}
+
+
+def rules_in(source: str, path: str) -> list[Written]:
+    """Every place ``source`` decides between partitions and rows_per_part: a conditional expression or an and/or
+    that reads both, or an ``if`` whose test reads one and whose branches read the other (the outermost only)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.IfExp, ast.BoolOp)):
+            decides = _reads(node) == set(PARTS_RULE)
+        elif isinstance(node, ast.If):
+            tested = _reads(node.test)
+            decides = bool(tested) and tested | _reads(ast.Module(body=[*node.body, *node.orelse],
+                                                                  type_ignores=[])) == set(PARTS_RULE)
+        else:
+            continue
+        if decides:
+            found.append((node.lineno, node.end_lineno))
+    outermost = [span for span in found if not any(o != span and o[0] <= span[0] and span[1] <= o[1] for o in found)]
+    return [Written(path, line, "partitions wins over rows_per_part", source.splitlines()[line - 1].strip())
+            for line, _ in sorted(set(outermost))]
+
+
+def test_the_rule_between_partitions_and_rows_per_part_is_written_once():
+    """An explicit count of parts wins over rows_per_part: :attr:`EngineOptions.part_rows` says so, and every
+    engine reads it there."""
+    paths = sorted(path for package in SCANNED for path in (ROOT / package).rglob("*.py"))
+    found = [w for path in paths for w in rules_in(path.read_text(encoding="utf-8"), path.relative_to(ROOT).as_posix())]
+    assert [w.path for w in found] == [ENGINE_OPTIONS], (
+        f"the rule between partitions and rows_per_part is written {len(found)} times; read "
+        "EngineOptions.part_rows instead:\n" + "\n".join(map(str, found)))
+
+
+def test_the_scan_finds_the_rule_written_again():
+    """The check itself: each way of writing the rule is found once, where it starts; reading part_rows is not."""
+    source = '''
+def where(partitions, rows_per_part):
+    rows = None if partitions else ROWS_PER_PART
+    count = self.partitions or -(-n // self.rows_per_part)
+    if self.partitions is None:
+        cut = self.rows_per_part if self.rows_per_part and n else None
+    if options.part_rows is None:
+        count = options.partitions
+    return parts_engine(partitions=partitions, rows_per_part=rows_per_part)
+'''
+    assert [w.line for w in rules_in(source, "made_up.py")] == [3, 4, 5]
 
 
 def test_every_declared_key_is_documented_in_its_declared_order_with_its_default():
