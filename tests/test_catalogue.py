@@ -265,6 +265,27 @@ def missing_z() -> Run:
     return Run(0, tuple(f.as_json() for f in fill.fill_findings(scaled, load_config().fill)))
 
 
+def broken_meds_shard() -> Run:
+    """A build written as MEDS whose glucose values (50931) reach its shards as inf, as only a bug in the export
+    could write them: the first shard's guard stops the build before anything is staged."""
+    from unittest import mock
+
+    from pipeline.builds import build as run_build
+    from pipeline.stages.scale.fit import ZScoreStats
+
+    transformed = ZScoreStats.transformed
+
+    def broken(self, events):
+        return transformed(self, events).mask(events["ITEMID"].to_numpy() == 50931, float("inf"))
+
+    folder = Path(tempfile.mkdtemp(dir=ROOT, prefix="meds_export"))
+    Dataset.sample().write(folder / "data")
+    with mock.patch.object(ZScoreStats, "transformed", broken):
+        built = run_build(folder / "data", folder / "out", load_config(), to="meds")
+    assert built.out_dir is None and not (folder / "out" / "data").exists()
+    return Run(built.exit_code, tuple(f.as_json() for f in built.report.findings))
+
+
 def no_manifest() -> Run:
     from pipeline.output import write
     with pytest.raises(StageError) as caught:
@@ -396,6 +417,7 @@ FIRES: dict[str, Fires] = {
     "admission_rejected": case("negative_hadm_id", 1, exit_code=1),
     "admission_labs_quarantined": case("admission_labs_all_a_year_early", 1, exit_code=0),
     "admission_below_min_timesteps": config("[graph]\nmin_timesteps = 3\n", 9, exit_code=0),
+    "meds_export_shard": Fires(broken_meds_shard, 25, exit_code=1),  # held_out/0's glucose values
     # graph
     "graph_finite": Fires(broken_graph(lambda g, _: g[EDGE].edge_attr.__setitem__((5, 1), float("inf"))), 1),
     "graph_edge_index": Fires(broken_graph(lambda g, _: _set(g[EDGE], "edge_index", g[EDGE].edge_index.int())), 1),

@@ -45,7 +45,7 @@ from pipeline.ledgers import check_built
 from pipeline.output import write
 from pipeline.output.built import Build
 from pipeline.reporting import page
-from pipeline.reporting.findings import finding_from_error, item_names
+from pipeline.reporting.findings import LISTED, finding_from_error, item_names
 from pipeline.reporting.progress import Progress
 from pipeline.stages.scale.fit import ZScoreStats
 from schemas.dedup import EdgeRows
@@ -212,9 +212,13 @@ def guard_shard(events: pd.DataFrame, *, where: str) -> None:
     try:
         check_frame(MedsShard, events, stage=NAME, side="output", table=where)
     except StageError as error:
+        rows = error.failure_cases["line"].to_numpy()  # the shard's row positions: its rows have no source line
+        shown = ", ".join(map(str, rows[:LISTED])) + (f" +{error.count - LISTED} more" if error.count > LISTED else "")
+        cases = error.failure_cases.drop(columns="line").iloc[:0].assign(line=pd.Series([], dtype="int64"))
         raise StageError(stage=NAME, side="output", check="meds_export_shard", column=error.column,
-                         count=error.count, failure_cases=error.failure_cases, table=where,
-                         detail=f"{error.check} failed: {error.detail}", advice=error.advice) from None
+                         count=error.count, failure_cases=cases, table=where,
+                         detail=f"{error.check} failed on the shard's rows {shown}",
+                         advice=error.advice) from None
 
 
 def codes_table(stats: ZScoreStats, items: pd.DataFrame, names: Mapping[int, str], other: Iterable[str],
