@@ -38,7 +38,7 @@ from pipeline.reporting.findings import LISTED
 from pipeline.reporting.report import finding_from_error
 from schemas.catalogue import CHECKS, INFO, OFF, WARNING
 from schemas.errors import StageError
-from schemas.graph import EDGE, REVERSE
+from schemas.graph import EDGE, REVERSE, graph_problems
 from schemas.guard import check_frame
 from schemas.split import SplitAssignment
 from tests.corpus import Dataset, build
@@ -215,7 +215,7 @@ def broken_graph(breaking: Callable) -> Callable[[], Run]:
         data, limits = sample_graph()
         data = copy.deepcopy(data)
         breaking(data, limits)
-        problems = graph.graph_problems(data, limits, where="train/batch 0")
+        problems = graph_problems(data, limits, where="train/batch 0")
         return Run(1, tuple(finding_from_error(p).as_json() for p in problems))
     return run
 
@@ -233,7 +233,7 @@ def pyg_rejects() -> Run:
     data, limits = sample_graph()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(HeteroData, "validate", rejects)
-        problems = graph.graph_problems(copy.deepcopy(data), limits, where="train/batch 0")
+        problems = graph_problems(copy.deepcopy(data), limits, where="train/batch 0")
     return Run(1, tuple(finding_from_error(p).as_json() for p in problems))
 
 

@@ -425,7 +425,8 @@ def test_a_meds_run_always_hands_validate_meds_the_engine_the_registry_opens(med
     real = cli.validate_meds
 
     def validate_meds(*args, **kwargs):
-        handed.append((type(kwargs["engine"]).__name__, kwargs["workers"]))
+        engine = kwargs["engine"]
+        handed.append((type(engine).__name__, getattr(getattr(engine, "options", None), "workers", 1)))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(cli, "validate_meds", validate_meds)

@@ -14,7 +14,7 @@ from pipeline.ledgers import Prepared, dropped
 from pipeline.reading.parse import RawTables
 from pipeline.kernel.quarantine import Kept, Step
 from pipeline.kernel.calls import reads
-from pipeline.kernel.stage import Drop, Order, Reason, Stage, passes
+from pipeline.kernel.stage import Drop, Order, Reason, Stage, Target, passes
 from pipeline.ledgers import Ledger
 from schemas.catalogue import in_flow_order
 from pipeline.kernel.calls import Call, Fit
@@ -53,14 +53,14 @@ def _order(*stages: Stage) -> Order:
 def test_the_order_derives_everything_from_the_list():
     first = Stage("first", colour="#111111", plan=_plan,
                   reasons=(Reason("gone", "check_a", drops=Drop("admission_gone", "gone for good")),))
-    built = Stage("built", colour="#222222", progress=("make", "guard"))
+    built = Stage("built", colour="#222222", progress=("make", "guard"), target=Target("things", write=_plan))
     order = _order(first, built)
     assert order.names == ("load", "first", "built", "flow")
     assert order.index == {"load": 0, "first": 1, "built": 2, "flow": 3}
     assert order.colours["first"] == "#111111" and list(order.colours) == list(order.names)
-    assert order.prepare == (first,) and order.built == (built,)
+    assert order.prepare == (first,) and order.targets == {"things": built}
     assert order.reasons == {"gone": first.reasons[0]}
-    assert [step for stage in order.built for step in stage.steps] == ["make", "guard"]
+    assert order.targets["things"].steps == ("make", "guard")
     assert list(dropped(order))[-1] == "admission_gone"  # the run's reasons, then the stages' own
 
 
