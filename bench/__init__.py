@@ -9,6 +9,6 @@ imports it.
 - :mod:`bench.steps`: each step in a process of its own, measured, and the data prepared for them;
 - :mod:`bench.plain`: the floor and the plain pandas and polars baselines, the code those processes run;
 - :mod:`bench.shapes`: several shapes in one run, their memory side by side (``shapes.json``);
-- :mod:`bench.targets`: issue 13's targets; :mod:`bench.show`: the tables printed;
+- :mod:`bench.targets`: the speed and memory targets; :mod:`bench.show`: the tables printed;
 - :mod:`bench.synth`: the generator of MIMIC-shaped tables at any scale.
 """

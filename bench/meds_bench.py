@@ -1,4 +1,4 @@
-"""badpoints' MEDS validate against MEDS-Transforms' normalization, side by side on the same N events (issue 29).
+"""badpoints' MEDS validate against MEDS-Transforms' normalization, side by side on the same N events.
 
     python -m bench.meds_bench --rows N --out DIR [--data MIMIC_DIR] [--workers 2] [--seed S]
 
@@ -43,7 +43,7 @@ from pipeline.engines import EngineOptions
 
 MEDS_PYTHON = Path(os.environ.get("BADPOINTS_MEDS_PYTHON", ROOT / ".venv-meds" / "bin" / "python"))
 WORKERS = EngineOptions.workers
-RATIO_LIMIT = 1.5  # validate wall time / MEDS-Transforms' normalization's, at 27.8M events (issue 29)
+RATIO_LIMIT = 1.5  # validate wall time / MEDS-Transforms' normalization's, at 27.8M events (the MEDS target)
 RSS_LIMIT_GB = 3.0
 
 
@@ -118,7 +118,7 @@ def transforms_step(meds_dir: Path, out: Path, *, python: Path) -> StepResult:
 
 
 def compared(validate: StepResult, normalization: StepResult) -> dict:
-    """The ratio of wall times (validate over the normalization's stages), agreement, and issue 29's targets."""
+    """The ratio of wall times (validate over the normalization's stages), agreement, and the MEDS targets."""
     if normalization.skipped:
         return {"ratio": None, "agree": None, "differ": None, "targets": None}
     theirs = normalization.result

@@ -35,7 +35,7 @@ psutil (its own process and its descendants apart too: a Dask client and its wor
   beside MEDS-Transforms' normalization (:mod:`bench.meds_bench`, under ``DIR/meds``; its MEDS-Transforms step
   skipped, with the reason, without ``.venv-meds``).
 
-Results: a table of steps and one of issue 13's targets (each with the scale it is stated for, the
+Results: a table of steps and one of the speed and memory targets (each with the scale it is stated for, the
 measured value, the limit, met or not, and the baselines' figures beside) on stdout, and
 ``DIR/bench.json`` (seconds, RSS, ratios, every target row, machine, versions, git commit).
 badpoints' exit 1 (the data has errors) is recorded; its exit 2 (it could not run) stops the

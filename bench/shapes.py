@@ -1,5 +1,5 @@
 """Several shapes in one benchmark: where each shape's run goes, and its memory figures side by side in
-``shapes.json`` (issue 27: memory bounded by the part, not by the data's shape).
+``shapes.json`` (memory bounded by the part, not by the data's shape).
 
 Each shape's run is :func:`bench.run.run` into ``OUT/<shape>/`` (its own ``bench.json``, logs and reports); what is
 gathered here is read from those results only: the build's and validate's summed process-tree peak RSS and largest
@@ -35,7 +35,7 @@ def shape_figures(results: dict, bench_json: Path) -> dict:
 
 
 def _ledger(result: dict) -> dict | None:
-    """The build's LABEVENTS rows read = kept + quarantined + deduplicated; the shares issue 27 states its shapes
+    """The build's LABEVENTS rows read = kept + quarantined + deduplicated; the shares the heavy shape is stated
     in: quarantined of the rows read, merged by dedup of the rest (the rows not quarantined)."""
     if not all(isinstance(result.get(key), int) for key in LEDGER) or not result["read"]:
         return None

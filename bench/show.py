@@ -55,7 +55,7 @@ def target_table(results: dict):
     rows = results["rows"]
     scale_rows = {MIMIC3_SCALE: MIMIC3_ROWS, MIMIC4_SCALE: MIMIC4_ROWS}
     shape = "" if results.get("shape") in (None, "default") else f", {results['shape']} shape"
-    goals = Table(title=f"targets (issue 13; 2 cores, 24 GiB), measured at {rows:,} rows "
+    goals = Table(title=f"targets (2 cores, 24 GiB), measured at {rows:,} rows "
                         f"({results.get('layout', 'mimic3')}{shape})", title_justify="left")
     for column in ("target", "meant for", "value", "limit", "met", "badpoints", "pandas", "polars", "note"):
         goals.add_column(column, justify="left" if column in ("target", "meant for", "met", "note") else "right",

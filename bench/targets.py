@@ -1,16 +1,16 @@
-"""Issue 13's targets: each with the scale it is stated for, its limit, the measured value, met or not, and the
+"""The speed and memory targets: each with the scale it is stated for, its limit, the measured value, met or not, and the
 baselines' figures beside."""
 
 from __future__ import annotations
 
 from bench.steps import DASK_MEMORY_LIMIT, DASK_WORKERS, MB, StepResult
 
-# The scales issue 13 states its targets for, on a 2-core, 24 GiB machine.
+# The scales the speed and memory targets are stated for, on a 2-core, 24 GiB machine.
 MIMIC3_ROWS, MIMIC4_ROWS = 27_800_000, 118_000_000
 MIMIC3_SCALE = "27.8M rows, MIMIC-III"
 MIMIC4_SCALE = "118M rows, MIMIC-IV"
 ANY_SCALE = "any"
-# Limits (issue 13, "Targets").
+# The targets' limits.
 VALIDATE_PER_BASELINE = 1.0
 BUILD_PER_BASELINE = 1.2
 RSS_GB = 3.0  # validate's and build's, all processes, at 27.8M rows
@@ -22,7 +22,7 @@ WARM_PER_COLD = 0.1
 
 def targets(by_name: dict[str, StepResult], *, rows: int, layout: str = "mimic3", dask: bool = False,
             reference: dict | None = None) -> list[dict]:
-    """Issue 13's targets: per row the measured value, the limit, met (None where it cannot be told), the scale the
+    """The speed and memory targets: per row the measured value, the limit, met (None where it cannot be told), the scale the
     target is stated for, and beside it what it is made of (badpoints' figure and both baselines')."""
     found = _mimic3_targets(by_name)
     if layout == "mimic4":

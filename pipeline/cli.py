@@ -30,7 +30,7 @@ from pipeline.engines.registry import AUTO_PARTS_BYTES, LARGE, SMALL
 from pipeline.flow import ORDER
 from pipeline.flow import steps as run_steps
 from pipeline.flow import validate as run_validate
-from pipeline.meds import is_meds, validate_meds
+from pipeline.meds import is_meds, meds_steps, validate_meds
 from pipeline.output.paths import OutputError
 from pipeline.kernel.handed import ScratchError
 from pipeline.reporting.progress import progress_for
@@ -190,7 +190,7 @@ def validate(
                   f"{escape(str(compare if is_meds(data_dir) else data_dir))} is not one")
         raise typer.Exit(2)
     if is_meds(data_dir):  # a MEDS dataset: its shards, read where the engine works; no cache
-        result = _meds_run(err, data_dir, settings, compare=compare, engine=engine, options=options)
+        result = _meds_run(err, data_dir, settings, compare=compare, engine=engine, options=options, quiet=quiet)
         _reported(console, err, result, settings, quiet=quiet, json_path=json_path, html_path=html_path,
                   junit_path=junit_path, show_values=show_values)
         raise typer.Exit(result.exit_code)
@@ -209,11 +209,14 @@ def validate(
 
 
 def _meds_run(err: Console, data_dir: Path, settings: Config, *, compare: Optional[Path], engine: EngineName,
-              options: EngineOptions) -> Any:
+              options: EngineOptions, quiet: bool) -> Any:
     """``validate`` of a MEDS folder: its shards read where the engine the registry opens works (this process, the
-    parts engine's processes, a Dask cluster's workers; ``auto``: by the bytes of its shards)."""
-    with _opened(err, engine, options, meds_size(data_dir)) as running:
-        return _guarded_run(err, lambda: validate_meds(data_dir, settings, compare=compare, engine=running))
+    parts engine's processes, a Dask cluster's workers; ``auto``: by the bytes of its shards), with the MEDS
+    stage's progress steps."""
+    with _opened(err, engine, options, meds_size(data_dir)) as running, \
+            progress_for(err, quiet=quiet, steps=len(meds_steps()), title="validate") as progress:
+        return _guarded_run(err, lambda: validate_meds(data_dir, settings, compare=compare, engine=running,
+                                                       progress=progress))
 
 
 def _reported(console: Console, err: Console, result: Any, settings: Config, *, quiet: bool,

@@ -1,4 +1,4 @@
-"""A small MEDS 0.4 dataset written from nothing, with the cases of issue 29 planted on request.
+"""A small MEDS 0.4 dataset written from nothing, with the MEDS cases docs/meds.md lists planted on request.
 
 :func:`write_meds` writes ``data/{train,tuning,held_out}/*.parquet``, ``metadata/codes.parquet``,
 ``metadata/subject_splits.parquet`` and ``metadata/dataset.json`` with the ``meds`` package's own pyarrow
@@ -140,8 +140,8 @@ class MedsFixture:
 
 def write_meds(root: Path, cases: Iterable[str] = (), *, seed: int = 0,
                code_stats: Mapping[str, tuple[float, float]] | None = None) -> MedsFixture:
-    """Write a small MEDS 0.4 dataset into ``root`` with the named :data:`CASES` planted (:data:`ISSUE_CASES`:
-    issue 29's; ``CASES``: those and ``many_values``); returns what was written.
+    """Write a small MEDS 0.4 dataset into ``root`` with the named :data:`CASES` planted (:data:`PLANTED_CASES`:
+    the cases docs/meds.md lists; ``CASES``: those and ``many_values``); returns what was written.
 
     ``code_stats`` (code: (mean, std)) adds ``values/mean`` and ``values/std`` columns to codes.parquet, null for
     the other codes, as a fit made elsewhere hands them to MEDS-Transforms' normalization (which then uses them
@@ -316,8 +316,8 @@ def _missing_from_codes(draft: Draft) -> None:
 
 @case("many_values", codes=(MANY,),
       plants=f"{MANY_ROWS:,} train values N(100, 15) ({MANY_ROWS // TRAIN_SUBJECTS:,} per train subject, a second "
-             f"apart) and one held_out outlier, {MANY_OUTLIER:,.0f} (1,000 sds out); not one of issue 29's cases, "
-             "and not in ISSUE_CASES",
+             f"apart) and one held_out outlier, {MANY_OUTLIER:,.0f} (1,000 sds out); not one of the planted cases, "
+             "and not in PLANTED_CASES",
       meds_transforms="the largest count passes 65,535, so the reducer's counts become uint32 and normalization "
                       "divides float32 sums by them in float64: a constant code whose float32 square is rounded "
                       "(0.1) gets a positive variance residue, hence finite z of noise (held_out 0.2 at 3,344); "
@@ -340,9 +340,9 @@ def _emptied_split(draft: Draft) -> None:
     draft.rows = draft.rows[~draft.rows["shard"].str.startswith(EMPTIED_SPLIT + "/")].reset_index(drop=True)
 
 
-ISSUE_CASES = tuple(name for name in CASES if name != "many_values")
+PLANTED_CASES = tuple(name for name in CASES if name != "many_values")
 
-# The codes MEDS-Transforms 0.7 writes NaN or inf z for on write_meds(root, ISSUE_CASES), sorted: measured by
+# The codes MEDS-Transforms 0.7 writes NaN or inf z for on write_meds(root, PLANTED_CASES), sorted: measured by
 # tests/bench/test_meds_transforms.py, predicted by bench.meds_formula. With many_values CONSTANT_TENTH is finite.
 NON_FINITE = [CANCELLATION, CONSTANT, CONSTANT_TENTH, INF_INPUT, LARGE_OFFSET, SINGLE]
 

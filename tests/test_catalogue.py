@@ -43,7 +43,7 @@ from schemas.guard import check_frame
 from schemas.split import SplitAssignment
 from tests.corpus import Dataset, build
 from tests.meds import CASES as MEDS_CASES
-from tests.meds import ISSUE_CASES, write_meds, write_normalized
+from tests.meds import PLANTED_CASES, write_meds, write_normalized
 from tests.pipeline.stages.sample import sample_stages
 
 runner = CliRunner()
@@ -89,7 +89,7 @@ def sample(config: str = "", command: str = "validate") -> Run:
 
 
 @functools.cache
-def meds_run(cases: tuple[str, ...] = ISSUE_CASES, breaking: str = "", config: str = "") -> Run:
+def meds_run(cases: tuple[str, ...] = PLANTED_CASES, breaking: str = "", config: str = "") -> Run:
     """``badpoints validate`` of tests/meds.py's MEDS fixture with ``cases``; ``breaking``: "empty_shard" adds a
     0-row train/2 shard, "null_code" nulls every code of held_out/0 (meds' DataSchema refuses it); ``config``:
     badpoints.toml."""
@@ -107,12 +107,12 @@ def meds_run(cases: tuple[str, ...] = ISSUE_CASES, breaking: str = "", config: s
 @functools.cache
 def meds_stage_run(stage: str, config: str = "") -> Run:
     """``badpoints validate AFTER --compare BEFORE`` of a stage's output on tests/meds.py's fixture: "normalization"
-    writes what MEDS-Transforms' normalization writes for ISSUE_CASES (``write_normalized``); "filter" empties the
+    writes what MEDS-Transforms' normalization writes for PLANTED_CASES (``write_normalized``); "filter" empties the
     tuning split of the clean fixture, as a filter_subjects run that marks itself done."""
     folder = Path(tempfile.mkdtemp(dir=ROOT, prefix="meds_stage"))
     before, after = folder / "before", folder / "data"
     if stage == "normalization":
-        write_normalized(write_meds(before, ISSUE_CASES).root, after)
+        write_normalized(write_meds(before, PLANTED_CASES).root, after)
     else:
         write_meds(before)
         write_meds(after, ("emptied_split",))
@@ -450,7 +450,7 @@ FIRES: dict[str, Fires] = {
     "meds_subject_order": Fires(meds_run, 1),
     "meds_code_unlisted": Fires(meds_run, 1),
     "meds_value_finite": Fires(meds_run, 1),
-    "meds_value_bound": Fires(functools.partial(meds_run, ISSUE_CASES, "", "[raw]\nvaluenum_abs_bound = 9e5\n"), 40,
+    "meds_value_bound": Fires(functools.partial(meds_run, PLANTED_CASES, "", "[raw]\nvaluenum_abs_bound = 9e5\n"), 40,
                               table="train", exit_code=1),  # LARGE_OFFSET's train rows, 1e6 each
     "meds_code_mixed": Fires(meds_run, 10),
     "meds_code_unseen": Fires(meds_run, 3),

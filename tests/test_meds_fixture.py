@@ -1,5 +1,5 @@
 """tests/meds.py: the MEDS fixture is valid under ``meds``' own schema checks with every case planted (none of
-issue 29's cases is a schema error), is the same bytes for the same seed, and plants what each case says."""
+the planted cases is a schema error), is the same bytes for the same seed, and plants what each case says."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests import meds as fixture
-from tests.meds import CASES, ISSUE_CASES, write_meds
+from tests.meds import CASES, PLANTED_CASES, write_meds
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +29,8 @@ def _schema_checked(root) -> None:
     meds.DatasetMetadataSchema.validate(json.loads((root / meds.dataset_metadata_filepath).read_text()))
 
 
-@pytest.mark.parametrize("cases", [(), *[(name,) for name in CASES], ISSUE_CASES, tuple(CASES)],
-                         ids=["base", *CASES, "issue", "all"])
+@pytest.mark.parametrize("cases", [(), *[(name,) for name in CASES], PLANTED_CASES, tuple(CASES)],
+                         ids=["base", *CASES, "planted", "all"])
 def test_every_case_passes_meds_own_schema_check(tmp_path, cases):
     written = write_meds(tmp_path, cases)
     _schema_checked(tmp_path)
@@ -56,7 +56,7 @@ def test_the_base_dataset_is_unremarkable(tmp_path):
 
 def test_the_same_seed_writes_the_same_bytes_and_another_seed_other_values(tmp_path):
     for name, seed in (("a", 0), ("b", 0), ("c", 1)):
-        write_meds(tmp_path / name, ISSUE_CASES, seed=seed)
+        write_meds(tmp_path / name, PLANTED_CASES, seed=seed)
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
     assert all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files)
     assert (tmp_path / "a/data/train/0.parquet").read_bytes() != (tmp_path / "c/data/train/0.parquet").read_bytes()

@@ -133,3 +133,12 @@ def test_the_readme_names_everything_a_skipped_test_needs():
                and not any(machine in reason for machine in ("/proc/", "/dev/zero", "ignores case", "root"))]
     assert not unnamed, unnamed
     assert all(text in section for text in named.values())
+
+
+def test_every_file_the_pages_name_exists():
+    """A module or test a page names by path (``pipeline/stages/graph/tensors.py``, ``tests/...py``) is there: a
+    moved module cannot leave a page pointing at nothing."""
+    path = r"(?<![\w/.])((?:tests/)?(?:pipeline|schemas|bench)/[\w/]+\.(?:py|toml))"
+    named = {(page.relative_to(ROOT), found) for page in PAGES for found in re.findall(path, page.read_text())}
+    assert len(named) >= 40
+    assert sorted((str(page), found) for page, found in named if not (ROOT / found).exists()) == []

@@ -26,7 +26,7 @@ Every ID, time, FLAG and foreign key is valid: ``badpoints validate`` exits 0 wi
 the shares of inpatient draws charted before ADMITTIME and after DISCHTIME, and the share of inpatient rows that
 repeat an item of their admission's same day (which dedup merges). ``default`` is the proportions above (its bytes are
 those of the generator before shapes); ``heavy`` has 30% outpatient rows, 16% and 7% of draws before and after the
-stay and 83% repeats: its build quarantines about 42% of the rows and merges about 82% of the rest (issue 27).
+stay and 83% repeats: its build quarantines about 42% of the rows and merges about 82% of the rest.
 ``--outpatient-share``, ``--early-draw-share``, ``--late-draw-share`` and ``--repeat-share`` override a preset's value.
 
 ``--layout mimic4`` writes the same events in MIMIC-IV 2.2's ``hosp`` module: lower-case headers

@@ -17,7 +17,6 @@ MIMIC4_FILES = {"ADMISSIONS": "hosp/admissions.csv.gz", "D_LABITEMS": "hosp/d_la
 MIMIC4_ADMISSIONS_HEADER = ("subject_id", "hadm_id", "admittime", "dischtime", "deathtime", "admission_type",
                             "admit_provider_id", "admission_location", "discharge_location", "insurance", "language",
                             "marital_status", "race", "edregtime", "edouttime", "hospital_expire_flag")
-MIMIC4_LABITEMS_HEADER = ("itemid", "label", "fluid", "category")
 MIMIC4_LABEVENTS_HEADER = ("labevent_id", "subject_id", "hadm_id", "specimen_id", "itemid", "order_provider_id",
                            "charttime", "storetime", "value", "valuenum", "valueuom", "ref_range_lower",
                            "ref_range_upper", "flag", "priority", "comments")

@@ -95,7 +95,7 @@ class Shape:
         return {"name": self.name, **asdict(self)}
 
 
-# heavy: an extract where most rows never reach a graph (issue 27): 30% outpatient rows, 16% and 7% of inpatient draws
+# heavy: an extract where most rows never reach a graph: 30% outpatient rows, 16% and 7% of inpatient draws
 # before and after the stay, 83% of inpatient rows repeats of a lab their admission had that day. Its build (mimic4,
 # 2M rows) quarantines 42% of the rows (8% charted before the admission day) and dedup merges 82% of the rest.
 SHAPES = {"default": Shape(),

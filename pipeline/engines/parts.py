@@ -231,8 +231,9 @@ class PartsEngine:
                 yield from done.made
         finally:
             # What makes the pieces (the graphs: torch and PyG, 280 MB a process) stays loaded in the workers, with
-            # the heap it fragmented: the passes after it (the report's) start fresh ones, a few seconds, which at
-            # 118M rows held 850 MB each, idle, against 340 before. (A Dask engine's workers are its cluster's.)
+            # the heap it fragmented: the passes after it (the report's) start fresh workers, which takes a few
+            # seconds and keeps each idle worker's memory to what a part needs. (A Dask engine's workers are its
+            # cluster's.)
             self._stop_workers()
 
     def _seen_by_workers(self, folder: Path) -> bool:

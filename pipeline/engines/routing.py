@@ -20,8 +20,8 @@ from pipeline.kernel.handed import PART_OPTIONS, scratch, value_of
 from schemas.split import SPLITS, split_codes
 
 
-BUCKETS = 64  # the fewest admission ranges a Router writes checked blocks into (consecutive ones make a part)
-ADMISSIONS_PER_BUCKET = 512  # the most admissions in one range: at MIMIC's 275-480 rows per admission, a range
+FEWEST_RANGES = 64  # the fewest admission ranges a Router writes checked blocks into (consecutive ones make a part)
+ADMISSIONS_PER_RANGE = 512  # the most admissions in one range: at MIMIC's 275-480 rows per admission, a range
 # is a quarter of a part or less, so parts of whole ranges keep to rows_per_part however many admissions there are
 
 
@@ -59,11 +59,11 @@ def admission_parts(events: pd.DataFrame, partitions: int, splits: pd.DataFrame 
 
 @dataclass(frozen=True)
 class Routed:
-    """A checked block written by :class:`BlockRoute`: its file holds one record batch per admission range (bucket)
-    that has rows, in bucket order."""
+    """A checked block written by :class:`BlockRoute`: its file holds one record batch per admission range that has
+    rows, in range order (``ranges``: each batch's range)."""
 
     path: Path
-    buckets: tuple[int, ...]
+    ranges: tuple[int, ...]
     rows: tuple[int, ...]
     columns: tuple[str, ...]
 
@@ -74,17 +74,17 @@ class BlockRoute:
     :class:`Router` makes parts of. Picklable, so the process that checks a block writes it."""
 
     folder: Path
-    ranges: Any  # Shared, or the Series itself: HADM_ID -> admission range (bucket)
-    unknown: int  # the bucket of rows of no known admission
+    range_of: Any  # Shared, or the Series itself: HADM_ID -> its admission range
+    unknown: int  # the range of rows of no known admission
 
     def __call__(self, frame: pd.DataFrame) -> Routed:
-        ranges = value_of(self.ranges)
+        range_of = value_of(self.range_of)
         hadm = frame["HADM_ID"].to_numpy("float64", na_value=np.nan)
         known = ~np.isnan(hadm)
-        bucket = np.full(len(frame), self.unknown, dtype="int64")
-        bucket[known] = ranges.reindex(hadm[known].astype("int64")).fillna(self.unknown).to_numpy("int64")
-        order = np.argsort(bucket, kind="stable")
-        ranked = bucket[order]
+        in_range = np.full(len(frame), self.unknown, dtype="int64")
+        in_range[known] = range_of.reindex(hadm[known].astype("int64")).fillna(self.unknown).to_numpy("int64")
+        order = np.argsort(in_range, kind="stable")
+        ranked = in_range[order]
         starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]]) if len(ranked) else np.array([], "int64")
         stops = np.r_[starts[1:], len(ranked)].astype("int64")
         rows = frame if np.array_equal(order, np.arange(len(order))) else frame.iloc[order]
@@ -93,7 +93,7 @@ class BlockRoute:
         with scratch(path), pa.ipc.new_file(path, batch.schema, options=PART_OPTIONS) as writer:
             for start, stop in zip(starts, stops):
                 writer.write_batch(batch.slice(int(start), int(stop - start)))
-        return Routed(path=path, buckets=tuple(int(ranked[s]) for s in starts),
+        return Routed(path=path, ranges=tuple(int(ranked[s]) for s in starts),
                       rows=tuple(int(n) for n in stops - starts), columns=tuple(frame.columns))
 
 
@@ -113,7 +113,7 @@ class Router:
     The parts are those :func:`admission_parts` cuts: admissions in (split, HADM_ID) order (``splits`` from
     ADMISSIONS alone, known before any lab row), every admission's rows in one part, each part in source line
     order, rows of no known admission last. As the rows per admission are known only at the end, each block is
-    written (by :meth:`route`, in the process that checked it) as one file of admission ranges (:func:`buckets`), a
+    written (by :meth:`route`, in the process that checked it) as one file of admission ranges (:func:`range_count`), a
     record batch each; :meth:`finish` puts consecutive ranges of every block together into parts of at most the
     engine's :attr:`~pipeline.engines.options.EngineOptions.part_rows` (a range larger than that is a part alone),
     or, when its ``partitions`` count the parts, into that many. Rows of no known admission (quarantined by clean)
@@ -125,15 +125,15 @@ class Router:
         known = pd.DataFrame(columns=["HADM_ID", "SPLIT"]) if splits is None else splits
         order = pd.DataFrame({"SPLIT": split_codes(known["SPLIT"]).astype("int64"),
                               "HADM_ID": known["HADM_ID"].to_numpy("int64")}).sort_values(["SPLIT", "HADM_ID"])
-        ranges = buckets(len(order))
-        bucket = pd.Series(np.arange(len(order)) * ranges // max(1, len(order)),
-                           index=order["HADM_ID"].to_numpy("int64"))
-        self._unknown = ranges  # the bucket of rows of no known admission
-        self.route = BlockRoute(engine.folder, engine.share(bucket[~bucket.index.duplicated()]), self._unknown)
-        # per routed block, in line order: its file, and per record batch its bucket and rows (arrays: a block has a
+        ranges = range_count(len(order))
+        range_of = pd.Series(np.arange(len(order)) * ranges // max(1, len(order)),
+                             index=order["HADM_ID"].to_numpy("int64"))
+        self._unknown = ranges  # the range of rows of no known admission
+        self.route = BlockRoute(engine.folder, engine.share(range_of[~range_of.index.duplicated()]), self._unknown)
+        # per routed block, in line order: its file, and per record batch its range and rows (arrays: a block has a
         # batch per range, 500 ranges x 800 blocks at MIMIC-IV scale)
         self._files: list[Path] = []
-        self._buckets: list[np.ndarray] = []
+        self._ranges: list[np.ndarray] = []
         self._rows: list[np.ndarray] = []
         self._columns: tuple[str, ...] | None = None
         self._cut = engine.options.part_rows  # None: the engine's partitions count the parts
@@ -146,14 +146,14 @@ class Router:
         """A block routed where it was checked (:attr:`route`)."""
         self._files.append(routed.path)
         self._columns = self._columns or routed.columns
-        self._buckets.append(np.asarray(routed.buckets, dtype="int64"))
+        self._ranges.append(np.asarray(routed.ranges, dtype="int64"))
         self._rows.append(np.asarray(routed.rows, dtype="int64"))
 
     def finish(self, schema: type | None = None) -> Stored:
         """The parts (``schema``: what every block added passed, for the next stage's guard)."""
-        pieces = _Pieces.of(self._buckets, self._rows)
-        known = pieces.bucket != self._unknown
-        per = pd.Series(pieces.rows[known]).groupby(pieces.bucket[known]).sum()  # rows per bucket that has any
+        pieces = _Pieces.of(self._ranges, self._rows)
+        known = pieces.in_range != self._unknown
+        per = pd.Series(pieces.rows[known]).groupby(pieces.in_range[known]).sum()  # rows per range that has any
         if self._cut is None:
             before = per.cumsum() - per
             cut = (before.to_numpy() * self.engine.options.partitions) // max(1, int(per.sum()))
@@ -161,7 +161,7 @@ class Router:
             cut = packed(per.to_numpy(), self._cut)
         part = np.full(self._unknown + 1, -1, dtype="int64")
         part[per.index.to_numpy("int64")] = np.unique(cut, return_inverse=True)[1]
-        of_piece = part[pieces.bucket]
+        of_piece = part[pieces.in_range]
         unknown = np.flatnonzero(~known)
         if self._cut is None:  # rows of no known admission: a part of their own
             of_piece[unknown] = of_piece.max(initial=-1) + 1
@@ -180,20 +180,22 @@ class Router:
 
 @dataclass(frozen=True)
 class _Pieces:
-    """Every routed block's record batches, in line order: their file (by position), batch, bucket and rows."""
+    """Every routed block's record batches, in line order: their file (by position), batch, admission range and
+    rows."""
 
     file: np.ndarray
     batch: np.ndarray
-    bucket: np.ndarray
+    in_range: np.ndarray
     rows: np.ndarray
 
     @classmethod
-    def of(cls, buckets: Sequence[np.ndarray], rows: Sequence[np.ndarray]) -> "_Pieces":
-        sizes = [len(b) for b in buckets]
+    def of(cls, ranges: Sequence[np.ndarray], rows: Sequence[np.ndarray]) -> "_Pieces":
+        sizes = [len(r) for r in ranges]
         empty = np.zeros(0, dtype="int64")
         return cls(file=np.repeat(np.arange(len(sizes)), sizes),
                    batch=np.concatenate([np.arange(n) for n in sizes]) if sizes else empty,
-                   bucket=np.concatenate(buckets) if sizes else empty, rows=np.concatenate(rows) if sizes else empty)
+                   in_range=np.concatenate(ranges) if sizes else empty,
+                   rows=np.concatenate(rows) if sizes else empty)
 
     def batches(self, files: Sequence[Path], chosen: np.ndarray) -> tuple[Batches, ...]:
         """The ``chosen`` pieces (positions, in line order) as the batches of each file, files in routed order."""
@@ -203,13 +205,13 @@ class _Pieces:
         return tuple(Batches(files[int(file[a])], tuple(batch[a:b].tolist())) for a, b in zip(starts, stops))
 
 
-def buckets(admissions: int) -> int:
-    """How many admission ranges a :class:`Router` cuts ``admissions`` into: :data:`BUCKETS`, or more where a range
-    would hold over :data:`ADMISSIONS_PER_BUCKET` admissions (never more ranges than admissions, at least one).
+def range_count(admissions: int) -> int:
+    """How many admission ranges a :class:`Router` cuts ``admissions`` into: :data:`FEWEST_RANGES`, or more where a
+    range would hold over :data:`ADMISSIONS_PER_RANGE` admissions (never more ranges than admissions, at least one).
 
-    A part is whole ranges, so a range's rows bound how far a part can be from ``rows_per_part``: with 64 ranges
-    of 118M rows (MIMIC-IV) every range, and so every part, held 1.1-1.3M rows, and more as the table grows."""
-    return max(1, min(admissions, max(BUCKETS, -(-admissions // ADMISSIONS_PER_BUCKET))))
+    A part is whole ranges, so a range's rows bound how far a part can be from ``rows_per_part``: the ranges grow
+    with the admissions so that a range stays a fraction of a part however large the table is."""
+    return max(1, min(admissions, max(FEWEST_RANGES, -(-admissions // ADMISSIONS_PER_RANGE))))
 
 
 def packed(rows: np.ndarray, most: int) -> np.ndarray:

@@ -5,6 +5,6 @@ code predicted (:mod:`.formula`), a folder it wrote read back (:mod:`.zscored`),
 (:mod:`.checks`), two folders compared (:mod:`.compare`) and how it shows (:mod:`.view`). A build written as MEDS is a
 stage of the lab flow: ``pipeline.stages.meds_export``."""
 
-from pipeline.meds.run import MedsValidation, is_meds, validate_meds
+from pipeline.meds.run import MedsValidation, is_meds, meds_steps, validate_meds
 
-__all__ = ["MedsValidation", "is_meds", "validate_meds"]
+__all__ = ["MedsValidation", "is_meds", "meds_steps", "validate_meds"]

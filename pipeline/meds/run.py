@@ -103,6 +103,11 @@ class MedsValidation:
         return self.report.exit_code
 
 
+def meds_steps() -> tuple[str, ...]:
+    """The progress steps a MEDS run reports, in order: its order's stages' (reading the shards, checking them)."""
+    return tuple(step for stage in ORDER.stages for step in stage.steps)
+
+
 def validate_meds(path: Path, config: Any, *, compare: Path | None = None, engine: Engine | None = None,
                   progress: Progress | None = None) -> MedsValidation:
     """Check a MEDS dataset: every shard against meds' DataSchema, its subjects, codes and values, and whether
@@ -113,7 +118,7 @@ def validate_meds(path: Path, config: Any, *, compare: Path | None = None, engin
     on, as for every run."""
     require_validation()
     engine, progress = engine or PANDAS, progress or NO_PROGRESS
-    reading, checking = STAGE.steps
+    reading, checking = meds_steps()
     progress.step(reading)
     folder = read_folder(Path(path), config, engine=engine)
     earlier = read_folder(Path(compare), config, engine=engine) if compare is not None else None

@@ -290,7 +290,7 @@ def part_findings(part: PartCheck, *, show_values: bool = False, max_lines: int 
     report = _reporter(findings, show_values=show_values, max_lines=max_lines)
     if part.derived is not None:
         findings.append(_derived_finding(*part.derived))
-    order = part.failures["check"].eq("hadm_id_missing")  # after the schema checks, as they always were
+    order = part.failures["check"].eq("hadm_id_missing")  # reported after the schema checks
     counts = None if part.counts is None else part.counts.set_index(["column", "check"])["count"]
     for (_, column, check), lines in part.failures.groupby([order, "column", "check"], sort=True)["line"]:
         lines = np.sort(lines.to_numpy())

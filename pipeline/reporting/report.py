@@ -159,7 +159,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     except FileNotFoundError:
         mode = None
     if mode is not None and (not stat.S_ISREG(mode) or str(path).startswith(("/dev/", "/proc/"))):
-        with open(path, "ab") as handle:  # a folder is an OSError here, as it was
+        with open(path, "ab") as handle:  # a folder is an OSError here
             handle.write(data)
         return
     with atomic_path(Path(os.path.realpath(path)) if path.is_symlink() else path) as tmp:

@@ -203,8 +203,8 @@ def clean_events(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd
                                KIND=events["KIND"].mask(commented, "categorical"))
     elif empty_value == "quarantine":
         filters.append((IN_COMMENTS, commented, kinds.commented_rows_))
-    # A class of rows that does not occur (in all the rows) adds no step: data without empty values keeps its
-    # attrition as it was.
+    # A class of rows that does not occur (in all the rows) adds no step: data without empty values has no step for
+    # them in its attrition.
     filters = [(reason, mask) for reason, mask, rows in filters if rows]
     filters.append((MIXED_TEXT, (events["KIND"] == "mixed") & events["VALUENUM"].isna()))
     results = set_aside(events.drop(columns="COMMENTS", errors="ignore"), filters, stage=NAME,

@@ -21,7 +21,7 @@ from pipeline.kernel.quarantine import Kept, Step, set_aside
 from schemas.bucket import BucketedEvents
 from schemas.dedup import EdgeRows
 from schemas.guard import guarded
-from schemas.split import split_codes  # noqa: F401 (dedup.split_codes, as before)
+from schemas.split import split_codes
 
 NAME = "dedup"
 SHORT = "admission below min_timesteps"

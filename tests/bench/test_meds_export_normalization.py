@@ -1,4 +1,4 @@
-"""Issue 29's second target, on the real MEDS-Transforms 0.7.0: ``badpoints build`` of the real MIMIC-III demo
+"""The MEDS export's target, on the real MEDS-Transforms 0.7.0: ``badpoints build`` of the real MIMIC-III demo
 ``--to meds``, then its normalization pipeline (``fit_normalization`` -> ``fit_vocabulary_indices`` ->
 ``normalization``, bench/meds_transforms.py in ``.venv-meds``) gives not one NaN or inf z, every |z| within the
 build's bound, and drops only the rows of codes never seen in train (which `badpoints validate` of the output

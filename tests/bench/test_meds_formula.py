@@ -8,7 +8,7 @@ import pytest
 
 from bench.meds_formula import Fitted, fit_shard, predict_folder, reduce_shards, shard_order, zscore
 from tests import meds as fixture
-from tests.meds import CASES, ISSUE_CASES, NON_FINITE, write_meds
+from tests.meds import CASES, PLANTED_CASES, NON_FINITE, write_meds
 
 
 def _fit(values, code="A"):
@@ -82,7 +82,7 @@ def test_codes_without_a_fitted_row_are_dropped():
 
 @pytest.fixture(scope="module")
 def issue_fixture(tmp_path_factory):
-    return write_meds(tmp_path_factory.mktemp("meds") / "issue", ISSUE_CASES)
+    return write_meds(tmp_path_factory.mktemp("meds") / "issue", PLANTED_CASES)
 
 
 def test_on_the_fixture_it_predicts_the_planted_codes_non_finite_and_the_unseen_rows_dropped(issue_fixture):
@@ -104,7 +104,7 @@ def test_with_many_values_the_constant_tenth_is_finite_and_huge(tmp_path):
 
 def test_given_mean_and_std_replace_the_fit_and_a_code_without_them_gets_null_z(tmp_path):
     stats = {fixture.CONSTANT: (1.0, 0.5), fixture.SINGLE: (5.0, 1.0)}
-    predicted = predict_folder(write_meds(tmp_path, ISSUE_CASES, code_stats=stats).root)
+    predicted = predict_folder(write_meds(tmp_path, PLANTED_CASES, code_stats=stats).root)
     assert predicted["non_finite_codes"] == []
     assert predicted["z"][fixture.CONSTANT]["max_abs_finite"] == 2.0  # held_out 2.0: (2 - 1) / 0.5
     assert predicted["z"][fixture.CANCELLATION]["max_abs_finite"] is None  # null given: every z null

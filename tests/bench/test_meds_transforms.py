@@ -1,4 +1,4 @@
-"""The bug issue 29 is about, shown on the real MEDS-Transforms 0.7.0: its normalization pipeline
+"""The bug badpoints' MEDS checks catch, shown on the real MEDS-Transforms 0.7.0: its normalization pipeline
 (``fit_normalization`` -> ``fit_vocabulary_indices`` -> ``normalization``, run by bench/meds_transforms.py in
 ``.venv-meds``) on tests/meds.py's fixture writes NaN and inf z for the constant, single-value, ill-conditioned
 and inf-input codes, drops the rows of codes never seen in train, and exits 0; bench/meds_formula.py predicts
@@ -18,7 +18,7 @@ import pytest
 
 from bench.meds_formula import fit_folder, predict_folder
 from tests import meds as fixture
-from tests.meds import CASES, ISSUE_CASES, NON_FINITE, write_meds
+from tests.meds import CASES, PLANTED_CASES, NON_FINITE, write_meds
 
 ROOT = Path(__file__).resolve().parents[2]
 MEDS_PYTHON = Path(os.environ.get("BADPOINTS_MEDS_PYTHON", ROOT / ".venv-meds" / "bin" / "python"))
@@ -40,17 +40,17 @@ def _run(root: Path, out: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def issue(tmp_path_factory):
-    """Issue 29's cases (every code under 65,536 values: float32 arithmetic), and what MEDS-Transforms made."""
+    """The planted cases (every code under 65,536 values: float32 arithmetic), and what MEDS-Transforms made."""
     folder = tmp_path_factory.mktemp("meds-issue")
-    written = write_meds(folder / "in", ISSUE_CASES)
+    written = write_meds(folder / "in", PLANTED_CASES)
     return written, _run(written.root, folder / "out"), folder / "out"
 
 
 @pytest.fixture(scope="module")
 def given(tmp_path_factory):
-    """Issue 29's cases with values/mean and values/std in codes.parquet for two codes, null for the rest."""
+    """The planted cases with values/mean and values/std in codes.parquet for two codes, null for the rest."""
     folder = tmp_path_factory.mktemp("meds-given")
-    written = write_meds(folder / "in", ISSUE_CASES, code_stats=GIVEN)
+    written = write_meds(folder / "in", PLANTED_CASES, code_stats=GIVEN)
     return written, _run(written.root, folder / "out"), folder / "out"
 
 

@@ -1,4 +1,4 @@
-"""bench/targets.py: issue 13's targets, each with its scale, limit, value and the baselines beside."""
+"""bench/targets.py: the speed and memory targets, each with its scale, limit, value and the baselines beside."""
 
 from __future__ import annotations
 

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 import numpy as np
 import pandas as pd
 
-from pipeline.stages.dedup import KEY, edge_key, split_codes
+from pipeline.stages.dedup import KEY, edge_key
 from pipeline.stages.graph.options import NAME, Options
 from schemas.errors import StageError
 from schemas.fill import TENSOR_COLUMNS
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
 from schemas.raw import ADMISSION_CATEGORICALS
-from schemas.split import SPLITS
+from schemas.split import SPLITS, split_codes
 
 if TYPE_CHECKING:  # torch and PyG load when graphs are built, not when the stages are declared
     import torch

@@ -382,7 +382,7 @@ def _kill_every_worker(run: subprocess.Popen, killed: list[int]) -> None:
 
 
 def test_a_worker_killed_during_a_build_is_replaced_and_the_build_writes_the_same_files(synthetic, tmp_path):
-    """A worker of the CLI's LocalCluster killed after the relations step (the issue's report: the build hung, the
+    """A worker of the CLI's LocalCluster killed after the relations step (as reported: the build hung, the
     scheduler copying a broadcast frame to the dead worker every 30 s) and again before the report: its tasks run
     again on the other worker, and the build writes what a run without the kill writes."""
     scratch = tmp_path / "tmp"

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.engines.base import in_row_order
 from pipeline.engines.parts import PartsEngine
-from pipeline.engines.routing import ADMISSIONS_PER_BUCKET, BUCKETS, admission_parts, buckets, packed
+from pipeline.engines.routing import ADMISSIONS_PER_RANGE, FEWEST_RANGES, admission_parts, packed, range_count
 from pipeline.engines.stored import Stored
 from schemas.split import SPLITS
 from tests.pipeline.engines.rows import lab_frame
@@ -87,9 +87,9 @@ def test_routed_rows_of_no_known_admission_are_cut_by_rows(tmp_path):
 
 
 def test_admission_ranges_grow_with_admissions_so_a_range_stays_a_fraction_of_a_part():
-    assert [buckets(n) for n in (0, 1, 28, BUCKETS, 10_000)] == [1, 1, 28, BUCKETS, BUCKETS]
+    assert [range_count(n) for n in (0, 1, 28, FEWEST_RANGES, 10_000)] == [1, 1, 28, FEWEST_RANGES, FEWEST_RANGES]
     # MIMIC-IV's 431,231 admissions: 843 ranges of at most 512 admissions, not 64 of 6,738 (1.1-1.3M rows each)
-    assert buckets(431_231) == 843 and -(-431_231 // buckets(431_231)) <= ADMISSIONS_PER_BUCKET
+    assert range_count(431_231) == 843 and -(-431_231 // range_count(431_231)) <= ADMISSIONS_PER_RANGE
 
 
 def test_ranges_are_packed_into_parts_of_at_most_the_rows_asked():

@@ -14,16 +14,16 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from tests.meds import ISSUE_CASES, write_meds
+from tests.meds import PLANTED_CASES, write_meds
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
-def issue(tmp_path_factory):
-    root = tmp_path_factory.mktemp("meds-engines") / "issue"
-    write_meds(root, ISSUE_CASES)
+def planted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("meds-engines") / "planted"
+    write_meds(root, PLANTED_CASES)
     return root
 
 
@@ -35,13 +35,13 @@ def _findings(root, tmp_path, *options):
 
 
 @pytest.mark.parametrize("engine", ["parts", "dask"])
-def test_an_engine_reads_the_shards_and_finds_what_this_process_finds(issue, tmp_path, engine):
-    here = _findings(issue, tmp_path)
-    there = _findings(issue, tmp_path, "--engine", engine, "--workers", "2")
+def test_an_engine_reads_the_shards_and_finds_what_this_process_finds(planted, tmp_path, engine):
+    here = _findings(planted, tmp_path)
+    there = _findings(planted, tmp_path, "--engine", engine, "--workers", "2")
     assert there == here and {"meds_z_non_finite", "meds_subject_order"} <= {f[0] for f in here}
 
 
-def test_the_pandas_engine_reads_every_shard_in_this_process(issue, monkeypatch):
+def test_the_pandas_engine_reads_every_shard_in_this_process(planted, monkeypatch):
     """``--engine pandas`` means this process: every shard's partial is read here, none in a worker."""
     from pipeline.config import load_config
     from pipeline.engines import PANDAS
@@ -55,13 +55,13 @@ def test_the_pandas_engine_reads_every_shard_in_this_process(issue, monkeypatch)
         return read(*args, **kwargs)
 
     monkeypatch.setattr(stage, "read_shard", counted)
-    run = validate_meds(issue, load_config(), engine=PANDAS)
+    run = validate_meds(planted, load_config(), engine=PANDAS)
     assert seen == [os.getpid()] * len(run.report.inputs) and len(seen) > 1
 
 
-def test_pandera_switched_off_refuses_a_meds_run(issue):
+def test_pandera_switched_off_refuses_a_meds_run(planted):
     """As a lab run does: with pandera's validation off no check would run, so the MEDS run does not start."""
-    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "validate", str(issue)], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "validate", str(planted)], capture_output=True,
                           text=True, env={**os.environ, "PANDERA_VALIDATION_ENABLED": "False"}, cwd=ROOT)
     assert done.returncode == 2, done.stderr
     assert "PANDERA_VALIDATION_ENABLED" in done.stderr and "status:" not in done.stdout

@@ -20,7 +20,7 @@ from pipeline.meds import validate_meds
 from pipeline.meds.zscored import is_normalized
 from tests import meds as fixture
 from tests.bench.test_meds_transforms import MEDS_PYTHON, RUNNER
-from tests.meds import ISSUE_CASES, NON_FINITE, write_meds, write_normalized
+from tests.meds import PLANTED_CASES, NON_FINITE, write_meds, write_normalized
 
 runner = CliRunner()
 RAW_ONLY = {"meds_value_finite", "meds_value_bound", "meds_z_non_finite", "meds_z_noise", "meds_z_bound",
@@ -30,7 +30,7 @@ RAW_ONLY = {"meds_value_finite", "meds_value_bound", "meds_z_non_finite", "meds_
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("stage")
-    before = write_meds(root / "before", ISSUE_CASES).root
+    before = write_meds(root / "before", PLANTED_CASES).root
     write_normalized(before, root / "normalized")
     return before, root / "normalized"
 

@@ -13,13 +13,13 @@ import pytest
 from pipeline.config import load_config
 from pipeline.meds import validate_meds
 from tests.bench.test_meds_transforms import MEDS_PYTHON, RUNNER
-from tests.meds import CASES, CONSTANT_TENTH, ISSUE_CASES, write_meds
+from tests.meds import CASES, CONSTANT_TENTH, PLANTED_CASES, write_meds
 
 pytestmark = pytest.mark.skipif(not MEDS_PYTHON.is_file(), reason=f"MEDS-Transforms' environment not found at "
                                 f"{MEDS_PYTHON}: run `make meds-env`")
 
 
-@pytest.mark.parametrize("cases", [ISSUE_CASES, tuple(CASES)], ids=["issue", "many_values"])
+@pytest.mark.parametrize("cases", [PLANTED_CASES, tuple(CASES)], ids=["planted", "many_values"])
 def test_validate_names_the_codes_meds_transforms_makes_non_finite(tmp_path, cases):
     write_meds(tmp_path / "meds", cases)
     done = subprocess.run([str(MEDS_PYTHON), str(RUNNER), str(tmp_path / "meds"), str(tmp_path / "out")],
@@ -33,7 +33,7 @@ def test_validate_names_the_codes_meds_transforms_makes_non_finite(tmp_path, cas
     for code, z in measured["z"].items():
         assert (ready.loc[code, "non_finite"] if code in ready.index else 0) == z["nan"] + z["posinf"] + z["neginf"]
     # A noise code (all train values equal, a positive residue): here MEDS-Transforms' z are finite, the largest as
-    # readiness says (CONSTANT_TENTH with many_values; none on issue 29's cases, in float32).
+    # readiness says (CONSTANT_TENTH with many_values; none on the planted cases, in float32).
     noise = ready[ready["noise"]]
     assert list(noise.index) == ([CONSTANT_TENTH] if "many_values" in cases else [])
     for code, largest in noise["z_max"].items():

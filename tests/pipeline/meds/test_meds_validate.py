@@ -20,11 +20,11 @@ from pipeline.reporting.junit import junit_xml
 from pipeline.engines import parts_engine
 from pipeline.meds import is_meds, validate_meds
 from tests import meds as fixture
-from tests.meds import ISSUE_CASES, NON_FINITE, write_meds
+from tests.meds import PLANTED_CASES, NON_FINITE, write_meds
 
 runner = CliRunner()
 
-# check -> what its message must name, on write_meds(ISSUE_CASES)
+# check -> what its message must name, on write_meds(PLANTED_CASES)
 NAMED = {
     "meds_z_non_finite": [fixture.CANCELLATION, fixture.INF_INPUT, fixture.LARGE_OFFSET, fixture.CONSTANT,
                           fixture.CONSTANT_TENTH],  # SINGLE is the sixth: past LISTED, in the readiness table
@@ -40,35 +40,35 @@ NAMED = {
 
 
 @pytest.fixture(scope="module")
-def issue(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("meds") / "issue"
-    write_meds(root, ISSUE_CASES)
+def planted(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("meds") / "planted"
+    write_meds(root, PLANTED_CASES)
     return root
 
 
 @pytest.fixture(scope="module")
-def issue_run(issue):
-    return validate_meds(issue, load_config())
+def planted_run(planted):
+    return validate_meds(planted, load_config())
 
 
-def test_a_folder_with_data_and_metadata_is_meds(issue, tmp_path):
-    assert is_meds(issue) and not is_meds(tmp_path)
+def test_a_folder_with_data_and_metadata_is_meds(planted, tmp_path):
+    assert is_meds(planted) and not is_meds(tmp_path)
 
 
-def test_every_planted_case_is_named(issue_run):
-    findings = {f["check"]: f for f in issue_run.report.as_json()["findings"]}
+def test_every_planted_case_is_named(planted_run):
+    findings = {f["check"]: f for f in planted_run.report.as_json()["findings"]}
     assert set(findings) == set(NAMED)
     for check, names in NAMED.items():
         for name in names:
             assert name in findings[check]["message"], (check, name)
-    assert issue_run.exit_code == 1
+    assert planted_run.exit_code == 1
     # The message names five codes; the JSON keeps every one, the sixth (SINGLE) too.
     non_finite = findings["meds_z_non_finite"]
     assert sorted(non_finite["items"]) == NON_FINITE and "+1 more in the JSON report" in non_finite["message"]
 
 
-def test_the_readiness_names_exactly_the_non_finite_codes_with_why(issue_run):
-    ready = issue_run.ready
+def test_the_readiness_names_exactly_the_non_finite_codes_with_why(planted_run):
+    ready = planted_run.ready
     assert sorted(ready.index[ready["non_finite"] > 0]) == NON_FINITE
     assert "one train value" in ready.loc[fixture.SINGLE, "why"]
     assert "all 40 train values equal: variance 0, exactly" in ready.loc[fixture.CONSTANT, "why"]
@@ -106,13 +106,13 @@ def test_the_clean_fixture_is_ok(tmp_path):
     assert run.report.attrition["MEDS"]["splits"]["train"] == {"shards": 2, "rows": 560, "subjects": 40}
 
 
-def test_the_report_is_the_same_whatever_the_shard_order_and_workers(issue, tmp_path):
-    one = validate_meds(issue, load_config()).report.as_json()  # the pandas engine: this process
+def test_the_report_is_the_same_whatever_the_shard_order_and_workers(planted, tmp_path):
+    one = validate_meds(planted, load_config()).report.as_json()  # the pandas engine: this process
     with parts_engine(workers=2) as engine:
-        two = validate_meds(issue, load_config(), engine=engine).report.as_json()
+        two = validate_meds(planted, load_config(), engine=engine).report.as_json()
     assert json.dumps(one) == json.dumps(two)
     moved = tmp_path / "moved"  # the same shards under other names: train/1 read first, as 0
-    shutil.copytree(issue, moved)
+    shutil.copytree(planted, moved)
     data = moved / "data" / "train"
     (data / "0.parquet").rename(data / "x.parquet")
     (data / "1.parquet").rename(data / "0.parquet")
@@ -147,8 +147,8 @@ def test_no_shard_or_an_unreadable_one_cannot_run(tmp_path):
     assert run.exit_code == 2
 
 
-def test_the_cli_writes_every_form(issue, tmp_path):
-    out = runner.invoke(app, ["validate", str(issue), "--json", str(tmp_path / "r.json"), "--junit",
+def test_the_cli_writes_every_form(planted, tmp_path):
+    out = runner.invoke(app, ["validate", str(planted), "--json", str(tmp_path / "r.json"), "--junit",
                               str(tmp_path / "j.xml"), "--html", str(tmp_path / "r.html")])
     assert out.exit_code == 1, out.output
     assert "meds/meds_z_non_finite" in out.output and "status: errors (6 errors, 3 warnings, 0 notes)" in out.output
@@ -158,12 +158,12 @@ def test_the_cli_writes_every_form(issue, tmp_path):
     assert report["attrition"]["MEDS"]["splits"]["tuning"]["rows"] == 0
     assert '<testcase classname="meds" name="meds_z_non_finite"' in (tmp_path / "j.xml").read_text()
     assert "meds_z_non_finite" in (tmp_path / "r.html").read_text()
-    built = runner.invoke(app, ["build", str(issue), "--out", str(tmp_path / "out")])
+    built = runner.invoke(app, ["build", str(planted), "--out", str(tmp_path / "out")])
     assert built.exit_code == 2 and "MEDS dataset" in built.output
 
 
-def test_html_and_junit_render_a_findings_only_run(issue_run):
-    page = render(issue_run, load_config())
+def test_html_and_junit_render_a_findings_only_run(planted_run):
+    page = render(planted_run, load_config())
     assert "status: errors" in page and fixture.CANCELLATION in page
-    assert b"failures=\"6\"" in junit_xml(issue_run.report)
+    assert b"failures=\"6\"" in junit_xml(planted_run.report)
 

@@ -95,7 +95,7 @@ def _holds(out: Path, pid: int) -> bool:
 
 
 def test_a_second_build_is_refused_while_a_paused_build_holds_the_folder(tmp_path):
-    """The issue's reproduction: build A is stopped mid-run; build B into the same folder must not interleave."""
+    """As reported: build A is stopped mid-run; build B into the same folder must not interleave."""
     out = tmp_path / "out"
     first = subprocess.Popen([str(BADPOINTS), "build", "data/sample", "--out", str(out), "--no-cache", "-q"],
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -368,7 +368,7 @@ def test_a_meds_compare_run_shows_its_ledgers_rows_before_and_after_and_the_drop
     from tests import meds as fixture
 
     before, after = tmp_path / "before", tmp_path / "after"
-    fixture.write_meds(before, fixture.ISSUE_CASES)
+    fixture.write_meds(before, fixture.PLANTED_CASES)
     fixture.write_normalized(before, after)
     page = render(validate_meds(after, load_config(), compare=before), load_config())
     section = page[page.index("<h2>MEDS rows</h2>"):]
