@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import textwrap
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Optional
@@ -34,10 +32,11 @@ from pipeline.meds import is_meds, meds_steps, validate_meds
 from pipeline.output.paths import OutputError
 from pipeline.kernel.handed import ScratchError
 from pipeline.reporting.progress import progress_for
-from pipeline.reporting.report import Report, as_shown, tally
+from pipeline.reporting.report import Report
+from pipeline.reporting.terminal import TerminalConsole, consoles, print_report, print_summary
 from schemas.catalogue import in_flow_order
 from schemas.catalogue import CHECKS, LOCKED
-from schemas.errors import ValidationDisabled
+from schemas.errors import StageError, ValidationDisabled
 
 
 class _Flags:
@@ -66,9 +65,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Catch bad points in MIMIC-style CSVs before they reach training.",
 )
-_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
-_NOUN = {"error": "error", "warning": "warning", "info": "note"}
-_RANK = {"error": 0, "warning": 1, "info": 2}
 REPORT_HTML = "report.html"
 
 
@@ -181,7 +177,7 @@ def validate(
     Unchanged inputs are read from the cache; when the config is unchanged too, the earlier report is reused
     (except with --html, which needs the stages' data).
     """
-    console, err = _consoles()
+    console, err = consoles()
     settings = _guarded_run(err, lambda: load_config(config))
     options = _guarded_run(err, lambda: EngineOptions(workers=workers, memory_limit=memory_limit,
                                                       partitions=partitions, scheduler=scheduler))
@@ -223,8 +219,8 @@ def _reported(console: Console, err: Console, result: Any, settings: Config, *, 
               json_path: Optional[Path], html_path: Optional[Path], junit_path: Optional[Path],
               show_values: bool) -> None:
     """A validation's report in every form asked for: the terminal's findings and summary, JSON, HTML, JUnit."""
-    _print_report(console, result.report, quiet=quiet)
-    _print_summary(console, result.report)
+    print_report(console, result.report, quiet=quiet)
+    print_summary(console, result.report)
     _write_json(err, result.report, json_path)
     _write_html(err, result, settings, html_path, show_values=show_values)
     _write_junit(err, result.report, junit_path, name="badpoints validate")
@@ -251,7 +247,7 @@ def build(
 ) -> None:
     """Validate, run every stage, and write guarded graphs (or, with --to meds, a MEDS dataset) only if nothing is
     an error."""
-    console, err = _consoles()
+    console, err = consoles()
     if is_meds(data_dir):
         err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(data_dir))} is a MEDS dataset: `badpoints "
                   "validate` checks it; `build` reads MIMIC CSVs only for now")
@@ -267,8 +263,8 @@ def build(
                                                      progress=progress, cache=cache, engine=running,
                                                      to=BuildTarget(to).value))
     _cache_warning(err, cache)
-    _print_report(console, result.report, quiet=quiet)
-    _print_summary(console, result.report)
+    print_report(console, result.report, quiet=quiet)
+    print_summary(console, result.report)
     written = "MEDS shards" if result.to == "meds" else "graphs"
     if result.out_dir is not None:
         made = result.shards if result.to == "meds" else result.graphs
@@ -279,6 +275,57 @@ def build(
     _write_json(err, result.report, json_path)
     _write_html(err, result, settings, html_path, show_values=show_values)
     _write_junit(err, result.report, junit_path, name="badpoints build")
+    raise typer.Exit(result.exit_code)
+
+
+_SCHEMA = typer.Option("--schema", help="The schema to check against: a pandera YAML file, or a Python module:Class "
+                                        "(a DataFrameModel or DataFrameSchema), which may use badpoints' checks "
+                                        "(`badpoints checks` lists them, stage check).", metavar="SCHEMA")
+_INFER = typer.Option("--infer", help="Write a starter schema inferred from the table here (YAML) instead of "
+                                      "checking: it passes on the table as it is; edit it to say what must hold.")
+
+
+@app.command(cls=_Command)
+def check(
+    table: Annotated[Path, typer.Argument(help="A CSV (.csv, .csv.gz) or Parquet file, or a folder of them.")],
+    schema: Annotated[Optional[str], _SCHEMA] = None,
+    infer: Annotated[Optional[Path], _INFER] = None,
+    config: Annotated[Optional[Path], _CONFIG] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the machine-readable report here.")] = None,
+    html_path: Annotated[Optional[Path], _HTML] = None,
+    junit_path: Annotated[Optional[Path], _JUNIT] = None,
+    show_values: Annotated[bool, typer.Option("--show-values", help="Include capped failing values.")] = False,
+    quiet: Annotated[bool, _QUIET] = False,
+) -> None:
+    """Check a table your own pipeline wrote against a schema of yours, in blocks of bounded memory, and report
+    every finding at once (exit 0, 1 on an error, 2 when it cannot run), as validate does."""
+    from pipeline.check.run import check_table, tables_in
+    from pipeline.check.schema import infer as infer_schema
+    from pipeline.check.schema import load_schema
+    from pipeline.check.table import TableBlocks
+
+    console, err = consoles()
+    settings = _guarded_run(err, lambda: load_config(config))
+    if (schema is None) == (infer is None):
+        err.print("[bold red]badpoints: cannot run:[/] give --schema SCHEMA to check the table, or --infer FILE to "
+                  "write a starter schema of it")
+        raise typer.Exit(2)
+    try:
+        if infer is not None:
+            inferred = _guarded_run(err, lambda: infer_schema(
+                lambda: (block for path in tables_in(table) for block in TableBlocks(path, path.name))))
+            _write_file(err, infer, lambda: infer.write_text(inferred.to_yaml(), encoding="utf-8"))
+            err.print(f"wrote a starter schema of {len(inferred.columns)} columns to {escape(str(infer))}")
+            raise typer.Exit(0)
+        checked_against = load_schema(schema)
+    except StageError as problem:  # a schema or a table that cannot be read: nothing was checked
+        err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(problem))}")
+        raise typer.Exit(2)
+    with progress_for(err, quiet=quiet, steps=2, title="check") as progress:
+        result = _guarded_run(err, lambda: check_table(table, checked_against, settings, progress=progress,
+                                                       show_values=show_values))
+    _reported(console, err, result, settings, quiet=quiet, json_path=json_path, html_path=html_path,
+              junit_path=junit_path, show_values=show_values)
     raise typer.Exit(result.exit_code)
 
 
@@ -299,7 +346,7 @@ def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `b
     """
     from pipeline.output.inspect import inspect_build, item_lines, status_lines
 
-    console, err = _consoles()
+    console, err = consoles()
     if not out_dir.is_dir():  # nothing to inspect: could not run (2), like a missing DATA_DIR
         what = "is not a folder" if out_dir.exists() else "does not exist"
         err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(out_dir))} {what}")
@@ -313,38 +360,6 @@ def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `b
     for line in status_lines(summary):
         console.print(escape(line))
     raise typer.Exit(1 if summary.problems else 0)
-
-
-class _Console(Console):
-    """A console whose reader may leave early (``badpoints validate D | head -1``). rich exits 1 on a broken
-    pipe, which reads as "the data has errors"; here the rest of that stream is dropped and the run goes on,
-    so the JSON, HTML and JUnit files are written and the exit code says what the data is."""
-
-    def print(self, *objects: Any, **kwargs: Any) -> None:
-        """Print with every text made safe for a terminal (:func:`printable`): a D_LABITEMS label holding
-        ``ESC[2K`` must not rewrite the status line. The markup is ours; the JSON report keeps the text exact."""
-        super().print(*(printable(o) if isinstance(o, str) else o for o in objects), **kwargs)
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        with contextlib.suppress(AttributeError, OSError, ValueError):  # later writes, and the flush at exit
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self.file.fileno())
-            os.close(devnull)
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # every control character but tab and newline
-
-
-def printable(text: str) -> str:
-    """``text`` with each control character (ESC, CR, BEL, DEL, C1 ...) written as its escape, ``\\x1b``: shown,
-    never obeyed by the terminal."""
-    return as_shown(_CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text))  # a path's odd bytes too
-
-
-def _consoles() -> tuple[Console, Console]:
-    """stdout for the report, stderr for progress and problems; no colour where they are not terminals."""
-    return _Console(highlight=False, soft_wrap=True), _Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _guarded_run(err: Console, run):
@@ -434,7 +449,7 @@ def checks() -> None:
     table.add_column("finds")
     for info in in_flow_order(CHECKS.values(), ORDER.names):
         table.add_row(info.id, info.stage, info.severity, info.locked or "", info.title)
-    console = _Console()
+    console = TerminalConsole()
     console.print(table)
     console.print("\nA check marked fixed stays an error: \\[severity] may set it to \"error\" only.")
     for why, meaning in LOCKED.items():
@@ -449,7 +464,7 @@ _CLEAR = typer.Option("--clear", help="Remove the cache's entries (every parsed 
 def cache_folder(cache_dir: Annotated[Optional[Path], _CACHE_DIR] = None,
                  clear: Annotated[bool, _CLEAR] = False) -> None:
     """Show where the cache of parsed tables is, what it holds and who can read it; --clear removes its entries."""
-    console, err = _consoles()
+    console, err = consoles()
     root = cache_dir or default_cache_dir()
     if root is None:
         err.print("[bold red]badpoints: cannot run:[/] no cache folder to show: no $BADPOINTS_CACHE_DIR, "
@@ -472,106 +487,6 @@ def config_defaults() -> None:
     typer.echo(documented_defaults(), nl=False)
 
 
-# The terminal's findings: a message wrapped at this width, under an indent; a note is one line, its title.
-_WIDTH, _INDENT = 110, " " * 8
-
-
-def _print_report(console: Console, report: Report, *, quiet: bool = False) -> None:
-    """Every error and warning with its message, wrapped; every note on one line, with its check's title (the
-    JSON and HTML reports hold its message); errors only when quiet. Then the status line."""
-    if not quiet:
-        for source in report.inputs:
-            console.print(f"read {source.table:<10} {source.rows:>10,} rows  {escape(source.path)}")
-    notes = 0
-    for finding in report.as_json()["findings"]:
-        if quiet and finding["severity"] != "error":
-            continue
-        style = _STYLE.get(finding["severity"], "")
-        where = ".".join(p for p in (finding["table"], finding["column"]) if p)
-        label = _NOUN.get(finding["severity"], finding["severity"]).upper()
-        head = f"{finding['stage']}/{finding['check']} {where} ({finding['count']:,})"
-        if finding["severity"] == "info":
-            notes += 1
-            line = textwrap.shorten(f"{head}: {CHECKS[finding['check']].title}", _WIDTH + len(_INDENT) - 8)
-            console.print(f"[{style}]{label:<7}[/] {escape(line)}")
-            continue
-        console.print(f"[{style}]{label:<7}[/] {escape(head)}")
-        for line in textwrap.wrap(printable(finding["message"]), _WIDTH, initial_indent=_INDENT,
-                                  subsequent_indent=_INDENT):  # wrapped as shown: escapes written out first
-            console.print(escape(line))
-        if finding.get("samples"):
-            console.print(f"        values: {escape(', '.join(repr(v) for v in finding['samples']))}")
-    if notes:
-        console.print(f"{notes} note{'s' if notes != 1 else ''} in short: their messages are in the JSON (--json) "
-                      "and HTML (--html) reports")
-
-
-def _print_summary(console: Console, report: Report) -> None:
-    """The compact end: findings by stage, the LABEVENTS ledger and funnel, each stage's own lines (scale: its
-    constant and fallback items), status."""
-    console.print("[bold]summary[/]")
-    counts = report.stage_counts()
-    if counts:
-        entries = [(f"{stage} " + ", ".join(f"{n} {_NOUN.get(sev, sev)}{'s' if n != 1 else ''}" for sev, n in ordered),
-                    f"{stage} " + ", ".join(f"[{_STYLE.get(sev, '')}]{n} {_NOUN.get(sev, sev)}{'s' if n != 1 else ''}[/]"
-                                            for sev, n in ordered))
-                   for stage, levels in counts.items()
-                   for ordered in [sorted(levels.items(), key=lambda kv: _RANK.get(kv[0], 3))]]
-        lines, width = [[]], 12
-        for plain, styled in entries:  # wrapped by the text shown, not by its markup
-            if lines[-1] and width + 3 + len(plain) > _WIDTH + len(_INDENT):
-                lines.append([])
-                width = 12
-            width += len(plain) + (3 if lines[-1] else 0)
-            lines[-1].append(styled)
-        console.print("\n".join(("  findings  " if n == 0 else " " * 12) + " · ".join(line)
-                                 for n, line in enumerate(lines)))
-    attrition = report.attrition or {}
-    ledger = attrition.get("LABEVENTS")
-    if not ledger and any(f.stage == "load" and f.severity == "error" for f in report.findings):
-        console.print("  stages    not run: the run stopped before the stages (a table could not be read)")
-    if ledger:
-        console.print(f"  LABEVENTS read {ledger['read']:,} = kept {ledger['kept']:,} + quarantined "
-                      f"{ledger['quarantined']:,} + deduplicated {ledger['deduplicated']:,}")
-        funnel = [f"read {ledger['read']:,}"]
-        last = ledger["read"]
-        for stage, rows_out in _funnel(attrition.get("steps") or []):
-            funnel.append(f"{stage} {rows_out:,} (-{last - rows_out:,})")
-            last = rows_out
-        stopped = f"  [bold red]stopped at {escape(str(attrition['stopped_at']))}[/]" \
-            if attrition.get("stopped_at") else ""
-        console.print(f"  funnel    {' -> '.join(funnel)}{stopped}")
-    admissions = attrition.get("ADMISSIONS")
-    if admissions:
-        reasons = ", ".join(f"{n:,} {check.removeprefix('admission_').replace('_', ' ')}"
-                            for check, n in admissions["dropped_by"].items() if n)
-        splits = ", ".join(f"{name} {split['in_graphs']:,}/{split['read']:,}"
-                           for name, split in admissions["splits"].items())
-        console.print(f"  ADMISSIONS read {admissions['read']:,} = in graphs {admissions['in_graphs']:,} + dropped "
-                      f"{admissions['dropped']:,}{f' ({reasons})' if reasons else ''}; in graphs/read: {splits}")
-    for label, text in report.summary:  # the stages' own lines, as the run that made the report made them
-        for line in textwrap.wrap(f"  {label:<9} {text}", _WIDTH + len(_INDENT), subsequent_indent=" " * 12):
-            console.print(escape(line))
-    errors = sum(f.severity == "error" for f in report.findings)
-    warnings = sum(f.severity == "warning" for f in report.findings)
-    style = {"errors": "bold red", "warnings": "yellow", "ok": "green"}[report.status]
-    console.print(f"[{style}]status: {report.status}[/] ({tally(errors, warnings, len(report.findings) - errors - warnings)})")
-    if report.overrides:
-        changed = ", ".join(f"{k}={v}" for k, v in sorted(report.overrides.items()))
-        console.print(f"severities changed by config: {escape(changed)}")
-
-
-def _funnel(steps: list[dict]) -> list[tuple[str, int]]:
-    """LABEVENTS rows after each stage that removed or merged some (the stage's last step)."""
-    after: dict[str, int] = {}
-    changed: set[str] = set()
-    for step in steps:
-        if step["table"] != "LABEVENTS":
-            continue
-        after[step["stage"]] = step["rows_out"]
-        if step["rows_in"] != step["rows_out"]:
-            changed.add(step["stage"])
-    return [(stage, rows) for stage, rows in after.items() if stage in changed]
 
 
 def main() -> None:

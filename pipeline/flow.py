@@ -24,6 +24,7 @@ from pipeline.ledgers import (Ledger, Prepared, admission_fates, admission_findi
                               quarantine_findings)
 from pipeline.engines import PANDAS, Engine
 from pipeline.reading.load import file_sha256, read_blocks
+from pipeline.check import stage as check
 from pipeline.meds import stage as meds
 from pipeline.reading.locate import LOAD, TABLES, locate_tables
 from pipeline.reading.parse import (RAW, LabRelations, RawResult, RawTables, check_blocks, check_relations, check_stream,
@@ -39,9 +40,10 @@ from schemas.guard import trusted_chain
 from schemas.raw import ADMISSIONS, LABITEMS
 
 FLOW = Stage("flow", colour="#7f7f7f")  # the run as a whole: attrition, admissions in no graph
-ORDER = Order(STAGES, before=(LOAD, RAW, meds.STAGE), after=(FLOW,))
-"""Everything that reports findings, in the report's order: reading, the raw checks, a MEDS dataset's checks (a MEDS
-run's stage, ``pipeline.meds``: in this order for the catalogue), the declared stages, then the run as a whole."""
+ORDER = Order(STAGES, before=(LOAD, RAW, meds.STAGE, check.STAGE), after=(FLOW,))
+"""Everything that reports findings, in the report's order: reading, the raw checks, a MEDS dataset's checks and a
+user's table's (the stages of a MEDS run, ``pipeline.meds``, and of a check run, ``pipeline.check``: in this order for
+the catalogue), the declared stages, then the run as a whole."""
 
 
 def steps(config: Config, *, build: str | None = None) -> tuple[str, ...]:

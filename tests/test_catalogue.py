@@ -286,6 +286,52 @@ def broken_meds_shard() -> Run:
     return Run(built.exit_code, tuple(f.as_json() for f in built.report.findings))
 
 
+# A user's table (``badpoints check``): a few rows and a schema of badpoints' checks, each with one way to break it.
+USER_TABLE = ("HADM_ID,ITEMID,VALUENUM,Z,CODE,T,SUBJECT,SPLIT\n10,1,5,0,0,1,1,train\n11,1,5,0,1,2,1,train\n"
+              "12,1,6,10000000,2,3,2,test\n13,2,1,-1.2,2,1,3,train\n14,2,2,0,1,0,3,val\n15,2,3,1.2,0,2,4,val\n"
+              "16,3,7,0,3,5,5,test\n16,3,7,inf,1,6,5,test\n")
+
+
+@functools.cache
+def user_table(name: str) -> Run:
+    """``badpoints check`` of :data:`USER_TABLE` against a schema whose one check is ``name``'s (or, for
+    table_schema, a column typed int that holds text)."""
+    import pandera.pandas as pa
+
+    checks = {
+        "finite": ({"Z": [pa.Check.finite()]}, []), "z_within": ({"Z": [pa.Check.z_within(bound=10)]}, []),
+        "code_in_range": ({"CODE": [pa.Check.code_in_range(n=3)]}, []),
+        "label_in_range": ({"CODE": [pa.Check.label_in_range(num_classes=2)]}, []),
+        "values_within": ({"T": [pa.Check.values_within(low=0, high=5)]}, []),
+        "z_explained": ({}, [pa.Check.z_explained(column="Z", values="VALUENUM", by="ITEMID")]),
+        "keys_unique": ({}, [pa.Check.keys_unique(columns=["HADM_ID"])]),
+        "monotone_within": ({}, [pa.Check.monotone_within(column="T", by="ITEMID")]),
+        "one_value_per_group": ({}, [pa.Check.one_value_per_group(column="SPLIT", by="SUBJECT")]),
+        "not_empty": ({}, [pa.Check.not_empty()]), "kept_share": ({}, [pa.Check.kept_share(rows_in=100, at_least=0.5)]),
+        "table_schema": ({"CODE": [pa.Check.ge(1)]}, []),  # CODE 0 twice
+    }
+    columns, frame_checks = checks[name]
+    folder = Path(tempfile.mkdtemp(dir=ROOT, prefix=f"check-{name}"))
+    text = USER_TABLE if name != "not_empty" else USER_TABLE.split("\n", 1)[0] + "\n"
+    (folder / "t.csv").write_text(text)
+    types = {"CODE": int, "T": int}
+    schema = pa.DataFrameSchema({"Z": pa.Column(float, nullable=True), **{
+        column: pa.Column(types.get(column), checks=column_checks) for column, column_checks in columns.items()
+        if column != "Z"}}, checks=frame_checks)
+    if "Z" in columns:
+        schema = schema.update_column("Z", checks=columns["Z"])
+    (folder / "s.yaml").write_text(schema.to_yaml())
+    result = runner.invoke(app, ["check", str(folder / "t.csv"), "--schema", str(folder / "s.yaml"), "--json",
+                                 str(folder / "r.json")])
+    report = json.loads((folder / "r.json").read_text())
+    return Run(result.exit_code, tuple(f for f in report["findings"] if f["check"] == name or
+                                       (name != "table_schema" and f["check"] != "table_schema")))
+
+
+def check_run(name: str, count: int) -> Fires:
+    return Fires(functools.partial(user_table, name), count, exit_code=1)
+
+
 def no_manifest() -> Run:
     from pipeline.output import write
     with pytest.raises(StageError) as caught:
@@ -418,6 +464,20 @@ FIRES: dict[str, Fires] = {
     "admission_labs_quarantined": case("admission_labs_all_a_year_early", 1, exit_code=0),
     "admission_below_min_timesteps": config("[graph]\nmin_timesteps = 3\n", 9, exit_code=0),
     "meds_export_shard": Fires(broken_meds_shard, 25, exit_code=1),  # held_out/0's glucose values
+    # check: a user's table against a schema of theirs
+    "table_schema": Fires(functools.partial(user_table, "table_schema"), 2, text="greater_than_or_equal_to",
+                          exit_code=1),
+    "finite": check_run("finite", 1),
+    "z_within": check_run("z_within", 1),
+    "z_explained": check_run("z_explained", 1),
+    "code_in_range": check_run("code_in_range", 1),
+    "label_in_range": check_run("label_in_range", 3),
+    "values_within": check_run("values_within", 1),
+    "keys_unique": check_run("keys_unique", 2),
+    "monotone_within": check_run("monotone_within", 1),
+    "one_value_per_group": check_run("one_value_per_group", 2),
+    "not_empty": check_run("not_empty", 1),
+    "kept_share": check_run("kept_share", 1),
     # graph
     "graph_finite": Fires(broken_graph(lambda g, _: g[EDGE].edge_attr.__setitem__((5, 1), float("inf"))), 1),
     "graph_edge_index": Fires(broken_graph(lambda g, _: _set(g[EDGE], "edge_index", g[EDGE].edge_index.int())), 1),

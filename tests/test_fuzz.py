@@ -41,7 +41,9 @@ from hypothesis import strategies as st
 from rich.console import Console
 from typer.testing import CliRunner
 
-from pipeline.cli import _print_report, _print_summary, app
+from pipeline.cli import app
+from pipeline.reporting.terminal import print_report as _print_report
+from pipeline.reporting.terminal import print_summary as _print_summary
 from pipeline.config import load_config
 from pipeline.flow import validate
 from tests.corpus import TABLES, Dataset

@@ -92,7 +92,7 @@ def _canonical(name: str) -> str:
     return ALIASES.get(upper, upper)
 
 
-def _printable(name: str) -> str:
+def printable_name(name: str) -> str:
     """A header name as shown in a message: identifiers only, never a data value."""
     if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_ ]{0,39}", name):
         return name
@@ -107,13 +107,13 @@ def select_columns(header: list[str], path: Path, table: str) -> dict[str, str]:
     if duplicated:
         raise load_error(
             table, "duplicate_header", path=path, lines=[1],
-            detail="Duplicated: " + ", ".join(_printable(name) for name in duplicated),
+            detail="Duplicated: " + ", ".join(printable_name(name) for name in duplicated),
         )
     wanted = REQUIRED[table] + OPTIONAL[table] + (ADMISSION_CATEGORICALS if table == "ADMISSIONS" else ())
     by_name = dict(zip(canonical, header))
     missing = [name for name in REQUIRED[table] if name not in by_name]
     if missing:
-        found = ", ".join(_printable(name) for name in header[:30]) or "nothing"
+        found = ", ".join(printable_name(name) for name in header[:30]) or "nothing"
         hint = ""
         if len(header) == 1 and re.search(r"[;\t|]", header[0]):
             hint = ". The header has no commas but contains ';', tab or '|': is the file delimited by another character?"

@@ -17,11 +17,12 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 import pandas as pd
 
-from pipeline.reading.decode import LongFields, OpenQuote, Undecodable, lone_crs, parse_block, read_header, select_columns
+from pipeline.reading.decode import (LongFields, OpenQuote, Undecodable, lone_crs, parse_block, printable_name,
+                                     read_header, select_columns)
 from pipeline.reading.load_error import load_error
 from pipeline.reading.locate import TABLES, locate_tables
 from schemas.errors import StageError
@@ -39,6 +40,19 @@ MAX_FIELD_CHARS = 2**20
 BLOCK_BYTES = 16 * 2**20
 _CHUNK = 1 << 23  # bytes read (decompressed) at a time, at most
 _MIN_READ = 1 << 16  # ... and at least
+
+
+Select = Callable[[list[str], Path, str], dict[str, str]]  # (header, path, table): the columns read, by name
+
+
+def every_column(header: list[str], path: Path, table: str) -> dict[str, str]:
+    """Every column of the header, under its own name (a table of any kind); a name twice is a problem."""
+    seen = pd.Series(header)
+    if seen.duplicated().any():
+        raise load_error(table, "duplicate_header", path=path, lines=[1],
+                         detail="Duplicated: " + ", ".join(printable_name(name)
+                                                           for name in sorted(set(seen[seen.duplicated()]))))
+    return {name: name for name in header}
 
 
 @dataclass(frozen=True)
@@ -70,7 +84,7 @@ def read_table(path: Path, table: str, *, block_bytes: int = BLOCK_BYTES,
 
 def read_blocks(path: Path, table: str, *, block_bytes: int = BLOCK_BYTES,
                 max_expanded_bytes: int = MAX_EXPANDED_BYTES, max_expansion_ratio: float = MAX_EXPANSION_RATIO,
-                max_field_chars: int = MAX_FIELD_CHARS) -> "TextBlocks":
+                max_field_chars: int = MAX_FIELD_CHARS, select: Select = select_columns) -> "TextBlocks":
     """Read one raw table as a stream of text blocks of about ``block_bytes`` bytes of the file's text each.
 
     Memory stays bounded by about a block whatever the file's size: the text is read (a ``.gz`` decompressed)
@@ -81,12 +95,13 @@ def read_blocks(path: Path, table: str, *, block_bytes: int = BLOCK_BYTES,
     reported (``field_too_long``, in ``problems`` once the blocks were all taken). A problem of the file
     (``file_empty``, ``encoding``, header problems, ``malformed_row``, ``table_empty`` ...) is raised while
     iterating, after the whole file was looked at, so it is the one (with every line) that reading the file
-    at once finds; blocks taken before it must then be dropped.
+    at once finds; blocks taken before it must then be dropped. ``select`` picks the columns read from the header
+    (by default a MIMIC table's, under their canonical names; :func:`every_column` reads a table of any kind).
     """
     if block_bytes < 1:
         raise ValueError(f"block_bytes must be at least 1, not {block_bytes}")
     return TextBlocks(Path(path), table, block_bytes=block_bytes, max_expanded_bytes=max_expanded_bytes,
-                      max_expansion_ratio=max_expansion_ratio, max_field_chars=max_field_chars)
+                      max_expansion_ratio=max_expansion_ratio, max_field_chars=max_field_chars, select=select)
 
 
 class TextBlocks:
@@ -95,9 +110,10 @@ class TextBlocks:
     was taken: ``sha256`` (of the file's bytes), ``rows`` and ``problems`` (rows left out, field_too_long)."""
 
     def __init__(self, path: Path, table: str, *, block_bytes: int, max_expanded_bytes: int,
-                 max_expansion_ratio: float, max_field_chars: int) -> None:
+                 max_expansion_ratio: float, max_field_chars: int, select: Select = select_columns) -> None:
         self.path = path
         self.table = table
+        self.select = select
         self.sha256: str | None = None
         self.rows = 0
         self.problems: tuple[StageError, ...] = ()
@@ -131,7 +147,7 @@ class TextBlocks:
             if header is None:
                 try:
                     header, header_bytes, header_lines = read_header(piece, path, table)
-                    columns = select_columns(header, path, table)
+                    columns = self.select(header, path, table)
                 except StageError as problem:
                     failure = problem
                     continue

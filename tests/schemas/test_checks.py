@@ -60,7 +60,8 @@ def test_each_stage_declares_its_checks_in_its_schema_module_and_the_catalogue_f
         assert all(CHECKS[info.id] is info for info in declared)
         assert f"schemas.{stage.name}" not in source and f"schemas/{stage.name}.py" not in source
     # meds: a MEDS dataset's checks, reported instead of the stages' (pipeline/meds)
-    assert {info.stage for info in CHECKS.values()} == {"load", "raw", "meds", "all", "flow", *(s.name for s in STAGES)}
+    assert {info.stage for info in CHECKS.values()} == {"load", "raw", "meds", "check", "all", "flow",
+                                                        *(s.name for s in STAGES)}
 
 
 def test_a_check_declared_twice_is_refused_naming_both_modules():

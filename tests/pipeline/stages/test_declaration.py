@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_report_order_is_the_declared_order():
-    assert list(STAGE_ORDER) == ["load", "raw", "meds", *(stage.name for stage in STAGES), "flow"]
+    assert list(STAGE_ORDER) == ["load", "raw", "meds", "check", *(stage.name for stage in STAGES), "flow"]
     assert [name for name in STAGE_ORDER if name in ("clean", "split", "encode", "scale", "fill", "bucket", "dedup",
                                                       "graph")] == ["clean", "split", "encode", "scale", "fill",
                                                                     "bucket", "dedup", "graph"]

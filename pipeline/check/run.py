@@ -1,0 +1,118 @@
+"""``badpoints check TABLE --schema SCHEMA``: a table of any size checked against a schema of the user's, block by
+block, with every finding at once, as ``validate`` reports a MIMIC run's (terminal, ``--json``, ``--html``,
+``--junit``, exit 0, 1 or 2).
+
+A check run stands on the kernel with an order of its own (:data:`pipeline.check.stage.ORDER`: reading, then the
+``check`` stage): the stage's fit learns, in a first pass over the blocks, the state of every table check of the
+schema (:mod:`schemas.registered`: a group's spread, keys seen twice, ...); its call then validates each block with
+pandera, lazily, against the schema, the table checks reading the whole table's state, so a block's failing rows
+are the whole table's. What fails is kept small (counts, the first lines, the groups) and put together into one
+finding per (check, column).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pandas as pd
+import pandera.pandas as pa
+
+from pipeline.check.stage import ORDER, STAGE, Failures, checked_block, table_fits
+from pipeline.check.table import TableBlocks, is_table
+from pipeline.reading.load import BLOCK_BYTES
+from pipeline.engines import PANDAS
+from pipeline.kernel.engine import Engine
+from pipeline.reporting.findings import finding_from_error, summary_finding
+from pipeline.reporting.progress import NO_PROGRESS, Progress
+from pipeline.reporting.report import InputFile, Report
+from schemas.errors import StageError, require_validation
+
+
+@dataclass(frozen=True)
+class CheckRun:
+    """A check run: its report, the config it ran with and the engine it read the tables on (what the report's
+    forms read, as of a validation)."""
+
+    report: Report
+    config: Any = None
+    engine: Engine = PANDAS
+    order: Any = ORDER
+    tables: Any = None
+    prepared: Any = None
+    names: dict = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return self.report.exit_code
+
+
+def tables_in(path: Path) -> list[Path]:
+    """The tables ``badpoints check`` reads at ``path``: the file itself, or every table file in the folder, by
+    name."""
+    path = Path(path)
+    if path.is_dir():
+        return sorted(p for p in path.iterdir() if is_table(p))
+    return [path]
+
+
+def check_table(path: Path, schema: pa.DataFrameSchema, config: Any, *, engine: Engine | None = None,
+                progress: Progress | None = None, show_values: bool = False,
+                block_bytes: int = BLOCK_BYTES) -> CheckRun:
+    """Check every table at ``path`` (a file, or a folder of them) against ``schema``: every finding at once. A
+    CSV is read ``block_bytes`` of its text at a time."""
+    require_validation()
+    engine, progress = engine or PANDAS, progress or NO_PROGRESS
+    report = Report(stages=ORDER.colours)
+    paths = tables_in(path)
+    if not paths:
+        report.add([summary_finding(stage="load", check="file_missing", table=str(path), column=None, count=1,
+                                    message=f"no table (.csv, .csv.gz, .parquet) in {path}")])
+    for table in paths:
+        _check_one(report, TableBlocks(table, table.name, block_bytes=block_bytes), schema, config, engine=engine,
+                   progress=progress, show_values=show_values)
+    progress.end()
+    return CheckRun(report.with_severities(dict(config.severity)), config=config, engine=engine)
+
+
+def _check_one(report: Report, table: TableBlocks, schema: pa.DataFrameSchema, config: Any, *, engine: Engine,
+               progress: Progress, show_values: bool) -> None:
+    """One table's findings and input line added to ``report``; a table that cannot be read is one finding."""
+    fitting, checking = STAGE.steps
+    try:
+        states = {}
+        if table_fits(schema):
+            progress.step(f"{fitting} {table.name}")
+            states = STAGE.fit.whole(_blocks(table, progress), schema)
+        progress.step(f"{checking} {table.name}")
+        failures = Failures.none()
+        for part in engine.blocks(checked_block, _blocks(table, progress), schema=schema, states=states,
+                                  max_lines=config.report.max_lines, show_values=show_values):
+            failures = failures + part
+    except StageError as problem:
+        if problem.check != "table_empty":
+            report.add([finding_from_error(problem)])
+            return
+        failures = Failures.none()  # a header and no row: what the schema says of an empty table
+    if not table.rows:
+        failures = checked_block(_no_rows(schema), schema=schema, states=states, max_lines=config.report.max_lines,
+                                 show_values=show_values)
+    report.inputs.append(InputFile(table.name, str(table.path), table.sha256, table.rows))
+    report.add(failures.findings(table.name, max_lines=config.report.max_lines))
+
+
+def _no_rows(schema: pa.DataFrameSchema) -> pd.DataFrame:
+    """A table with the schema's columns and no row."""
+    return pd.DataFrame({name: pd.Series([], dtype=object) for name in schema.columns},
+                        index=pd.Index([], dtype="int64", name="line"))
+
+
+def _blocks(table: TableBlocks, progress: Progress) -> Iterator[pd.DataFrame]:
+    """The table's blocks, each counted on the running step; a second pass reads the file again."""
+    rows = 0
+    table.rows = 0
+    for block in table:
+        rows += len(block)
+        progress.rows(rows)
+        yield block

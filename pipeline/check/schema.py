@@ -1,0 +1,151 @@
+"""The schema a table is checked against (``badpoints check TABLE --schema SCHEMA``): a pandera YAML file, or a Python
+``module:Class`` (a ``DataFrameModel`` or a ``DataFrameSchema``); and a starter schema inferred from a table
+(``--infer``): pandera's own inference of each block, put together over every block, plus badpoints' checks where
+the data calls for them (:mod:`schemas.registered`), for the user to edit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+
+from pipeline.check.table import typed
+from schemas import registered as _registered  # noqa: F401  (registers badpoints' checks by name)
+from schemas.errors import StageError
+
+NAME = "check"
+MODULE_CLASS = re.compile(r"^(?P<module>[A-Za-z_][\w.]*):(?P<name>[A-Za-z_]\w*)$")
+
+
+def schema_problem(detail: str, advice: str, *, where: str) -> StageError:
+    """A schema that cannot be used: a 'cannot run' of the check (exit 2), naming it and why."""
+    return StageError(stage=NAME, side="input", check="file_unreadable", column=None, count=1,
+                      failure_cases=pd.DataFrame({"line": pd.Series([], dtype="int64")}), table=where,
+                      detail=detail, advice=advice, whole_file=True)
+
+
+def load_schema(spec: str | Path) -> pa.DataFrameSchema:
+    """The schema ``spec`` names: a YAML file pandera wrote (``DataFrameSchema.to_yaml``), or ``module:Class`` of a
+    ``DataFrameModel`` or ``DataFrameSchema`` (the module found from the current folder too)."""
+    text = str(spec)
+    match = MODULE_CLASS.match(text)
+    if match and not Path(text).exists():
+        return _from_module(match["module"], match["name"], text)
+    path = Path(text)
+    if not path.is_file():
+        raise schema_problem(f"the schema {text!r} is neither a file nor module:Class",
+                             "Name a pandera YAML file, or a Python module:Class of a DataFrameModel or "
+                             "DataFrameSchema", where=text)
+    try:
+        schema = pa.DataFrameSchema.from_yaml(path.read_text(encoding="utf-8"))
+    except Exception as exc:  # noqa: BLE001 - YAML, pandera's own and a registered check's errors alike
+        raise schema_problem(f"the schema file could not be read as pandera YAML ({type(exc).__name__}: "
+                             f"{str(exc)[:200]})", "Write it with DataFrameSchema.to_yaml, or check its checks' "
+                             "names (badpoints checks are registered by name)", where=text) from None
+    return schema
+
+
+def _from_module(module: str, name: str, where: str) -> pa.DataFrameSchema:
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")  # a module of the current folder, as `python -m` finds it
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise schema_problem(f"{where!r} could not be imported ({type(exc).__name__}: {str(exc)[:200]})",
+                             "Run from the folder that holds the module, or name a YAML file", where=where) from None
+    if isinstance(found, pa.DataFrameSchema):
+        return found
+    if isinstance(found, type) and issubclass(found, pa.DataFrameModel):
+        return found.to_schema()
+    raise schema_problem(f"{where!r} is a {type(found).__name__}, not a DataFrameModel or DataFrameSchema",
+                         "Name a pandera DataFrameModel class or a DataFrameSchema object", where=where)
+
+
+# -- inference --------------------------------------------------------------------------------------------------
+def infer(read: Callable[[], Iterable[pd.DataFrame]]) -> pa.DataFrameSchema:
+    """A schema every block of the table passes (``read()`` gives the blocks, twice): each text column's type from
+    every block (a number where every value is one, whole or not; a time where every value is an ISO time; else
+    text), then pandera's inference of each typed block (types, nullability, numeric ranges), put together (a
+    column's range over every block, nullable where any block has a null), plus badpoints' checks the data calls
+    for: ``finite()`` on a float column whose values are all finite, ``code_in_range(n)`` on a column of whole
+    codes ``0..n-1`` (a code column, by its name), ``z_within(bound)`` on a z column (by its name) with the bound
+    its largest |z| rounds up to."""
+    kinds: dict[str, str] = {}
+    for block in read():
+        for name in block.columns:
+            kinds[name] = _kind(block[name], kinds.get(name))
+    typing = pa.DataFrameSchema({name: pa.Column(kind, name=name, nullable=True) for name, kind in kinds.items()
+                                 if kind != "str"})
+    merged: dict[str, dict[str, Any]] = {}
+    for block in read():
+        block, _ = typed(block, typing)
+        for name, column in pa.infer_schema(block).columns.items():
+            merged[name] = _merge(merged.get(name), column, block[name])
+    return pa.DataFrameSchema({name: _column(name, merged[name]) for name in kinds if name in merged}, coerce=False)
+
+
+def _kind(values: pd.Series, known: str | None) -> str:
+    """A text column's type so far: ``int64``, ``float64``, ``datetime64[ns]`` or ``str`` (what every value, and
+    every block before, allows)."""
+    if known == "str" or not pd.api.types.is_string_dtype(values) and values.dtype != object:
+        return known or str(values.dtype)
+    present = values.dropna()
+    order = ["int64", "float64", "datetime64[ns]", "str"]
+    numbers = pd.to_numeric(present, errors="coerce")
+    if numbers.notna().all():
+        whole = bool((numbers[np.isfinite(numbers)] == np.round(numbers[np.isfinite(numbers)])).all())
+        found = "int64" if whole and not present.str.contains(r"[.eE]|inf|nan", case=False).any() else "float64"
+    elif pd.to_datetime(present, errors="coerce", format="ISO8601").notna().all():
+        found = "datetime64[ns]"
+    else:
+        found = "str"
+    if known is None or known == found:
+        return found
+    if {known, found} <= {"int64", "float64"}:
+        return "float64"
+    return "str" if order.index(found) >= 2 or order.index(known) >= 2 else max(known, found, key=order.index)
+
+
+def _merge(known: dict[str, Any] | None, column: pa.Column, values: pd.Series) -> dict[str, Any]:
+    """What every block so far says of one column: its dtype (the first block's, text where two disagree),
+    nullable, and for numbers the range, whether all are finite and whole, and the largest |value|."""
+    numbers = pd.to_numeric(values, errors="coerce") if pd.api.types.is_numeric_dtype(values) else None
+    seen: dict[str, Any] = {"dtype": str(column.dtype), "nullable": bool(values.isna().any())}
+    if numbers is not None:
+        finite = numbers[np.isfinite(numbers.to_numpy("float64", na_value=np.nan))]
+        seen.update(low=float(finite.min()) if len(finite) else None, high=float(finite.max()) if len(finite) else None,
+                    all_finite=bool(np.isfinite(numbers.dropna().to_numpy("float64")).all()),
+                    whole=bool((finite == np.round(finite)).all()))
+    if known is None:
+        return seen
+    if known["dtype"] != seen["dtype"]:
+        return {"dtype": "str", "nullable": known["nullable"] or seen["nullable"]}
+    if numbers is not None and "low" in known:
+        lows = [v for v in (known["low"], seen["low"]) if v is not None]
+        highs = [v for v in (known["high"], seen["high"]) if v is not None]
+        seen.update(low=min(lows) if lows else None, high=max(highs) if highs else None,
+                    all_finite=known["all_finite"] and seen["all_finite"], whole=known["whole"] and seen["whole"])
+    seen["nullable"] = known["nullable"] or seen["nullable"]
+    return seen
+
+
+def _column(name: str, seen: dict[str, Any]) -> pa.Column:
+    checks = []
+    low, high = seen.get("low"), seen.get("high")
+    if low is not None and high is not None:
+        checks.append(pa.Check.in_range(low, high))
+        if "float" in seen["dtype"] and seen["all_finite"]:
+            checks.append(pa.Check.finite())
+        named = name.upper().replace("-", "_")
+        if seen["whole"] and low >= 0 and (named.endswith("CODE") or named.endswith("_CODE")):
+            checks.append(pa.Check.code_in_range(n=int(high) + 1))
+        if "float" in seen["dtype"] and re.search(r"(^|_)Z($|_)|Z_?SCORE", named):
+            checks.append(pa.Check.z_within(bound=float(np.ceil(max(abs(low), abs(high))))))
+    return pa.Column(seen["dtype"], checks=checks, nullable=seen["nullable"], name=name)

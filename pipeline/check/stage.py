@@ -1,0 +1,185 @@
+"""The ``check`` stage, declared on the kernel: a table checked against a schema of the user's. Its fit is the state
+of the schema's table checks (:data:`schemas.registered.TABLE_FITS`), a partial per block of rows put together in
+the blocks' order; its call validates one block with pandera, lazily, and keeps what fails small
+(:class:`Failures`: per check and column the rows, the first lines and the groups), which adds up over blocks into
+one finding each.
+
+A check run's order (:data:`ORDER`) is reading, then this stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+
+from pipeline.check.table import typed
+from pipeline.kernel.calls import Fit
+from pipeline.kernel.finding import Finding
+from pipeline.kernel.stage import Order, Stage
+from pipeline.reading.locate import LOAD
+from pipeline.reporting.findings import format_items, summary_finding
+from schemas.catalogue import CHECKS
+from schemas.registered import GROUPED, STAGE as NAME, TABLE_FITS, fitted_on, key_of
+
+SCHEMA_CHECK = "table_schema"  # a check of the schema that is not one of badpoints' own: pandera's, or a dtype
+WHOLE_FRAME = "DataFrameSchema"
+
+
+def table_fits(schema: pa.DataFrameSchema) -> list[pa.Check]:
+    """The schema's table checks: those that need every row's state before a block can be checked."""
+    return [check for check in schema.checks if check.name in TABLE_FITS]
+
+
+def _statistics(check: pa.Check) -> dict[str, Any]:
+    return dict(check.statistics or {})
+
+
+def fit_partial(block: pd.DataFrame, schema: pa.DataFrameSchema) -> dict:
+    """One block's partial of every table check of ``schema`` (the block typed as the schema says)."""
+    block, _ = typed(block, schema)
+    return {key_of(check.name, _statistics(check)): TABLE_FITS[check.name].partial(block, **_statistics(check))
+            for check in table_fits(schema)}
+
+
+def fit_combine(partials: list[dict]) -> dict:
+    """The partials of the blocks so far, gathered in the blocks' order (a table check's combine folds them)."""
+    gathered: dict = {}
+    for partial in partials:
+        for key, value in partial.items():
+            gathered.setdefault(key, []).extend(value if isinstance(value, _Gathered) else [value])
+    return {key: _Gathered(values) for key, values in gathered.items()}
+
+
+class _Gathered(list):
+    """The partials of one table check, in the blocks' order."""
+
+
+def fit_finish(gathered: dict, schema: pa.DataFrameSchema) -> dict:
+    """The state of every table check of ``schema``, by :func:`schemas.registered.key_of`."""
+    states = {}
+    for check in table_fits(schema):
+        key, fit = key_of(check.name, _statistics(check)), TABLE_FITS[check.name]
+        states[key] = fit.finish(fit.combine(list(gathered.get(key, []))), **_statistics(check))
+    return states
+
+
+def fit_blocks(blocks: Iterable[pd.DataFrame], schema: pa.DataFrameSchema) -> dict:
+    """The whole fit in this process: every block's partial, gathered and finished."""
+    return fit_finish(fit_combine([fit_partial(block, schema) for block in blocks]), schema)
+
+
+@dataclass(frozen=True)
+class Failed:
+    """What fails one (check, column) of the schema: its rows, the first lines, the rows per group (for a check
+    that names groups) and the first values (kept only when asked for)."""
+
+    rows: int
+    lines: np.ndarray
+    groups: pd.Series
+    samples: tuple[str, ...] = ()
+
+    def __add__(self, other: "Failed") -> "Failed":
+        return Failed(self.rows + other.rows, np.union1d(self.lines, other.lines),
+                      self.groups.add(other.groups, fill_value=0).astype("int64"), self.samples + other.samples)
+
+
+@dataclass(frozen=True)
+class Failures:
+    """Every (check id, what, column) that fails, as :class:`Failed`; they add up over blocks."""
+
+    failed: Mapping[tuple[str, str, str | None], Failed] = field(default_factory=dict)
+
+    @classmethod
+    def none(cls) -> "Failures":
+        return cls({})
+
+    def __add__(self, other: "Failures") -> "Failures":
+        merged = dict(self.failed)
+        for key, failed in other.failed.items():
+            merged[key] = merged[key] + failed if key in merged else failed
+        return Failures(merged)
+
+    def findings(self, table: str, *, max_lines: int) -> list[Finding]:
+        """One finding per (check, column): its rows, the first lines, the groups named (all of them in the
+        finding's ``items``, the most rows first)."""
+        found = []
+        for (check, what, column), failed in sorted(self.failed.items(), key=lambda kv: (kv[0][0], kv[0][2] or "")):
+            rows = f"{failed.rows:,} row{'s' if failed.rows != 1 else ''}" if failed.rows else "the table"
+            groups = (f", in {len(failed.groups)} group(s): {format_items(failed.groups.sort_index())}"
+                      if len(failed.groups) else "")
+            finding = summary_finding(
+                stage=NAME, check=check, table=table, column=column, count=max(failed.rows, 1),
+                lines=[int(line) for line in np.sort(failed.lines)[:max_lines]],
+                message=f"{rows} fail{'s' if failed.rows == 1 or not failed.rows else ''} {what}{groups}",
+                items=failed.groups.sort_index() if len(failed.groups) else None)
+            found.append(replace(finding, samples=list(failed.samples[:max_lines])) if failed.samples else finding)
+        return found
+
+
+def checked_block(block: pd.DataFrame, *, schema: pa.DataFrameSchema, states: Mapping[Any, Any],
+                  max_lines: int, show_values: bool) -> Failures:
+    """The call on one block: typed as the schema says, validated by pandera (lazily, the table checks reading the
+    whole table's ``states``), and what fails kept small."""
+    block, untyped = typed(block, schema)
+    failed = {(SCHEMA_CHECK, u.dtype, u.column): Failed(len(u.lines), np.sort(u.lines)[:max_lines], _no_groups())
+              for u in untyped}
+    try:
+        with fitted_on(states):
+            schema.validate(block, lazy=True, inplace=True)
+    except pa.errors.SchemaErrors as errors:
+        for key, value in _failed(errors.failure_cases, schema, block, max_lines, show_values).items():
+            failed[key] = failed[key] + value if key in failed else value
+    return Failures(failed)
+
+
+def _no_groups() -> pd.Series:
+    return pd.Series(dtype="int64")
+
+
+def _failed(cases: pd.DataFrame, schema: pa.DataFrameSchema, block: pd.DataFrame, max_lines: int,
+            show_values: bool) -> dict[tuple[str, str, str | None], Failed]:
+    """pandera's failure cases of one block, per (check id, what, column). A check of the whole frame is listed by
+    pandera once per column of each failing row: it is one check of its own ``column`` statistic here."""
+    whole = cases["schema_context"].astype(str).eq(WHOLE_FRAME) & ~cases["check"].astype(str).isin(
+        ["column_in_dataframe", "column_in_schema"])
+    cases = cases.assign(check=cases["check"].astype(str), column=cases["column"].where(~whole, None))
+    found: dict[tuple[str, str, str | None], Failed] = {}
+    for (context, column, what, number), rows in cases.groupby(
+            ["schema_context", "column", "check", "check_number"], dropna=False, sort=False):
+        check = _check_object(schema, context, column, number)
+        name = check.name if check is not None else None
+        statistics = _statistics(check) if check is not None else {}
+        if context == WHOLE_FRAME and what not in ("column_in_dataframe", "column_in_schema"):
+            column = statistics.get("column") or ", ".join(statistics.get("columns") or ()) or None
+        elif what == "column_in_dataframe":
+            column = str(rows["failure_case"].iloc[0])
+        key = (name if name in CHECKS and CHECKS[name].stage == NAME else SCHEMA_CHECK, what,
+               None if column is None or pd.isna(column) else str(column))
+        index = pd.to_numeric(rows["index"], errors="coerce").dropna().astype("int64").unique()
+        by = statistics.get("by") if name in GROUPED else None
+        groups = (block.loc[index, by].value_counts() if by is not None and len(index) else _no_groups())
+        samples = tuple(map(str, rows["failure_case"].head(max_lines))) if show_values and len(index) else ()
+        part = Failed(len(index), np.sort(index)[:max_lines], groups.astype("int64"), samples)
+        found[key] = found[key] + part if key in found else part
+    return found
+
+
+def _check_object(schema: pa.DataFrameSchema, context: Any, column: Any, number: Any) -> pa.Check | None:
+    """The schema's check a failure case names (by its place in its list), None for pandera's own (dtype,
+    nullable, a missing column)."""
+    if pd.isna(number):
+        return None
+    checks = schema.checks if context == WHOLE_FRAME else (
+        schema.columns[column].checks if column in schema.columns else [])
+    return checks[int(number)] if int(number) < len(checks) else None
+
+
+STAGE = Stage(NAME, colour="#393b79", progress=("fit", "check"),
+              fit=Fit(whole=fit_blocks, partial=fit_partial, combine=fit_combine, finish=fit_finish, state=dict,
+                      saved_as=NAME))
+ORDER = Order((STAGE,), before=(LOAD,))
+"""A check run's order: reading the tables, then the check stage."""

@@ -1,0 +1,180 @@
+"""``badpoints check TABLE --schema SCHEMA`` (pipeline/check/run.py): a table a pipeline of the user's wrote, checked
+block by block against a schema of theirs, every finding at once, with validate's report forms and exit codes.
+
+The pipeline here makes the mistakes this tool exists for (a std fitted on train, guarded with ``std + 1e-7``, so an
+item constant in train gets z of millions in test), on the sample's lab rows; the schema is the one docs/check.md
+shows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.check.run import check_table
+from pipeline.check.schema import load_schema
+from pipeline.cli import app
+from pipeline.config import load_config
+
+ROOT = Path(__file__).resolve().parents[3]
+runner = CliRunner()
+# The schema docs/check.md writes for a z-scored lab table (its YAML, as in the docs).
+SCHEMA = """\
+schema_type: dataframe
+columns:
+  HADM_ID:
+    dtype: int64
+  ITEMID:
+    dtype: int64
+  VALUENUM:
+    dtype: float64
+  VALUENUM_Z-SCORED:
+    dtype: float64
+    checks:
+      - options: {check_name: finite}
+checks:
+  - column: VALUENUM_Z-SCORED
+    by: ITEMID
+    bound: 1000
+    options: {check_name: z_within}
+  - column: VALUENUM_Z-SCORED
+    values: VALUENUM
+    by: ITEMID
+    options: {check_name: z_explained}
+"""
+
+
+def preprocessed(labevents: pd.DataFrame) -> pd.DataFrame:
+    """A user's z-score of VALUENUM per item: mean and std fitted on the train admissions, ``std + 1e-7``."""
+    rows = labevents.dropna(subset=["HADM_ID", "VALUENUM"]).astype({"HADM_ID": "int64"})
+    train = rows["HADM_ID"] % 10 < 7
+    fitted = rows[train].groupby("ITEMID")["VALUENUM"].agg(["mean", "std"])
+    mean = rows["ITEMID"].map(fitted["mean"]).fillna(0.0)
+    std = rows["ITEMID"].map(fitted["std"]).fillna(0.0)
+    return rows.assign(**{"VALUENUM_Z-SCORED": (rows["VALUENUM"] - mean) / (std + 1e-7)})[
+        ["HADM_ID", "ITEMID", "CHARTTIME", "VALUENUM", "VALUENUM_Z-SCORED"]]
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
+    labevents = pd.read_csv(ROOT / "data" / "sample" / "LABEVENTS.csv")
+    # Two items held constant in train, as the std + 1e-7 case needs: their other rows get z of millions.
+    for item in sorted(labevents["ITEMID"].unique())[:2]:
+        train = (labevents["ITEMID"] == item) & (labevents["HADM_ID"] % 10 < 7)
+        labevents.loc[train, "VALUENUM"] = 4.0
+    frame = preprocessed(labevents).reset_index(drop=True)  # the CSV's row n is on line n + 2
+    path = tmp_path_factory.mktemp("check") / "LABEVENTS_PREPROCESSED.csv"
+    frame.to_csv(path, index=False)
+    return path, frame
+
+
+def bogus(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows whose z no real measurement has: the std + 1e-7 ones (millions), found here independently."""
+    return frame[frame["VALUENUM_Z-SCORED"].abs() > 1e3]
+
+
+def test_the_documented_schema_names_every_row_of_a_failed_std_guard_per_item(table, tmp_path):
+    """Every row whose z no real measurement has is named, by its source line, with its item; z_explained names
+    those of the items whose own values cannot explain their z (the std + 1e-7 items), and nothing else."""
+    path, frame = table
+    (tmp_path / "schema.yaml").write_text(SCHEMA)
+    (tmp_path / "badpoints.toml").write_text("[report]\nmax_lines = 1000\n")
+    result = runner.invoke(app, ["check", str(path), "--schema", str(tmp_path / "schema.yaml"), "--json",
+                                 str(tmp_path / "r.json"), "--config", str(tmp_path / "badpoints.toml"), "-q"])
+    assert result.exit_code == 1, result.output
+    found = {f["check"]: f for f in json.loads((tmp_path / "r.json").read_text())["findings"]}
+    wrong = bogus(frame)
+    lines = sorted((wrong.index.to_numpy() + 2).tolist())  # the CSV's source lines (the header is line 1)
+    assert len(wrong) > 10 and found["z_within"]["count"] == len(wrong) and found["z_within"]["lines"] == lines
+    assert sorted(found["z_within"]["items"]) == sorted(wrong["ITEMID"].unique())
+    explained = found["z_explained"]
+    assert set(explained["lines"]) <= set(lines) and explained["count"] >= len(wrong) - 1
+    assert "z_explained" in result.output and "VALUENUM_Z-SCORED" in result.output
+
+
+def test_block_by_block_finds_what_pandera_finds_on_the_whole_frame(table):
+    """Read in blocks of 4 KiB (dozens of blocks), each check's failing rows are the ones pandera's own validate
+    finds on the table whole."""
+    path, frame = table
+    schema = load_schema_text(SCHEMA)
+    run = check_table(path, schema, load_config(), block_bytes=4096)
+    whole = frame.set_axis(frame.index + 2)
+    try:
+        schema.validate(whole, lazy=True)
+        cases = pd.DataFrame(columns=["check", "index"])
+    except pa.errors.SchemaErrors as errors:
+        cases = errors.failure_cases
+    names = cases["check"].astype(str).str.replace(r"\(.*", "", regex=True)
+    for finding in run.report.findings:
+        expected = sorted(set(cases.loc[names == finding.check, "index"].dropna().astype(int)))
+        assert finding.count == len(expected) and finding.lines == expected[:len(finding.lines)], finding.check
+    assert {f.check for f in run.report.findings} == {"z_within", "z_explained"}
+
+
+def load_schema_text(text: str) -> pa.DataFrameSchema:
+    return pa.DataFrameSchema.from_yaml(text)
+
+
+def test_an_inferred_schema_passes_unedited_on_the_table_it_was_inferred_from(table, tmp_path):
+    path, _ = table
+    folder = tmp_path / "tables"
+    folder.mkdir()
+    (folder / "a.csv").write_bytes(path.read_bytes())
+    pd.read_csv(path).to_parquet(folder / "b.parquet")
+    done = runner.invoke(app, ["check", str(folder), "--infer", str(tmp_path / "inferred.yaml")])
+    assert done.exit_code == 0, done.output
+    inferred = load_schema(tmp_path / "inferred.yaml")
+    assert {"finite", "z_within"} <= {check.name for check in inferred.columns["VALUENUM_Z-SCORED"].checks}
+    again = runner.invoke(app, ["check", str(folder), "--schema", str(tmp_path / "inferred.yaml"), "-q"])
+    assert again.exit_code == 0, again.output
+
+
+def test_text_that_is_not_a_number_and_a_missing_column_are_named_with_their_lines(tmp_path):
+    (tmp_path / "t.csv").write_text("HADM_ID,VALUENUM\n1,2.5\n2,high\n3,\n")
+    schema = pa.DataFrameSchema({"HADM_ID": pa.Column(int), "VALUENUM": pa.Column(float, nullable=True),
+                                 "ITEMID": pa.Column(int)})
+    run = check_table(tmp_path / "t.csv", schema, load_config())
+    found = {(f.check, f.column): f for f in run.report.findings}
+    assert found[("table_schema", "VALUENUM")].lines == [3] and found[("table_schema", "VALUENUM")].count == 1
+    assert ("table_schema", "ITEMID") in found and run.exit_code == 1
+
+
+@pytest.mark.parametrize("schema", ["nowhere.yaml", "no_such_module:Schema", "pipeline.cli:app"])
+def test_a_schema_that_cannot_be_used_cannot_run(table, schema):
+    done = runner.invoke(app, ["check", str(table[0]), "--schema", schema])
+    assert done.exit_code == 2 and "cannot run" in done.output
+
+
+def test_a_schema_may_be_a_dataframe_model_of_a_module(table, tmp_path, monkeypatch):
+    (tmp_path / "myschemas.py").write_text(
+        "import pandera.pandas as pa\nfrom pandera.typing import Series\n"
+        "class Labs(pa.DataFrameModel):\n"
+        "    HADM_ID: Series[int]\n"
+        "    z: Series[float] = pa.Field(alias='VALUENUM_Z-SCORED', z_within={'bound': 1000})\n")
+    monkeypatch.chdir(tmp_path)
+    done = runner.invoke(app, ["check", str(table[0]), "--schema", "myschemas:Labs", "-q"])
+    assert done.exit_code == 1 and "z_within" in done.output, done.output
+
+
+def test_check_and_infer_together_or_neither_cannot_run(table, tmp_path):
+    assert runner.invoke(app, ["check", str(table[0])]).exit_code == 2
+    both = runner.invoke(app, ["check", str(table[0]), "--schema", "x.yaml", "--infer", str(tmp_path / "y.yaml")])
+    assert both.exit_code == 2
+
+
+def test_a_clean_table_is_ok_and_every_report_form_is_written(tmp_path):
+    (tmp_path / "t.csv").write_text("A,Z\n1,0.5\n2,-0.5\n")
+    (tmp_path / "s.yaml").write_text(pa.DataFrameSchema({"A": pa.Column(int), "Z": pa.Column(
+        float, checks=[pa.Check.z_within(bound=3)])}).to_yaml())
+    done = runner.invoke(app, ["check", str(tmp_path / "t.csv"), "--schema", str(tmp_path / "s.yaml"), "--json",
+                               str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html"), "--junit",
+                               str(tmp_path / "r.xml")])
+    assert done.exit_code == 0, done.output
+    assert json.loads((tmp_path / "r.json").read_text())["status"] == "ok"
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>") and (tmp_path / "r.xml").is_file()
+    assert np.isfinite(0)

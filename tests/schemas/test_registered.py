@@ -1,0 +1,131 @@
+"""schemas/registered.py: badpoints' checks registered with pandera, for a user's own schema. Each finds the rows it
+says (in pandera's own validate), keeps its statistics through pandera's YAML, and a table check gives the same rows
+on a frame whole and block by block (its state fitted on all the blocks)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+import pytest
+
+from schemas import registered
+from schemas.catalogue import CHECKS
+from schemas.registered import TABLE_FITS, fitted_on, key_of
+
+
+def failing(schema: pa.DataFrameSchema, frame: pd.DataFrame) -> dict[str, list[int]]:
+    """The rows (index) each check of ``schema`` fails on ``frame``, by check name; a table-wide failure is [-1]."""
+    try:
+        schema.validate(frame, lazy=True)
+    except pa.errors.SchemaErrors as errors:
+        cases = errors.failure_cases
+        names = cases["check"].astype(str).str.replace(r"\(.*", "", regex=True)
+        return {name: sorted({-1 if pd.isna(i) else int(i) for i in rows["index"]})
+                for name, rows in cases.groupby(names)}
+    return {}
+
+
+@pytest.fixture
+def labs() -> pd.DataFrame:
+    """A user's preprocessed lab rows: item 1's std was 0 in train and std + 1e-7 made its other rows' z 1e7."""
+    return pd.DataFrame({
+        "HADM_ID": [10, 11, 12, 13, 14, 15, 16, 16],
+        "ITEMID": [1, 1, 1, 2, 2, 2, 3, 3],
+        "VALUENUM": [5.0, 5.0, 6.0, 1.0, 2.0, 3.0, 7.0, 7.0],
+        "Z": [0.0, 0.0, 1e7, -1.2, 0.0, 1.2, 0.0, 0.0],
+        "CODE": [0, 1, 2, 2, 1, 0, 3, 1],
+        "T": [1, 2, 3, 1, 0, 2, 5, 6],
+        "SUBJECT": [1, 1, 2, 3, 3, 4, 5, 5],
+        "SPLIT": ["train", "train", "test", "train", "val", "val", "test", "test"],
+    }, index=range(2, 10))
+
+
+CASES = [
+    (pa.Check.z_within(bound=10), "Z", [4]),
+    (pa.Check.finite(), "Z", []),
+    (pa.Check.code_in_range(n=3), "CODE", [8]),
+    (pa.Check.label_in_range(num_classes=2), "CODE", [4, 5, 8]),
+    (pa.Check.values_within(low=0, high=5), "T", [9]),
+]
+
+
+@pytest.mark.parametrize(("check", "column", "rows"), CASES, ids=lambda c: getattr(c, "name", None))
+def test_a_row_check_fails_the_rows_it_says(labs, check, column, rows):
+    schema = pa.DataFrameSchema({column: pa.Column(checks=[check])})
+    assert failing(schema, labs).get(check.name, []) == rows
+
+
+TABLE_CASES = [
+    (pa.Check.z_explained(column="Z", values="VALUENUM", by="ITEMID"), [4]),
+    (pa.Check.z_within(bound=10, column="Z", by="ITEMID"), [4]),
+    (pa.Check.keys_unique(columns=["HADM_ID"]), [8, 9]),
+    (pa.Check.monotone_within(column="T", by="ITEMID"), [6]),
+    (pa.Check.one_value_per_group(column="SPLIT", by="SUBJECT"), [5, 6]),
+    (pa.Check.not_empty(), []),
+    (pa.Check.kept_share(rows_in=100, at_least=0.5), [-1]),
+]
+
+
+@pytest.mark.parametrize(("check", "rows"), TABLE_CASES, ids=lambda c: getattr(c, "name", None))
+def test_a_table_check_fails_the_rows_it_says(labs, check, rows):
+    assert failing(pa.DataFrameSchema(checks=[check]), labs).get(check.name, []) == rows
+
+
+def test_an_empty_table_fails_not_empty(labs):
+    assert failing(pa.DataFrameSchema(checks=[pa.Check.not_empty()]), labs.iloc[:0]) == {"not_empty": [-1]}
+
+
+def test_z_explained_leaves_a_real_outlier_and_a_tiny_real_spread_alone():
+    """A z that is large because the value is far out (a real outlier) and an item of 1e6 +- 1e-3 (a tiny but
+    real spread) are what z-scores of their values can be: only a scale far below the values' spread fails."""
+    frame = pd.DataFrame({"ITEMID": [1] * 6 + [2] * 4,
+                          "X": [1.0, 1.1, 0.9, 1.0, 1.05, 60.0, 1e6, 1e6 + 1e-3, 1e6 - 1e-3, 1e6],
+                          "Z": [0.0, 1.0, -1.0, 0.0, 0.5, 590.0, 0.0, 1.0, -1.0, 0.0]})
+    assert failing(pa.DataFrameSchema(checks=[pa.Check.z_explained(column="Z", values="X", by="ITEMID")]), frame) == {}
+
+
+@pytest.mark.parametrize(("check", "rows"), [case for case in TABLE_CASES if case[0].name in TABLE_FITS],
+                         ids=lambda c: getattr(c, "name", None))
+def test_a_table_check_gives_the_same_rows_block_by_block(labs, check, rows):
+    """Fitted on three blocks in row order and checked a block at a time, a table check fails exactly the rows it
+    fails on the whole frame."""
+    statistics, fit = dict(check.statistics), TABLE_FITS[check.name]
+    blocks = [labs.iloc[:3], labs.iloc[3:5], labs.iloc[5:]]
+    state = fit.finish(fit.combine([fit.partial(block, **statistics) for block in blocks]), **statistics)
+    found = []
+    with fitted_on({key_of(check.name, statistics): state}):
+        for block in blocks:
+            found += failing(pa.DataFrameSchema(checks=[check]), block).get(check.name, [])
+    assert sorted(set(found)) == rows  # a table-wide failure ([-1]) is each block's: once for the run
+
+
+ALL = [check for check, *_ in CASES + TABLE_CASES]
+
+
+@pytest.mark.parametrize("check", ALL, ids=lambda c: c.name)
+def test_every_registered_check_round_trips_through_pandera_yaml(labs, check):
+    """A schema using it is the same schema after to_yaml and from_yaml, and finds the same rows."""
+    schema = (pa.DataFrameSchema({"Z": pa.Column(checks=[check])}) if not check.statistics or "column" not in
+              check.statistics and "columns" not in check.statistics and check.name in ("finite", "z_within",
+                                                                                          "code_in_range",
+                                                                                          "label_in_range",
+                                                                                          "values_within")
+              else pa.DataFrameSchema(checks=[check]))
+    again = pa.DataFrameSchema.from_yaml(schema.to_yaml())
+    assert again == schema
+    assert failing(again, labs) == failing(schema, labs)
+
+
+def test_every_registered_check_is_in_the_catalogue_and_every_catalogued_one_registered():
+    names = {check.name for check in ALL}
+    declared = {info.id for info in registered.CHECKS} - {"table_schema"}
+    assert names == declared
+    assert all(CHECKS[name].stage == "check" for name in declared)
+    assert all(hasattr(pa.Check, name) for name in declared)
+
+
+def test_a_table_check_reads_nan_and_inf_as_no_number():
+    frame = pd.DataFrame({"ITEMID": [1, 1, 1], "X": [np.nan, 1.0, 2.0], "Z": [np.inf, -1.0, 1.0]})
+    check = pa.Check.z_explained(column="Z", values="X", by="ITEMID")
+    assert failing(pa.DataFrameSchema(checks=[check]), frame) == {}
