@@ -36,6 +36,8 @@ STEP_INFO = {
     "meds_convert": "MEDS: bench.meds_convert (not compared)",
     "meds_validate": "(g) MEDS: badpoints validate --workers 2",
     "meds_transforms": "(h) MEDS: MEDS-Transforms' normalization",
+    "check": "(i) badpoints check of a user's table",
+    "pandera": "(j) pandera validate of the same schema, pandas read_csv",
 }
 RSS_SAMPLE_SECONDS = 0.1  # how often a step's process tree is summed
 # --- Dask: a LocalCluster of the engine options' default workers and memory; the client's RSS apart from the workers'

@@ -296,10 +296,12 @@ def check(
     junit_path: Annotated[Optional[Path], _JUNIT] = None,
     show_values: Annotated[bool, typer.Option("--show-values", help="Include capped failing values.")] = False,
     quiet: Annotated[bool, _QUIET] = False,
+    engine: Annotated[EngineName, _ENGINE] = EngineName(AUTO),
+    workers: Annotated[int, _WORKERS] = EngineOptions.workers,
 ) -> None:
     """Check a table your own pipeline wrote against a schema of yours, in blocks of bounded memory, and report
     every finding at once (exit 0, 1 on an error, 2 when it cannot run), as validate does."""
-    from pipeline.check.run import check_table, tables_in
+    from pipeline.check.run import check_table, table_size, tables_in
     from pipeline.check.schema import infer as infer_schema
     from pipeline.check.schema import load_schema
     from pipeline.check.table import TableBlocks
@@ -317,12 +319,14 @@ def check(
             _write_file(err, infer, lambda: infer.write_text(inferred.to_yaml(), encoding="utf-8"))
             err.print(f"wrote a starter schema of {len(inferred.columns)} columns to {escape(str(infer))}")
             raise typer.Exit(0)
-        checked_against = load_schema(schema)
+        load_schema(schema)  # refused here, before any table is read, when it cannot be used
     except StageError as problem:  # a schema or a table that cannot be read: nothing was checked
         err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(problem))}")
         raise typer.Exit(2)
-    with progress_for(err, quiet=quiet, steps=2, title="check") as progress:
-        result = _guarded_run(err, lambda: check_table(table, checked_against, settings, progress=progress,
+    options = _guarded_run(err, lambda: EngineOptions(workers=workers))
+    with _opened(err, engine, options, table_size(table)) as running, \
+            progress_for(err, quiet=quiet, steps=2, title="check") as progress:
+        result = _guarded_run(err, lambda: check_table(table, schema, settings, engine=running, progress=progress,
                                                        show_values=show_values))
     _reported(console, err, result, settings, quiet=quiet, json_path=json_path, html_path=html_path,
               junit_path=junit_path, show_values=show_values)

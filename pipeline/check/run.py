@@ -12,6 +12,8 @@ finding per (check, column).
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -19,10 +21,12 @@ from typing import Any, Iterator
 import pandas as pd
 import pandera.pandas as pa
 
-from pipeline.check.stage import ORDER, STAGE, Failures, checked_block, table_fits
+from pipeline.check.stage import (ORDER, STAGE, Failures, SchemaSource, check_spilled, checked_block, prepared,
+                                  read_block, table_fits)
 from pipeline.check.table import TableBlocks, is_table
 from pipeline.reading.load import BLOCK_BYTES
 from pipeline.engines import PANDAS
+from pipeline.engines.registry import GZIP_TEXT_RATIO, InputSize
 from pipeline.kernel.engine import Engine
 from pipeline.reporting.findings import finding_from_error, summary_finding
 from pipeline.reporting.progress import NO_PROGRESS, Progress
@@ -57,12 +61,27 @@ def tables_in(path: Path) -> list[Path]:
     return [path]
 
 
-def check_table(path: Path, schema: pa.DataFrameSchema, config: Any, *, engine: Engine | None = None,
+def table_size(path: Path) -> InputSize:
+    """The tables at ``path`` as ``--engine auto`` weighs them: their text (a ``.gz`` and a Parquet file about
+    :data:`~pipeline.engines.registry.GZIP_TEXT_RATIO` times their bytes), read in blocks."""
+    text = 0
+    for table in tables_in(path):
+        with contextlib.suppress(OSError):
+            size = table.stat().st_size
+            text += size * (1 if table.name.lower().endswith(".csv") else GZIP_TEXT_RATIO)
+    return InputSize(text)
+
+
+def check_table(path: Path, schema: pa.DataFrameSchema | str, config: Any, *, engine: Engine | None = None,
                 progress: Progress | None = None, show_values: bool = False,
                 block_bytes: int = BLOCK_BYTES) -> CheckRun:
-    """Check every table at ``path`` (a file, or a folder of them) against ``schema``: every finding at once. A
-    CSV is read ``block_bytes`` of its text at a time."""
+    """Check every table at ``path`` (a file, or a folder of them) against ``schema`` (the schema, or the spec it
+    is loaded from: a YAML file or ``module:Class``), every finding at once. The blocks are checked where the
+    ``engine`` works (this process by default; a parts engine's workers need the schema by its spec). A CSV is read
+    ``block_bytes`` of its text at a time."""
     require_validation()
+    source = SchemaSource(spec=str(schema)) if isinstance(schema, (str, Path)) else SchemaSource(schema=schema)
+    loaded = source.load()
     engine, progress = engine or PANDAS, progress or NO_PROGRESS
     report = Report(stages=ORDER.colours)
     paths = tables_in(path)
@@ -70,33 +89,39 @@ def check_table(path: Path, schema: pa.DataFrameSchema, config: Any, *, engine: 
         report.add([summary_finding(stage="load", check="file_missing", table=str(path), column=None, count=1,
                                     message=f"no table (.csv, .csv.gz, .parquet) in {path}")])
     for table in paths:
-        _check_one(report, TableBlocks(table, table.name, block_bytes=block_bytes), schema, config, engine=engine,
-                   progress=progress, show_values=show_values)
+        _check_one(report, TableBlocks(table, table.name, block_bytes=block_bytes), source, loaded, config,
+                   engine=engine, progress=progress, show_values=show_values)
     progress.end()
     return CheckRun(report.with_severities(dict(config.severity)), config=config, engine=engine)
 
 
-def _check_one(report: Report, table: TableBlocks, schema: pa.DataFrameSchema, config: Any, *, engine: Engine,
-               progress: Progress, show_values: bool) -> None:
-    """One table's findings and input line added to ``report``; a table that cannot be read is one finding."""
-    fitting, checking = STAGE.steps
+def _check_one(report: Report, table: TableBlocks, source: SchemaSource, schema: pa.DataFrameSchema, config: Any,
+               *, engine: Engine, progress: Progress, show_values: bool) -> None:
+    """One table's findings and input line added to ``report``; a table that cannot be read is one finding. A
+    schema with table checks takes two passes: the first types every block, takes the checks' partials and writes
+    the typed rows aside; the second checks them with the whole table's state. Without, one pass checks each
+    block as it is read."""
+    settings = dict(source=source, max_lines=config.report.max_lines, show_values=show_values)
+    fits = bool(table_fits(schema))
     try:
-        states = {}
-        if table_fits(schema):
-            progress.step(f"{fitting} {table.name}")
-            states = STAGE.fit.whole(_blocks(table, progress), schema)
-        progress.step(f"{checking} {table.name}")
-        failures = Failures.none()
-        for part in engine.blocks(checked_block, _blocks(table, progress), schema=schema, states=states,
-                                  max_lines=config.report.max_lines, show_values=show_values):
-            failures = failures + part
+        with tempfile.TemporaryDirectory(prefix="badpoints-check-") as spill:
+            progress.step(f"{STAGE.steps[0 if fits else 1]} {table.name}")
+            read = list(engine.blocks(read_block, _blocks(table, progress), spill=Path(spill) if fits else None,
+                                      **settings))
+            failures = sum((r.failures for r in read), Failures.none())
+            states = STAGE.fit.finish(STAGE.fit.combine([r.partial for r in read]), schema) if fits else {}
+            if fits:
+                progress.step(f"{STAGE.steps[1]} {table.name}", rows=table.rows)
+                for part in engine.each(check_spilled, [r.path for r in read], states=states, **settings):
+                    failures = failures + part
     except StageError as problem:
         if problem.check != "table_empty":
             report.add([finding_from_error(problem)])
             return
-        failures = Failures.none()  # a header and no row: what the schema says of an empty table
+        failures, states = Failures.none(), {}  # a header and no row: what the schema says of an empty table
     if not table.rows:
-        failures = checked_block(_no_rows(schema), schema=schema, states=states, max_lines=config.report.max_lines,
+        empty, _ = prepared(_no_rows(schema), schema, max_lines=config.report.max_lines)
+        failures = checked_block(empty, schema=schema, states=states, max_lines=config.report.max_lines,
                                  show_values=show_values)
     report.inputs.append(InputFile(table.name, str(table.path), table.sha256, table.rows))
     report.add(failures.findings(table.name, max_lines=config.report.max_lines))

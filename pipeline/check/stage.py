@@ -9,16 +9,21 @@ A check run's order (:data:`ORDER`) is reading, then this stage.
 
 from __future__ import annotations
 
+import functools
+import uuid
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 import pandera.pandas as pa
+import pyarrow as pa_arrow
 
 from pipeline.check.table import typed
 from pipeline.kernel.calls import Fit
 from pipeline.kernel.finding import Finding
+from pipeline.kernel.handed import write_part
 from pipeline.kernel.stage import Order, Stage
 from pipeline.reading.locate import LOAD
 from pipeline.reporting.findings import format_items, summary_finding
@@ -39,8 +44,7 @@ def _statistics(check: pa.Check) -> dict[str, Any]:
 
 
 def fit_partial(block: pd.DataFrame, schema: pa.DataFrameSchema) -> dict:
-    """One block's partial of every table check of ``schema`` (the block typed as the schema says)."""
-    block, _ = typed(block, schema)
+    """One typed block's partial of every table check of ``schema``."""
     return {key_of(check.name, _statistics(check)): TABLE_FITS[check.name].partial(block, **_statistics(check))
             for check in table_fits(schema)}
 
@@ -68,7 +72,7 @@ def fit_finish(gathered: dict, schema: pa.DataFrameSchema) -> dict:
 
 
 def fit_blocks(blocks: Iterable[pd.DataFrame], schema: pa.DataFrameSchema) -> dict:
-    """The whole fit in this process: every block's partial, gathered and finished."""
+    """The whole fit in this process: every typed block's partial, gathered and finished."""
     return fit_finish(fit_combine([fit_partial(block, schema) for block in blocks]), schema)
 
 
@@ -120,20 +124,23 @@ class Failures:
         return found
 
 
-def checked_block(block: pd.DataFrame, *, schema: pa.DataFrameSchema, states: Mapping[Any, Any],
-                  max_lines: int, show_values: bool) -> Failures:
-    """The call on one block: typed as the schema says, validated by pandera (lazily, the table checks reading the
-    whole table's ``states``), and what fails kept small."""
+def prepared(block: pd.DataFrame, schema: pa.DataFrameSchema, *, max_lines: int) -> tuple[pd.DataFrame, Failures]:
+    """A block of the table typed as the schema says, and its values whose text is not of their column's type."""
     block, untyped = typed(block, schema)
-    failed = {(SCHEMA_CHECK, u.dtype, u.column): Failed(len(u.lines), np.sort(u.lines)[:max_lines], _no_groups())
-              for u in untyped}
+    return block, Failures({(SCHEMA_CHECK, u.dtype, u.column): Failed(len(u.lines), np.sort(u.lines)[:max_lines],
+                                                                     _no_groups()) for u in untyped})
+
+
+def checked_block(block: pd.DataFrame, *, schema: pa.DataFrameSchema, states: Mapping[Any, Any], max_lines: int,
+                  show_values: bool) -> Failures:
+    """The call on one typed block: validated by pandera (lazily, the table checks reading the whole table's
+    ``states``), and what fails kept small."""
     try:
         with fitted_on(states):
             schema.validate(block, lazy=True, inplace=True)
     except pa.errors.SchemaErrors as errors:
-        for key, value in _failed(errors.failure_cases, schema, block, max_lines, show_values).items():
-            failed[key] = failed[key] + value if key in failed else value
-    return Failures(failed)
+        return Failures(_failed(errors.failure_cases, schema, block, max_lines, show_values))
+    return Failures.none()
 
 
 def _no_groups() -> pd.Series:
@@ -176,6 +183,65 @@ def _check_object(schema: pa.DataFrameSchema, context: Any, column: Any, number:
     checks = schema.checks if context == WHOLE_FRAME else (
         schema.columns[column].checks if column in schema.columns else [])
     return checks[int(number)] if int(number) < len(checks) else None
+
+
+@dataclass(frozen=True)
+class SchemaSource:
+    """Where a process finds the schema: the spec the user named (a YAML file or ``module:Class``, loaded once per
+    process: a worker reads it again), or the schema itself (this process only: pandera's registered checks do not
+    pickle)."""
+
+    spec: str | None = None
+    schema: pa.DataFrameSchema | None = field(default=None, compare=False)
+
+    def load(self) -> pa.DataFrameSchema:
+        return self.schema if self.schema is not None else _loaded(self.spec)
+
+    def __getstate__(self) -> dict:
+        if self.spec is None:
+            raise TypeError("a schema given as an object is checked in this process only: name its file or "
+                            "module:Class to check in worker processes")
+        return {"spec": self.spec, "schema": None}
+
+
+@functools.lru_cache(maxsize=4)
+def _loaded(spec: str) -> pa.DataFrameSchema:
+    from pipeline.check.schema import load_schema
+
+    return load_schema(spec)
+
+
+@dataclass(frozen=True)
+class Read:
+    """One block as the first pass leaves it: its typed rows written where the second pass reads them (``path``;
+    None when the schema has no table check and the block was checked at once), what failed so far, and its table
+    checks' partial."""
+
+    path: Path | None
+    failures: Failures
+    partial: dict
+
+
+def read_block(block: pd.DataFrame, *, source: SchemaSource, spill: Path | None, max_lines: int,
+               show_values: bool) -> Read:
+    """The first pass's call on one block of text: typed as the schema says; with table checks, their partial
+    taken and the typed rows written to ``spill`` (one file a block) for the second pass; without, checked at once."""
+    schema = source.load()
+    block, failures = prepared(block, schema, max_lines=max_lines)
+    if spill is None:
+        return Read(None, failures + checked_block(block, schema=schema, states={}, max_lines=max_lines,
+                                                   show_values=show_values), {})
+    path = spill / f"{block.index[0] if len(block) else 0:012d}-{uuid.uuid4().hex}.arrow"
+    write_part(block, path)
+    return Read(path, failures, fit_partial(block, schema))
+
+
+def check_spilled(path: Path, *, source: SchemaSource, states: Mapping[Any, Any], max_lines: int,
+                  show_values: bool) -> Failures:
+    """The second pass's call on one typed block the first wrote (:func:`read_block`)."""
+    with pa_arrow.OSFile(str(path)) as handle:
+        block = pa_arrow.ipc.open_file(handle).read_all().to_pandas()
+    return checked_block(block, schema=source.load(), states=states, max_lines=max_lines, show_values=show_values)
 
 
 STAGE = Stage(NAME, colour="#393b79", progress=("fit", "check"),

@@ -19,9 +19,11 @@ import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 import pyarrow as pa_arrow
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.reading.load import BLOCK_BYTES, every_column, read_blocks
+from schemas.checks import NUMBER_TEXT
 
 PARQUET_ROWS = 1 << 20  # rows of a Parquet file read at a time
 SUFFIXES = (".csv", ".csv.gz", ".parquet")
@@ -96,6 +98,36 @@ def _is_text(values: pd.Series) -> bool:
     return pd.api.types.is_string_dtype(values) or values.dtype == object
 
 
+def _arrow(text: pd.Series) -> pa_arrow.ChunkedArray | pa_arrow.Array:
+    """A text column as Arrow (its own buffers where it is Arrow-backed already)."""
+    held = getattr(text.array, "_pa_array", None)
+    return held if held is not None else pa_arrow.array(text.astype(object), type=pa_arrow.string(), from_pandas=True)
+
+
+def _numbers(text: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """A text column's numbers (float64, NaN where null or not a number) and which non-null values are not one:
+    cast by Arrow in one go, or, where some text is not a number, value by value (blanks around a number allowed)."""
+    arrow = _arrow(text)
+    try:
+        numbers = pc.cast(arrow, pa_arrow.float64())
+    except pa_arrow.ArrowInvalid:
+        trimmed = pc.utf8_trim_whitespace(arrow)
+        ok = pc.or_(pc.match_substring_regex(trimmed, f"^(?:{NUMBER_TEXT})$"),
+                    pc.match_substring_regex(trimmed, r"(?i)^[+-]?(?:inf|infinity|nan)$"))
+        numbers = pc.cast(pc.if_else(ok, trimmed, None), pa_arrow.float64())
+    values = numbers.to_numpy(zero_copy_only=False) if not isinstance(numbers, pa_arrow.ChunkedArray) else (
+        numbers.to_numpy())
+    values = np.asarray(values, dtype="float64")
+    suspect = text.notna().to_numpy() & np.isnan(values)  # null, or text that is not a number, or the text NaN
+    return values, (suspect & ~_nan_text(arrow)) if suspect.any() else suspect
+
+
+def _nan_text(arrow: pa_arrow.ChunkedArray | pa_arrow.Array) -> np.ndarray:
+    """Which values are the text NaN (a number, not a failure to read one)."""
+    found = pc.match_substring_regex(pc.utf8_trim_whitespace(arrow), r"(?i)^[+-]?nan$")
+    return np.asarray(pc.fill_null(found, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
 def _as(text: pd.Series, dtype: Any) -> tuple[pd.Series | None, np.ndarray | None]:
     """``text`` as ``dtype`` (a pandera DataType), and which of its non-null values are not of it."""
     kind = getattr(dtype, "type", None)
@@ -108,14 +140,14 @@ def _as(text: pd.Series, dtype: Any) -> tuple[pd.Series | None, np.ndarray | Non
         bad = present & values.isna().to_numpy()
         return values.astype("boolean" if values.isna().any() else "bool"), bad
     if pd.api.types.is_numeric_dtype(kind):
-        numbers = pd.to_numeric(text, errors="coerce")
-        bad = present & numbers.isna().to_numpy()
+        numbers, bad = _numbers(text)
         if pd.api.types.is_integer_dtype(kind):
-            whole = numbers.notna() & (numbers != np.round(numbers))
-            bad |= whole.to_numpy()
-            numbers = numbers.where(~whole)
-            return (numbers.astype(kind) if not numbers.isna().any() else numbers.astype("Int64")), bad
-        return numbers.astype(kind), bad
+            fraction = np.isfinite(numbers) & (numbers != np.round(numbers))
+            bad |= fraction | np.isinf(numbers)
+            numbers = np.where(fraction | np.isinf(numbers), np.nan, numbers)
+            series = pd.Series(numbers, index=text.index, name=text.name)
+            return (series.astype(kind) if not np.isnan(numbers).any() else series.astype("Int64")), bad
+        return pd.Series(numbers, index=text.index, name=text.name).astype(kind), bad
     if pd.api.types.is_datetime64_any_dtype(kind):
         times = pd.to_datetime(text, errors="coerce", format="ISO8601")
         return times, present & times.isna().to_numpy()
