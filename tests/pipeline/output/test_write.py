@@ -531,9 +531,9 @@ def earlier(out, tmp_path) -> Path:
 @pytest.mark.parametrize("failing", ["graphs/train/batch_00000.pt", "graphs/train/batch_00004.pt", MANIFEST])
 def test_a_failed_write_is_exit_2_and_leaves_the_previous_build(earlier, small_batches, monkeypatch, failing):
     """No space left when the first file, a later graph, or the manifest (written last) is staged."""
-    from pipeline.output import write
+    from pipeline.output import staged
 
-    real, calls = write.write_atomic, []
+    real, calls = staged.write_atomic, []
 
     def fail_nth(path, data):
         calls.append(path)
@@ -542,7 +542,7 @@ def test_a_failed_write_is_exit_2_and_leaves_the_previous_build(earlier, small_b
         real(path, data)
 
     before = {name: (earlier / name).read_bytes() for name in _final_files(earlier)}
-    monkeypatch.setattr(write, "write_atomic", fail_nth)
+    monkeypatch.setattr(staged, "write_atomic", fail_nth)
     result = runner.invoke(app, ["build", str(SAMPLE), "--out", str(earlier), "--config", str(small_batches),
                                  "--no-cache"])
     assert result.exit_code == 2, result.output
@@ -558,7 +558,7 @@ def test_a_failed_write_is_exit_2_and_leaves_the_previous_build(earlier, small_b
 def test_a_switch_cut_short_is_finished_by_the_next_build(earlier, small_batches, monkeypatch, tmp_path):
     """A rename failing after the previous manifest was moved aside: exit 2, no finished build; the next build
     completes, and still removes the files only that previous manifest listed."""
-    from pipeline.output import write
+    from pipeline.output import staged
 
     assert build(SAMPLE, earlier, load_config(small_batches)).exit_code == 0  # 8 graphs, 6 of them train
     real = os.replace
@@ -568,7 +568,7 @@ def test_a_switch_cut_short_is_finished_by_the_next_build(earlier, small_batches
             raise OSError(errno.EIO, os.strerror(errno.EIO), str(src), None, str(dst))
         real(src, dst)
 
-    monkeypatch.setattr(write.os, "replace", fail_into_place)
+    monkeypatch.setattr(staged.os, "replace", fail_into_place)
     result = runner.invoke(app, ["build", str(SAMPLE), "--out", str(earlier), "--no-cache"])
     monkeypatch.undo()
     assert result.exit_code == 2, result.output
