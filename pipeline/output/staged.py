@@ -13,7 +13,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from pipeline.output.paths import OutputError, os_reason
 from pipeline.reporting.report import atomic_path, write_atomic
@@ -56,6 +56,7 @@ class StagedBuild:
             self.stage / PREVIOUS)
         self.names: set[str] = set()
         self.changed: list[str] = []
+        self.folders: list[Path] = []  # made in OUT_DIR for the staged files, just before the switch
         self.switching = False
         self._attempt(lambda: _clear(self.stage))  # what a killed build staged: whole files or temp files
 
@@ -81,8 +82,7 @@ class StagedBuild:
         def stage() -> None:
             target = self.stage / name
             target.parent.mkdir(parents=True, exist_ok=True)
-            (self.out_dir / name).parent.mkdir(parents=True, exist_ok=True)  # before the switch: it only renames
-            with atomic_path(target) as tmp:
+            with _named(target), atomic_path(target) as tmp:
                 write(tmp)
             sha256, size = _file_sha256(target)
             same = _same_file(self.out_dir / name, sha256, size)
@@ -95,12 +95,16 @@ class StagedBuild:
         return found[0]
 
     def abandon(self) -> None:
-        """Drop what was staged, unless the switch began: then the staging folder holds the previous build's list
-        (a switch cut short is finished by the next build)."""
+        """Drop what was staged, and the folders made for it in OUT_DIR, unless the switch began: then the staging
+        folder holds the previous build's list (a switch cut short is finished by the next build)."""
         if self.switching:
             return
         with contextlib.suppress(OSError):
             _clear(self.stage)
+        for folder in reversed(self.folders):
+            with contextlib.suppress(OSError):  # one that holds something now stays
+                folder.rmdir()
+        self.folders.clear()
 
     def commit(self, manifest: dict[str, Any]) -> None:
         out_dir, stage, changed = self.out_dir, self.stage, sorted(self.changed)
@@ -108,6 +112,7 @@ class StagedBuild:
         def staged_manifest() -> None:
             stage.mkdir(exist_ok=True)
             write_atomic(stage / MANIFEST, json_bytes(manifest))
+            self._make_folders(changed)
 
         self._attempt(staged_manifest)
         self.switching = True
@@ -130,6 +135,17 @@ class StagedBuild:
         except OSError as exc:
             raise _write_failed(out_dir, exc, "the new build is complete, but files of the previous one are left") \
                 from None
+
+    def _make_folders(self, names: list[str]) -> None:
+        """The folders of OUT_DIR that staged files go into, made just before the switch (which then only renames):
+        until then a build makes nothing in OUT_DIR but its staging folder. Each one made is recorded, and goes again
+        if the build stops before the switch."""
+        for name in names:
+            for folder in reversed(Path(name).parents[:-1]):  # 'data/train/0.parquet': data, then data/train
+                path = self.out_dir / folder
+                if not path.is_dir():
+                    path.mkdir()
+                    self.folders.append(path)
 
     def _attempt(self, write: Any) -> None:
         """A write before the switch: on failure, the staged files go and the previous build is unchanged."""
@@ -161,11 +177,22 @@ def stage_file(out_dir: Path, name: str, data: bytes) -> bool:
     worker stages the graphs it builds); the build that stages records the name (:meth:`StagedBuild.took`)."""
     if _holds(Path(out_dir) / name, data):
         return False
-    (Path(out_dir) / name).parent.mkdir(parents=True, exist_ok=True)  # before the switch: it only renames
     target = Path(out_dir) / STAGING / name
     target.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(target, data)
+    with _named(target):
+        write_atomic(target, data)
     return True
+
+
+@contextlib.contextmanager
+def _named(path: Path) -> Iterator[None]:
+    """The block's OSError that names no file (a write's, a full disk's) made to name ``path``, the file written."""
+    try:
+        yield
+    except OSError as exc:
+        if not exc.filename:
+            exc.filename = str(path)
+        raise
 
 
 def _raise(problem: OSError) -> None:
