@@ -21,9 +21,12 @@ from pipeline.reporting.report import atomic_path, write_atomic
 MANIFEST = "manifest.json"
 STAGING = ".badpoints-staging"  # new files are written here, then renamed into place
 PREVIOUS = "previous-manifest.json"  # in STAGING while files are switched: the replaced build's list
-# The names a build writes: only these, and only when a previous manifest lists them, does a rebuild remove.
+# The names a build writes, of either target: only these, and only when a previous manifest lists them, does a
+# rebuild remove (a build to graphs removes the MEDS files a build to MEDS left, and the other way round).
 OUTPUT_NAME = re.compile(r"(stats|report)\.json|report\.html|(index|quarantine)\.parquet"
-                         r"|graphs/[A-Za-z0-9_-]+/batch_\d{5}\.pt")
+                         r"|graphs/[A-Za-z0-9_-]+/batch_\d{5}\.pt"
+                         r"|data/[A-Za-z0-9_-]+/\d+\.parquet"
+                         r"|metadata/(codes|subject_splits)\.parquet|metadata/dataset\.json")
 
 
 def json_bytes(value: Any) -> bytes:
@@ -128,9 +131,7 @@ class StagedBuild:
             for name in sorted(self.earlier - self.names):
                 path = out_dir / name
                 path.unlink(missing_ok=True)
-                if path.parent != out_dir:
-                    with contextlib.suppress(OSError):  # a folder that still holds something stays
-                        path.parent.rmdir()
+                _remove_empty(path.parent, out_dir)
             _clear(stage)
         except OSError as exc:
             raise _write_failed(out_dir, exc, "the new build is complete, but files of the previous one are left") \
@@ -229,6 +230,17 @@ def _listed(manifest: Path) -> set[str]:
         return set()
     return {name for name in names if isinstance(name, str) and OUTPUT_NAME.fullmatch(name)} \
         if isinstance(names, dict) else set()
+
+
+def _remove_empty(folder: Path, out_dir: Path) -> None:
+    """``folder`` and the folders above it inside OUT_DIR, each removed while it is empty: one that still holds
+    something (a file of the user's) stays, and so do those above it."""
+    while folder != out_dir and out_dir in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
 
 
 def _clear(stage: Path) -> None:

@@ -492,6 +492,43 @@ def test_rebuild_leaves_files_no_manifest_listed(out, manifest, tmp_path):
     assert result.exit_code == 0, result.output
 
 
+def _only_the_build(out: Path, *mine: str) -> dict:
+    """The build's manifest, once OUT_DIR holds exactly what it lists (and the files ``mine``), and no folder but
+    those holding them."""
+    manifest = json.loads((out / MANIFEST).read_text())
+    files = set(manifest["outputs"]) | {MANIFEST, MARKER} | set(mine)
+    assert _final_files(out) == files
+    assert {p.relative_to(out) for p in out.rglob("*") if p.is_dir()} == \
+        {parent for name in files for parent in Path(name).parents[:-1]}
+    return manifest
+
+
+def test_rebuilds_that_switch_target_or_write_fewer_shards_remove_what_the_previous_one_listed(earlier, monkeypatch):
+    """graphs, then MEDS in 5 shards, then MEDS in 3, then graphs again, into one folder: each rebuild removes every
+    file the previous manifest listed that it does not write (graphs and MEDS files alike, and folders left empty),
+    and no file of the user's, even one named like a shard."""
+    from pipeline.output.staged import OUTPUT_NAME
+    from pipeline.stages import meds_export
+
+    monkeypatch.setattr(meds_export, "SHARD_EVENTS", 3000)  # 95 train subjects in 3 shards
+    assert build(SAMPLE, earlier, load_config(), to="meds").exit_code == 0
+    many = _only_the_build(earlier)
+    assert [n for n in many["outputs"] if not OUTPUT_NAME.fullmatch(n)] == []  # a rebuild may remove each of them
+    assert sorted(p.name for p in (earlier / "data/train").iterdir()) == ["0.parquet", "1.parquet", "2.parquet"]
+    monkeypatch.undo()
+    assert build(SAMPLE, earlier, load_config(), to="meds").exit_code == 0
+    fewer = _only_the_build(earlier)
+    assert len(fewer["shards"]) == 3 < len(many["shards"])
+    mine = {"data/train/9.parquet": b"named like a shard", "data/notes.txt": b"mine", "metadata/mine.json": b"{}"}
+    for name, data in mine.items():
+        (earlier / name).write_bytes(data)
+
+    assert build(SAMPLE, earlier, load_config()).exit_code == 0
+    _only_the_build(earlier, *mine)
+    assert {name: (earlier / name).read_bytes() for name in mine} == mine
+    _inspect_ok(earlier)
+
+
 # -- a write that fails --------------------------------------------------------------------------------
 @pytest.fixture
 def small_batches(tmp_path) -> Path:
