@@ -69,6 +69,12 @@ def default_dir() -> Path | None:
     None when there is no home directory to put it in."""
     if os.environ.get(ENV):
         return Path(os.environ[ENV])
+    return home_dir()
+
+
+def home_dir() -> Path | None:
+    """The folder badpoints names for its cache when none is given: ``$XDG_CACHE_HOME/badpoints``, else
+    ``~/.cache/badpoints``; None when there is no home directory to put it in."""
     if os.environ.get("XDG_CACHE_HOME"):
         return Path(os.environ["XDG_CACHE_HOME"]) / "badpoints"
     try:
@@ -314,6 +320,9 @@ class Cache:
                 return
         try:
             loosened = _make_private(root)
+            if tag_of(root) is False:  # a damaged tag: recognised by where the folder is, or what it holds
+                write_tag(root, replace=True)
+                health.damaged.append(f"{root / TAG} (not badpoints' tag: written again)")
             health.marked = _mark(root)
         except OSError as exc:  # a read-only disk, a folder removed meanwhile
             self._turn_off("cannot make private", root, exc)
@@ -346,160 +355,41 @@ class Cache:
             return None
 
 
-# -- badpoints cache: what a folder holds, and clearing it ---------------------------------------------------------
-@dataclass(frozen=True)
-class Contents:
-    """A cache folder's entries (tables, reports), their bytes with any temporary files, its mode and owner (None
-    when there is no folder), and the files in its folders the cache did not write (never removed)."""
-
-    root: Path
-    tables: int = 0
-    reports: int = 0
-    bytes: int = 0
-    mode: int | None = None
-    ours: bool = True  # this user's folder
-    others: tuple[str, ...] = ()
-
-    @property
-    def entries(self) -> str:
-        return f"{_count(self.tables, 'table')} and {_count(self.reports, 'report')}, {size_text(self.bytes)}"
-
-
-def contents(root: Path) -> Contents:
-    """What the cache at ``root`` holds; a folder that is not a badpoints cache is a :class:`CacheError`."""
-    root = Path(os.path.abspath(root))
-    if not _checked(root):
-        return Contents(root)
-    info = root.stat()
-    counted = _entries(root)
-    return Contents(root, tables=sum(p.parent.name == "tables" and p.suffix == ".parquet" for p, _ in counted),
-                    reports=sum(p.parent.name == "reports" and ENTRY.fullmatch(p.name) is not None for p, _ in counted),
-                    bytes=sum(size for _, size in counted), mode=stat.S_IMODE(info.st_mode),
-                    ours=info.st_uid == os.geteuid(), others=_others(root))
-
-
-def clear(root: Path) -> Contents:
-    """Remove the entries of the cache at ``root`` (and temporary files): what was removed. The folder, its tag and
-    any file the cache did not write stay; a folder that is not a badpoints cache is a :class:`CacheError`, and
-    nothing in it is touched."""
-    held = contents(root)
-    if held.mode is None:
-        return held
-    for path, _ in _entries(held.root):
-        try:
-            path.unlink()
-        except FileNotFoundError:  # pruned meanwhile by a run
-            continue
-        except OSError as exc:
-            raise CacheError(f"cannot remove {path} ({exc.strerror or type(exc).__name__}): the cache is only partly "
-                             "cleared; check the folder's owner and permissions") from None
-    return held
-
-
-def shown_lines(held: Contents, *, max_bytes: int = MAX_BYTES) -> list[str]:
-    """``badpoints cache``: where the cache is, what it holds, who can read it, and how to remove it."""
-    lines = [f"cache: {held.root}"]
-    if held.mode is None:
-        return [*lines, "  none yet: the first validate or build without --no-cache makes it (private to you)"]
-    lines.append(f"  holds {held.entries} (at most {size_text(max_bytes)}: the least recently used go first)")
-    if held.mode & 0o077 == 0:
-        lines.append(f"  mode {held.mode:04o}: private to you")
-    elif held.ours:
-        lines.append(f"  mode {held.mode:04o}: others can read it; the next run that uses it makes it private")
-    else:
-        lines.append(f"  mode {held.mode:04o}, another user's folder: others can read it, and badpoints leaves it so")
-    lines += _left(held)
-    return [*lines, "  parsed copies of the tables: badpoints cache --clear removes them; --no-cache keeps none"]
-
-
-def cleared_lines(removed: Contents) -> list[str]:
-    """``badpoints cache --clear``: what was removed from where, and what was left."""
-    if removed.mode is None:
-        return [f"cache: {removed.root}", "  nothing to clear: no such folder"]
-    return [f"cache: {removed.root}", f"  removed {removed.entries}; the folder stays, marked as a cache",
-            *_left(removed)]
-
-
-def size_text(size: int) -> str:
-    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("kB", 2**10)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size} bytes"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'s' if n != 1 else ''}"
-
-
-def _left(held: Contents) -> list[str]:
-    if not held.others:
-        return []
-    shown = ", ".join(held.others[:5]) + (", ..." if len(held.others) > 5 else "")
-    return [f"  {_count(len(held.others), 'file')} the cache did not write, left alone: {shown}"]
-
-
-def _checked(root: Path) -> bool:
-    """True when ``root`` is a badpoints cache, False when there is no such folder; anything else a CacheError."""
-    if not os.path.lexists(root):
-        return False
-    if not root.is_dir():
-        raise CacheError(f"{root} is not a folder, so not a badpoints cache; nothing was touched (check --cache-dir "
-                         "and $BADPOINTS_CACHE_DIR)")
-    try:
-        known = recognised(root)
-    except OSError as exc:
-        raise CacheError(f"cannot read {root} ({exc.strerror or type(exc).__name__})") from None
-    if not known:
-        raise CacheError(f"{root} is not a badpoints cache: it has no {TAG} of badpoints' and holds files a cache "
-                         "does not write; nothing was touched (check --cache-dir and $BADPOINTS_CACHE_DIR)")
-    return True
-
-
-def _entries(root: Path) -> list[tuple[Path, int]]:
-    """The files the cache wrote in its folders (entries and temporary files), with their sizes."""
-    found = []
-    for name in FOLDERS:
-        folder = root / name
-        if not folder.is_dir() or folder.is_symlink():
-            continue
-        for path in sorted(folder.iterdir()):
-            if ENTRY.fullmatch(path.name) or TEMPORARY.fullmatch(path.name):
-                with contextlib.suppress(FileNotFoundError):  # pruned meanwhile by a run
-                    info = path.lstat()
-                    if stat.S_ISREG(info.st_mode):
-                        found.append((path, info.st_size))
-    return found
-
-
-def _others(root: Path) -> tuple[str, ...]:
-    """The files in the cache's folders that the cache did not write (in a tagged folder: someone put them there)."""
-    left = []
-    for name in FOLDERS:
-        folder = root / name
-        if folder.is_dir() and not folder.is_symlink():
-            left += [f"{name}/{p.name}" for p in sorted(folder.iterdir())
-                     if not (ENTRY.fullmatch(p.name) or TEMPORARY.fullmatch(p.name)) or not p.is_file()]
-    return tuple(left)
-
-
 def recognised(root: Path) -> bool:
     """Whether the folder ``root`` may be used and cleared as a badpoints cache: it holds badpoints' tag, or nothing
-    but a cache's folders holding nothing but entries (a folder that is empty, or a cache made before the tag)."""
+    but a cache's folders holding nothing but entries (a folder that is empty, or a cache made before the tag), or a
+    damaged tag (a ``CACHEDIR.TAG`` that is not badpoints') and either nothing but such folders or is the folder
+    badpoints names when none is given (:func:`home_dir`)."""
     try:
-        with open(root / TAG, "rb") as handle:
-            head = handle.read(4096).decode("utf-8", "replace")
-        return head.startswith(SIGNATURE) and "badpoints" in head
-    except FileNotFoundError:
-        pass
+        tag = tag_of(root)
     except OSError:  # a folder named CACHEDIR.TAG, unreadable: not ours to judge
         return False
+    if tag or (tag is False and _is_home(root)):
+        return True
     for child in root.iterdir():
         if child.name in FOLDERS and child.is_dir() and not child.is_symlink():
             if not all(ENTRY.fullmatch(entry.name) or TEMPORARY.fullmatch(entry.name) for entry in child.iterdir()):
                 return False
-        elif not (TEMPORARY.fullmatch(child.name) and child.is_file()):  # the tag of a run making the folder now
-            return False
+        elif not (child.is_file() and (TEMPORARY.fullmatch(child.name) or (tag is False and child.name == TAG))):
+            return False  # (a temporary file: the tag of a run making the folder now)
     return True
+
+
+def tag_of(root: Path) -> bool | None:
+    """Whether the ``CACHEDIR.TAG`` in ``root`` is badpoints' whole (True) or not (False: damaged, or another tool's);
+    None when there is none. An OSError when it cannot be read (a folder of that name)."""
+    try:
+        with open(root / TAG, "rb") as handle:
+            head = handle.read(4096).decode("utf-8", "replace")
+    except FileNotFoundError:
+        return None
+    return head.startswith(SIGNATURE) and "badpoints" in head
+
+
+def _is_home(root: Path) -> bool:
+    """Whether ``root`` is the folder badpoints names for its cache when none is given (:func:`home_dir`)."""
+    home = home_dir()
+    return home is not None and os.path.realpath(root) == os.path.realpath(home)
 
 
 def _make_private(root: Path) -> int | None:
@@ -529,16 +419,23 @@ def _mark(root: Path) -> bool:
     starting together, exactly one: the tag appears whole, by a hard link that fails where one exists)."""
     if (root / TAG).exists():
         return False
+    try:
+        write_tag(root, replace=False)
+    except FileExistsError:
+        return False
+    return True
+
+
+def write_tag(root: Path, *, replace: bool) -> None:
+    """badpoints' ``CACHEDIR.TAG`` in ``root``, appearing whole: linked where there is none (FileExistsError where
+    there is one), or put in place of one (``replace``: a damaged tag)."""
     tmp = root / f".{TAG}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         with _private_file(tmp) as handle:
             handle.write(TAG_TEXT.encode())
-        os.link(tmp, root / TAG)
-    except FileExistsError:
-        return False
+        (os.replace if replace else os.link)(tmp, root / TAG)
     finally:
         tmp.unlink(missing_ok=True)
-    return True
 
 
 def _private_file(path: Path) -> BinaryIO:

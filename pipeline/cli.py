@@ -16,9 +16,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pipeline.cache import Cache, CacheError, cleared_lines, contents, shown_lines
-from pipeline.cache import clear as clear_cache
+from pipeline.cache import Cache, CacheError
 from pipeline.cache import default_dir as default_cache_dir
+from pipeline.cache_folder import clear as clear_cache
+from pipeline.cache_folder import cleared_lines, contents, shown_lines
 from pipeline.config import Config, ConfigError, load_config
 from pipeline.builds import TARGETS
 from pipeline.builds import build as run_build

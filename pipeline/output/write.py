@@ -1,4 +1,5 @@
-"""Writing a build, and reading it back safely: the only module that writes outputs.
+"""Writing a build, and reading it back safely: with :mod:`pipeline.output.staged` (staging and switching the files
+in), the only modules that write outputs.
 
 A build writes every file that changes, and its manifest, into a staging folder
 inside OUT_DIR (each file atomically), while the previous build stays as it was.
@@ -15,15 +16,9 @@ loaded only with ``torch.load(..., weights_only=True)``.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import hashlib
 import io
 import json
-import os
 import pickle
-import re
-import shutil
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -35,7 +30,8 @@ import pyarrow.parquet as pq
 
 from pipeline.kernel.quarantine import Quarantine, empty_quarantine
 from pipeline.output.paths import MARKER, OutputError, check_output_dir, os_reason  # noqa: F401  (re-exported)
-from pipeline.reporting.report import atomic_path, write_atomic
+from pipeline.output.staged import (MANIFEST, PREVIOUS, STAGING, StagedBuild, StagedFile,  # noqa: F401  (re-exported)
+                                    json_bytes, sha256_of, stage_file, write_scratch)
 from schemas.catalogue import check_info
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
@@ -43,12 +39,6 @@ from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
 if TYPE_CHECKING:  # torch and PyG load where graphs are serialised or read, not where a build is only written
     from torch_geometric.data import HeteroData
 
-MANIFEST = "manifest.json"
-STAGING = ".badpoints-staging"  # new files are written here, then renamed into place
-PREVIOUS = "previous-manifest.json"  # in STAGING while files are switched: the replaced build's list
-# The names a build writes: only these, and only when a previous manifest lists them, does a rebuild remove.
-OUTPUT_NAME = re.compile(r"(stats|report)\.json|report\.html|(index|quarantine)\.parquet"
-                         r"|graphs/[A-Za-z0-9_-]+/batch_\d{5}\.pt")
 FORMAT = 2  # 2: node_id is arange(num_nodes), raw ids in hadm_id and itemid; feature names recorded
 FEATURES = ("admission.x", "labitem.x", "edge_attr")  # the manifest's "features": column names of each, in order
 PACKAGES = ("badpoints", "pandas", "pandera", "numpy", "pyarrow", "torch", "torch_geometric")
@@ -67,9 +57,6 @@ def graph_bytes(data: HeteroData) -> bytes:
     torch.save(data.to_dict(), buffer)
     return buffer.getvalue()
 
-
-def json_bytes(value: Any) -> bytes:
-    return (json.dumps(value, indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
 
 
 ROW_GROUP = 1024 * 1024  # rows per Parquet row group (pyarrow's default)
@@ -110,9 +97,6 @@ def quarantine_parquet(quarantine: Quarantine, sink: pa.NativeFile) -> None:
     """``quarantine.parquet``: every record, by table, source line and stage, written a line range at a time."""
     _parquet_of((part.reset_index() for part in quarantine.in_order()), sink, empty=empty_quarantine().reset_index())
 
-
-def sha256_of(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def versions() -> dict[str, str]:
@@ -162,14 +146,6 @@ def write_quarantine(quarantine: Quarantine, path: Path) -> None:
     with open(path, "wb") as handle, pa.PythonFile(handle, mode="w") as sink:  # a path of any bytes (out\xff)
         quarantine_parquet(quarantine, sink)
 
-
-@dataclass(frozen=True)
-class StagedFile:
-    """An output written into the staging folder as it was made: its name, hash and size (for the manifest)."""
-
-    name: str
-    sha256: str
-    bytes: int
 
 
 @dataclass(frozen=True)
@@ -246,177 +222,6 @@ def write_build(out_dir: Path, outputs: BuildOutputs, staged: "StagedBuild | Non
     for name, data in sorted(outputs.files.items()):
         staged.add(name, data)
     staged.commit(outputs.manifest)
-
-
-class StagedBuild:
-    """A build's files staged one by one in OUT_DIR's staging folder while the previous build stays as it was;
-    :meth:`commit` switches them in by renames (manifest last) and drops what only the previous build listed,
-    :meth:`abandon` (a build that found errors) drops them. A file that holds exactly the same bytes already is
-    not staged (a rebuild leaves it as it is)."""
-
-    def __init__(self, out_dir: Path) -> None:
-        self.out_dir = Path(out_dir)
-        self.stage = self.out_dir / STAGING
-        self.earlier = _listed(self.out_dir / MANIFEST) | _listed(self.stage / MANIFEST) | _listed(
-            self.stage / PREVIOUS)
-        self.names: set[str] = set()
-        self.changed: list[str] = []
-        self.switching = False
-        self._attempt(lambda: _clear(self.stage))  # what a killed build staged: whole files or temp files
-
-    def add(self, name: str, data: bytes) -> StagedFile:
-        """``data`` staged as ``name`` (unless OUT_DIR holds the same bytes already): its hash and size."""
-        self._attempt(lambda: self.took(name, stage_file(self.out_dir, name, data)))
-        return StagedFile(name=name, sha256=sha256_of(data), bytes=len(data))
-
-    def took(self, name: str, staged: bool | OSError) -> None:
-        """``name`` is one of this build's files, ``staged`` (:func:`stage_file`, where it was made) or already in
-        place; an OSError: it could not be staged (the staged files go: :class:`OutputError`)."""
-        if isinstance(staged, OSError):
-            self._attempt(functools.partial(_raise, staged))
-        self.names.add(name)
-        if staged:
-            self.changed.append(name)
-
-    def add_written(self, name: str, write: Callable[[Path], None]) -> StagedFile:
-        """A file ``write(path)`` writes, staged as ``name`` (unless OUT_DIR holds the same bytes already): its hash and
-        size, read back from the staged file in blocks, never whole in memory."""
-        found: list[StagedFile] = []
-
-        def stage() -> None:
-            target = self.stage / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            (self.out_dir / name).parent.mkdir(parents=True, exist_ok=True)  # before the switch: it only renames
-            with atomic_path(target) as tmp:
-                write(tmp)
-            sha256, size = _file_sha256(target)
-            same = _same_file(self.out_dir / name, sha256, size)
-            if same:
-                target.unlink()
-            self.took(name, not same)
-            found.append(StagedFile(name=name, sha256=sha256, bytes=size))
-
-        self._attempt(stage)
-        return found[0]
-
-    def abandon(self) -> None:
-        """Drop what was staged, unless the switch began: then the staging folder holds the previous build's list
-        (a switch cut short is finished by the next build)."""
-        if self.switching:
-            return
-        with contextlib.suppress(OSError):
-            _clear(self.stage)
-
-    def commit(self, manifest: dict[str, Any]) -> None:
-        out_dir, stage, changed = self.out_dir, self.stage, sorted(self.changed)
-
-        def staged_manifest() -> None:
-            stage.mkdir(exist_ok=True)
-            write_atomic(stage / MANIFEST, json_bytes(manifest))
-
-        self._attempt(staged_manifest)
-        self.switching = True
-        try:
-            if changed and (out_dir / MANIFEST).exists():
-                os.replace(out_dir / MANIFEST, stage / PREVIOUS)  # uncommit; its list stays for the next build
-            for name in changed:
-                os.replace(stage / name, out_dir / name)
-            os.replace(stage / MANIFEST, out_dir / MANIFEST)  # commit
-        except OSError as exc:
-            raise _write_failed(out_dir, exc, "it holds no finished build until a rebuild completes") from None
-        try:
-            for name in sorted(self.earlier - self.names):
-                path = out_dir / name
-                path.unlink(missing_ok=True)
-                if path.parent != out_dir:
-                    with contextlib.suppress(OSError):  # a folder that still holds something stays
-                        path.parent.rmdir()
-            _clear(stage)
-        except OSError as exc:
-            raise _write_failed(out_dir, exc, "the new build is complete, but files of the previous one are left") \
-                from None
-
-    def _attempt(self, write: Any) -> None:
-        """A write before the switch: on failure, the staged files go and the previous build is unchanged."""
-        try:
-            write()
-        except OSError as exc:
-            self.abandon()
-            raise _write_failed(self.out_dir, exc, "the previous build there is unchanged") from None
-
-
-def write_scratch(path: Path, write: Callable[[Path], None]) -> None:
-    """A file of the build's own scratch inside its staging folder (a part's piece of a MEDS shard), written by
-    ``write(path)``: a failed write (a full disk) removes it and is an :class:`OutputError` naming the file and the
-    system's reason. Runs wherever OUT_DIR can be seen (a worker); a killed build's scratch goes with its staging
-    folder."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write(path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            path.unlink(missing_ok=True)
-        raise OutputError(f"cannot write {str(path)!r} ({os_reason(exc)}); the previous build there is unchanged. "
-                          "Free space or fix the folder, then rebuild") from None
-
-
-def stage_file(out_dir: Path, name: str, data: bytes) -> bool:
-    """``data`` staged as ``name`` in OUT_DIR's staging folder, unless ``out_dir / name`` holds exactly these bytes
-    already (a rebuild leaves such a file as it is): whether it was staged. Runs wherever OUT_DIR can be seen (a Dask
-    worker stages the graphs it builds); the build that stages records the name (:meth:`StagedBuild.took`)."""
-    if _holds(Path(out_dir) / name, data):
-        return False
-    (Path(out_dir) / name).parent.mkdir(parents=True, exist_ok=True)  # before the switch: it only renames
-    target = Path(out_dir) / STAGING / name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(target, data)
-    return True
-
-
-def _raise(problem: OSError) -> None:
-    raise problem
-
-
-def _file_sha256(path: Path) -> tuple[str, int]:
-    """A file's sha256 (streamed, never whole in memory) and size."""
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest(), os.fstat(handle.fileno()).st_size
-
-
-def _same_file(path: Path, sha256: str, size: int) -> bool:
-    """Whether ``path`` is a file of this size and hash (then a rebuild leaves it as it is)."""
-    try:
-        return path.is_file() and path.stat().st_size == size and _file_sha256(path)[0] == sha256
-    except OSError:
-        return False
-
-
-def _holds(path: Path, data: bytes) -> bool:
-    """Whether ``path`` already holds exactly ``data`` (then a rebuild leaves it as it is)."""
-    try:
-        return path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data
-    except OSError:
-        return False
-
-
-def _listed(manifest: Path) -> set[str]:
-    """The outputs a manifest lists, of the names a build writes: a rebuild removes these and nothing else."""
-    try:
-        names = json.loads(manifest.read_text(encoding="utf-8"))["outputs"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return set()
-    return {name for name in names if isinstance(name, str) and OUTPUT_NAME.fullmatch(name)} \
-        if isinstance(names, dict) else set()
-
-
-def _clear(stage: Path) -> None:
-    if stage.exists() or stage.is_symlink():
-        shutil.rmtree(stage)
-
-
-def _write_failed(out_dir: Path, exc: OSError, state: str) -> OutputError:
-    return OutputError(f"cannot write the build into {str(out_dir)!r} ({os_reason(exc)}); {state}. Free space "
-                       "or fix the folder, then rebuild")
 
 
 # -- reading back ---------------------------------------------------------------------------------

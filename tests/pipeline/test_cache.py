@@ -465,6 +465,76 @@ def test_a_folder_holding_other_files_is_not_used_as_a_cache_and_left_as_it_was(
     assert _files(folder) == before and stat.S_IMODE(folder.stat().st_mode) == 0o755  # nothing written, no chmod
 
 
+def _damage(cache_dir: Path, how: str) -> None:
+    """Every file of the cache damaged, its tag included: bytes flipped, or cut short."""
+    for path in [cache_dir / "CACHEDIR.TAG", *cache_dir.glob("*/*")]:
+        blob = path.read_bytes()
+        path.write_bytes(bytes(b ^ 0x5A for b in blob[:8]) + blob[8:] if how == "flipped" else blob[:len(blob) // 3])
+
+
+def test_a_cache_damaged_throughout_is_used_again_with_one_warning(data, tmp_path):
+    cache_dir = tmp_path / "cache"
+    first = _validate(data, cache_dir, "--json", str(tmp_path / "first.json"))
+    _damage(cache_dir, "flipped")
+
+    run = _validate(data, cache_dir, "--json", str(tmp_path / "run.json"))
+
+    assert run.exit_code == first.exit_code == 0 and _report(tmp_path / "run.json") == _report(tmp_path / "first.json")
+    assert run.stderr.count("warning:") == 1 and "not a badpoints cache" not in run.stderr, run.stderr
+    assert f"damaged cache entries ignored and rebuilt: {cache_dir / 'CACHEDIR.TAG'} (not badpoints' tag" in run.stderr
+    assert NOTICE.format(cache_dir) not in run.stderr  # the folder was a cache already
+    assert (cache_dir / "CACHEDIR.TAG").read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55\n")
+    again = _validate(data, cache_dir)
+    assert "warning" not in again.stderr and "report reused from the cache" in again.stderr
+
+
+def test_clear_empties_a_cache_whose_tag_is_damaged_and_writes_the_tag_again(data, tmp_path):
+    cache_dir = tmp_path / "cache"
+    _validate(data, cache_dir)
+    _damage(cache_dir, "truncated")
+    shown = RUNNER.invoke(app, ["cache", "--cache-dir", str(cache_dir)])
+    assert shown.exit_code == 0 and "  its CACHEDIR.TAG is damaged: the next run, or badpoints cache --clear, " \
+                                     "writes it again" in shown.stdout.splitlines(), shown.output
+
+    cleared = RUNNER.invoke(app, ["cache", "--clear", "--cache-dir", str(cache_dir)])
+
+    assert cleared.exit_code == 0, cleared.output
+    assert cleared.stdout.splitlines()[1].startswith("  removed 3 tables and 1 report, ")
+    assert cleared.stdout.splitlines()[1].endswith("; the folder stays, marked as a cache (its damaged CACHEDIR.TAG "
+                                                   "written again)")
+    assert list(cache_dir.glob("*/*")) == []
+    assert (cache_dir / "CACHEDIR.TAG").read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55\n")
+    run = _validate(data, cache_dir)
+    assert run.exit_code == 0 and "warning" not in run.stderr and "badpoints: cache:" not in run.stderr
+
+
+@pytest.mark.parametrize("where", ["the default folder", "a folder named by --cache-dir"])
+def test_a_damaged_tag_beside_other_files_is_a_cache_only_in_the_default_folder(data, tmp_path, monkeypatch, where):
+    """$XDG_CACHE_HOME/badpoints is badpoints' own: its damaged tag is written again and its entries cleared, a file
+    put beside them left alone. Anywhere else a folder holding other files is not a cache: never used nor cleared."""
+    monkeypatch.delenv("BADPOINTS_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    folder = tmp_path / "xdg" / "badpoints" if where == "the default folder" else tmp_path / "elsewhere"
+    for name in ("tables", "reports"):
+        (folder / name).mkdir(parents=True)
+    (folder / "CACHEDIR.TAG").write_text("Signature: 8a477f597d28d172789f06886806bc55\n# This file is a cache dir")
+    (folder / "reports" / f"{'ab' * 32}.json").write_text("{not json")
+    (folder / "notes.txt").write_text("mine")
+    named = [] if where == "the default folder" else ["--cache-dir", str(folder)]
+
+    cleared = RUNNER.invoke(app, ["cache", "--clear", *named])
+    run = RUNNER.invoke(app, ["validate", str(data), "-q", *named])
+
+    assert run.exit_code == 0 and (folder / "notes.txt").read_text() == "mine"
+    if where == "the default folder":
+        assert cleared.exit_code == 0 and "removed 0 tables and 1 report" in cleared.stdout, cleared.output
+        assert "warning" not in run.stderr and len(list(folder.glob("tables/*.parquet"))) == 3
+    else:
+        assert cleared.exit_code == 2 and f"{folder} is not a badpoints cache" in cleared.stderr
+        assert "the cache was not used" in run.stderr and "not a badpoints cache" in run.stderr
+        assert list(folder.glob("*/*")) == [folder / "reports" / f"{'ab' * 32}.json"]
+
+
 def test_cache_shows_where_it_is_what_it_holds_and_its_size(data, tmp_path):
     cache_dir = tmp_path / "cache"
     none_yet = RUNNER.invoke(app, ["cache", "--cache-dir", str(cache_dir)])

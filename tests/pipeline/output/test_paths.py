@@ -6,6 +6,7 @@ once it has recorded its pid in the marker; nothing waits on a sleep.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -46,16 +47,16 @@ def no_work(monkeypatch):
 
 # -- the lock -----------------------------------------------------------------------------------------------
 def test_a_held_folder_is_refused_at_once_with_the_holders_pid(tmp_path, no_work):
-    out = tmp_path / "out"
+    out, holder = tmp_path / "out", os.getpid()
     out.mkdir()
-    (out / MARKER).write_text("4242\n")
+    (out / MARKER).write_text(f"{holder}\n")
     with FileLock(out / MARKER):
-        with pytest.raises(OutputError, match=r"another badpoints build \(pid 4242\) is writing"):
+        with pytest.raises(OutputError, match=rf"another badpoints build \(pid {holder}\) is writing"):
             build(SAMPLE, out, load_config())
         result = runner.invoke(app, ["build", str(SAMPLE), "--out", str(out), "--no-cache"])
     assert result.exit_code == 2, result.output
-    assert "cannot run" in result.output and "pid 4242" in result.output and "Traceback" not in result.output
-    assert _files(out) == {MARKER: b"4242\n"}  # the refused build wrote nothing, not even its pid
+    assert "cannot run" in result.output and f"pid {holder}" in result.output and "Traceback" not in result.output
+    assert _files(out) == {MARKER: f"{holder}\n".encode()}  # the refused build wrote nothing, not even its pid
 
 
 def test_the_lock_is_released_after_a_build_and_after_a_failure(tmp_path):
@@ -114,6 +115,69 @@ def test_a_second_build_is_refused_while_a_paused_build_holds_the_folder(tmp_pat
     assert "wrote 3 graphs" in output
     inspected = runner.invoke(app, ["inspect", str(out)])
     assert inspected.exit_code == 0, inspected.output
+
+
+def _has_open(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` holds ``path`` open (its /proc fd table)."""
+    try:
+        return any(os.readlink(fd) == str(path) for fd in Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:  # it ended, or closed an fd meanwhile
+        return False
+
+
+def test_builds_started_together_each_name_the_holders_pid(tmp_path):
+    """Builds started at once, while the holder has taken the lock and not yet recorded its pid (the moment a
+    refused build used to read an empty marker): each refused build names the pid the holder then records."""
+    out = tmp_path / "out"
+    out.mkdir()
+    marker = out.resolve() / MARKER
+    holder = os.open(marker, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    builds = [subprocess.Popen([str(BADPOINTS), "build", "data/sample", "--out", str(out), "--no-cache", "-q"],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+              for _ in range(4)]
+    seen: set[int] = set()
+
+    def one_is_waiting() -> bool:  # seen holding the marker open twice in a row: refused, reading the holder's pid
+        now = {b.pid for b in builds if _has_open(b.pid, marker)}
+        waiting = bool(now & seen)
+        seen.clear()
+        seen.update(now)
+        return waiting or all(b.poll() is not None for b in builds)
+
+    try:
+        _wait_for(one_is_waiting, "a refused build to read the marker")
+        os.pwrite(holder, f"{os.getpid()}\n".encode(), 0)
+        outputs = [b.communicate(timeout=120)[0] for b in builds]
+    finally:
+        for b in builds:
+            if b.poll() is None:
+                b.kill()
+        os.close(holder)
+    for b, output in zip(builds, outputs):
+        assert b.returncode == 2, output
+        assert f"another badpoints build (pid {os.getpid()}) is writing" in output, output
+    assert _files(out) == {MARKER: f"{os.getpid()}\n".encode()}
+
+
+@pytest.mark.parametrize("before", ["no folder", "an empty folder", "a build folder"])
+def test_a_build_that_writes_nothing_leaves_the_folder_as_it_found_it(tmp_path, before):
+    """A first build that fails (or finds errors) removes the marker it created, and the folder if it made it; a
+    folder that held a build keeps its marker and files."""
+    out = tmp_path / "out"
+    if before != "no folder":
+        out.mkdir()
+    if before == "a build folder":
+        (out / MARKER).write_text("4242\n")
+        (out / "manifest.json").write_text("{}")
+    found = _files(out) if out.exists() else None
+    with pytest.raises(RuntimeError, match="boom"), claim_output_dir(out):
+        assert (out / MARKER).read_text() == f"{os.getpid()}\n"
+        raise RuntimeError("boom")
+    if before == "a build folder":
+        assert _files(out) == {**found, MARKER: f"{os.getpid()}\n".encode()}
+    else:
+        assert (_files(out) if out.exists() else None) == found
 
 
 # -- a folder that cannot be written ------------------------------------------------------------------------

@@ -492,6 +492,43 @@ def test_rebuild_leaves_files_no_manifest_listed(out, manifest, tmp_path):
     assert result.exit_code == 0, result.output
 
 
+def _only_the_build(out: Path, *mine: str) -> dict:
+    """The build's manifest, once OUT_DIR holds exactly what it lists (and the files ``mine``), and no folder but
+    those holding them."""
+    manifest = json.loads((out / MANIFEST).read_text())
+    files = set(manifest["outputs"]) | {MANIFEST, MARKER} | set(mine)
+    assert _final_files(out) == files
+    assert {p.relative_to(out) for p in out.rglob("*") if p.is_dir()} == \
+        {parent for name in files for parent in Path(name).parents[:-1]}
+    return manifest
+
+
+def test_rebuilds_that_switch_target_or_write_fewer_shards_remove_what_the_previous_one_listed(earlier, monkeypatch):
+    """graphs, then MEDS in 5 shards, then MEDS in 3, then graphs again, into one folder: each rebuild removes every
+    file the previous manifest listed that it does not write (graphs and MEDS files alike, and folders left empty),
+    and no file of the user's, even one named like a shard."""
+    from pipeline.output.staged import OUTPUT_NAME
+    from pipeline.stages import meds_export
+
+    monkeypatch.setattr(meds_export, "SHARD_EVENTS", 3000)  # 95 train subjects in 3 shards
+    assert build(SAMPLE, earlier, load_config(), to="meds").exit_code == 0
+    many = _only_the_build(earlier)
+    assert [n for n in many["outputs"] if not OUTPUT_NAME.fullmatch(n)] == []  # a rebuild may remove each of them
+    assert sorted(p.name for p in (earlier / "data/train").iterdir()) == ["0.parquet", "1.parquet", "2.parquet"]
+    monkeypatch.undo()
+    assert build(SAMPLE, earlier, load_config(), to="meds").exit_code == 0
+    fewer = _only_the_build(earlier)
+    assert len(fewer["shards"]) == 3 < len(many["shards"])
+    mine = {"data/train/9.parquet": b"named like a shard", "data/notes.txt": b"mine", "metadata/mine.json": b"{}"}
+    for name, data in mine.items():
+        (earlier / name).write_bytes(data)
+
+    assert build(SAMPLE, earlier, load_config()).exit_code == 0
+    _only_the_build(earlier, *mine)
+    assert {name: (earlier / name).read_bytes() for name in mine} == mine
+    _inspect_ok(earlier)
+
+
 # -- a write that fails --------------------------------------------------------------------------------
 @pytest.fixture
 def small_batches(tmp_path) -> Path:
@@ -531,9 +568,9 @@ def earlier(out, tmp_path) -> Path:
 @pytest.mark.parametrize("failing", ["graphs/train/batch_00000.pt", "graphs/train/batch_00004.pt", MANIFEST])
 def test_a_failed_write_is_exit_2_and_leaves_the_previous_build(earlier, small_batches, monkeypatch, failing):
     """No space left when the first file, a later graph, or the manifest (written last) is staged."""
-    from pipeline.output import write
+    from pipeline.output import staged
 
-    real, calls = write.write_atomic, []
+    real, calls = staged.write_atomic, []
 
     def fail_nth(path, data):
         calls.append(path)
@@ -542,7 +579,7 @@ def test_a_failed_write_is_exit_2_and_leaves_the_previous_build(earlier, small_b
         real(path, data)
 
     before = {name: (earlier / name).read_bytes() for name in _final_files(earlier)}
-    monkeypatch.setattr(write, "write_atomic", fail_nth)
+    monkeypatch.setattr(staged, "write_atomic", fail_nth)
     result = runner.invoke(app, ["build", str(SAMPLE), "--out", str(earlier), "--config", str(small_batches),
                                  "--no-cache"])
     assert result.exit_code == 2, result.output
@@ -558,7 +595,7 @@ def test_a_failed_write_is_exit_2_and_leaves_the_previous_build(earlier, small_b
 def test_a_switch_cut_short_is_finished_by_the_next_build(earlier, small_batches, monkeypatch, tmp_path):
     """A rename failing after the previous manifest was moved aside: exit 2, no finished build; the next build
     completes, and still removes the files only that previous manifest listed."""
-    from pipeline.output import write
+    from pipeline.output import staged
 
     assert build(SAMPLE, earlier, load_config(small_batches)).exit_code == 0  # 8 graphs, 6 of them train
     real = os.replace
@@ -568,7 +605,7 @@ def test_a_switch_cut_short_is_finished_by_the_next_build(earlier, small_batches
             raise OSError(errno.EIO, os.strerror(errno.EIO), str(src), None, str(dst))
         real(src, dst)
 
-    monkeypatch.setattr(write.os, "replace", fail_into_place)
+    monkeypatch.setattr(staged.os, "replace", fail_into_place)
     result = runner.invoke(app, ["build", str(SAMPLE), "--out", str(earlier), "--no-cache"])
     monkeypatch.undo()
     assert result.exit_code == 2, result.output

@@ -18,12 +18,15 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import load_config
+from pipeline.output.write import STAGING
 from pipeline.flow import validate
 from pipeline.meds import validate_meds
 from pipeline.stages import meds_export as export
 from pipeline.meds.formula import Fitted, given_mean_std, zscore
 from tests import mimic4
+from tests.corpus import SAMPLE
 from tests.mimic4 import in_mimic4_layout
+from tests.mounts import small_tmpfs
 
 runner = CliRunner()
 
@@ -206,3 +209,35 @@ def test_inspect_checks_a_meds_build_by_its_hashes_and_load_graphs_says_it_holds
         handle.write(b"x")
     broken = runner.invoke(app, ["inspect", str(out)])
     assert broken.exit_code == 1 and "data/train/0.parquet" in broken.stdout
+
+
+# -- a full disk ----------------------------------------------------------------------------------------------------
+def _left(mount) -> list[str]:
+    return sorted(p.relative_to(mount).as_posix() for p in mount.rglob("*"))
+
+
+@pytest.mark.parametrize("engine", ["parts", "dask"])
+def test_a_full_disk_at_the_first_piece_is_exit_2_naming_it_and_leaves_the_folder_as_it_was(tmp_path, engine):
+    """The engine's workers write the pieces: the first one does not fit (a tmpfs holding the marker and no more;
+    needs mount rights). The empty folder the build was given is left empty, without a marker."""
+    with small_tmpfs(tmp_path / "small", "8k") as mount:
+        (mount / "out").mkdir()
+        made = _build(SAMPLE, mount / "out", "--to", "meds", "--engine", engine, "--workers", "1")
+        left = _left(mount)
+    assert made.exit_code == 2, made.output
+    said = " ".join(made.output.split())
+    assert f"cannot run: cannot write '{mount / 'out' / STAGING / export.PIECES}/" in said, said
+    assert "No space left on device" in said and "internal error" not in said
+    assert left == ["out"]
+
+
+def test_a_full_disk_after_the_pieces_is_exit_2_naming_the_file_and_leaves_no_folder(tmp_path):
+    """The pieces fit, a staged file does not: exit 2 naming it; the folder the build made goes, with no data/ or
+    metadata/ folder in it (made only at the switch) and no marker."""
+    with small_tmpfs(tmp_path / "small", "100k") as mount:
+        made = _build(SAMPLE, mount / "out", "--to", "meds")
+        left = _left(mount)
+    assert made.exit_code == 2, made.output
+    said = " ".join(made.output.split())
+    assert f"No space left on device: {mount / 'out' / STAGING}/" in said, said
+    assert left == []
