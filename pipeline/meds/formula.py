@@ -240,12 +240,16 @@ def exact_zero(value: np.ndarray, n: np.ndarray) -> np.ndarray:
     return (x == 0) | exact
 
 
+def shown(numbers: pd.Series, spec: str) -> pd.Series:
+    """Each number written with ``spec`` (``"{:.3g}"``): text, even where there is no number (no code fitted)."""
+    return numbers.map(spec.format).astype(str)
+
+
 def why(frame: pd.DataFrame, broken: np.ndarray, given: bool) -> pd.Series:
     """Why a code's z will be non-finite, noise or large: an inf input, no or one train value, equal values (a
     variance exactly 0, or a rounding residue of either sign), float32 cancellation beside the float64 std, a given
     std of 0, or non-finite inputs of an otherwise sound fit."""
-    std64 = frame["std64"].map("{:.3g}".format)
-    std, variance = frame["std"].map("{:.3g}".format), frame["variance"].map("{:.3g}".format)
+    std64, std, variance = (shown(frame[name], "{:.3g}") for name in ("std64", "std", "variance"))
     equal = "all " + frame["n"].astype(str) + " train values equal"
     residue = ": the float32 variance sum_sqd/n - mean^2 is " + variance + " here, a rounding residue"
     cases = [

@@ -147,6 +147,40 @@ def test_no_shard_or_an_unreadable_one_cannot_run(tmp_path):
     assert run.exit_code == 2
 
 
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("meds") / "clean"
+    write_meds(root, ())
+    return root
+
+
+def _train_emptied(train: Path) -> None:
+    for shard in train.glob("*.parquet"):
+        pq.write_table(pq.read_table(shard).slice(0, 0), shard)
+
+
+def _train_ids_as_text(train: Path) -> None:
+    for shard in train.glob("*.parquet"):
+        table = pq.read_table(shard)
+        pq.write_table(table.set_column(0, "subject_id", table["subject_id"].cast(pa.string())), shard)
+
+
+@pytest.mark.parametrize(("breaking", "found"), [
+    (_train_emptied, ("meds_split_empty", "train")),
+    (shutil.rmtree, ("meds_split_empty", "train")),  # subject_splits.parquet still names the train subjects
+    (_train_ids_as_text, ("meds_schema", "train/0")),
+])
+def test_a_dataset_with_nothing_to_fit_is_reported_with_exit_1(clean, tmp_path, breaking, found):
+    """No train row to fit on (train shards of 0 rows, no train/ folder, or train shards meds' DataSchema refuses):
+    the findings docs/meds.md gives, exit 1, and nothing predicted for normalization."""
+    root = tmp_path / "meds"
+    shutil.copytree(clean, root)
+    breaking(root / "data" / "train")
+    run = validate_meds(root, load_config())
+    assert found in [(f.check, f.table) for f in run.report.findings]
+    assert run.exit_code == 1 and run.ready is not None and run.ready.empty
+
+
 def test_the_cli_writes_every_form(planted, tmp_path):
     out = runner.invoke(app, ["validate", str(planted), "--json", str(tmp_path / "r.json"), "--junit",
                               str(tmp_path / "j.xml"), "--html", str(tmp_path / "r.html")])
