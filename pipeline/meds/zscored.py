@@ -22,6 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.reading.arrow import parquet_schema
+
 VOCAB_INDEX = "code/vocab_index"
 
 
@@ -30,8 +32,8 @@ def is_normalized(paths: list[Path]) -> bool:
     """Whether the first shard whose footer can be read has an integer ``code``: normalization's output."""
     for path in paths:
         try:
-            schema = pq.read_schema(path)
-        except (OSError, pa.ArrowException):
+            schema = parquet_schema(path)
+        except (OSError, pa.ArrowException):  # not Parquet, or not a regular file (never opened)
             continue
         return "code" in schema.names and pa.types.is_integer(schema.field("code").type)
     return False

@@ -4,8 +4,11 @@ order or the workers, refuses what it cannot read (exit 2), and renders its JSON
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -179,6 +182,30 @@ def test_a_dataset_with_nothing_to_fit_is_reported_with_exit_1(clean, tmp_path, 
     run = validate_meds(root, load_config())
     assert found in [(f.check, f.table) for f in run.report.findings]
     assert run.exit_code == 1 and run.ready is not None and run.ready.empty
+
+
+def test_a_shard_that_is_a_fifo_is_file_unreadable_naming_it_and_never_waited_on(clean, tmp_path):
+    """A FIFO among the shards: exit 2 at once, the finding naming the file and what it is. A reader that waits on
+    it would be let go by a writer every 5 s, and read nothing."""
+    root = tmp_path / "meds"
+    shutil.copytree(clean, root)
+    fifo = root / "data" / "train" / "2.parquet"
+    os.mkfifo(fifo)
+    stop = threading.Event()
+
+    def unblock() -> None:
+        while not stop.wait(5):
+            with contextlib.suppress(OSError):  # ENXIO: nobody waits on it
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    threading.Thread(target=unblock, daemon=True).start()
+    try:
+        run = validate_meds(root, load_config())
+    finally:
+        stop.set()
+    (finding,) = run.report.findings
+    assert (finding.check, finding.table, run.exit_code) == ("file_unreadable", "train/2", 2)
+    assert str(fifo) in finding.message and "not a regular file but a FIFO (named pipe)" in finding.message
 
 
 def test_the_cli_writes_every_form(planted, tmp_path):
