@@ -402,6 +402,25 @@ def test_paths_that_are_not_utf8_are_read_written_and_shown_as_escapes(tmp_path)
     assert _badpoints("inspect", str(out), env=strict).returncode == 0
 
 
+def test_a_meds_build_and_its_validation_on_paths_that_are_not_utf8(tmp_path):
+    """``build --to meds`` into ``out\\xff``, then ``validate`` of it with a shard renamed ``\\xff\\xfe.parquet``:
+    pyarrow was handed paths holding surrogates (an internal error). Under a strict UTF-8 stdout the names are
+    shown as escapes, and so in the JSON and HTML reports."""
+    out = Path(os.fsdecode(bytes(tmp_path) + b"/out\xff"))
+    built = runner.invoke(app, ["build", str(ROOT / "data" / "sample"), "--out", str(out), "--to", "meds",
+                                "--no-cache", "-q"])
+    assert built.exit_code == 0, built.output
+    shard = out / "data" / "train" / "0.parquet"
+    shard.rename(Path(os.fsdecode(bytes(shard.parent) + b"/\xff\xfe.parquet")))
+    report, page = tmp_path / "r.json", tmp_path / "r.html"
+    checked = _badpoints("validate", str(out), "--json", str(report), "--html", str(page),
+                         env={"PYTHONIOENCODING": "utf-8:strict"})
+    assert checked.returncode in (0, 1) and "internal error" not in checked.stderr, checked.stderr
+    assert "read train/\\xff\\xfe" in checked.stdout and "out\\xff/data/train/\\xff\\xfe.parquet" in checked.stdout
+    assert "train/\\xff\\xfe" in [i["table"] for i in json.loads(report.read_text())["inputs"]]
+    assert "out\\xff" in page.read_text(encoding="utf-8")
+
+
 # -- engines, through the registry --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def meds_folder(tmp_path_factory):
