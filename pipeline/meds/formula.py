@@ -207,7 +207,7 @@ def readiness(fitted: Fitted, codes: pd.DataFrame, given: Given | None = None) -
         std = std if given[1] is None else given[1].astype(std.dtype)
         null_z = given[2]
     frame = pd.DataFrame({"n": fitted.n, "total": fitted.total, "mean": mean, "variance": variance, "std": std,
-                          "null_z": null_z}, index=pd.Index(fitted.codes.astype(str), name="code"))
+                          "null_z": null_z}, index=pd.Index(fitted.codes, dtype=str, name="code"))
     frame = frame.join(codes[["numeric", "nan", "inf", "min", "max", "mean64", "std64"]], how="left")
     broken = ~np.isfinite(frame["mean"]) | ~np.isfinite(frame["std"]) | (frame["std"] == 0)
     rows = np.where(broken, frame["numeric"], frame["nan"] + frame["inf"])

@@ -9,8 +9,10 @@ import json
 import os
 import shutil
 import threading
+import tracemalloc
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -206,6 +208,31 @@ def test_a_shard_that_is_a_fifo_is_file_unreadable_naming_it_and_never_waited_on
     (finding,) = run.report.findings
     assert (finding.check, finding.table, run.exit_code) == ("file_unreadable", "train/2", 2)
     assert str(fifo) in finding.message and "not a regular file but a FIFO (named pipe)" in finding.message
+
+
+def test_a_long_code_costs_its_bytes_once_and_a_message_shows_its_opening(tmp_path):
+    """A code of 100,000 characters on 3 rows beside 400 one-row codes: a fixed-width string array of every code
+    (codes x longest x 4 bytes) took 320 MB here, 3.9 GB at 1 MB, and the message printed the code whole."""
+    long, n = "B" * 100_000, 403
+    codes = [long] * 3 + [f"LAB//{i}//U" for i in range(n - 3)]
+    (tmp_path / "data" / "train").mkdir(parents=True)
+    (tmp_path / "metadata").mkdir()
+    pq.write_table(pa.table({
+        "subject_id": pa.array([1] * n, pa.int64()),
+        "time": pa.array(np.arange(n).astype("datetime64[m]").astype("datetime64[us]"), pa.timestamp("us")),
+        "code": pa.array(codes, pa.string()), "numeric_value": pa.array(np.arange(n) % 7, pa.float32()),
+        "text_value": pa.nulls(n, pa.large_string())}), tmp_path / "data" / "train" / "0.parquet")
+    pq.write_table(pa.table({"code": pa.array(codes[3:], pa.string())}), tmp_path / "metadata" / "codes.parquet")
+    tracemalloc.start()
+    try:
+        run = validate_meds(tmp_path, load_config())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * 2 ** 20, f"{peak:,} bytes"
+    (unlisted,) = [f for f in run.report.findings if f.check == "meds_code_unlisted"]
+    assert unlisted.items == [long] and f"{'B' * 80}… (100,000 characters) (3 rows)" in unlisted.message
+    assert max(len(f.message) for f in run.report.findings) < 2_000
 
 
 def test_the_cli_writes_every_form(planted, tmp_path):
