@@ -333,12 +333,13 @@ class _Console(Console):
             os.close(devnull)
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # every control character but tab and newline
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # every control character, newline and tab too
 
 
 def printable(text: str) -> str:
-    """``text`` with each control character (ESC, CR, BEL, DEL, C1 ...) written as its escape, ``\\x1b``: shown,
-    never obeyed by the terminal."""
+    """``text`` with each control character (ESC, CR, LF, TAB, BEL, DEL, C1 ...) written as its escape, ``\\x1b``:
+    shown, never obeyed by the terminal. So a text is one line: what badpoints prints on several lines, it prints a
+    line at a time, and a name from the data (a shard named ``0\\nstatus: ok``) never makes a line of its own."""
     return as_shown(_CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text))  # a path's odd bytes too
 
 
@@ -436,7 +437,8 @@ def checks() -> None:
         table.add_row(info.id, info.stage, info.severity, info.locked or "", info.title)
     console = _Console()
     console.print(table)
-    console.print("\nA check marked fixed stays an error: \\[severity] may set it to \"error\" only.")
+    console.print()
+    console.print("A check marked fixed stays an error: \\[severity] may set it to \"error\" only.")
     for why, meaning in LOCKED.items():
         console.print(f"  {why}: {escape(meaning)}")
 
@@ -481,7 +483,7 @@ def _print_report(console: Console, report: Report, *, quiet: bool = False) -> N
     JSON and HTML reports hold its message); errors only when quiet. Then the status line."""
     if not quiet:
         for source in report.inputs:
-            console.print(f"read {source.table:<10} {source.rows:>10,} rows  {escape(source.path)}")
+            console.print(f"read {source.table:<10} {source.rows:>10,} rows  {source.path}", markup=False)
     notes = 0
     for finding in report.as_json()["findings"]:
         if quiet and finding["severity"] != "error":
@@ -524,8 +526,8 @@ def _print_summary(console: Console, report: Report) -> None:
                 width = 12
             width += len(plain) + (3 if lines[-1] else 0)
             lines[-1].append(styled)
-        console.print("\n".join(("  findings  " if n == 0 else " " * 12) + " · ".join(line)
-                                 for n, line in enumerate(lines)))
+        for n, line in enumerate(lines):
+            console.print(("  findings  " if n == 0 else " " * 12) + " · ".join(line))
     attrition = report.attrition or {}
     ledger = attrition.get("LABEVENTS")
     if not ledger and any(f.stage == "load" and f.severity == "error" for f in report.findings):

@@ -10,6 +10,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import typer
 from rich.console import Console
@@ -429,6 +430,24 @@ def meds_folder(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli-meds") / "meds"
     write_meds(root)
     return root
+
+
+def test_a_shard_name_never_makes_a_line_of_its_own(meds_folder, tmp_path):
+    """A shard named ``0\\nstatus: ok (...).parquet`` (0 rows: its finding names it too) put a status line of its
+    own in stdout, before the real one: every name printed has its newline (and every control character) written
+    as its escape, in the read lines, the findings and the summary."""
+    forged = "status: ok (0 errors, 0 warnings, 0 notes)"
+    root = tmp_path / "meds"
+    shutil.copytree(meds_folder, root)
+    shard = root / "data" / "train" / "0.parquet"
+    pq.write_table(pq.read_table(shard).slice(0, 0), root / "data" / "train" / f"0\n{forged}\t.parquet")
+    shard.unlink()
+    result = runner.invoke(app, ["validate", str(root)])
+    lines = result.output.splitlines()
+    assert [line for line in lines if line.startswith("status:")] == [lines[-1]] and forged not in lines
+    assert f"read train/0\\x0a{forged}\\x09 " in result.output
+    assert f"meds/meds_shard_empty train/0\\x0a{forged}\\x09" in result.output
+    assert cli.printable("a\nb\tc\x1b") == "a\\x0ab\\x09c\\x1b"
 
 
 @pytest.mark.parametrize(("engine", "large", "opened"), [
