@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 from pipeline.meds.formula import (WORKER, Fitted, fit_shard, given_mean_std, present,  # noqa: F401
                                          reduce_shards, shard_order, zscore)
+from pipeline.meds.metadata import read_metadata
 
 
 # A MEDS folder ------------------------------------------------------------------------------------------------
@@ -53,7 +54,7 @@ def predict_folder(root: Path, worker: int = WORKER) -> dict:
     per code, per code the rows out, their NaN, +inf and -inf z and largest finite |z|, and the non-finite
     codes."""
     fitted = fit_folder(root, worker)
-    given = given_mean_std(Path(root), fitted)
+    given = given_mean_std(read_metadata(Path(root)).codes, fitted)
     dropped, z = {}, {}
     for path in sorted((Path(root) / "data").rglob("*.parquet")):
         _, codes, values, null = _read(path)

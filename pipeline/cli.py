@@ -456,7 +456,8 @@ def checks() -> None:
         table.add_row(info.id, info.stage, info.severity, info.locked or "", info.title)
     console = TerminalConsole()
     console.print(table)
-    console.print("\nA check marked fixed stays an error: \\[severity] may set it to \"error\" only.")
+    console.print()
+    console.print("A check marked fixed stays an error: \\[severity] may set it to \"error\" only.")
     for why, meaning in LOCKED.items():
         console.print(f"  {why}: {escape(meaning)}")
 

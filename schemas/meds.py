@@ -22,6 +22,10 @@ CHECKS = (
     CheckInfo("meds_schema", STAGE, ERROR, "shard that fails meds' DataSchema (types, null subject_id or code)",
               "Rewrite the shard with meds.DataSchema's types (subject_id int64, time timestamp[us], code string, "
               "numeric_value float32) and no null subject_id or code; its rows were not checked further."),
+    CheckInfo("meds_metadata", STAGE, ERROR, "metadata file that cannot be read or is not MEDS metadata",
+              "Rewrite metadata/codes.parquet (code text, never null; values/mean and values/std numbers; "
+              "code/vocab_index an integer) or metadata/subject_splits.parquet (subject_id an int64, split text, "
+              "neither null) as Parquet: MEDS-Transforms' stages read them too. This run read the file as absent."),
     CheckInfo("meds_shard_empty", STAGE, WARNING, "shard with no rows",
               "A filter stage emptied it or the extraction wrote nothing there; remove the file or rerun the stage "
               "that made it."),

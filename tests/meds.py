@@ -421,11 +421,12 @@ def write_normalized(before: Path, root: Path) -> None:
     and no ``text_value``; ``metadata/codes.parquet`` with ``code/vocab_index``; ``.logs/normalization.done``.
     Rows of a code with no fitted row are dropped, as the tool's inner join drops them."""
     from pipeline.meds.formula import given_mean_std, zscore  # the reproduced formula
+    from pipeline.meds.metadata import read_metadata
     from bench.meds_formula import fit_folder
 
     before, root = Path(before), Path(root)
     fitted = fit_folder(before)
-    given = given_mean_std(before, fitted)
+    given = given_mean_std(read_metadata(before).codes, fitted)
     index_type = next(t for t in (pa.uint8(), pa.uint16(), pa.uint32()) if len(fitted.codes) < 2 ** t.bit_width)
     for path in sorted((before / meds.data_subdirectory).rglob("*.parquet")):
         table = pq.read_table(path)

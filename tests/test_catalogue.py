@@ -91,8 +91,8 @@ def sample(config: str = "", command: str = "validate") -> Run:
 @functools.cache
 def meds_run(cases: tuple[str, ...] = PLANTED_CASES, breaking: str = "", config: str = "") -> Run:
     """``badpoints validate`` of tests/meds.py's MEDS fixture with ``cases``; ``breaking``: "empty_shard" adds a
-    0-row train/2 shard, "null_code" nulls every code of held_out/0 (meds' DataSchema refuses it); ``config``:
-    badpoints.toml."""
+    0-row train/2 shard, "null_code" nulls every code of held_out/0 (meds' DataSchema refuses it), "codes_text"
+    makes metadata/codes.parquet text that is not Parquet; ``config``: badpoints.toml."""
     folder = Path(tempfile.mkdtemp(dir=ROOT, prefix="meds"))
     write_meds(folder / "data", cases)
     shard = folder / "data" / "data" / ("train/2.parquet" if breaking == "empty_shard" else "held_out/0.parquet")
@@ -101,6 +101,8 @@ def meds_run(cases: tuple[str, ...] = PLANTED_CASES, breaking: str = "", config:
         pq.write_table(table.slice(0, 0), shard)
     elif breaking == "null_code":
         pq.write_table(table.set_column(2, "code", pa.array([None] * table.num_rows, pa.string())), shard)
+    elif breaking == "codes_text":
+        (folder / "data" / "metadata" / "codes.parquet").write_text("code\nLAB//1//U\n")
     return _cli("validate", folder / "data", config)
 
 
@@ -503,6 +505,7 @@ FIRES: dict[str, Fires] = {
     "graph_unsafe": Fires(unsafe_graph, 1),
     # a MEDS dataset (tests/meds.py's cases; docs/meds.md)
     "meds_schema": Fires(functools.partial(meds_run, (), "null_code"), 140, exit_code=1),  # every held_out row
+    "meds_metadata": Fires(functools.partial(meds_run, (), "codes_text"), 1, exit_code=1),
     "meds_shard_empty": Fires(functools.partial(meds_run, (), "empty_shard"), 1, exit_code=0),
     "meds_split_empty": Fires(meds_run, 10, exit_code=1),  # the tuning subjects subject_splits names
     "meds_subject_shards": Fires(meds_run, 2),

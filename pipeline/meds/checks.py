@@ -15,6 +15,7 @@ import pandera.pandas as pa
 from pipeline.kernel.finding import Finding
 from pipeline.meds.combine import Combined
 from pipeline.meds.compare import Comparison
+from pipeline.meds.metadata import Problem
 from pipeline.meds.shards import ShardPartial
 from pipeline.reporting.findings import format_items, summary_finding
 from schemas.catalogue import CHECKS
@@ -70,6 +71,12 @@ def cannot_read(partials: Iterable[ShardPartial], shards: int) -> list[Finding]:
     return [summary_finding(stage="load", check="file_unreadable", table=p.name, column=None, count=1,
                             message=f"{p.path} could not be read as Parquet ({p.unreadable})")
             for p in partials if p.unreadable is not None]
+
+
+def metadata(problems: Iterable[Problem]) -> list[Finding]:
+    """``meds_metadata``: each metadata file that cannot be read or that meds' schema refuses, read as absent."""
+    return [_finding("meds_metadata", p.name, None, 1, f"{p.path}: {p.why}; the run read it as absent")
+            for p in problems]
 
 
 def schema(partials: Iterable[ShardPartial]) -> list[Finding]:
@@ -158,10 +165,11 @@ def unlisted(combined: Combined, known: pd.Index | None) -> list[Finding]:
                      named=missing["rows"])]
 
 
-def codes(combined: Combined, known: pd.Index | None) -> list[Finding]:
-    """``meds_code_unlisted``, ``meds_code_mixed`` and ``meds_code_unseen``."""
+def codes(combined: Combined, known: pd.Index | None, *, listing: bool = True) -> list[Finding]:
+    """``meds_code_unlisted`` (where codes.parquet could be read: ``listing``), ``meds_code_mixed`` and
+    ``meds_code_unseen``."""
     table, failed = code_table(combined, known)
-    found = unlisted(combined, known)
+    found = unlisted(combined, known) if listing else []
     mixed = table[failed("meds_code_mixed")]
     if len(mixed):
         found.append(_finding("meds_code_mixed", "data", "text_value", int(mixed["text_only"].sum()),

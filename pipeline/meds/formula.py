@@ -48,14 +48,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
+import pyarrow as pa
 
 WORKER = 0  # MEDS-Transforms' default worker, the seed of its shard order
+Given = tuple[np.ndarray | None, np.ndarray | None, np.ndarray]  # codes.parquet's mean, std, and where z is null
 
 
 @dataclass(frozen=True)
@@ -161,35 +161,32 @@ def zscore(fitted: Fitted, codes: np.ndarray, values: np.ndarray, null: np.ndarr
     return kept, z, z_null
 
 
-def given_mean_std(root: Path, fitted: Fitted) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray] | None:
-    """The input codes.parquet's ``values/mean`` and ``values/std`` for the fitted codes, float32 as the reducer
-    shrinks them (None for an absent column), and which codes have a null in either; None without either
-    column. The left join keeps them, and normalization uses them in place of its own (normalization.py 190-199):
-    a code with a null there gets a null z on every row, whatever its sums."""
-    path = root / "metadata" / "codes.parquet"
-    names = set(pq.read_schema(path).names) if path.is_file() else set()
-    columns = [name for name in ("values/mean", "values/std") if name in names]
+def given_mean_std(codes: pa.Table | None, fitted: Fitted) -> Given | None:
+    """The input codes.parquet's ``values/mean`` and ``values/std`` (``codes``: its table, None without it) for the
+    fitted codes, float32 as the reducer shrinks them (None for an absent column), and which codes have a null in
+    either or no row there; None without either column. The left join keeps them, and normalization uses them in
+    place of its own (normalization.py 190-199): a code with a null there gets a null z on every row, whatever its
+    sums."""
+    columns = [name for name in ("values/mean", "values/std") if codes is not None and name in codes.column_names]
     if not columns:
         return None
-    table = pq.read_table(path, columns=["code", *columns])
-    rows = {code: i for i, code in enumerate(table["code"].to_pylist())}
-    at = np.array([rows.get(code, -1) for code in fitted.codes], dtype=np.int64)
+    rows = {code: i for i, code in enumerate(codes["code"].to_pylist())}
+    at = np.array([rows.get(code, -1) for code in fitted.codes], dtype=np.int64)  # -1: no row, the null past the end
     missing = at < 0
     found = []
     for name in ("values/mean", "values/std"):
         if name not in columns:
             found.append(None)
             continue
-        column = table[name]
-        values = column.to_numpy(zero_copy_only=False).astype(np.float32)[np.maximum(at, 0)]
-        missing = missing | column.is_null().to_numpy(zero_copy_only=False)[np.maximum(at, 0)]
-        found.append(values)
+        column = codes[name]
+        values = np.append(column.to_numpy(zero_copy_only=False).astype(np.float32), np.float32(np.nan))
+        null = np.append(column.is_null().to_numpy(zero_copy_only=False), True)
+        missing = missing | null[at]
+        found.append(values[at])
     return found[0], found[1], missing
 
 
 # Readiness: what the formula will make of each code ----------------------------------------------------------
-
-Given = tuple[np.ndarray | None, np.ndarray | None, np.ndarray]
 
 
 def readiness(fitted: Fitted, codes: pd.DataFrame, given: Given | None = None) -> pd.DataFrame:
@@ -210,7 +207,7 @@ def readiness(fitted: Fitted, codes: pd.DataFrame, given: Given | None = None) -
         std = std if given[1] is None else given[1].astype(std.dtype)
         null_z = given[2]
     frame = pd.DataFrame({"n": fitted.n, "total": fitted.total, "mean": mean, "variance": variance, "std": std,
-                          "null_z": null_z}, index=pd.Index(fitted.codes.astype(str), name="code"))
+                          "null_z": null_z}, index=pd.Index(fitted.codes, dtype=str, name="code"))
     frame = frame.join(codes[["numeric", "nan", "inf", "min", "max", "mean64", "std64"]], how="left")
     broken = ~np.isfinite(frame["mean"]) | ~np.isfinite(frame["std"]) | (frame["std"] == 0)
     rows = np.where(broken, frame["numeric"], frame["nan"] + frame["inf"])
@@ -240,12 +237,16 @@ def exact_zero(value: np.ndarray, n: np.ndarray) -> np.ndarray:
     return (x == 0) | exact
 
 
+def shown(numbers: pd.Series, spec: str) -> pd.Series:
+    """Each number written with ``spec`` (``"{:.3g}"``): text, even where there is no number (no code fitted)."""
+    return numbers.map(spec.format).astype(str)
+
+
 def why(frame: pd.DataFrame, broken: np.ndarray, given: bool) -> pd.Series:
     """Why a code's z will be non-finite, noise or large: an inf input, no or one train value, equal values (a
     variance exactly 0, or a rounding residue of either sign), float32 cancellation beside the float64 std, a given
     std of 0, or non-finite inputs of an otherwise sound fit."""
-    std64 = frame["std64"].map("{:.3g}".format)
-    std, variance = frame["std"].map("{:.3g}".format), frame["variance"].map("{:.3g}".format)
+    std64, std, variance = (shown(frame[name], "{:.3g}") for name in ("std64", "std", "variance"))
     equal = "all " + frame["n"].astype(str) + " train values equal"
     residue = ": the float32 variance sum_sqd/n - mean^2 is " + variance + " here, a rounding residue"
     cases = [

@@ -14,8 +14,6 @@ from typing import Any
 import meds
 import numpy as np
 import pandas as pd
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from pipeline.engines import PANDAS
 from pipeline.kernel.engine import Engine
@@ -26,6 +24,7 @@ from pipeline.meds.compare import Comparison, per_split
 from pipeline.meds.compare import compare as compared
 from pipeline.meds.compare import ledger as compare_ledger
 from pipeline.meds.formula import given_mean_std, readiness
+from pipeline.meds.metadata import CODES, Metadata, read_metadata
 from pipeline.meds.shards import ShardPartial, shard_name
 from pipeline.meds.stage import ORDER, STAGE, Shard
 from pipeline.reporting.progress import NO_PROGRESS, Progress
@@ -42,8 +41,8 @@ def is_meds(path: Path) -> bool:
 @dataclass(frozen=True)
 class Folder:
     """A MEDS folder read: its shards' partials, how many shards, subject_splits.parquet (None without), the
-    vocabulary of a folder normalization wrote (None for a MEDS dataset), and the MEDS stage's fit of it (None where
-    no shard could be read)."""
+    vocabulary of a folder normalization wrote (None for a MEDS dataset), the MEDS stage's fit of it (None where
+    no shard could be read) and its metadata/ as read (:func:`pipeline.meds.metadata.read_metadata`)."""
 
     root: Path
     partials: list[ShardPartial]
@@ -51,6 +50,7 @@ class Folder:
     assigned: pd.Series | None
     vocab: dict[int, str] | None
     combined: Combined | None = None
+    metadata: Metadata = Metadata()
 
 
 @dataclass(frozen=True)
@@ -124,9 +124,9 @@ def validate_meds(path: Path, config: Any, *, compare: Path | None = None, engin
     earlier = read_folder(Path(compare), config, engine=engine) if compare is not None else None
     progress.step(checking, rows=sum(p.rows for p in folder.partials))
     report = Report(inputs=_inputs(folder, earlier), stages=ORDER.colours)
-    report.add(checks.cannot_read(folder.partials, folder.shards))
+    report.add([*checks.cannot_read(folder.partials, folder.shards), *checks.metadata(folder.metadata.problems)])
     if earlier is not None:
-        report.add(checks.cannot_read(earlier.partials, earlier.shards))
+        report.add([*checks.cannot_read(earlier.partials, earlier.shards), *checks.metadata(earlier.metadata.problems)])
     if report.exit_code == 2:
         progress.end()
         return MedsValidation(report.with_severities(dict(config.severity)), config=config, engine=engine)
@@ -153,14 +153,17 @@ def _checked(report: Report, folder: Folder, earlier: Folder | None, config: Any
     combined, ready, comparison = folder.combined, None, None
     report.add([*checks.schema(folder.partials), *checks.empty(folder.partials, folder.assigned),
                 *checks.subjects(combined, folder.assigned)])
+    meta = folder.metadata
+    listing = not meta.refused(CODES.name)  # a codes.parquet refused lists nothing: its finding says so
     if folder.vocab is None:
-        ready = readiness(combined.fitted, combined.codes, given_mean_std(folder.root, combined.fitted))
-        report.add([*checks.codes(combined, listed_codes(folder.root)),
+        ready = readiness(combined.fitted, combined.codes, given_mean_std(meta.codes, combined.fitted))
+        report.add([*checks.codes(combined, meta.listed(), listing=listing),
                     *checks.values(combined, config.raw.valuenum_abs_bound),
                     *checks.normalization(ready, config.scale.warn_bound)])
     else:  # z already: no raw bound, no readiness
-        known = pd.Index(sorted(folder.vocab.values())) if folder.vocab else listed_codes(folder.root)
-        report.add([*checks.unlisted(combined, known), *checks.normalized(combined, config.scale.warn_bound)])
+        known = pd.Index(sorted(folder.vocab.values())) if folder.vocab else meta.listed()
+        report.add([*(checks.unlisted(combined, known) if listing else []),
+                    *checks.normalized(combined, config.scale.warn_bound)])
     report.attrition = ledger(folder.partials, folder.assigned)
     if earlier is not None:
         comparison = compared(earlier.root, folder.root, earlier.partials, folder.partials, earlier.combined,
@@ -176,16 +179,17 @@ def read_folder(root: Path, config: Any, *, engine: Engine) -> Folder:
     and MEDS-Transforms' fitted rows."""
     data = root / meds.data_subdirectory
     paths = sorted(data.rglob("*.parquet"))
-    assigned = subject_splits(root)
+    meta = read_metadata(root)
+    assigned = meta.splits
     names = [shard_name(data, p) for p in paths]
     if zscored.is_normalized(paths):
-        vocab, bound, fit = zscored.vocabulary(root), config.scale.warn_bound, False
+        vocab, bound, fit = meta.vocabulary(), config.scale.warn_bound, False
     else:
         vocab, bound, fit = None, config.raw.valuenum_abs_bound, fitted_subjects(data, paths, assigned)
     shards = [Shard(path, name, fit if isinstance(fit, np.ndarray) else bool(fit) and name.startswith("train/"))
               for path, name in zip(paths, names)]
     partials, combined = STAGE.fit.of_items(engine.each, shards, bound=bound, vocab=vocab)
-    return Folder(root, partials, len(paths), assigned, vocab, combined)
+    return Folder(root, partials, len(paths), assigned, vocab, combined, meta)
 
 
 def fitted_subjects(data: Path, paths: list[Path], assigned: pd.Series | None) -> bool | np.ndarray:
@@ -194,24 +198,6 @@ def fitted_subjects(data: Path, paths: list[Path], assigned: pd.Series | None) -
     if any(shard_name(data, p).startswith("train/") for p in paths) or assigned is None:
         return True
     return assigned.index[assigned == "train"].to_numpy()
-
-
-def subject_splits(root: Path) -> pd.Series | None:
-    """subject_splits.parquet as subject_id -> split (the first where a subject is named twice), or None."""
-    path = root / meds.subject_splits_filepath
-    if not path.is_file():
-        return None
-    table = pq.read_table(path, columns=["subject_id", "split"])
-    splits = pd.Series(table["split"].to_numpy(zero_copy_only=False), index=table["subject_id"].to_numpy())
-    return splits[~splits.index.duplicated()].sort_index()
-
-
-def listed_codes(root: Path) -> pd.Index | None:
-    """The codes codes.parquet lists, or None without the file."""
-    path = root / meds.code_metadata_filepath
-    if not path.is_file():
-        return None
-    return pd.Index(pc.unique(pq.read_table(path, columns=["code"])["code"]).to_pylist())
 
 
 def ledger(partials: list[ShardPartial], assigned: pd.Series | None) -> dict:

@@ -18,6 +18,8 @@ import pyarrow.parquet as pq
 
 from pipeline.meds import zscored
 from pipeline.meds.formula import Fitted, fit_shard
+from pipeline.reading.arrow import NotRegular, opened
+from pipeline.reporting.report import as_shown
 
 CODE_COLUMNS = ["rows", "numeric", "nan", "inf", "beyond", "text_only", "min", "max",
                 "fit_n", "fit_mean", "fit_m2"]
@@ -46,8 +48,10 @@ class ShardPartial:
 
 
 def shard_name(data: Path, path: Path) -> str:
-    """``data/train/0.parquet`` -> ``train/0``: how MEDS-Transforms names a shard."""
-    return path.relative_to(data).with_suffix("").as_posix()
+    """``data/train/0.parquet`` -> ``train/0``: how MEDS-Transforms names a shard; a byte of the name that is not
+    UTF-8 written as its escape (``train/\\xff``: :func:`pipeline.reporting.report.as_shown`), so the name is text
+    that every table and report holds."""
+    return as_shown(path.relative_to(data).with_suffix("").as_posix())
 
 
 def read_shard(path: Path, name: str, *, fit: bool | np.ndarray, bound: float,
@@ -58,8 +62,12 @@ def read_shard(path: Path, name: str, *, fit: bool | np.ndarray, bound: float,
     shard is normalization's output (:mod:`pipeline.meds.zscored`), its integer codes named by ``vocab``."""
     split = name.split("/")[0] if "/" in name else name
     try:
-        digest = _sha256(path)
-        table = pq.read_table(path)
+        with opened(path) as handle:  # pyarrow reads the open file: a path of any bytes
+            digest = hashlib.file_digest(handle, "sha256").hexdigest()
+            handle.seek(0)
+            table = pq.read_table(handle)
+    except NotRegular as exc:  # a FIFO or a device: never opened
+        return ShardPartial(name, str(path), split, unreadable=str(exc))
     except (OSError, pa.ArrowException) as exc:
         return ShardPartial(name, str(path), split, unreadable=f"{type(exc).__name__}: {exc}"[:300])
     problem = schema_problem(table) if vocab is None else zscored.schema_problem(table)
@@ -157,8 +165,3 @@ def subject_spans(frame: pd.DataFrame) -> pd.DataFrame:
                        first_time=("time", "min"), last_time=("time", "max"), backwards=("backwards", "any"))
     spans["out_of_order"] = spans["backwards"] | (spans["last"] - spans["first"] + 1 != spans["rows"])
     return spans.reset_index()[SUBJECT_COLUMNS]
-
-
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()

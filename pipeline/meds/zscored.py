@@ -16,35 +16,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import meds
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-VOCAB_INDEX = "code/vocab_index"
-
+from pipeline.reading.arrow import parquet_schema
 
 
 def is_normalized(paths: list[Path]) -> bool:
     """Whether the first shard whose footer can be read has an integer ``code``: normalization's output."""
     for path in paths:
         try:
-            schema = pq.read_schema(path)
-        except (OSError, pa.ArrowException):
+            schema = parquet_schema(path)
+        except (OSError, pa.ArrowException):  # not Parquet, or not a regular file (never opened)
             continue
         return "code" in schema.names and pa.types.is_integer(schema.field("code").type)
     return False
-
-
-def vocabulary(root: Path) -> dict[int, str]:
-    """``code/vocab_index`` -> ``code`` from ``metadata/codes.parquet`` (empty without the file or the column)."""
-    path = Path(root) / meds.code_metadata_filepath
-    if not path.is_file() or VOCAB_INDEX not in pq.read_schema(path).names:
-        return {}
-    table = pq.read_table(path, columns=["code", VOCAB_INDEX])
-    table = table.filter(pc.is_valid(table[VOCAB_INDEX]))
-    return dict(zip(table[VOCAB_INDEX].to_pylist(), table["code"].to_pylist()))
 
 
 def unnamed(index: int) -> str:

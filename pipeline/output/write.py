@@ -147,6 +147,12 @@ def write_quarantine(quarantine: Quarantine, path: Path) -> None:
         quarantine_parquet(quarantine, sink)
 
 
+def write_parquet(table: pa.Table, path: Path) -> None:
+    """``table`` as Parquet at ``path``, a path of any bytes (``out\\xff``): pyarrow writes to the file Python
+    opened."""
+    with open(path, "wb") as handle, pa.PythonFile(handle, mode="w") as sink:
+        pq.write_table(table, sink)
+
 
 @dataclass(frozen=True)
 class BuildOutputs:

@@ -131,22 +131,32 @@ def _candidates(data_dir: Path, table: str) -> Iterator[Path]:
 
 
 def _regular(path: Path, table: str) -> Path:
-    """``path`` when it is a regular file (or a link to one); else file_unreadable, saying what it is.
+    """``path`` when it is a regular file (or a link to one); else file_unreadable, saying what it is
+    (:func:`not_regular`)."""
+    why = not_regular(path)
+    if why is not None:
+        raise load_error(table, "file_unreadable", path=path, detail=why)
+    return path
 
-    Only ``stat`` is called: a FIFO is never opened, so reading never blocks on it."""
+
+def not_regular(path: Path) -> str | None:
+    """Why ``path`` is not a regular file or a link to one (``"It is not a regular file but a FIFO (named pipe);
+    ..."``), or None where it is one: what every reader of badpoints asks before it opens a file.
+
+    Only ``stat`` is called: a FIFO is never opened, so reading never blocks on it, and a device (``/dev/zero``)
+    is never read."""
     try:
         mode = path.stat().st_mode
     except OSError as exc:
         what = "a link to nothing" if path.is_symlink() else (exc.strerror or type(exc).__name__)
-        raise load_error(table, "file_unreadable", path=path, detail=f"It is not a regular file: {what}") from None
+        return f"It is not a regular file: {what}"
     if stat.S_ISREG(mode):
-        return path
+        return None
     kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
              (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
     what = next((kind for test, kind in kinds if test(mode)), "not a file")
     link = f" (a link to {os.path.realpath(path)})" if path.is_symlink() else ""
-    raise load_error(table, "file_unreadable", path=path,
-                      detail=f"It is not a regular file but {what}{link}; badpoints reads regular files only")
+    return f"It is not a regular file but {what}{link}; badpoints reads regular files only"
 
 
 def _child_ci(folder: Path, name: str) -> Path | None:
@@ -156,4 +166,3 @@ def _child_ci(folder: Path, name: str) -> Path | None:
         return exact
     matches = sorted(p for p in folder.iterdir() if p.name.lower() == name.lower())
     return matches[0] if matches else None
-

@@ -20,6 +20,9 @@ CLASS_SAMPLE = 100_000
 # How many entries of a list (lab items, admissions, source lines) a message shows: the most rows first, then
 # "+K more". A finding's JSON holds every lab item it names (``items``) and its first [report] max_lines lines.
 LISTED = 5
+# How many characters of one name (a code, a label, a path) a message shows: a longer one is cut there and followed
+# by its length. A finding's ``items`` keep every name whole.
+NAME_SHOWN = 80
 
 
 def finding_from_error(error: StageError) -> Finding:
@@ -122,6 +125,13 @@ def item_names(labitems: pd.DataFrame | None) -> dict[int, str]:
     return dict(zip(items.loc[named, "ITEMID"].astype("int64").tolist(), name[named].tolist()))
 
 
+def shown(name: Any) -> str:
+    """``name`` as a message shows it: its first :data:`NAME_SHOWN` characters, and where it is longer, an ellipsis
+    and its length (``'BBBB…BB… (1,000,000 characters)'``)."""
+    text = str(name)
+    return text if len(text) <= NAME_SHOWN else f"{text[:NAME_SHOWN]}… ({len(text):,} characters)"
+
+
 def format_items(items: Iterable[Any] | Mapping[Any, int] | pd.Series, *, names: Mapping[Any, str] | None = None,
                  limit: int = LISTED, unit: str = "row", why: Callable[[Any], str] | None = None) -> str:
     """``'50963 NTproBNP (Blood) (28 rows), 51100 Troponin T (Blood) (3 rows) +12 more'``.
@@ -129,15 +139,16 @@ def format_items(items: Iterable[Any] | Mapping[Any, int] | pd.Series, *, names:
     ``items`` are ITEMIDs in the order to list them, or ITEMID -> count (a dict, or a Series such as
     ``value_counts()``), each then followed by its count of ``unit``, the most first. ``names`` comes from
     :func:`item_names` (an item without a name is its number alone). At most ``limit`` items are listed
-    (:data:`LISTED`); the finding keeps them all (its ``items``). ``why(item)``, when given and not empty, follows
-    the count. An item may be text (a MEDS code): it is listed as it is.
+    (:data:`LISTED`), each name cut at :data:`NAME_SHOWN` characters (:func:`shown`); the finding keeps them all,
+    whole (its ``items``). ``why(item)``, when given and not empty, follows the count. An item may be text (a MEDS
+    code): it is listed as it is.
     """
     counts = dict(items.items()) if hasattr(items, "items") else None
     listed = ordered(items)
     names = names or {}
     parts = []
     for item in listed[:limit]:
-        part = f"{item} {names[item]}" if item in names else str(item)
+        part = f"{shown(item)} {shown(names[item])}" if item in names else shown(item)
         if counts is not None:
             count, because = int(counts[item]), why(item) if why else ""
             part += f" ({count:,} {unit}{'' if count == 1 else 's'}{'; ' + because if because else ''})"

@@ -47,12 +47,13 @@ class TerminalConsole(Console):
             os.close(devnull)
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # every control character but tab and newline
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # every control character, newline and tab too
 
 
 def printable(text: str) -> str:
-    """``text`` with each control character (ESC, CR, BEL, DEL, C1 ...) written as its escape, ``\\x1b``: shown,
-    never obeyed by the terminal."""
+    """``text`` with each control character (ESC, CR, LF, TAB, BEL, DEL, C1 ...) written as its escape, ``\\x1b``:
+    shown, never obeyed by the terminal. So a text is one line: what badpoints prints on several lines, it prints a
+    line at a time, and a name from the data (a shard named ``0\\nstatus: ok``) never makes a line of its own."""
     return as_shown(_CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text))  # a path's odd bytes too
 
 
@@ -66,7 +67,7 @@ def print_report(console: Console, report: Report, *, quiet: bool = False) -> No
     JSON and HTML reports hold its message); errors only when quiet. Then the status line."""
     if not quiet:
         for source in report.inputs:
-            console.print(f"read {source.table:<10} {source.rows:>10,} rows  {escape(source.path)}")
+            console.print(f"read {source.table:<10} {source.rows:>10,} rows  {source.path}", markup=False)
     notes = 0
     for finding in report.as_json()["findings"]:
         if quiet and finding["severity"] != "error":
@@ -109,8 +110,8 @@ def print_summary(console: Console, report: Report) -> None:
                 width = 12
             width += len(plain) + (3 if lines[-1] else 0)
             lines[-1].append(styled)
-        console.print("\n".join(("  findings  " if n == 0 else " " * 12) + " · ".join(line)
-                                 for n, line in enumerate(lines)))
+        for n, line in enumerate(lines):
+            console.print(("  findings  " if n == 0 else " " * 12) + " · ".join(line))
     attrition = report.attrition or {}
     ledger = attrition.get("LABEVENTS")
     if not ledger and any(f.stage == "load" and f.severity == "error" for f in report.findings):

@@ -38,15 +38,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pv
-import pyarrow.parquet as pq
 
 from pipeline.kernel.stage import Shown, Stage, Target
 from pipeline.ledgers import check_built
 from pipeline.output import write
 from pipeline.output.built import Build
+from pipeline.reading.arrow import input_stream, read_parquet
 from pipeline.reporting import page
 from pipeline.reporting.findings import LISTED, finding_from_error, item_names
 from pipeline.reporting.progress import Progress
+from pipeline.reporting.report import as_shown
 from pipeline.stages.scale.fit import ZScoreStats
 from schemas.dedup import EdgeRows
 from schemas.errors import StageError
@@ -69,19 +70,22 @@ def item_units(path: Path | None) -> pd.Series:
     columns a block at a time; empty when the file has no VALUEUOM column (or none is readable)."""
     if path is None:
         return pd.Series(dtype=object)
-    header = pv.open_csv(path, read_options=pv.ReadOptions(block_size=1 << 16)).schema.names
+    with input_stream(path) as source:  # pyarrow reads the open file: a path of any bytes
+        header = pv.open_csv(source, read_options=pv.ReadOptions(block_size=1 << 16)).schema.names
     named = {name.upper(): name for name in header}
     if "VALUEUOM" not in named or "ITEMID" not in named:
         return pd.Series(dtype=object)
     item, unit = named["ITEMID"], named["VALUEUOM"]
-    reader = pv.open_csv(path, read_options=pv.ReadOptions(block_size=64 << 20),
-                         parse_options=pv.ParseOptions(newlines_in_values=True, invalid_row_handler=lambda _: "skip"),
-                         convert_options=pv.ConvertOptions(include_columns=[item, unit], strings_can_be_null=True,
-                                                           column_types={item: pa.string(), unit: pa.string()}))
     counts = []
-    for batch in reader:
-        table = pa.Table.from_batches([batch]).drop_null()
-        counts.append(table.group_by([item, unit]).aggregate([([], "count_all")]).to_pandas())
+    with input_stream(path) as source:
+        reader = pv.open_csv(source, read_options=pv.ReadOptions(block_size=64 << 20),
+                             parse_options=pv.ParseOptions(newlines_in_values=True,
+                                                           invalid_row_handler=lambda _: "skip"),
+                             convert_options=pv.ConvertOptions(include_columns=[item, unit], strings_can_be_null=True,
+                                                               column_types={item: pa.string(), unit: pa.string()}))
+        for batch in reader:
+            table = pa.Table.from_batches([batch]).drop_null()
+            counts.append(table.group_by([item, unit]).aggregate([([], "count_all")]).to_pandas())
     if not counts:
         return pd.Series(dtype=object)
     tally = pd.concat(counts).groupby([item, unit], sort=True)["count_all"].sum().reset_index()
@@ -190,7 +194,7 @@ def meds_table(events: pd.DataFrame) -> pa.Table:
 def shard_table(pieces: Path, split: str, shard: int, admitted: pd.DataFrame) -> pa.Table:
     """One shard: its pieces and its admission events, sorted and guarded (:func:`sorted_shard`)."""
     folder = Path(pieces) / split / str(shard)
-    tables = [pq.read_table(path, schema=meds.DataSchema.schema()) for path in sorted(folder.glob("*.parquet"))]
+    tables = [read_parquet(path, schema=meds.DataSchema.schema()) for path in sorted(folder.glob("*.parquet"))]
     tables.append(meds_table(admitted[(admitted["split"] == split) & (admitted["shard"] == shard)]))
     return sorted_shard(tables, where=f"data/{split}/{shard}.parquet")
 
@@ -262,14 +266,14 @@ def dataset_json(data_dir: Path, version: str, inputs: list[dict]) -> bytes:
     """``metadata/dataset.json``: named for the data and badpoints; its version is a hash of the inputs (the same
     inputs, the same bytes)."""
     digest = "-".join(i["sha256"][:12] for i in sorted(inputs, key=lambda i: i["table"]))
-    return (json.dumps({"dataset_name": f"{Path(data_dir).name} (badpoints build --to meds)",
+    return (json.dumps({"dataset_name": f"{as_shown(Path(data_dir).name)} (badpoints build --to meds)",
                         "dataset_version": digest, "etl_name": ETL, "etl_version": version,
                         "meds_version": meds.__version__}, indent=2) + "\n").encode()
 
 
 def parquet_writer(table: pa.Table) -> Any:
     """A ``write(path)`` of ``table`` as Parquet (for :meth:`pipeline.output.write.StagedBuild.add_written`)."""
-    return lambda path: pq.write_table(table, path)
+    return lambda path: write.write_parquet(table, path)
 
 
 STEPS = ("events", "shards")  # its progress steps: each part's events written as pieces, then the shards
@@ -350,7 +354,7 @@ def _write(built: Build, staged: Any, config: Any, progress: Progress, *, files:
     progress.step("report")
     files = [*files, write.stage_quarantine(prepared.quarantine, staged,
                                             where=lambda function, *args: engine.call(function, *args, sees=out)),
-             staged.add("report.html", html.render(built, config, engine=engine).encode("utf-8")),
+             staged.add("report.html", as_shown(html.render(built, config, engine=engine)).encode("utf-8")),
              staged.add("report.json", write.json_bytes(report.without_samples().as_json())),
              staged.add("stats.json", write.json_bytes(prepared.saved_state()))]
     splits = {name: {"admissions": sum(s["admissions"] for s in built.shards if s["split"] == name),

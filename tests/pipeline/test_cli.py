@@ -10,6 +10,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import typer
 from rich.console import Console
@@ -402,6 +403,24 @@ def test_paths_that_are_not_utf8_are_read_written_and_shown_as_escapes(tmp_path)
     assert _badpoints("inspect", str(out), env=strict).returncode == 0
 
 
+def test_a_meds_build_and_its_validation_on_paths_that_are_not_utf8(tmp_path):
+    """``build --to meds`` into ``out\\xff``, then ``validate`` of it with a shard renamed ``\\xff\\xfe.parquet``:
+    pyarrow was handed paths holding surrogates (an internal error). The terminal shows the names with escapes, and
+    so do the JSON and HTML reports."""
+    out = Path(os.fsdecode(bytes(tmp_path) + b"/out\xff"))
+    built = runner.invoke(app, ["build", str(ROOT / "data" / "sample"), "--out", str(out), "--to", "meds",
+                                "--no-cache", "-q"])
+    assert built.exit_code == 0, built.output
+    shard = out / "data" / "train" / "0.parquet"
+    shard.rename(Path(os.fsdecode(bytes(shard.parent) + b"/\xff\xfe.parquet")))
+    report, page = tmp_path / "r.json", tmp_path / "r.html"
+    checked = runner.invoke(app, ["validate", str(out), "--json", str(report), "--html", str(page)])
+    assert checked.exit_code in (0, 1) and "internal error" not in checked.output, checked.output
+    assert "read train/\\xff\\xfe" in checked.output and "out\\xff/data/train/\\xff\\xfe.parquet" in checked.output
+    assert "train/\\xff\\xfe" in [i["table"] for i in json.loads(report.read_text())["inputs"]]
+    assert "out\\xff" in page.read_text(encoding="utf-8")
+
+
 # -- engines, through the registry --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def meds_folder(tmp_path_factory):
@@ -410,6 +429,24 @@ def meds_folder(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli-meds") / "meds"
     write_meds(root)
     return root
+
+
+def test_a_shard_name_never_makes_a_line_of_its_own(meds_folder, tmp_path):
+    """A shard named ``0\\nstatus: ok (...).parquet`` (0 rows: its finding names it too) put a status line of its
+    own in stdout, before the real one: every name printed has its newline (and every control character) written
+    as its escape, in the read lines, the findings and the summary."""
+    forged = "status: ok (0 errors, 0 warnings, 0 notes)"
+    root = tmp_path / "meds"
+    shutil.copytree(meds_folder, root)
+    shard = root / "data" / "train" / "0.parquet"
+    pq.write_table(pq.read_table(shard).slice(0, 0), root / "data" / "train" / f"0\n{forged}\t.parquet")
+    shard.unlink()
+    result = runner.invoke(app, ["validate", str(root)])
+    lines = result.output.splitlines()
+    assert [line for line in lines if line.startswith("status:")] == [lines[-1]] and forged not in lines
+    assert f"read train/0\\x0a{forged}\\x09 " in result.output
+    assert f"meds/meds_shard_empty train/0\\x0a{forged}\\x09" in result.output
+    assert cli.printable("a\nb\tc\x1b") == "a\\x0ab\\x09c\\x1b"
 
 
 @pytest.mark.parametrize(("engine", "large", "opened"), [

@@ -62,3 +62,12 @@ def test_equal_values_are_exact_only_where_float32_holds_every_sum():
     value = np.array([1.0, 5.5, 0.0, 0.1, 1e6, 4096.0, 4097.0])
     assert exact_zero(value, np.full(len(value), 40)).tolist() == [True, True, True, False, False, True, False]
     assert exact_zero(np.array([1.0, 5.5]), np.array([2 ** 24, 2 ** 20])).tolist() == [False, False]
+
+
+def test_nothing_fitted_is_an_empty_readiness_with_or_without_given_stats():
+    """No train row (an emptied or absent train split): no code to predict, whether codes.parquet gives a mean and
+    std or not."""
+    fitted, table = _fit({})
+    for given in (None, (np.zeros(0, np.float32), np.zeros(0, np.float32), np.zeros(0, dtype=bool))):
+        ready = readiness(fitted, table, given)
+        assert ready.empty and {"non_finite", "noise", "z_max", "why"} <= set(ready.columns)

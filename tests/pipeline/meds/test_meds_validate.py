@@ -4,10 +4,15 @@ order or the workers, refuses what it cannot read (exit 2), and renders its JSON
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import threading
+import tracemalloc
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -145,6 +150,89 @@ def test_no_shard_or_an_unreadable_one_cannot_run(tmp_path):
     run = validate_meds(tmp_path / "broken", load_config())
     assert [(f.check, f.table) for f in run.report.findings] == [("file_unreadable", "train/1")]
     assert run.exit_code == 2
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("meds") / "clean"
+    write_meds(root, ())
+    return root
+
+
+def _train_emptied(train: Path) -> None:
+    for shard in train.glob("*.parquet"):
+        pq.write_table(pq.read_table(shard).slice(0, 0), shard)
+
+
+def _train_ids_as_text(train: Path) -> None:
+    for shard in train.glob("*.parquet"):
+        table = pq.read_table(shard)
+        pq.write_table(table.set_column(0, "subject_id", table["subject_id"].cast(pa.string())), shard)
+
+
+@pytest.mark.parametrize(("breaking", "found"), [
+    (_train_emptied, ("meds_split_empty", "train")),
+    (shutil.rmtree, ("meds_split_empty", "train")),  # subject_splits.parquet still names the train subjects
+    (_train_ids_as_text, ("meds_schema", "train/0")),
+])
+def test_a_dataset_with_nothing_to_fit_is_reported_with_exit_1(clean, tmp_path, breaking, found):
+    """No train row to fit on (train shards of 0 rows, no train/ folder, or train shards meds' DataSchema refuses):
+    the findings docs/meds.md gives, exit 1, and nothing predicted for normalization."""
+    root = tmp_path / "meds"
+    shutil.copytree(clean, root)
+    breaking(root / "data" / "train")
+    run = validate_meds(root, load_config())
+    assert found in [(f.check, f.table) for f in run.report.findings]
+    assert run.exit_code == 1 and run.ready is not None and run.ready.empty
+
+
+def test_a_shard_that_is_a_fifo_is_file_unreadable_naming_it_and_never_waited_on(clean, tmp_path):
+    """A FIFO among the shards: exit 2 at once, the finding naming the file and what it is. A reader that waits on
+    it would be let go by a writer every 5 s, and read nothing."""
+    root = tmp_path / "meds"
+    shutil.copytree(clean, root)
+    fifo = root / "data" / "train" / "2.parquet"
+    os.mkfifo(fifo)
+    stop = threading.Event()
+
+    def unblock() -> None:
+        while not stop.wait(5):
+            with contextlib.suppress(OSError):  # ENXIO: nobody waits on it
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    threading.Thread(target=unblock, daemon=True).start()
+    try:
+        run = validate_meds(root, load_config())
+    finally:
+        stop.set()
+    (finding,) = run.report.findings
+    assert (finding.check, finding.table, run.exit_code) == ("file_unreadable", "train/2", 2)
+    assert str(fifo) in finding.message and "not a regular file but a FIFO (named pipe)" in finding.message
+
+
+def test_a_long_code_costs_its_bytes_once_and_a_message_shows_its_opening(tmp_path):
+    """A code of 100,000 characters on 3 rows beside 400 one-row codes: a fixed-width string array of every code
+    (codes x longest x 4 bytes) took 320 MB here, 3.9 GB at 1 MB, and the message printed the code whole."""
+    long, n = "B" * 100_000, 403
+    codes = [long] * 3 + [f"LAB//{i}//U" for i in range(n - 3)]
+    (tmp_path / "data" / "train").mkdir(parents=True)
+    (tmp_path / "metadata").mkdir()
+    pq.write_table(pa.table({
+        "subject_id": pa.array([1] * n, pa.int64()),
+        "time": pa.array(np.arange(n).astype("datetime64[m]").astype("datetime64[us]"), pa.timestamp("us")),
+        "code": pa.array(codes, pa.string()), "numeric_value": pa.array(np.arange(n) % 7, pa.float32()),
+        "text_value": pa.nulls(n, pa.large_string())}), tmp_path / "data" / "train" / "0.parquet")
+    pq.write_table(pa.table({"code": pa.array(codes[3:], pa.string())}), tmp_path / "metadata" / "codes.parquet")
+    tracemalloc.start()
+    try:
+        run = validate_meds(tmp_path, load_config())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * 2 ** 20, f"{peak:,} bytes"
+    (unlisted,) = [f for f in run.report.findings if f.check == "meds_code_unlisted"]
+    assert unlisted.items == [long] and f"{'B' * 80}… (100,000 characters) (3 rows)" in unlisted.message
+    assert max(len(f.message) for f in run.report.findings) < 2_000
 
 
 def test_the_cli_writes_every_form(planted, tmp_path):

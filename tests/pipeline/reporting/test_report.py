@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from pipeline.reporting.report import (Finding, InputFile, Report, finding_from_error, finding_from_mask, format_items,
                                        item_names, write_atomic)
+from pipeline.reporting.findings import NAME_SHOWN
 from schemas.catalogue import CHECKS
 from schemas.errors import SAMPLE_CAP, StageError
 
@@ -290,6 +291,17 @@ def test_format_items_names_counts_and_caps():
         "50963 NTproBNP (Blood) (28 train rows), 7 (5 train rows) +1 more in the JSON report"
     assert format_items(range(1, 31)) == "1, 2, 3, 4, 5 +25 more in the JSON report"  # LISTED by default
     assert format_items([]) == ""
+
+
+def test_format_items_shows_the_opening_of_a_long_name_and_its_length():
+    """A name (a MEDS code, a label) of a million characters printed whole made a megabyte of terminal; the
+    message shows NAME_SHOWN characters of it, the finding's items keep it whole."""
+    code = "B" * 1_000_000
+    assert format_items(pd.Series([3, 1], index=[code, "A"])) == \
+        f"{'B' * NAME_SHOWN}… (1,000,000 characters) (3 rows), A (1 row)"
+    label = "L" * (NAME_SHOWN + 1)
+    assert format_items([7], names={7: label}) == f"7 {'L' * NAME_SHOWN}… ({NAME_SHOWN + 1} characters)"
+    assert format_items(["x" * NAME_SHOWN]) == "x" * NAME_SHOWN  # at the bound: whole
 
 
 def test_a_report_path_that_is_a_link_or_a_fifo_is_written_through_never_replaced(tmp_path):

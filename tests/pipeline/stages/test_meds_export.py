@@ -23,6 +23,7 @@ from pipeline.flow import validate
 from pipeline.meds import validate_meds
 from pipeline.stages import meds_export as export
 from pipeline.meds.formula import Fitted, given_mean_std, zscore
+from pipeline.meds.metadata import read_metadata
 from tests import mimic4
 from tests.corpus import SAMPLE
 from tests.mimic4 import in_mimic4_layout
@@ -87,7 +88,7 @@ def test_meds_transforms_formula_with_the_given_stats_gives_the_graphs_z_on_ever
     fitted = Fitted(codes, np.ones(len(codes), np.int64), np.zeros(len(codes), np.float32),
                     np.zeros(len(codes), np.float32))
     kept, z, z_null = zscore(fitted, labs["code"].to_numpy(object), labs["numeric_value"].to_numpy(np.float32),
-                             labs["numeric_value"].isna().to_numpy(), given_mean_std(out, fitted))
+                             labs["numeric_value"].isna().to_numpy(), given_mean_std(read_metadata(out).codes, fitted))
     assert kept.all() and np.isfinite(z[~z_null]).all() and np.abs(z[~z_null]).max() <= 10
     labs = labs.assign(z=z, z_null=z_null, ITEMID=labs["code"].str.split("//").str[1].astype("int64"))
     edges = prepared.edges.rename(columns={"HADM_ID": "subject_id", "CHARTTIME": "time"})
