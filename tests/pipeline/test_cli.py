@@ -17,6 +17,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from pipeline import cli
+from pipeline.reporting import terminal
 from pipeline.cli import app
 from schemas.catalogue import CHECKS
 
@@ -446,7 +447,7 @@ def test_a_shard_name_never_makes_a_line_of_its_own(meds_folder, tmp_path):
     assert [line for line in lines if line.startswith("status:")] == [lines[-1]] and forged not in lines
     assert f"read train/0\\x0a{forged}\\x09 " in result.output
     assert f"meds/meds_shard_empty train/0\\x0a{forged}\\x09" in result.output
-    assert cli.printable("a\nb\tc\x1b") == "a\\x0ab\\x09c\\x1b"
+    assert terminal.printable("a\nb\tc\x1b") == "a\\x0ab\\x09c\\x1b"
 
 
 @pytest.mark.parametrize(("engine", "large", "opened"), [
