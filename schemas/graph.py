@@ -88,8 +88,9 @@ WHOLE = ("graph_isolated_nodes", "graph_bytes")  # checks about a whole store or
 # one row per edge besides the names that start with "edge" (its E_KEYS).
 NODE_KEYS = frozenset({"x", "feat", "pos", "batch", "node_type", "n_id"})
 EDGE_KEYS = frozenset({"e_id"})
-# Tensors PyG's batches and loaders add with one row per graph or seed, not per node or edge.
-NOT_PER_ROW = frozenset({"ptr", "input_id", "seed_time"})
+# Tensors of no row per node or edge: a batch's pointers and a loader's seeds (a row per graph or seed), a sparse
+# adjacency (a row per node it points from or into).
+NOT_PER_ROW = frozenset({"ptr", "input_id", "seed_time", "adj", "adj_t"})
 
 
 @dataclass(frozen=True)
@@ -154,17 +155,26 @@ def _rows(value: torch.Tensor) -> int:
     return value.shape[0] if value.dim() else 0
 
 
-def tensor_bytes(data: Data | HeteroData) -> int:
-    """The bytes of a graph's tensors: every store's, each counted by its elements (a view by what it shows)."""
+def _stored(value: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The dense tensors a tensor is held in: itself, or a sparse tensor's indices and values (its values last)."""
     import torch
 
-    total = 0
-    for store in data.stores:
-        for value in store.values():
-            if isinstance(value, torch.Tensor):
-                parts = (value._indices(), value._values()) if value.layout == torch.sparse_coo else (value,)
-                total += sum(part.numel() * part.element_size() for part in parts)
-    return int(total)
+    if value.layout == torch.strided:
+        return (value,)
+    if value.layout == torch.sparse_coo:
+        return value._indices(), value._values()
+    if value.layout in (torch.sparse_csr, torch.sparse_bsr):
+        return value.crow_indices(), value.col_indices(), value.values()
+    return value.ccol_indices(), value.row_indices(), value.values()
+
+
+def tensor_bytes(data: Data | HeteroData) -> int:
+    """The bytes of a graph's tensors: every store's, each counted by its elements (a view by what it shows, a
+    sparse tensor by its indices and values)."""
+    import torch
+
+    return int(sum(part.numel() * part.element_size() for store in data.stores for value in store.values()
+                   if isinstance(value, torch.Tensor) for part in _stored(value)))
 
 
 def size_text(count: int) -> str:
@@ -344,7 +354,7 @@ class _Walk:
             name = self.name(store)
             for attr, value in store.items():
                 if isinstance(value, torch.Tensor) and value.is_floating_point():
-                    bad = ~torch.isfinite(value)
+                    bad = ~torch.isfinite(_stored(value)[-1])  # a sparse tensor's rows: those of its values
                     if bad.any():
                         self.problem("graph_finite", f"{name}.{attr}", int(_failing_rows(bad).sum()),
                                      f"{int(bad.sum())} non-finite values {_positions(bad)}")
@@ -411,6 +421,9 @@ class _Walk:
 
         name = self.name(store)
         tensors = [attr for attr, value in store.items() if isinstance(value, torch.Tensor)]
+        if "edge_index" not in store and any(key in store for key in ("adj", "adj_t")):
+            self.unsound |= set(self.endpoints(store))  # its nodes' edges are not counted here
+            return  # edges held as a sparse adjacency (PyG's ToSparseTensor), not as an index
         if not self.hetero and "edge_index" not in store and not any(_per_edge(attr) for attr in tensors):
             return  # a Data without edges (a point cloud)
         edges = self.edge_index(store, "edge_index", name)

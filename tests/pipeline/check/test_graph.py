@@ -24,7 +24,7 @@ import torch
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.datasets import FakeDataset, FakeHeteroDataset, KarateClub
 from torch_geometric.loader import DataLoader
-from torch_geometric.transforms import RandomLinkSplit
+from torch_geometric.transforms import RandomLinkSplit, ToSparseTensor
 
 import pipeline
 from pipeline.check import GraphCheck, check_graph, check_graph_files
@@ -115,10 +115,12 @@ def test_badpoints_own_graphs_give_no_error_or_warning(sample_graphs):
     lambda: next(iter(DataLoader(FakeDataset(num_graphs=4, avg_num_nodes=30, task="graph"), batch_size=4))),
     lambda: FakeHeteroDataset(num_graphs=1, avg_num_nodes=40, edge_dim=2)[0],
     lambda: RandomLinkSplit(num_val=0.1, num_test=0.1)(KarateClub()[0])[1],
-], ids=["karate", "fake-nodes", "fake-graph", "fake-batch", "fake-hetero", "link-split"])
+    lambda: ToSparseTensor()(KarateClub()[0]),
+    lambda: ToSparseTensor()(FakeHeteroDataset(num_graphs=1, avg_num_nodes=40)[0]),
+], ids=["karate", "fake-nodes", "fake-graph", "fake-batch", "fake-hetero", "link-split", "sparse", "sparse-hetero"])
 def test_graphs_of_pyg_own_datasets_give_no_error_or_warning(make):
     """PyG's datasets that need no download: node and graph classification, a batch (its batch and ptr), a
-    heterograph, a link split (edge_label_index and edge_label)."""
+    heterograph, a link split (edge_label_index and edge_label), edges as a sparse adjacency (adj_t)."""
     torch.manual_seed(0)
     result = check_graph(make())
     assert result.ok and [f.message for f in result.findings if f.severity != "info"] == []
