@@ -392,7 +392,7 @@ class _Walk:
         import torch
 
         y, classes = store.get(self.rules.label), self.rules.num_classes
-        if classes is None or not isinstance(y, torch.Tensor) or y.is_complex():
+        if classes is None or not isinstance(y, torch.Tensor) or y.is_complex() or y.layout != torch.strided:
             return
         y = y.to(torch.int64) if y.dtype == torch.bool else y
         inside = (y >= 0) & (y < classes)

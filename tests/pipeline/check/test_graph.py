@@ -400,3 +400,20 @@ def test_a_plain_file_that_holds_no_graph_is_refused(tmp_path, record):
 def test_a_missing_path_is_an_error_of_the_caller(tmp_path):
     with pytest.raises(FileNotFoundError):
         check_graph_files(tmp_path / "absent.pt")
+
+
+def test_a_file_that_cannot_be_read_is_named_and_the_others_are_checked(tmp_path, monkeypatch):
+    torch.save(karate().to_dict(), tmp_path / "a.pt")
+    torch.save(karate().to_dict(), tmp_path / "b.pt")
+    read_bytes = Path.read_bytes
+
+    def refuses(path: Path) -> bytes:
+        if path.name == "a.pt":
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", refuses)
+    findings, inputs = check_graph_files(tmp_path, num_classes=4)
+    assert [(f.check, f.stage, f.table, f.severity) for f in findings] == [("file_unreadable", "load", "a.pt", "error")]
+    assert "Permission denied" in findings[0].message
+    assert [(i.table, i.rows) for i in inputs] == [("b.pt", 1)]
