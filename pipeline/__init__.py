@@ -4,6 +4,7 @@ Notebook use::
 
     from pipeline.reading.load import load_text_tables
     from pipeline.reading.parse import check_raw
+    from pipeline import check_graph  # any PyG graph, guarded as badpoints guards its own
 """
 
 from pipeline.config import Config, load_config
@@ -17,7 +18,12 @@ from pipeline.reporting.report import Finding, Report
 
 
 def __getattr__(name: str):
-    """``load_graphs`` and ``GraphDataset`` import torch and PyG: only when asked for, so validating stays light."""
+    """``load_graphs``, ``GraphDataset`` and the graph checks use torch and PyG: only when asked for, so validating
+    stays light."""
+    if name in ("check_graph", "check_graph_files", "GraphCheck"):
+        from pipeline.check import graph
+
+        return getattr(graph, name)
     if name == "load_graphs":
         from pipeline.output.write import load_graphs
 
@@ -33,12 +39,15 @@ __all__ = [
     "build",
     "Config",
     "Finding",
+    "GraphCheck",
     "GraphDataset",
     "RawResult",
     "RawTables",
     "Report",
     "Validation",
     "Preflight",
+    "check_graph",
+    "check_graph_files",
     "check_raw",
     "load_graphs",
     "preflight",

@@ -110,7 +110,8 @@ class StageError(ValueError):
         self.table = table
         self.detail = detail
         self.advice = advice
-        self.whole_file = whole_file  # about the file itself (missing, unreadable): no rows to count
+        self.whole_file = whole_file  # about a whole file, store or graph (unreadable, its nodes in no edge, its
+        # size): a count, no failing rows
         super().__init__(self._message())
 
     @property

@@ -38,7 +38,7 @@ from pipeline.reporting.findings import LISTED
 from pipeline.reporting.report import finding_from_error
 from schemas.catalogue import CHECKS, INFO, OFF, WARNING
 from schemas.errors import StageError
-from schemas.graph import EDGE, REVERSE, graph_problems
+from schemas.graph import EDGE, REVERSE, GraphRules, graph_problems, pyg_problems
 from schemas.guard import check_frame
 from schemas.split import SplitAssignment
 from tests.corpus import Dataset, build
@@ -237,6 +237,25 @@ def pyg_rejects() -> Run:
         patch.setattr(HeteroData, "validate", rejects)
         problems = graph_problems(copy.deepcopy(data), limits, where="train/batch 0")
     return Run(1, tuple(finding_from_error(p).as_json() for p in problems))
+
+
+def any_graph(breaking: Callable, **rules) -> Callable[[], Run]:
+    """The guard of any PyG graph on PyG's Karate Club (shipped with PyG: no download) after ``breaking``: the
+    checks every PyG graph gets and badpoints' own builds never report (nodes in no edge, a graph's bytes)."""
+    def run() -> Run:
+        from torch_geometric.datasets import KarateClub
+
+        data = KarateClub()[0]
+        breaking(data)
+        problems = pyg_problems(data, GraphRules(num_classes=4, **rules))
+        errors = any(CHECKS[p.check].severity == "error" for p in problems)
+        return Run(int(errors), tuple(finding_from_error(p).as_json() for p in problems))
+    return run
+
+
+def _without_node(data, node: int) -> None:
+    """Every edge of ``node`` dropped: the node is in no edge."""
+    data.edge_index = data.edge_index[:, (data.edge_index != node).all(dim=0)]
 
 
 @functools.cache
@@ -498,6 +517,8 @@ FIRES: dict[str, Fires] = {
         lambda g, limits: g[EDGE].edge_attr.__setitem__((12, 0), limits.max_code + 1)), 1),
     "graph_label_range": Fires(broken_graph(lambda g, _: g["admission"].y.__setitem__((7, 3), 2.0)), 1),
     "graph_pyg": Fires(pyg_rejects, 1),
+    "graph_isolated_nodes": Fires(any_graph(lambda g: _without_node(g, 11)), 1, exit_code=0),
+    "graph_bytes": Fires(any_graph(lambda g: None, max_bytes=1024), 1, exit_code=0),  # 7.3 KiB of tensors
     "feature_known_after_admission": config('[graph]\nadmission_features = ["ADMISSION_TYPE", "DISCHARGE_LOCATION"]\n',
                                             1, exit_code=0),
     "graph_memory": config("[graph]\nmemory_budget_mb = 0.01\n", 3, command="build", exit_code=0),  # 3 batches

@@ -57,6 +57,26 @@ def test_python_guide_blocks_run_in_order(capsys, monkeypatch):
     assert namespace["validation"].exit_code == 0
 
 
+def test_graph_guide_blocks_run_in_order(capsys, monkeypatch):
+    """docs/graphs.md's "Guard any PyG graph": its blocks run in order in one namespace and print what the page
+    shows."""
+    page = ROOT / "docs" / "graphs.md"
+    blocks = _python_blocks(page)
+    assert len(blocks) == 2
+    text = page.read_text()
+    monkeypatch.chdir(ROOT)
+    namespace: dict = {}
+    for block in blocks:
+        _run(block, page, namespace)
+    out = capsys.readouterr().out
+    shown = [line for block in re.findall(r"```\n(GraphCheck.*?|error .*?)```", text, flags=re.S)
+             for line in block.splitlines()]
+    assert len(shown) == 10
+    for line in shown:  # each line the page shows, cut where it ends in "...", is printed
+        assert line.removesuffix(" ...").strip() in out, line
+    assert not namespace["result"].ok
+
+
 def test_readme_checks_agree_with_the_catalogue():
     """The README's table of the checks a user meets most says what the catalogue says (stage, default severity,
     fixed). Every check is documented where it is declared (``schemas/<stage>.py``) and printed by

@@ -321,19 +321,32 @@ def _graph_shaped(record: dict) -> bool:
         type(record[edge].get("edge_index")) is torch.Tensor for edge in (EDGE, REVERSE))
 
 
-def load_graph_bytes(data: bytes, name: str) -> HeteroData:
-    """A graph from its bytes, loaded with weights_only=True and then required to be plain graph data."""
+def load_plain(data: bytes, name: str) -> Any:
+    """What a file's bytes hold, loaded with ``torch.load(..., weights_only=True)`` and required to be plain
+    (tensors, numbers, strings and containers of them; no PyG class, no tensor subclass): a ``graph_unsafe``
+    StageError naming ``name`` otherwise. Nothing in the bytes runs."""
     import torch
-    from torch_geometric.data import HeteroData
 
     try:
         record = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError, AttributeError, TypeError) as exc:
         raise _problem("graph_unsafe", name, f"refused by torch.load(weights_only=True) "
                                              f"({type(exc).__name__})") from None
-    if not isinstance(record, dict) or not _plain(record):
-        raise _problem("graph_unsafe", name, "holds objects other than plain tensors, numbers, strings and "
-                                             "containers")
+    if not _plain(record):
+        raise _problem("graph_unsafe", name, PLAIN_ONLY)
+    return record
+
+
+PLAIN_ONLY = "holds objects other than plain tensors, numbers, strings and containers"
+
+
+def load_graph_bytes(data: bytes, name: str) -> HeteroData:
+    """A graph from its bytes, loaded with weights_only=True and then required to be plain graph data."""
+    from torch_geometric.data import HeteroData
+
+    record = load_plain(data, name)
+    if not isinstance(record, dict):
+        raise _problem("graph_unsafe", name, PLAIN_ONLY)
     if not _graph_shaped(record):
         raise _problem("graph_unsafe", name, "is not a badpoints graph (admission and labitem nodes, did and "
                                              "rev_did edges)")

@@ -3,7 +3,8 @@
 Each test starts from a real graph built from the sample (the first training
 batch), breaks one thing in a deep copy, and asserts the StageError: stage
 ``graph``, the check id, the store and attribute as column, the batch as table,
-and a message that names the offending rows or counts.
+and a message that names the offending rows or counts. The last section holds ``graph_problems`` to the guard of
+any PyG graph (``pyg_problems``) under badpoints' rules, and that guard to a ``Data`` and to rules of its own.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch_geometric.data import HeteroData
+from torch_geometric.data import Data, HeteroData
 
 from pipeline.config import load_config
 from pipeline.flow import prepare
@@ -22,7 +23,8 @@ from pipeline.reading.load import load_text_tables
 from pipeline.reading.parse import check_raw
 from schemas.catalogue import check_info
 from schemas.errors import StageError
-from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
+from schemas.graph import (ANY_GRAPH, EDGE, REVERSE, GraphLimits, GraphRules, badpoints_rules, graph_problems,
+                           pyg_problems, size_text, tensor_bytes)
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
 WHERE = "train/batch 0"
@@ -598,3 +600,82 @@ def test_problems_are_the_same_on_every_call(data, limits):
     first = [str(p) for p in graph_problems(data, limits, where=WHERE)]
     again = [str(p) for p in graph_problems(copy.deepcopy(data), limits, where=WHERE)]
     assert first == again and len(first) == 3
+
+
+# -- the guard of any graph, which badpoints' guard is -------------------------------------------------------
+def test_badpoints_guard_is_the_guard_of_any_graph_under_its_rules(data, limits):
+    data[EDGE].timestep[3] = -1
+    data["labitem"].node_id[0] = 5
+    data["admission"].y[2, 0] = 3.0
+    ours = [str(p) for p in graph_problems(data, limits, where=WHERE)]
+    assert ours == [str(p) for p in pyg_problems(data, badpoints_rules(limits), where=WHERE, side="output")]
+    assert len(ours) == 3
+
+
+def test_a_badpoints_graph_under_any_graphs_rules_has_only_its_dictionary_nodes_in_no_edge(built):
+    """Every graph holds the whole lab-item dictionary, so the items no admission of the batch measured are in no
+    edge: a note, which badpoints' own rules leave out. Nothing else is found without its rules."""
+    data, limits = built
+    problems = pyg_problems(data, ANY_GRAPH, where=WHERE)
+    assert [(p.check, p.column, p.side) for p in problems] == [("graph_isolated_nodes", "labitem", "input")]
+    assert graph_problems(data, limits, where=WHERE) == []
+
+
+def test_any_graph_may_have_an_edge_type_without_edges(data):
+    for attr in list(data[REVERSE].keys()):
+        data[REVERSE][attr] = data[REVERSE][attr][:, :0] if attr == "edge_index" else data[REVERSE][attr][:0]
+    assert [p.check for p in pyg_problems(data, GraphRules(isolated=False))] == []
+    assert [p.check for p in pyg_problems(data, GraphRules(isolated=False, require_edges=True))] == ["graph_empty"]
+
+
+def test_the_rules_own_checks_run_per_store_after_its_rows(data):
+    seen = []
+    rules = GraphRules(node=lambda store, name, count, problem: seen.append(("node", name, count)),
+                       edge=lambda store, name, edges, problem: seen.append(("edge", name, edges)))
+    pyg_problems(data, rules)
+    edges = data[EDGE].edge_index.shape[1]
+    assert seen == [("node", "admission", 16), ("node", "labitem", data["labitem"].num_nodes),
+                    ("edge", FORWARD, edges), ("edge", BACKWARD, edges)]
+
+
+def test_a_data_is_one_store_named_data():
+    data = Data(x=torch.zeros(3, 2), edge_index=torch.tensor([[0, 1], [1, 3]]), edge_weight=torch.ones(3))
+    data.x[1, 1] = float("inf")
+    found = {(p.check, p.column): p for p in pyg_problems(data, GraphRules(num_classes=2))}
+    assert set(found) == {("graph_finite", "data.x"), ("graph_index_bounds", "data.edge_index"),
+                          ("graph_edge_rows", "data.edge_weight")}
+    assert "1 target indices outside 0..2 (the graph's nodes) at rows 1" in str(found["graph_index_bounds",
+                                                                                  "data.edge_index"])
+
+
+def test_a_data_without_edges_has_no_edge_problem():
+    cloud = Data(pos=torch.zeros(4, 3), y=torch.tensor([1]))
+    assert pyg_problems(cloud, GraphRules(num_classes=2, isolated=False)) == []
+
+
+def test_labels_of_a_whole_graph_and_of_edges_are_checked_where_they_are(data):
+    data.y = torch.tensor([5])  # the graph's class, in the global store
+    data[EDGE].edge_label = torch.zeros(data[EDGE].edge_index.shape[1])
+    data[EDGE].edge_label[4] = 7.0
+    rules = GraphRules(num_classes=5, isolated=False)
+    # the admissions' multi-hot y (0 or 1) is inside [0, 5); the graph's class 5 is not
+    assert [(p.check, p.column) for p in pyg_problems(data, rules)] == [("graph_label_range", "global.y")]
+    named = pyg_problems(data, GraphRules(num_classes=5, label="edge_label", isolated=False))
+    assert [(p.column, p.count) for p in named] == [(f"{FORWARD}.edge_label", 1)]
+
+
+def test_a_batch_pointer_is_no_per_node_tensor(data):
+    data["admission"].ptr = torch.tensor([0, 16])
+    data["admission"].batch = torch.zeros(16, dtype=torch.int64)
+    assert pyg_problems(data, GraphRules(isolated=False)) == []
+
+
+def test_bytes_count_every_store_and_sizes_read_as_people_read_them(data):
+    expected = sum(v.numel() * v.element_size() for store in data.stores for v in store.values()
+                   if isinstance(v, torch.Tensor))
+    assert tensor_bytes(data) == expected > 0
+    (problem,) = pyg_problems(data, GraphRules(isolated=False, max_bytes=expected - 1))
+    assert (problem.check, problem.column, problem.count, problem.whole_file) == ("graph_bytes", "graph", 1, True)
+    assert pyg_problems(data, GraphRules(isolated=False, max_bytes=expected)) == []
+    assert [size_text(n) for n in (0, 1023, 1024, 5 * 2**20 + 2**19, 3 * 2**40)] == [
+        "0 B", "1023 B", "1.0 KiB", "5.5 MiB", "3.0 TiB"]

@@ -16,7 +16,7 @@ from pipeline.stages.dedup import KEY, edge_key
 from pipeline.stages.graph.options import NAME, Options
 from schemas.errors import StageError
 from schemas.fill import TENSOR_COLUMNS
-from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
+from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems, tensor_bytes
 from schemas.raw import ADMISSION_CATEGORICALS
 from schemas.split import SPLITS, split_codes
 
@@ -229,10 +229,7 @@ def _graph(*, nodes: np.ndarray, x: np.ndarray, item_ids: np.ndarray, item_x: to
 
 def memory_estimate(data: HeteroData, *, hidden: int, layers: int) -> dict[str, int]:
     """Bytes of the graph's tensors, and of a float32 GNN's activations and messages at ``hidden`` width."""
-    import torch
-
-    tensors = sum(value.numel() * value.element_size() for store in data.stores for value in store.values()
-                  if isinstance(value, torch.Tensor))
+    tensors = tensor_bytes(data)
     nodes = sum(data[t].num_nodes for t in data.node_types)
     edges = sum(data[t].edge_index.shape[1] for t in data.edge_types)
     activations = 4 * hidden * layers * (nodes + edges)
