@@ -284,12 +284,16 @@ _SCHEMA = typer.Option("--schema", help="The schema to check against: a pandera 
                                         "(`badpoints checks` lists them, stage check).", metavar="SCHEMA")
 _INFER = typer.Option("--infer", help="Write a starter schema inferred from the table here (YAML) instead of "
                                       "checking: it passes on the table as it is; edit it to say what must hold.")
+_NUM_CLASSES = typer.Option("--num-classes", min=1, help="Graphs only: each graph's labels (y) must lie in "
+                                                         "[0, NUM_CLASSES).")
 
 
 @app.command(cls=_Command)
 def check(
-    table: Annotated[Path, typer.Argument(help="A CSV (.csv, .csv.gz) or Parquet file, or a folder of them.")],
+    table: Annotated[Path, typer.Argument(help="A CSV (.csv, .csv.gz) or Parquet file, or a folder of them; or "
+                                               "PyG graphs: a .pt file, or a folder of them.")],
     schema: Annotated[Optional[str], _SCHEMA] = None,
+    num_classes: Annotated[Optional[int], _NUM_CLASSES] = None,
     infer: Annotated[Optional[Path], _INFER] = None,
     config: Annotated[Optional[Path], _CONFIG] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the machine-readable report here.")] = None,
@@ -300,15 +304,21 @@ def check(
     engine: Annotated[EngineName, _ENGINE] = EngineName(AUTO),
     workers: Annotated[int, _WORKERS] = EngineOptions.workers,
 ) -> None:
-    """Check a table your own pipeline wrote against a schema of yours, in blocks of bounded memory, and report
-    every finding at once (exit 0, 1 on an error, 2 when it cannot run), as validate does."""
-    from pipeline.check.run import check_table, table_size, tables_in
+    """Check a table your own pipeline wrote against a schema of yours, in blocks of bounded memory, or the PyG
+    graphs it saved, and report every finding at once (exit 0, 1 on an error, 2 when it cannot run), as validate
+    does."""
+    from pipeline.check.run import check_graphs, check_table, is_graphs, table_size, tables_in
     from pipeline.check.schema import infer as infer_schema
     from pipeline.check.schema import load_schema
     from pipeline.check.table import TableBlocks
 
     console, err = consoles()
     settings = _guarded_run(err, lambda: load_config(config))
+    if is_graphs(table) and schema is None and infer is None:
+        result = _guarded_run(err, lambda: check_graphs(table, settings, num_classes=num_classes))
+        _reported(console, err, result, settings, quiet=quiet, json_path=json_path, html_path=html_path,
+                  junit_path=junit_path, show_values=show_values)
+        raise typer.Exit(result.exit_code)
     if (schema is None) == (infer is None):
         err.print("[bold red]badpoints: cannot run:[/] give --schema SCHEMA to check the table, or --infer FILE to "
                   "write a starter schema of it")

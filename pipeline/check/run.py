@@ -95,6 +95,33 @@ def check_table(path: Path, schema: pa.DataFrameSchema | str, config: Any, *, en
     return CheckRun(report.with_severities(dict(config.severity)), config=config, engine=engine)
 
 
+def is_graphs(path: Path) -> bool:
+    """Whether ``badpoints check`` reads ``path`` as graphs: a ``.pt`` file, or a folder with ``.pt`` files under it
+    and no table of its own."""
+    path = Path(path)
+    if path.is_dir():
+        return not tables_in(path) and any(path.rglob("*.pt"))
+    return path.suffix.lower() == ".pt"
+
+
+def check_graphs(path: Path, config: Any, *, num_classes: int | None = None, label: str = "y") -> CheckRun:
+    """Check the PyG graphs of a ``.pt`` file, or of every ``.pt`` under a folder
+    (:func:`pipeline.check.graph.check_graph_files`), every finding at once, as a table's check reports them. A path
+    that does not exist is ``file_missing``."""
+    from pipeline.check.graph import check_graph_files
+
+    report = Report(stages=ORDER.colours)
+    try:
+        found = check_graph_files(path, num_classes=num_classes, label=label)
+    except FileNotFoundError as problem:
+        report.add([summary_finding(stage="load", check="file_missing", table=str(path), column=None, count=1,
+                                    message=str(problem))])
+    else:
+        report.inputs.extend(found.inputs)
+        report.add(found.findings)
+    return CheckRun(report.with_severities(dict(config.severity)), config=config)
+
+
 def _check_one(report: Report, table: TableBlocks, source: SchemaSource, schema: pa.DataFrameSchema, config: Any,
                *, engine: Engine, progress: Progress, show_values: bool) -> None:
     """One table's findings and input line added to ``report``; a table that cannot be read is one finding. A

@@ -178,3 +178,24 @@ def test_a_clean_table_is_ok_and_every_report_form_is_written(tmp_path):
     assert json.loads((tmp_path / "r.json").read_text())["status"] == "ok"
     assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>") and (tmp_path / "r.xml").is_file()
     assert np.isfinite(0)
+
+
+def test_check_on_saved_graphs_names_each_bad_graph_and_passes_the_good_one(tmp_path):
+    """``badpoints check FOLDER`` of ``.pt`` files guards each graph (no schema needed): the bad file's NaN feature,
+    edge past the node count and label outside ``[0, --num-classes)`` are named, the good one gives nothing."""
+    import torch
+    from torch_geometric.data import Data
+
+    bad = Data(x=torch.tensor([[1.0], [float("nan")], [2.0]]), edge_index=torch.tensor([[0, 1], [1, 5]]),
+               y=torch.tensor([0, 3, 1]))
+    good = Data(x=torch.ones(3, 2), edge_index=torch.tensor([[0, 1], [1, 2]]), y=torch.tensor([0, 1, 1]))
+    torch.save(bad.to_dict(), tmp_path / "bad.pt")
+    torch.save(good.to_dict(), tmp_path / "good.pt")
+    result = runner.invoke(app, ["check", str(tmp_path), "--num-classes", "2", "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == 1, result.output
+    found = {(f["table"], f["column"], f["check"])
+             for f in json.loads((tmp_path / "r.json").read_text())["findings"]}
+    assert found == {("bad.pt", "data.x", "graph_finite"), ("bad.pt", "data.edge_index", "graph_index_bounds"),
+                     ("bad.pt", "data.y", "graph_label_range")}
+    result = runner.invoke(app, ["check", str(tmp_path / "good.pt"), "--num-classes", "2"])
+    assert result.exit_code == 0, result.output
