@@ -110,7 +110,7 @@ class StageError(ValueError):
         self.table = table
         self.detail = detail
         self.advice = advice
-        self.whole_file = whole_file  # about the file itself (missing, unreadable): no rows to count
+        self.whole_file = whole_file  # about the table as a whole (a file missing or unreadable, columns missing): no rows
         super().__init__(self._message())
 
     @property
