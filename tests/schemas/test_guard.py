@@ -238,6 +238,17 @@ def test_a_frame_missing_columns_gets_one_message_naming_each_column_with_what_i
                           "scale.apply_zscore takes EncodedEvents (schemas.encode): give the frame these columns")
 
 
+def test_a_frame_missing_columns_names_the_present_columns_failures_too():
+    from pipeline.stages import scale
+
+    with pytest.raises(StageError) as raised:
+        scale.fit_zscore(_users_frame().assign(SPLIT="training", ITEMID=-1))
+    error = raised.value
+    assert error.detail.startswith("2 columns missing: FLAG (str): ")
+    assert error.detail.endswith("; also failed: ITEMID greater_than(0) (6 rows), "
+                                 "SPLIT isin(('train', 'val', 'test')) (6 rows)")
+
+
 def test_a_direct_call_is_told_the_function_and_the_schema_it_takes_and_the_flow_to_fix_the_stage_before():
     from pipeline.stages import scale
     from tests.pipeline.stages.sample import sample_stages
@@ -252,3 +263,47 @@ def test_a_direct_call_is_told_the_function_and_the_schema_it_takes_and_the_flow
         scale.apply_zscore(broken, stages.stats)
     assert in_flow.value.advice == guard.FLOW_ADVICE == ("The stage was handed data its schema forbids: fix the "
                                                          "stage before it")
+    with pytest.raises(StageError) as fit:
+        scale.fit_zscore(_users_frame())
+    assert fit.value.advice == ("scale.fit_zscore reads SPLIT, VALUENUM, ITEMID, FLAG, HADM_ID, KIND of SplitEvents "
+                                "(schemas.split): give the frame these columns")
+
+
+def _stage_functions() -> list:
+    """Every stage function that takes a frame its schema guards, and every stage's fit as its Fit declares it."""
+    import importlib
+    import pkgutil
+
+    import pipeline.stages
+    from pipeline.flow import ORDER
+
+    found = {}
+    for module in pkgutil.walk_packages(pipeline.stages.__path__, prefix="pipeline.stages."):
+        for value in vars(importlib.import_module(module.name)).values():
+            if callable(value) and getattr(value, "takes", None) is not None:
+                found[f"{value.stage}.{value.__name__}"] = value
+    for stage in ORDER.prepare:
+        for function in (stage.fit.whole, stage.fit.partial) if stage.fit is not None else ():
+            if function is not None:
+                found[f"{stage.name}.{function.__name__}"] = function
+    return sorted(found.items())
+
+
+@pytest.mark.parametrize("name,function", _stage_functions(), ids=[name for name, _ in _stage_functions()])
+def test_no_stage_function_raises_a_bare_key_error_on_a_users_frame(name, function):
+    """Handed a frame of a few columns, every stage function (and fit) says which columns it lacks."""
+    from pipeline.stages.fill import FillPolicy
+
+    kwargs = {"policies": {"Z": FillPolicy(policy="mean")}} if name == "fill.fit_fill" else {}
+    with pytest.raises(StageError) as raised:
+        function(_users_frame(), **kwargs)
+    assert raised.value.check == "column_in_dataframe" and "missing" in str(raised.value)
+    assert len(_stage_functions()) >= 20
+
+
+def test_every_column_of_a_schema_a_stage_takes_says_what_it_holds():
+    """The descriptions the missing-columns message names: every input schema's columns have one."""
+    schemas = {function.takes for _, function in _stage_functions() if getattr(function, "takes", None)}
+    undescribed = [(model.__name__, name) for model in schemas for name, column in model.to_schema().columns.items()
+                   if not column.description]
+    assert len(schemas) >= 8 and undescribed == []
