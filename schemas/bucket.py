@@ -8,6 +8,7 @@ from pandera.typing import Series
 
 from schemas.catalogue import INFO, WARNING, CheckInfo
 from schemas.fill import FilledEvents
+from schemas.raw import ABOUT
 
 CHECKS = (  # what the bucket stage finds (schemas.checks puts them into the catalogue)
     CheckInfo("before_admission", "bucket", INFO, "lab rows charted before the admission day",
@@ -29,4 +30,4 @@ CHECKS = (  # what the bucket stage finds (schemas.checks puts them into the cat
 class BucketedEvents(FilledEvents):
     """TIMESTEP: int64 >= 0 (the upper bound is checked by the stage against its configured maximum)."""
 
-    TIMESTEP: Series[np.int64] = pa.Field(ge=0)
+    TIMESTEP: Series[np.int64] = pa.Field(ge=0, description=ABOUT["TIMESTEP"])

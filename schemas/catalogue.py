@@ -133,6 +133,10 @@ _BEFORE = [
     CheckInfo("stage_guard", "all", ERROR, "rows that break the stage's schema",
               "A stage received or produced data its schema forbids; the message names the column and check.",
               locked=STOPS),
+    CheckInfo("fit_finite", "all", ERROR, "a number a fit needs that is inf or NaN",
+              "A fit learns its state from every number it reads: one inf, or a row of a numeric item without its "
+              "number, would make it wrong. The raw checks keep such values from badpoints' own stages; in rows "
+              "you hand a stage's fit, drop or repair the rows named.", locked=STOPS),
     CheckInfo("step_empty", "all", ERROR, "a filter, join or dedup that left no rows",
               "Nothing would reach the graphs; check the inputs and the step's settings.", locked=STOPS),
     CheckInfo("step_removed_most", "all", WARNING, "a step that removed more than the warning fraction",

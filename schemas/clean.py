@@ -9,6 +9,7 @@ from pandera.typing import Series
 
 from schemas import guard as _guard  # noqa: F401  (registers the 'finite' check)
 from schemas.catalogue import INFO, WARNING, CheckInfo
+from schemas.raw import ABOUT
 
 CHECKS = (  # what the clean stage finds (schemas.checks puts them into the catalogue)
     CheckInfo("quarantine_outpatient", "clean", INFO, "outpatient lab rows (no HADM_ID) quarantined",
@@ -35,10 +36,10 @@ KINDS = ("numeric", "categorical", "mixed")
 class CleanAdmissions(pa.DataFrameModel):
     """Admissions whose key and times passed the raw checks (one row per HADM_ID)."""
 
-    HADM_ID: Series[np.int64] = pa.Field(gt=0, unique=True)
-    ADMITTIME: Series[pa.DateTime] = pa.Field(nullable=False)
-    DISCHTIME: Series[pa.DateTime] = pa.Field(nullable=False)
-    EDREGTIME: Series[pa.DateTime] = pa.Field(nullable=True, required=False)  # when present: the ED stay's start
+    HADM_ID: Series[np.int64] = pa.Field(gt=0, unique=True, description=ABOUT["HADM_ID"])
+    ADMITTIME: Series[pa.DateTime] = pa.Field(nullable=False, description=ABOUT["ADMITTIME"])
+    DISCHTIME: Series[pa.DateTime] = pa.Field(nullable=False, description=ABOUT["DISCHTIME"])
+    EDREGTIME: Series[pa.DateTime] = pa.Field(nullable=True, required=False, description=ABOUT["EDREGTIME"])
 
     @pa.dataframe_check(name="discharge_after_admit")
     def discharge_after_admit(cls, frame: pd.DataFrame) -> pd.Series:
@@ -51,9 +52,9 @@ class CleanAdmissions(pa.DataFrameModel):
 class CleanLabItems(pa.DataFrameModel):
     """Lab items whose ITEMID passed the raw checks (one row per ITEMID)."""
 
-    ITEMID: Series[np.int64] = pa.Field(gt=0, unique=True)
-    FLUID: Series[str] = pa.Field(nullable=True)
-    CATEGORY: Series[str] = pa.Field(nullable=True)
+    ITEMID: Series[np.int64] = pa.Field(gt=0, unique=True, description=ABOUT["ITEMID"])
+    FLUID: Series[str] = pa.Field(nullable=True, description=ABOUT["FLUID"])
+    CATEGORY: Series[str] = pa.Field(nullable=True, description=ABOUT["CATEGORY"])
 
     class Config:
         strict = False
@@ -63,13 +64,13 @@ class CleanEvents(pa.DataFrameModel):
     """Inpatient lab rows: keys and time present, VALUENUM finite or null, KIND of the row's item (categorical
     for a row whose result was only in COMMENTS and became its VALUE)."""
 
-    HADM_ID: Series[np.int64] = pa.Field(gt=0)
-    ITEMID: Series[np.int64] = pa.Field(gt=0)
-    CHARTTIME: Series[pa.DateTime] = pa.Field(nullable=False)
-    VALUE: Series[str] = pa.Field(nullable=True)
-    VALUENUM: Series[np.float64] = pa.Field(nullable=True, finite=())
-    FLAG: Series[str] = pa.Field(nullable=True)
-    KIND: Series[str] = pa.Field(isin=KINDS)
+    HADM_ID: Series[np.int64] = pa.Field(gt=0, description=ABOUT["HADM_ID"])
+    ITEMID: Series[np.int64] = pa.Field(gt=0, description=ABOUT["ITEMID"])
+    CHARTTIME: Series[pa.DateTime] = pa.Field(nullable=False, description=ABOUT["CHARTTIME"])
+    VALUE: Series[str] = pa.Field(nullable=True, description=ABOUT["VALUE"])
+    VALUENUM: Series[np.float64] = pa.Field(nullable=True, finite=(), description=ABOUT["VALUENUM"])
+    FLAG: Series[str] = pa.Field(nullable=True, description=ABOUT["FLAG"])
+    KIND: Series[str] = pa.Field(isin=KINDS, description=ABOUT["KIND"])
 
     @pa.dataframe_check(name="numeric_rows_have_valuenum")
     def numeric_rows_have_valuenum(cls, frame: pd.DataFrame) -> pd.Series:

@@ -8,6 +8,7 @@ import pandera.pandas as pa
 from pandera.typing import Series
 
 from schemas.catalogue import INFO, CheckInfo
+from schemas.raw import ABOUT
 from schemas.split import SplitEvents
 
 CHECKS = (  # what the encode stage finds (schemas.checks puts them into the catalogue)
@@ -25,7 +26,7 @@ CHECKS = (  # what the encode stage finds (schemas.checks puts them into the cat
 class EncodedEvents(SplitEvents):
     """CODE: the categorical VALUE's code for categorical rows (0 = missing/unseen), null for numeric rows."""
 
-    CODE: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+    CODE: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0, description=ABOUT["CODE"])
 
     @pa.dataframe_check(name="categorical_rows_have_code")
     def categorical_rows_have_code(cls, frame: pd.DataFrame) -> pd.Series:

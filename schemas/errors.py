@@ -110,8 +110,8 @@ class StageError(ValueError):
         self.table = table
         self.detail = detail
         self.advice = advice
-        self.whole_file = whole_file  # about a whole file, store or graph (unreadable, its nodes in no edge, its
-        # size): a count, no failing rows
+        self.whole_file = whole_file  # about a whole file, table, store or graph (unreadable, columns missing, its
+        # nodes in no edge, its size): a count, no failing rows
         super().__init__(self._message())
 
     @property

@@ -7,6 +7,7 @@ import pandera.pandas as pa
 from pandera.typing import Series
 
 from schemas.catalogue import ERROR, INFO, STOPS, CheckInfo
+from schemas.raw import ABOUT
 from schemas.scale import ScaledEvents
 
 CHECKS = (  # what the fill stage finds (schemas.checks puts them into the catalogue)
@@ -29,5 +30,5 @@ TENSOR_COLUMNS = ("CODE", "Z")
 class FilledEvents(ScaledEvents):
     """Z and CODE are complete; ``*_MISSING`` indicator columns, when asked for, are 0/1."""
 
-    CODE: Series[pd.Int64Dtype] = pa.Field(nullable=False, ge=0)
-    Z: Series[float] = pa.Field(nullable=False, finite=())
+    CODE: Series[pd.Int64Dtype] = pa.Field(nullable=False, ge=0, description=ABOUT["CODE"] + ", filled")
+    Z: Series[float] = pa.Field(nullable=False, finite=(), description=ABOUT["Z"] + ", filled")

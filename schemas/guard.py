@@ -3,7 +3,10 @@
 A failing schema becomes one :class:`StageError` naming the stage, the side
 (``input`` or ``output``), the check, the column, how many rows failed and
 their source lines (the frames' index), so a notebook user sees at once which
-stage made the bad point.
+stage made the bad point. A frame that lacks columns gets one message naming
+each of them with what it holds (the schema's column descriptions). A fit is
+guarded on the columns it reads, and refuses the numbers it cannot learn from
+(:func:`refuse_non_finite`).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -22,6 +25,10 @@ from schemas.errors import StageError, require_validation, value_classes
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+OTHERS_LISTED = 5
+"""How many other failing (column, check) pairs an error names besides the one it reports."""
+FLOW_ADVICE = "The stage was handed data its schema forbids: fix the stage before it"
+
 
 @extensions.register_check_method(check_type="vectorized")
 def finite(values: pd.Series) -> pd.Series:
@@ -30,46 +37,148 @@ def finite(values: pd.Series) -> pd.Series:
     return pd.Series(np.isfinite(numbers), index=values.index) | values.isna()
 
 
+@functools.lru_cache(maxsize=None)
+def reading(model: type[pa.DataFrameModel], columns: tuple[str, ...]) -> pa.DataFrameSchema:
+    """``model`` as a fit that reads only ``columns`` of it is guarded: those columns with their checks, but for
+    ``finite`` (the fit refuses a non-finite number itself, naming its items: :func:`refuse_non_finite`), and none
+    of the model's frame-wide checks (they read columns the fit does not)."""
+    schema = model.to_schema()
+    kept = {name: column.set_checks([check for check in column.checks if check.name != "finite"])
+            for name, column in schema.columns.items() if name in columns}
+    return pa.DataFrameSchema(kept, name=model.__name__, strict=False)
+
+
 def check_frame(model: type[pa.DataFrameModel], frame: pd.DataFrame, *, stage: str, side: str,
-                table: str | None = None) -> pd.DataFrame:
-    """Validate ``frame`` against ``model`` lazily; the first failing (column, check) becomes a StageError."""
+                table: str | None = None, caller: str | None = None,
+                reads: Sequence[str] | None = None) -> pd.DataFrame:
+    """Validate ``frame`` against ``model`` lazily (only the columns ``reads`` names, when given: a fit's); the
+    first failing (column, check) becomes a StageError. ``caller`` names the stage function handed the frame."""
     require_validation()
+    schema = model if reads is None else reading(model, tuple(reads))
     try:
         # inplace: no schema here coerces, adds columns or sets defaults, so pandera's only use of a copy
         # would be to protect the frame from changes that cannot happen; skipping it saves a full copy.
-        return model.validate(frame, lazy=True, inplace=True)
+        return schema.validate(frame, lazy=True, inplace=True)
     except pa.errors.SchemaErrors as errors:
         raise stage_error(errors.failure_cases, stage=stage, side=side, model=model, frame=frame,
-                          table=table) from None
+                          table=table, caller=caller, reads=reads) from None
 
 
 def stage_error(cases: pd.DataFrame, *, stage: str, side: str, model: type, frame: pd.DataFrame,
-                table: str | None) -> StageError:
+                table: str | None, caller: str | None = None, reads: Sequence[str] | None = None) -> StageError:
+    """One StageError of pandera's failure cases: when columns are missing, each of them with what it holds; else
+    the first failing (column, check) with its rows. Either way the other failing (column, check) pairs are named
+    (the first :data:`OTHERS_LISTED`)."""
     cases = cases.assign(check=cases["check"].astype("str"), column=cases["column"].astype("str"))
     whole_frame = cases["schema_context"].astype("str").eq("DataFrameSchema") & cases["check"].ne(
         "column_in_dataframe")
     # A dataframe-wide check is listed once per column of each failing row: count rows, name no column.
     cases = cases.assign(column=cases["column"].where(~whole_frame, ""))
+    missing = cases.loc[cases["check"].eq("column_in_dataframe"), "failure_case"].astype("str").tolist()
     cases = cases.drop_duplicates(["column", "check", "index"])
+    advice = _advice(model, side=side, caller=caller, reads=reads, missing=bool(missing))
+    if missing:
+        return _missing_columns(missing, cases[~whole_frame.reindex(cases.index)], stage=stage, side=side,
+                                model=model, table=table, advice=advice)
     first = cases.iloc[0]
     same = cases[(cases["check"] == first["check"]) & (cases["column"] == first["column"])]
     lines = pd.to_numeric(same["index"], errors="coerce").dropna().astype("int64")
     column = first["column"] if first["column"] in frame.columns else None
-    if first["check"] == "column_in_dataframe":  # pandera names the model there, the column is the failure case
-        column = str(first["failure_case"])
     classes = (value_classes(frame.loc[lines.to_numpy(), column].astype("str"))
                if column is not None and len(lines) and lines.isin(frame.index).all() else None)
     failure_cases = pd.DataFrame({"line": lines.to_numpy()})
     if classes is not None:
         failure_cases["value_class"] = classes.to_numpy()
-    others = len(cases.groupby(["column", "check"])) - 1
+    others = _others(cases[~cases.index.isin(same.index)])
     return StageError(
         stage=stage, side=side, check=str(first["check"]), column=column, count=max(len(same), 1),
         failure_cases=failure_cases, table=table or model.__name__,
-        detail=f"{model.__name__} failed" + (f"; {others} other column checks failed too" if others > 0 else ""),
-        advice=("The stage was handed data its schema forbids: fix the stage before it"
-                if side == "input" else "The stage produced data its schema forbids"),
+        detail=f"{model.__name__} failed" + (f"; {others}" if others else ""), advice=advice,
     )
+
+
+def _missing_columns(missing: list[str], cases: pd.DataFrame, *, stage: str, side: str, model: type,
+                     table: str | None, advice: str) -> StageError:
+    """The error of a frame that lacks the ``missing`` columns: each of them, its dtype and what it holds (its
+    schema's description), and the present columns' failing checks (``cases``; the frame-wide checks, which read
+    the missing columns, left out)."""
+    columns = model.to_schema().columns
+    described = [f"{name} ({_dtype(columns[name])}): {columns[name].description}"
+                 if name in columns and columns[name].description else name for name in missing]
+    others = _others(cases[cases["check"] != "column_in_dataframe"])
+    word = "column" if len(missing) == 1 else "columns"
+    return StageError(
+        stage=stage, side=side, check="column_in_dataframe", column=missing[0] if len(missing) == 1 else None,
+        count=len(missing),
+        failure_cases=pd.DataFrame({"line": pd.Series([], dtype="int64")}), table=table or model.__name__,
+        detail=f"{len(missing)} {word} missing: " + "; ".join(described) + (f"; {others}" if others else ""),
+        advice=advice, whole_file=True,
+    )
+
+
+def _dtype(column: Any) -> str:
+    """A column's dtype as a frame is given it: 'str' for pandas' string dtypes, else pandera's name."""
+    name = str(column.dtype)
+    return "str" if name.startswith("string") else name
+
+
+def _others(cases: pd.DataFrame) -> str:
+    """'also failed: SPLIT isin(...) (1 row), ...': the failing (column, check) pairs of ``cases``, the first
+    :data:`OTHERS_LISTED` in the order pandera found them, with how many rows each (a frame-wide check's rows)."""
+    if cases.empty:
+        return ""
+    rows = cases.groupby(["column", "check"], sort=False)["index"].nunique()
+    named = [f"{' '.join(part for part in pair if part)} ({n} row{'s' if n != 1 else ''})"
+             for pair, n in rows.head(OTHERS_LISTED).items()]
+    more = f" (+{len(rows) - OTHERS_LISTED} more)" if len(rows) > OTHERS_LISTED else ""
+    return "also failed: " + ", ".join(named) + more
+
+
+def _advice(model: type, *, side: str, caller: str | None, reads: Sequence[str] | None, missing: bool) -> str:
+    """What to do: inside badpoints' flow, fix the stage before; called directly, the function names the schema
+    it takes (or the columns of it that it reads) and what the frame needs."""
+    if side != "input":
+        return "The stage produced data its schema forbids"
+    if caller is None or _LAST_OUTPUT.get() is not _OUTSIDE:
+        return FLOW_ADVICE
+    takes = (f"{caller} reads {', '.join(reads)} of {model.__name__} ({model.__module__})" if reads
+             else f"{caller} takes {model.__name__} ({model.__module__})")
+    return takes + (": give the frame these columns" if missing
+                    else ": repair or drop the rows named and call it again")
+
+
+def refuse_non_finite(events: pd.DataFrame, column: str, *, among: np.ndarray | None = None,
+                      needed: Callable[[np.ndarray], np.ndarray] | None = None, stage: str, fit: str, needs: str,
+                      table: str = "LABEVENTS") -> None:
+    """A fit's refusal of the rows of ``events`` it reads (``among``, a boolean mask; all without) whose ``column``
+    is inf or -inf, or NaN where the row must carry a number (``needed``: of the rows a mask picks, which must,
+    as their stage's schema says): one StageError, check ``fit_finite``, naming their items (ITEMID, when the rows
+    have it) and lines (the index). ``fit`` names the function, ``needs`` what it needs."""
+    values = events[column].to_numpy("float64", na_value=np.nan)
+    read = np.ones(len(values), dtype=bool) if among is None else np.asarray(among, dtype=bool)
+    bad = read & np.isinf(values)
+    missing = read & np.isnan(values)
+    if needed is not None and missing.any():
+        bad[missing] = np.asarray(needed(missing), dtype=bool)
+    if not bad.any():
+        return
+    failing = events.loc[bad, [name for name in (column, "ITEMID") if name in events]]
+    failure_cases = pd.DataFrame({"line": failing.index.to_numpy(),
+                                  "value_class": value_classes(failing[column]).to_numpy()})
+    items = f"ITEMID {_items(failing['ITEMID'])} of " if "ITEMID" in failing else ""
+    raise StageError(
+        stage=stage, side="input", check="fit_finite", column=column, count=int(bad.sum()),
+        failure_cases=failure_cases, table=table, detail=f"In {items}the rows handed to {fit}",
+        advice=f"{fit} needs {needs}: drop or repair these rows and call it again; nothing was fitted",
+    )
+
+
+def _items(items: pd.Series) -> str:
+    """'50912 (2 rows), 50931 (1 row)': the items, the most rows first (ties by ITEMID), the first
+    :data:`OTHERS_LISTED` named."""
+    counts = items.value_counts().sort_index().sort_values(ascending=False, kind="stable")
+    named = [f"{item} ({n} row{'s' if n != 1 else ''})" for item, n in counts.head(OTHERS_LISTED).items()]
+    return ", ".join(named) + (f" (+{len(counts) - OTHERS_LISTED} more)" if len(counts) > OTHERS_LISTED else "")
 
 
 # Inside ``trusted_chain``: the frame a guard last passed as output, and the schema it passed.
@@ -107,18 +216,22 @@ def _passed_as_output(frame: pd.DataFrame, model: type) -> bool:
 
 
 def guarded(*, stage: str, takes: type[pa.DataFrameModel] | None = None,
-            gives: type[pa.DataFrameModel] | None = None) -> Callable[[F], F]:
+            gives: type[pa.DataFrameModel] | None = None, reads: Sequence[str] | None = None) -> Callable[[F], F]:
     """Validate the first argument against ``takes`` and the returned frame against ``gives``.
 
     A stage that returns an object with a ``frame`` attribute (such as
-    :class:`pipeline.kernel.quarantine.Kept`) has that frame validated.
+    :class:`pipeline.kernel.quarantine.Kept`) has that frame validated. A fit, which reads some columns of what
+    its stage takes and returns a state, declares them in ``reads``: its input is validated on those
+    (:func:`reading`). An error names the function as ``<stage>.<name>``, the way a notebook calls it.
     """
 
     def decorate(function: F) -> F:
+        caller = f"{stage}.{function.__name__}"
+
         @functools.wraps(function)
         def wrapper(frame: pd.DataFrame, *args: Any, **kwargs: Any) -> Any:
             if takes is not None and not _passed_as_output(frame, takes):
-                check_frame(takes, frame, stage=stage, side="input")
+                check_frame(takes, frame, stage=stage, side="input", caller=caller, reads=reads)
             result = function(frame, *args, **kwargs)
             if gives is not None:
                 out = result.frame if hasattr(result, "frame") else result

@@ -55,6 +55,35 @@ ADMISSION_CATEGORICALS = (
 KNOWN_AFTER_ADMISSION = ("DISCHARGE_LOCATION", "HOSPITAL_EXPIRE_FLAG", "DEATHTIME", "DISCHTIME")
 # MIMIC-IV names that differ from MIMIC-III's beyond case.
 ALIASES = {"LABEVENT_ID": "ROW_ID"}
+# What each column of the typed tables and the lab rows the stages hand on holds: the ``description`` each schema
+# gives it, which a guard's error names when a frame lacks the column.
+ABOUT = {
+    "SUBJECT_ID": "the patient, a positive integer",
+    "HADM_ID": "the hospital admission, a positive integer",
+    "ITEMID": "the lab item measured, a positive integer (a D_LABITEMS key)",
+    "CHARTTIME": "when the lab was charted",
+    "VALUE": "the result as text (null where there is none)",
+    "VALUENUM": "the result as a number: finite, or null for a text result",
+    "FLAG": "'abnormal' or 'delta' for a flagged result, null for a normal one (the z-score fit reads it)",
+    "COMMENTS": "MIMIC-IV's comment on the result (null where there is none)",
+    "REF_RANGE_LOWER": "the reference range's lower bound, null where unknown",
+    "REF_RANGE_UPPER": "the reference range's upper bound, null where unknown",
+    "REJECT": "the raw check the row failed, null for a row that passed",
+    "ADMITTIME": "when the admission began",
+    "DISCHTIME": "when the admission ended",
+    "EDREGTIME": "when the admission's emergency department stay began (null: none known)",
+    "FLUID": "the lab item's fluid ('Blood', 'Urine')",
+    "CATEGORY": "the lab item's category ('Chemistry', 'Hematology')",
+    "LABEL": "the lab item's name",
+    "KIND": "the kind of its lab item: 'numeric' (every result a number), 'categorical' (none) or 'mixed'",
+    "SPLIT": "the split of its admission: 'train', 'val' or 'test' (fits read the 'train' rows)",
+    "CODE": "the code of a categorical row's VALUE (0: missing or unseen in train), null on a row with a number",
+    "Z": "the z-score of VALUENUM by its item's training stats, null on a categorical row",
+    "Z_BOUNDED": "1 where a bound drew the z in, else 0",
+    "Z_UNSEEN": "1 where the item has no training stats (z = 0), else 0",
+    "Z_CENSORED": "-1 for a result '<x' read as x (at most x), +1 for '>x' (at least x), else 0",
+    "TIMESTEP": "the row's interval since the start of its admission day, an integer >= 0",
+}
 
 
 class _Text(pa.DataFrameModel):
@@ -125,36 +154,40 @@ class Admissions(_Typed):
     """Parsed admissions; rows whose key or times failed are kept with ``REJECT`` naming the check. EDREGTIME,
     when present, is metadata: null where it is empty or not a time, and never a reason to reject its row."""
 
-    SUBJECT_ID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0, required=False)
-    HADM_ID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
-    ADMITTIME: Series[pa.DateTime] = pa.Field(nullable=True)
-    DISCHTIME: Series[pa.DateTime] = pa.Field(nullable=True)
-    EDREGTIME: Series[pa.DateTime] = pa.Field(nullable=True, required=False)
-    REJECT: Series[str] = pa.Field(nullable=True)
+    SUBJECT_ID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0, required=False,
+                                                 description=ABOUT["SUBJECT_ID"])
+    HADM_ID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0, description=ABOUT["HADM_ID"])
+    ADMITTIME: Series[pa.DateTime] = pa.Field(nullable=True, description=ABOUT["ADMITTIME"])
+    DISCHTIME: Series[pa.DateTime] = pa.Field(nullable=True, description=ABOUT["DISCHTIME"])
+    EDREGTIME: Series[pa.DateTime] = pa.Field(nullable=True, required=False, description=ABOUT["EDREGTIME"])
+    REJECT: Series[str] = pa.Field(nullable=True, description=ABOUT["REJECT"])
 
 
 class LabItems(_Typed):
     """Parsed lab items."""
 
-    ITEMID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
-    FLUID: Series[str] = pa.Field(nullable=True)
-    CATEGORY: Series[str] = pa.Field(nullable=True)
-    LABEL: Series[str] = pa.Field(nullable=True, required=False)
-    REJECT: Series[str] = pa.Field(nullable=True)
+    ITEMID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0, description=ABOUT["ITEMID"])
+    FLUID: Series[str] = pa.Field(nullable=True, description=ABOUT["FLUID"])
+    CATEGORY: Series[str] = pa.Field(nullable=True, description=ABOUT["CATEGORY"])
+    LABEL: Series[str] = pa.Field(nullable=True, required=False, description=ABOUT["LABEL"])
+    REJECT: Series[str] = pa.Field(nullable=True, description=ABOUT["REJECT"])
 
 
 class LabEvents(_Typed):
     """Parsed lab events: VALUENUM finite or null, FLAG normalised to lower case; MIMIC-IV's COMMENTS as text
     and its reference range bounds as finite numbers or null, when present."""
 
-    SUBJECT_ID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0, required=False)
-    HADM_ID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
-    ITEMID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
-    CHARTTIME: Series[pa.DateTime] = pa.Field(nullable=True)
-    VALUE: Series[str] = pa.Field(nullable=True)
-    VALUENUM: Series[np.float64] = pa.Field(nullable=True, finite=())
-    FLAG: Series[str] = pa.Field(nullable=True)
-    COMMENTS: Series[str] = pa.Field(nullable=True, required=False)
-    REF_RANGE_LOWER: Series[np.float64] = pa.Field(nullable=True, required=False, finite=())
-    REF_RANGE_UPPER: Series[np.float64] = pa.Field(nullable=True, required=False, finite=())
-    REJECT: Series[str] = pa.Field(nullable=True)
+    SUBJECT_ID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0, required=False,
+                                                 description=ABOUT["SUBJECT_ID"])
+    HADM_ID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0, description=ABOUT["HADM_ID"])
+    ITEMID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0, description=ABOUT["ITEMID"])
+    CHARTTIME: Series[pa.DateTime] = pa.Field(nullable=True, description=ABOUT["CHARTTIME"])
+    VALUE: Series[str] = pa.Field(nullable=True, description=ABOUT["VALUE"])
+    VALUENUM: Series[np.float64] = pa.Field(nullable=True, finite=(), description=ABOUT["VALUENUM"])
+    FLAG: Series[str] = pa.Field(nullable=True, description=ABOUT["FLAG"])
+    COMMENTS: Series[str] = pa.Field(nullable=True, required=False, description=ABOUT["COMMENTS"])
+    REF_RANGE_LOWER: Series[np.float64] = pa.Field(nullable=True, required=False, finite=(),
+                                                   description=ABOUT["REF_RANGE_LOWER"])
+    REF_RANGE_UPPER: Series[np.float64] = pa.Field(nullable=True, required=False, finite=(),
+                                                   description=ABOUT["REF_RANGE_UPPER"])
+    REJECT: Series[str] = pa.Field(nullable=True, description=ABOUT["REJECT"])

@@ -9,6 +9,7 @@ from pandera.typing import Series
 
 from schemas.catalogue import ERROR, INFO, STOPS, WARNING, CheckInfo
 from schemas.encode import EncodedEvents
+from schemas.raw import ABOUT
 
 CHECKS = (  # what the scale stage finds (schemas.checks puts them into the catalogue)
     CheckInfo("constant_item", "scale", INFO, "lab item whose training values are all equal",
@@ -48,9 +49,10 @@ class ScaledEvents(EncodedEvents):
     """Z: the z-score of VALUENUM with train-fitted stats (float64, finite); Z_BOUNDED and Z_UNSEEN: 0/1 marks of a
     z the bound drew in and of an item unseen in train."""
 
-    Z: Series[float] = pa.Field(nullable=True, finite=())
-    Z_BOUNDED: Series[np.int8] = pa.Field(isin=(0, 1), required=False)  # the stage writes both: rows made by
-    Z_UNSEEN: Series[np.int8] = pa.Field(isin=(0, 1), required=False)  # hand before them may lack them
+    Z: Series[float] = pa.Field(nullable=True, finite=(), description=ABOUT["Z"])
+    # The stage writes both marks: rows made by hand before them may lack them.
+    Z_BOUNDED: Series[np.int8] = pa.Field(isin=(0, 1), required=False, description=ABOUT["Z_BOUNDED"])
+    Z_UNSEEN: Series[np.int8] = pa.Field(isin=(0, 1), required=False, description=ABOUT["Z_UNSEEN"])
 
     @pa.dataframe_check(name="numbers_have_z")
     def numbers_have_z(cls, frame: pd.DataFrame) -> pd.Series:

@@ -9,6 +9,7 @@ from pandera.typing import Series
 
 from schemas.catalogue import ERROR, STOPS, WARNING, CheckInfo
 from schemas.clean import CleanEvents
+from schemas.raw import ABOUT
 
 CHECKS = (  # what the split stage finds (schemas.checks puts them into the catalogue)
     CheckInfo("split_by_admission", "split", WARNING, "split by HADM_ID because SUBJECT_ID is absent",
@@ -45,7 +46,7 @@ class SplitAssignment(pa.DataFrameModel):
 class SplitEvents(CleanEvents):
     """Clean lab rows with the split of their admission."""
 
-    SPLIT: Series[str] = pa.Field(isin=SPLITS)
+    SPLIT: Series[str] = pa.Field(isin=SPLITS, description=ABOUT["SPLIT"])
 
 
 def split_codes(split: pd.Series) -> np.ndarray:

@@ -7,7 +7,7 @@ import pandera.pandas as pa
 from pandera.typing import Series
 
 from schemas.catalogue import INFO, CheckInfo
-from schemas.raw import LabEvents
+from schemas.raw import ABOUT, LabEvents
 
 CENSORED = "Z_CENSORED"  # the censoring mark: -1 at most the value, +1 at least, 0 a plain number (an edge feature)
 
@@ -24,4 +24,4 @@ CHECKS = (  # what the text stage finds (schemas.checks puts them into the catal
 class TextEvents(LabEvents):
     """Raw lab rows with Z_CENSORED: -1, 0 or +1 on every row."""
 
-    Z_CENSORED: Series[np.int8] = pa.Field(isin=(-1, 0, 1))
+    Z_CENSORED: Series[np.int8] = pa.Field(isin=(-1, 0, 1), description=ABOUT["Z_CENSORED"])

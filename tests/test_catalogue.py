@@ -195,6 +195,16 @@ def infinite_z() -> Run:
     return Run(1, (finding_from_error(caught.value).as_json(),))
 
 
+def infinite_training_value() -> Run:
+    """Split's rows as the z-score fit reads them, with one training VALUENUM inf, as only a frame made by hand
+    could hold it (the raw checks quarantine it): the fit refuses it."""
+    events = sample_stages().split_events.copy()
+    events.loc[events.index[(events["SPLIT"] == "train") & events["VALUENUM"].notna()][0], "VALUENUM"] = float("inf")
+    with pytest.raises(StageError) as caught:
+        scale.fit_zscore(events)
+    return Run(1, (finding_from_error(caught.value).as_json(),))
+
+
 @functools.cache
 def sample_graph() -> tuple:
     stages = sample_stages()
@@ -427,6 +437,7 @@ FIRES: dict[str, Fires] = {
     "charttime_outside_stay": config(TURNED_ON, 136, text="before the admission's ADMITTIME", severity=WARNING),
     # every stage
     "stage_guard": Fires(guard_failure, 1),  # the missing column
+    "fit_finite": Fires(infinite_training_value, 1),
     "step_empty": case("every_lab_outpatient", 13041, exit_code=1),
     "step_removed_most": config("[filters]\nwarn_removed_fraction = 0.01\n", 660, text="outpatient", exit_code=0),
     "step_removed_nearly_all": case("almost_every_lab_outpatient", 12976, exit_code=1),

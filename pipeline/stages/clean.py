@@ -27,7 +27,7 @@ from pipeline.kernel.calls import Call, Fit
 from pipeline.kernel.quarantine import Kept, set_aside
 from pipeline.kernel.calls import reads
 from schemas.clean import CleanAdmissions, CleanEvents, CleanLabItems
-from schemas.guard import guarded
+from schemas.guard import guarded, refuse_non_finite
 from schemas.raw import ADMISSIONS, LABITEMS, Admissions, LabEvents, LabItems
 
 NAME = "clean"
@@ -39,6 +39,8 @@ MIXED_TEXT = "non-numeric value in numeric item"
 IN_COMMENTS = "result only in comments"
 NO_RESULT = "no result"
 EMPTY_VALUE_POLICIES = ("quarantine", "category")
+# The columns of the lab rows the item-kind fit reads.
+FIT_READS = ("HADM_ID", "REJECT", "ITEMID", "VALUE", "VALUENUM", "COMMENTS")
 
 
 @dataclass(frozen=True)
@@ -138,12 +140,22 @@ def _empty_rows(events: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     return empty, commented
 
 
-@reads("HADM_ID", "REJECT", "ITEMID", "VALUE", "VALUENUM", "COMMENTS")
+@reads(*FIT_READS)
+@guarded(stage=NAME, takes=LabEvents, reads=FIT_READS)
 def count_kinds(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame) -> KindCounts:
     """The counts :class:`ItemKinds` is learned from, of ``labevents`` (all the rows, or those of some admissions):
-    of the rows :func:`inpatient_rows` keeps, without making the records of those it sets aside."""
-    taken = functools.reduce(operator.or_, (mask for _, mask in _not_inpatient(labevents, admissions, labitems)))
-    return _counts(labevents[~taken.to_numpy(bool)])
+    of the rows :func:`inpatient_rows` keeps, without making the records of those it sets aside. A VALUENUM that
+    is inf or -inf is refused (``fit_finite``); a null one is a row without a number."""
+    return _count_kinds(labevents, admissions, labitems, fit="clean.count_kinds")
+
+
+def _count_kinds(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
+                 fit: str) -> KindCounts:
+    """:func:`count_kinds` of rows already guarded; ``fit`` names the function called, for its refusal."""
+    kept = ~functools.reduce(operator.or_, (mask for _, mask in _not_inpatient(labevents, admissions, labitems)))
+    refuse_non_finite(labevents, "VALUENUM", among=kept.to_numpy(bool), stage=NAME, fit=fit,
+                      needs="a VALUENUM that is finite or null in each inpatient row")
+    return _counts(labevents[kept.to_numpy(bool)])
 
 
 def _counts(events: pd.DataFrame) -> KindCounts:
@@ -173,9 +185,10 @@ def kinds_from_counts(counts: KindCounts, *args: Any) -> ItemKinds:
                      no_result_rows_=counts.no_result_rows, commented_rows_=counts.commented_rows)
 
 
+@guarded(stage=NAME, takes=LabEvents, reads=FIT_READS)
 def fit_kinds(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame) -> ItemKinds:
     """Item kinds of all the rows: :func:`count_kinds` of one part."""
-    return kinds_from_counts(add_kind_counts([count_kinds(labevents, admissions, labitems)]))
+    return kinds_from_counts(add_kind_counts([_count_kinds(labevents, admissions, labitems, fit="clean.fit_kinds")]))
 
 
 @guarded(stage=NAME, takes=LabEvents, gives=CleanEvents)

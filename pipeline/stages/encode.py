@@ -26,6 +26,8 @@ from schemas.split import SplitEvents
 
 NAME = "encode"
 MISSING = 0
+# The columns of the lab rows the vocabulary fit reads (it reads no number).
+FIT_READS = ("SPLIT", "KIND", "VALUE", "HADM_ID", "ITEMID")
 
 
 @dataclass(frozen=True)
@@ -125,11 +127,17 @@ def train_lab_values(events: pd.DataFrame) -> pd.DataFrame:
     return events.loc[chosen, ["HADM_ID", "ITEMID", "VALUE"]]
 
 
-@reads("SPLIT", "KIND", "VALUE", "HADM_ID", "ITEMID")
+@reads(*FIT_READS)
+@guarded(stage=NAME, takes=SplitEvents, reads=FIT_READS)
 def count_values(events: pd.DataFrame, *args: Any, **kwargs: Any) -> pd.DataFrame:
     """One part's share of the lab vocabularies (all the rows, or those of some admissions): per (ITEMID, VALUE)
     of :func:`train_lab_values`, N (rows) and ADMISSIONS (distinct training admissions). Parts cut by admission
     add up (:func:`add_value_counts`)."""
+    return _value_counts(events)
+
+
+def _value_counts(events: pd.DataFrame) -> pd.DataFrame:
+    """:func:`count_values` of rows already guarded."""
     grouped = train_lab_values(events).groupby(["ITEMID", "VALUE"])
     return pd.DataFrame({"N": grouped.size(), "ADMISSIONS": grouped["HADM_ID"].nunique()}).astype("int64")
 
@@ -160,6 +168,7 @@ def vocabularies_from_counts(counts: pd.DataFrame, admissions: pd.DataFrame, lab
     )
 
 
+@guarded(stage=NAME, takes=SplitEvents, reads=FIT_READS)
 def fit_vocabularies(events: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
                      min_admissions: int = Options.min_admissions,
                      fold_case: bool = Options.fold_case) -> Vocabularies:
@@ -172,7 +181,7 @@ def fit_vocabularies(events: pd.DataFrame, admissions: pd.DataFrame, labitems: p
     FLUID and CATEGORY values that differ only in letter case share one entry (:func:`case_spellings`).
     Codes follow the counts only, so rows in parts (:func:`count_values` of each) give the same vocabularies.
     """
-    return vocabularies_from_counts(add_value_counts([count_values(events)]), admissions, labitems,
+    return vocabularies_from_counts(add_value_counts([_value_counts(events)]), admissions, labitems,
                                     min_admissions=min_admissions, fold_case=fold_case)
 
 

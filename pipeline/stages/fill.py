@@ -8,6 +8,7 @@ output guard allows no null in any tensor column.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any, Mapping, NamedTuple, Sequence
@@ -24,12 +25,15 @@ from pipeline.kernel.quarantine import Kept, set_aside
 from pipeline.kernel.calls import reads
 from schemas.errors import StageError
 from schemas.fill import TENSOR_COLUMNS, FilledEvents
-from schemas.guard import guarded
+from schemas.guard import check_frame, guarded, refuse_non_finite
 from schemas.scale import ScaledEvents
 
 NAME = "fill"
 CODE_COLUMNS = ("CODE",)
 POLICIES = ("constant", "mean", "median", "drop", "ffill")
+# Per tensor column, the column that says which rows must hold its value (:func:`carries`).
+CARRIERS = MappingProxyType({"Z": "VALUENUM", "CODE": "KIND"})
+HOLDING = MappingProxyType({"Z": "with a VALUENUM", "CODE": "of KIND 'categorical'"})  # those rows, in words
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # graph tensors are float32: a fill beyond it becomes inf
 # What each tensor column's constant fill may be: Z goes into float32 edge_attr, CODE indexes embeddings.
 VALUES = {"Z": Allowed(float, low=-FLOAT32_MAX, high=FLOAT32_MAX), "CODE": Allowed(int, low=0, high=2**31 - 1)}
@@ -113,18 +117,43 @@ class FillValues:
         return {column: value for column, value in self.values_}
 
 
+def carries(values: pd.Series, column: str) -> pd.Series:
+    """Whether each row must hold a value of the tensor ``column``, by its :data:`CARRIERS` column's ``values``: a
+    Z every row with a VALUENUM (ScaledEvents), a CODE every categorical row (KIND; EncodedEvents)."""
+    return values.notna() if column == "Z" else values == "categorical"
+
+
+def fit_reads(columns: Sequence[str]) -> tuple[str, ...]:
+    """The columns :func:`fit_fill` reads to fit the tensor ``columns`` by their mean or median."""
+    return ("SPLIT", "ITEMID", *columns, *(CARRIERS[column] for column in columns))
+
+
 def fit_fill(events: pd.DataFrame, *, policies: Mapping[str, FillPolicy] = Options.DEFAULTS) -> FillValues:
-    """Per column of ``policies`` ([fill]): constants as declared; means and medians of the training split."""
-    train = events["SPLIT"] == "train"
+    """Per column of ``policies`` ([fill]): constants as declared; means and medians of the training split, which
+    read the columns of :func:`fit_reads` (as :class:`schemas.scale.ScaledEvents` has them) and refuse
+    (``fit_finite``) a training value that is inf or -inf, or missing where its row must hold one
+    (:func:`carries`)."""
+    averaged = sorted(column for column, policy in policies.items() if policy.policy in ("mean", "median"))
+    if averaged:  # constants read no row
+        check_frame(ScaledEvents, events, stage=NAME, side="input", caller="fill.fit_fill", reads=fit_reads(averaged))
+        train = (events["SPLIT"] == "train").to_numpy(bool)
     values = []
     for column, policy in sorted(policies.items()):
         if policy.policy == "constant":
             values.append((column, float(policy.value)))
         elif policy.policy in ("mean", "median"):
+            refuse_non_finite(events, column, among=train,
+                              needed=functools.partial(_must_hold, events, column), stage=NAME, fit="fill.fit_fill",
+                              needs=f"a finite {column} in each training row {HOLDING[column]}, and no inf in any")
             ordered = events.loc[train, column].astype("float64").sort_values(ignore_index=True)  # order-free
             fitted = getattr(ordered, policy.policy)()
             values.append((column, float(fitted) if np.isfinite(fitted) else 0.0))
     return FillValues(values_=tuple(values))
+
+
+def _must_hold(events: pd.DataFrame, column: str, rows: np.ndarray) -> np.ndarray:
+    """Of the ``rows`` (a boolean mask) of ``events``, those that must hold a ``column`` value (:func:`carries`)."""
+    return carries(events.loc[rows, CARRIERS[column]], column).to_numpy(bool)
 
 
 @guarded(stage=NAME, takes=ScaledEvents, gives=FilledEvents)
@@ -235,9 +264,10 @@ def fill_findings(events: pd.DataFrame | pd.Series, policies: Mapping[str, FillP
 
 
 def training_rows(events: pd.DataFrame, columns: Sequence[str] = TENSOR_COLUMNS) -> pd.DataFrame:
-    """The training rows' split and tensor ``columns``: all :func:`fit_fill` reads (its means and medians, exact,
-    need the values themselves; they are sorted first, so their order does not matter)."""
-    return events.loc[(events["SPLIT"] == "train").to_numpy(), ["SPLIT", *columns]]
+    """The training rows' columns :func:`fit_fill` reads to fit the tensor ``columns`` (:func:`fit_reads`: its
+    means and medians, exact, need the values themselves; they are sorted first, so their order does not
+    matter)."""
+    return events.loc[(events["SPLIT"] == "train").to_numpy(), list(fit_reads(columns))]
 
 
 def fit_inputs(events: Any, context: Context) -> tuple[pd.DataFrame, tuple, dict]:

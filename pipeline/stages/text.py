@@ -30,7 +30,7 @@ from pipeline.kernel.calls import reads
 from pipeline.kernel.stage import Context, Outcome, Plan, Shown, Stage
 from pipeline.kernel.calls import Call, Fit
 from schemas.errors import SAMPLE_CAP
-from schemas.guard import guarded
+from schemas.guard import guarded, refuse_non_finite
 from schemas.raw import DEFAULT_VALUENUM_ABS_BOUND, LABITEMS, LabEvents
 from schemas.text import CENSORED, TextEvents
 
@@ -39,6 +39,8 @@ NAME = "text"
 CENSORING = re.compile(r"^\s*(<=|>=|<|>|LESS THAN|GREATER THAN)\s*([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))\s*$",
                        re.IGNORECASE)
 DIRECTION = {"<": -1, "<=": -1, "LESS THAN": -1, ">": 1, ">=": 1, "GREATER THAN": 1}
+# The columns of the lab rows the fit reads.
+FIT_READS = ("ITEMID", "VALUE", "VALUENUM", "REJECT")
 # [clean.text_values] as declared: the words of every build's map.
 DEFAULT_TEXT_VALUES = MappingProxyType({"NEG": 0.0, "NEGATIVE": 0.0, "NONE": 0.0})
 
@@ -129,13 +131,23 @@ def read_text(events: pd.DataFrame, *, censored: bool = Options.censored,
                          "WORD": number.isna() & mapped.notna()}, index=values.index)
 
 
-@reads("ITEMID", "VALUE", "VALUENUM", "REJECT")
+@reads(*FIT_READS)
+@guarded(stage=NAME, takes=LabEvents, reads=FIT_READS)
 def count_numbered(events: pd.DataFrame, *, censored: bool = Options.censored,
                    text_values: Mapping[str, float] = DEFAULT_TEXT_VALUES) -> pd.DataFrame:
     """One part's share of :class:`NumberedItems`: per ITEMID, rows with a number, censored text and mapped words
-    (rows that failed a raw check left out). Parts add up (:func:`add_numbered`)."""
+    (rows that failed a raw check left out). Parts add up (:func:`add_numbered`). A VALUENUM that is inf or -inf
+    is refused (``fit_finite``); a null one is a row without a number."""
+    return _count_numbered(events, censored=censored, text_values=text_values, fit="text.count_numbered")
+
+
+def _count_numbered(events: pd.DataFrame, *, censored: bool, text_values: Mapping[str, float],
+                    fit: str) -> pd.DataFrame:
+    """:func:`count_numbered` of rows already guarded; ``fit`` names the function called, for its refusal."""
     passed = events["REJECT"].isna() if "REJECT" in events else pd.Series(True, index=events.index)
     events = events[(passed & events["ITEMID"].notna()).to_numpy(bool)]
+    refuse_non_finite(events, "VALUENUM", stage=NAME, fit=fit,
+                      needs="a VALUENUM that is finite or null in each row that passed the raw checks")
     read = read_text(events, censored=censored, text_values=text_values)
     items = events["ITEMID"]
     frame = pd.DataFrame({"NUMBERS": events["VALUENUM"].notna().astype("int64"),
@@ -158,10 +170,12 @@ def numbered_from_counts(counts: pd.DataFrame, *args: Any, **kwargs: Any) -> Num
                          mapped_=tuple(counts["MAPPED"].tolist()))
 
 
+@guarded(stage=NAME, takes=LabEvents, reads=FIT_READS)
 def fit_numbered(events: pd.DataFrame, *, censored: bool = Options.censored,
                  text_values: Mapping[str, float] = DEFAULT_TEXT_VALUES) -> NumberedItems:
     """:class:`NumberedItems` of all the rows: :func:`count_numbered` of one part."""
-    return numbered_from_counts(add_numbered([count_numbered(events, censored=censored, text_values=text_values)]))
+    counts = _count_numbered(events, censored=censored, text_values=text_values, fit="text.fit_numbered")
+    return numbered_from_counts(add_numbered([counts]))
 
 
 @guarded(stage=NAME, takes=LabEvents, gives=TextEvents)

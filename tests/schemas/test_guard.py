@@ -148,15 +148,15 @@ def test_a_column_check_names_stage_side_check_column_count_lines_and_value_clas
     assert error.advice == "The stage produced data its schema forbids"
 
 
-def test_other_failing_column_checks_are_counted_in_the_detail_and_the_input_side_blames_the_stage_before():
+def test_other_failing_column_checks_are_named_in_the_detail_and_the_input_side_blames_the_stage_before():
     # X fails two checks (not below -10 on lines 13-14, finite on line 12), Y one: the first (column, check) is
-    # reported with its own rows only, the two others counted.
+    # reported with its own rows only, the two others named with their rows.
     error = _raised(_frame(X=[1.0, np.inf, -50.0, -60.0], Y=[5.0, np.nan, 7.0, 8.0]), side="input",
                     table="LABEVENTS")
     assert (error.check, error.column, error.count, error.table) == ("greater_than_or_equal_to(-10)", "X", 2,
                                                                      "LABEVENTS")
     assert error.failure_cases["line"].tolist() == [13, 14]
-    assert error.detail == "_Rows failed; 2 other column checks failed too"
+    assert error.detail == "_Rows failed; also failed: X finite (1 row), Y not_nullable (1 row)"
     assert error.advice == "The stage was handed data its schema forbids: fix the stage before it"
 
 
@@ -172,6 +172,7 @@ def test_a_missing_column_names_that_column():
     error = _raised(_frame().drop(columns="Y"))
     assert (error.check, error.column, error.count) == ("column_in_dataframe", "Y", 1)
     assert error.failure_cases["line"].tolist() == []
+    assert error.detail == "1 column missing: Y"  # _Rows describes no column
 
 
 def test_guarded_applied_at_call_time_records_stage_and_schemas_and_guards_both_sides():
@@ -188,6 +189,121 @@ def test_guarded_applied_at_call_time_records_stage_and_schemas_and_guards_both_
     assert (raised.value.side, raised.value.failure_cases["line"].tolist()) == ("output", [13, 14])
 
 
-def test_exactly_one_other_failing_check_is_counted():
+def test_exactly_one_other_failing_check_is_named():
     error = _raised(_frame(X=[1.0, 2.0, -50.0, -60.0], Y=[5.0, np.nan, 7.0, 8.0]))
-    assert error.detail == "_Rows failed; 1 other column checks failed too"
+    assert error.detail == "_Rows failed; also failed: Y not_nullable (1 row)"
+
+
+class _Many(pa.DataFrameModel):
+    """Seven columns, each not below 0."""
+
+    A: Series[float] = pa.Field(ge=0)
+    B: Series[float] = pa.Field(ge=0)
+    C: Series[float] = pa.Field(ge=0)
+    D: Series[float] = pa.Field(ge=0)
+    E: Series[float] = pa.Field(ge=0)
+    F: Series[float] = pa.Field(ge=0)
+    G: Series[float] = pa.Field(ge=0)
+
+
+def test_the_other_failures_named_are_capped_and_the_rest_counted():
+    frame = pd.DataFrame({name: [-1.0, 1.0] for name in "ABCDEFG"}, index=pd.Index([11, 12], name="line"))
+    with pytest.raises(StageError) as raised:
+        guard.check_frame(_Many, frame, stage="scale", side="input")
+    others = ", ".join(f"{name} greater_than_or_equal_to(0) (1 row)" for name in "BCDEF")
+    assert raised.value.detail == f"_Many failed; also failed: {others} (+1 more)"
+
+
+# -- a user's own frame, handed to a stage function directly --------------------------------------------------
+def _users_frame() -> pd.DataFrame:
+    """Lab rows as a reader makes them in a notebook: four columns, lines 2-7."""
+    return pd.DataFrame({"HADM_ID": [1, 1, 2, 2, 3, 3], "ITEMID": [50912] * 6,
+                         "VALUENUM": [1.0, 1.2, 0.9, 1.1, 1.3, 1.0], "SPLIT": ["train"] * 4 + ["val", "test"]},
+                        index=pd.RangeIndex(2, 8, name="line"))
+
+
+def test_a_frame_missing_columns_gets_one_message_naming_each_column_with_what_it_holds():
+    from pipeline.stages import scale
+    from schemas.raw import ABOUT
+
+    with pytest.raises(StageError) as raised:
+        scale.apply_zscore(_users_frame(), None)  # the guard stops it before the stats are read
+    error = raised.value
+    missing = ["CHARTTIME", "VALUE", "FLAG", "KIND", "CODE"]
+    assert (error.stage, error.side, error.check, error.column, error.count) == (
+        "scale", "input", "column_in_dataframe", None, len(missing))
+    dtypes = {"CHARTTIME": "datetime64[ns]", "CODE": "Int64"}
+    listed = "; ".join(f"{name} ({dtypes.get(name, 'str')}): {ABOUT[name]}" for name in missing)
+    assert str(error) == (f"[scale:input] EncodedEvents column_in_dataframe: 5 columns missing: {listed}. "
+                          "scale.apply_zscore takes EncodedEvents (schemas.encode): give the frame these columns")
+
+
+def test_a_frame_missing_columns_names_the_present_columns_failures_too():
+    from pipeline.stages import scale
+
+    with pytest.raises(StageError) as raised:
+        scale.fit_zscore(_users_frame().assign(SPLIT="training", ITEMID=-1))
+    error = raised.value
+    assert error.detail.startswith("2 columns missing: FLAG (str): ")
+    assert error.detail.endswith("; also failed: ITEMID greater_than(0) (6 rows), "
+                                 "SPLIT isin(('train', 'val', 'test')) (6 rows)")
+
+
+def test_a_direct_call_is_told_the_function_and_the_schema_it_takes_and_the_flow_to_fix_the_stage_before():
+    from pipeline.stages import scale
+    from tests.pipeline.stages.sample import sample_stages
+
+    stages = sample_stages()
+    broken = stages.encoded.assign(SPLIT=stages.encoded["SPLIT"].where(stages.encoded.index != 2, "training"))
+    with pytest.raises(StageError) as direct:
+        scale.apply_zscore(broken, stages.stats)
+    assert direct.value.advice == ("scale.apply_zscore takes EncodedEvents (schemas.encode): repair or drop the rows "
+                                   "named and call it again")
+    with guard.trusted_chain(), pytest.raises(StageError) as in_flow:
+        scale.apply_zscore(broken, stages.stats)
+    assert in_flow.value.advice == guard.FLOW_ADVICE == ("The stage was handed data its schema forbids: fix the "
+                                                         "stage before it")
+    with pytest.raises(StageError) as fit:
+        scale.fit_zscore(_users_frame())
+    assert fit.value.advice == ("scale.fit_zscore reads SPLIT, VALUENUM, ITEMID, FLAG, HADM_ID, KIND of SplitEvents "
+                                "(schemas.split): give the frame these columns")
+
+
+def _stage_functions() -> list:
+    """Every stage function that takes a frame its schema guards, and every stage's fit as its Fit declares it."""
+    import importlib
+    import pkgutil
+
+    import pipeline.stages
+    from pipeline.flow import ORDER
+
+    found = {}
+    for module in pkgutil.walk_packages(pipeline.stages.__path__, prefix="pipeline.stages."):
+        for value in vars(importlib.import_module(module.name)).values():
+            if callable(value) and getattr(value, "takes", None) is not None:
+                found[f"{value.stage}.{value.__name__}"] = value
+    for stage in ORDER.prepare:
+        for function in (stage.fit.whole, stage.fit.partial) if stage.fit is not None else ():
+            if function is not None:
+                found[f"{stage.name}.{function.__name__}"] = function
+    return sorted(found.items())
+
+
+@pytest.mark.parametrize("name,function", _stage_functions(), ids=[name for name, _ in _stage_functions()])
+def test_no_stage_function_raises_a_bare_key_error_on_a_users_frame(name, function):
+    """Handed a frame of a few columns, every stage function (and fit) says which columns it lacks."""
+    from pipeline.stages.fill import FillPolicy
+
+    kwargs = {"policies": {"Z": FillPolicy(policy="mean")}} if name == "fill.fit_fill" else {}
+    with pytest.raises(StageError) as raised:
+        function(_users_frame(), **kwargs)
+    assert raised.value.check == "column_in_dataframe" and "missing" in str(raised.value)
+    assert len(_stage_functions()) >= 20
+
+
+def test_every_column_of_a_schema_a_stage_takes_says_what_it_holds():
+    """The descriptions the missing-columns message names: every input schema's columns have one."""
+    schemas = {function.takes for _, function in _stage_functions() if getattr(function, "takes", None)}
+    undescribed = [(model.__name__, name) for model in schemas for name, column in model.to_schema().columns.items()
+                   if not column.description]
+    assert len(schemas) >= 8 and undescribed == []

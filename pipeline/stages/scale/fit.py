@@ -16,9 +16,13 @@ from pipeline.kernel.calls import reads
 from pipeline.stages.encode import Options as EncodeOptions
 from pipeline.stages.scale.options import NAME, POLICIES, RULES, TRANSFORMS, Options, policy_of, rows_with
 from schemas.errors import StageError
+from schemas.guard import guarded, refuse_non_finite
+from schemas.split import SplitEvents
 
 # The two row sets each pass of the fit sums over: an item's normal training rows, and all of them.
 BASES = ("NORMAL", "ALL")
+# The columns of the lab rows the fit reads (KIND: which rows must carry a number).
+FIT_READS = ("SPLIT", "VALUENUM", "ITEMID", "FLAG", "HADM_ID", "KIND")
 
 
 @dataclass(frozen=True)
@@ -119,8 +123,9 @@ class ZScoreStats:
         bad = [item for item, m, s in zip(self.items_, self.mean_, self.scale_)
                if not (np.isfinite(m) and np.isfinite(s) and s > 0)]
         if bad:
-            raise ValueError(f"ZScoreStats: non-finite mean or non-positive scale for ITEMID {bad[:10]}; "
-                             "refit the stats instead of editing them")
+            raise ValueError(f"ZScoreStats: non-finite mean or non-positive scale for ITEMID {bad[:10]}. "
+                             "fit_zscore gives neither (it refuses rows whose numbers are not finite), so these stats "
+                             "were made or changed by hand: fit them on finite rows")
         if not (np.isfinite(self.constant_bound) and self.constant_bound > 0):
             raise ValueError(f"ZScoreStats: constant_bound must be finite and > 0, got {self.constant_bound!r}")
         if self.min_admissions < 1:
@@ -242,15 +247,19 @@ def _skewness(values: pd.Series, items: pd.Series, weights: pd.Series) -> pd.Ser
         return (third / second ** 1.5).where(second > 0)
 
 
+@guarded(stage=NAME, takes=SplitEvents, reads=FIT_READS)
 def fit_zscore(events: pd.DataFrame, *, eps: float = Options.eps, clip_sigma: float = Options.clip_sigma,
                min_rows: int = Options.min_rows, constant_bound: float = Options.constant_bound,
                policy: Mapping[Any, str] | None = None, bound: float = Options.bound,
                skew: float = Options.skew, min_admissions: int = EncodeOptions.min_admissions) -> ZScoreStats:
-    """Fit per-item stats on the training rows that carry a number (``events`` has SPLIT, FLAG and HADM_ID);
-    ``policy`` as :func:`pipeline.stages.scale.options.item_policies` gives it (ITEMIDs and "default"); an item seen
-    in fewer than ``min_admissions`` training admissions is rare (nothing of its values kept)."""
-    return fit_from_rows(add_fit_rows([fit_rows(events, policy=policy)]), eps=eps, clip_sigma=clip_sigma,
-                         min_rows=min_rows, constant_bound=constant_bound, policy=policy, bound=bound, skew=skew,
+    """Fit per-item stats on the training rows that carry a number (``events``: the columns of
+    :data:`FIT_READS`, as :class:`schemas.split.SplitEvents` has them); ``policy`` as
+    :func:`pipeline.stages.scale.options.item_policies` gives it (ITEMIDs and "default"); an item seen in fewer than
+    ``min_admissions`` training admissions is rare (nothing of its values kept). A training row of a numeric item
+    whose VALUENUM is inf, -inf or NaN is refused (``fit_finite``): nothing is fitted."""
+    rows = _fit_rows(events, policy=policy, fit="scale.fit_zscore")
+    return fit_from_rows(add_fit_rows([rows]), eps=eps, clip_sigma=clip_sigma, min_rows=min_rows,
+                         constant_bound=constant_bound, policy=policy, bound=bound, skew=skew,
                          min_admissions=min_admissions)
 
 
@@ -286,18 +295,27 @@ class FitRows:
     admissions: pd.Series
 
 
-@reads("SPLIT", "VALUENUM", "ITEMID", "FLAG", "HADM_ID")
-
-
+@reads(*FIT_READS)
+@guarded(stage=NAME, takes=SplitEvents, reads=FIT_READS)
 def fit_rows(events: pd.DataFrame, *args: Any, policy: Mapping[Any, str] | None = None,
              **kwargs: Any) -> FitRows:
     """What the fit reads of ``events`` (all of them, or the rows of some admissions): the training rows that
     carry a number, as their distinct ITEMID, X (VALUENUM, log1p for 'log' items) and NORMAL (no FLAG), with
     COUNT (rows), sorted by ITEMID, X and NORMAL: it never depends on the input's row order, and the tables of
     parts add up (:func:`add_fit_rows`). Lab values repeat, so it is much smaller than the rows. With them, each
-    item's distinct training admissions (the rows' HADM_IDs).
+    item's distinct training admissions (the rows' HADM_IDs). Non-finite values are refused as by
+    :func:`fit_zscore`.
     """
-    chosen = ((events["SPLIT"] == "train") & events["VALUENUM"].notna()).to_numpy()
+    return _fit_rows(events, policy=policy, fit="scale.fit_rows")
+
+
+def _fit_rows(events: pd.DataFrame, *, policy: Mapping[Any, str] | None, fit: str) -> FitRows:
+    """:func:`fit_rows` of rows already guarded; ``fit`` names the function called, for its refusal."""
+    training = (events["SPLIT"] == "train").to_numpy()
+    refuse_non_finite(events, "VALUENUM", among=training, needed=lambda rows: events.loc[rows, "KIND"] == "numeric",
+                      stage=NAME, fit=fit, needs="a VALUENUM that is finite or null in each training row, and a "
+                                                 "number in each of a numeric item (KIND 'numeric')")
+    chosen = training & events["VALUENUM"].notna().to_numpy()
     # Only the columns the fit reads are gathered.
     train = events.loc[chosen, ["ITEMID", "VALUENUM", "HADM_ID"]]
     values = _transformed(train, rows_with(train["ITEMID"], policy, "log").to_numpy(bool))

@@ -196,6 +196,30 @@ def test_input_with_infinite_valuenum_is_refused_naming_the_column(sample):
     assert "inf ×1" in str(error)
 
 
+@pytest.mark.parametrize("function", ["fit_kinds", "count_kinds"])
+@pytest.mark.parametrize(("value", "shown"), [(np.inf, "inf"), (-np.inf, "-inf")], ids=["inf", "-inf"])
+def test_the_item_kind_fit_refuses_a_number_that_is_not_finite_naming_its_item_and_line(sample, function, value,
+                                                                                         shown):
+    events = sample.tables.labevents.copy()
+    line = int(events.index[events["VALUENUM"].notna() & events["HADM_ID"].notna()][10])
+    events.loc[line, "VALUENUM"] = value
+    with pytest.raises(StageError) as caught:
+        getattr(clean, function)(events, sample.admissions.frame, sample.labitems.frame)
+    error = caught.value
+    assert (error.stage, error.side, error.check, error.column, error.lines) == (
+        "clean", "input", "fit_finite", "VALUENUM", [line])
+    item = int(events.loc[line, "ITEMID"])
+    assert f"{shown} ×1. In ITEMID {item} (1 row) of the rows handed to clean.{function}" in str(error)
+
+
+def test_the_item_kind_fit_reads_a_missing_number_as_a_row_without_one_and_set_aside_rows_not_at_all(sample):
+    events = sample.tables.labevents.copy()
+    outpatient = int(events.index[events["VALUENUM"].notna() & events["HADM_ID"].isna()][0])
+    events.loc[outpatient, "VALUENUM"] = np.inf  # set aside as outpatient: not the fit's
+    tables = (sample.admissions.frame, sample.labitems.frame)
+    assert clean.fit_kinds(events, *tables) == clean.fit_kinds(sample.tables.labevents, *tables)
+
+
 def test_input_without_reject_is_refused(sample):
     with pytest.raises(StageError) as caught:
         clean.clean_events(sample.tables.labevents.drop(columns="REJECT"), sample.admissions.frame,

@@ -178,7 +178,8 @@ def test_input_without_a_timestep_is_refused_naming_the_column():
     error = caught.value
     assert (error.stage, error.side, error.check, error.column) == ("dedup", "input", "column_in_dataframe",
                                                                     "TIMESTEP")
-    assert str(error).startswith("[dedup:input] BucketedEvents.TIMESTEP column_in_dataframe failed")
+    assert str(error).startswith("[dedup:input] BucketedEvents.TIMESTEP column_in_dataframe: 1 column missing: "
+                                 "TIMESTEP (int64): the row's interval since the start of its admission day")
 
 
 def test_input_with_a_negative_timestep_is_refused_naming_the_line():

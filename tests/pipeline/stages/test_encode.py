@@ -168,6 +168,17 @@ def test_events_without_split_are_refused(sample):
     assert (error.stage, error.side, error.check) == ("encode", "input", "column_in_dataframe")
 
 
+@pytest.mark.parametrize("function", ["fit_vocabularies", "count_values"])
+def test_the_fit_of_rows_without_kind_names_the_column_not_a_key_error(sample, function):
+    with pytest.raises(StageError) as caught:
+        getattr(encode, function)(sample.split_events.drop(columns="KIND"), sample.split_admissions,
+                                  sample.labitems.frame)
+    error = caught.value
+    assert (error.stage, error.side, error.check, error.column) == ("encode", "input", "column_in_dataframe", "KIND")
+    assert "1 column missing: KIND (str): the kind of its lab item" in str(error)
+    assert f"encode.{function} reads SPLIT, KIND, VALUE, HADM_ID, ITEMID of SplitEvents" in str(error)
+
+
 def test_admission_codes_must_be_int64_on_output(sample):
     vocabularies = sample.vocabularies
     admissions = sample.split_admissions.assign(EXTRA_CODE=-1)

@@ -127,6 +127,46 @@ def test_mean_and_median_come_from_train_rows_only(train_and_val, policy, expect
     assert filled.loc[[2, 3, 4, 5, 6], "CODE"].tolist() == [0] * 5
 
 
+@pytest.mark.parametrize("policy", ["mean", "median"])
+@pytest.mark.parametrize(("value", "shown"), [(np.inf, "inf"), (-np.inf, "-inf"), (np.nan, "missing")],
+                         ids=["inf", "-inf", "nan"])
+def test_a_mean_or_median_refuses_a_training_z_that_is_not_finite_naming_its_item_and_line(train_and_val, policy,
+                                                                                          value, shown):
+    """Line 3 is a numeric training row: its Z is needed (it has a VALUENUM), and an inf is never a value."""
+    train_and_val.loc[3, "Z"] = value
+    with pytest.raises(StageError) as caught:
+        fill.fit_fill(train_and_val, policies={"Z": FillPolicy(policy), "CODE": FillPolicy("constant", 0.0)})
+    error = caught.value
+    assert (error.stage, error.side, error.check, error.column, error.lines) == (
+        "fill", "input", "fit_finite", "Z", [3])
+    assert f"{shown} ×1. In ITEMID 10 (1 row) of the rows handed to fill.fit_fill" in str(error)
+
+
+def test_a_mean_reads_a_categorical_rows_empty_z_and_leaves_val_rows_to_the_stage(train_and_val):
+    train_and_val.loc[5, "Z"] = np.inf  # a val row: not the fit's
+    policies = {"Z": FillPolicy("mean"), "CODE": FillPolicy("constant", 0.0)}
+    assert fill.fit_fill(train_and_val, policies=policies).value("Z") == 8.0  # line 7's Z is null: categorical
+
+
+def test_a_mean_code_refuses_a_categorical_training_row_without_one(train_and_val):
+    policies = {"CODE": FillPolicy("mean"), "Z": FillPolicy("constant", 0.0)}
+    assert fill.fit_fill(train_and_val, policies=policies).value("CODE") == 1.0  # numeric rows have none
+    train_and_val.loc[7, "CODE"] = pd.NA
+    with pytest.raises(StageError) as caught:
+        fill.fit_fill(train_and_val, policies=policies)
+    assert (caught.value.check, caught.value.column, caught.value.lines) == ("fit_finite", "CODE", [7])
+    assert "In ITEMID 20 (1 row)" in str(caught.value)
+
+
+def test_a_mean_of_a_frame_without_valuenum_names_the_column_constants_read_no_column(train_and_val):
+    rows = train_and_val.drop(columns=["VALUENUM", "SPLIT"])
+    with pytest.raises(StageError) as caught:
+        fill.fit_fill(rows, policies={"Z": FillPolicy("mean"), "CODE": FillPolicy("constant", 0.0)})
+    assert "2 columns missing: VALUENUM (float64): the result as a number" in str(caught.value)
+    assert "; SPLIT (str): the split of its admission" in str(caught.value)
+    assert fill.fit_fill(rows).as_json() == {"CODE": 0.0, "Z": 0.0}
+
+
 def test_drop_quarantines_the_rows_with_the_reason(scaled):
     policies = {"Z": FillPolicy("drop"), "CODE": FillPolicy("constant", 0.0)}
     kept = _fill(scaled, policies)

@@ -416,6 +416,66 @@ def test_input_that_breaks_the_encoded_schema_is_refused():
     assert caught.value.lines == [3]
 
 
+# -- the fit is a stage boundary: rows handed to it by hand -------------------------------------------------
+def _with_value(value: float) -> pd.DataFrame:
+    """Item 7 (numeric, lines 2-5) and item 8 (categorical, lines 6-7) in train, item 7 in val (line 8); line 3's
+    VALUENUM set to ``value``."""
+    events = lab_rows([(7, v, None, "train") for v in (10.0, 12.0, 11.0, 13.0)] + [(8, None, None, "train")] * 2
+                      + [(7, 12.0, None, "val")])
+    events.loc[3, "VALUENUM"] = value
+    return events
+
+
+@pytest.mark.parametrize("function", ["fit_zscore", "fit_rows"])
+@pytest.mark.parametrize(("value", "shown"), [(np.inf, "inf"), (-np.inf, "-inf"), (np.nan, "missing")],
+                         ids=["inf", "-inf", "nan"])
+def test_the_fit_refuses_a_training_number_that_is_not_finite_naming_its_item_and_line(function, value, shown):
+    """+inf made item 7 'constant' (mean = scale = its first value), -inf ended in the stats' own refusal, NaN in a
+    numeric row was left out unsaid: each is one error of the fit now, and nothing is fitted."""
+    with pytest.raises(StageError) as caught:
+        getattr(scale, function)(_with_value(value))
+    error = caught.value
+    assert (error.stage, error.side, error.check, error.column, error.count, error.lines) == (
+        "scale", "input", "fit_finite", "VALUENUM", 1, [3])
+    assert str(error).startswith(f"[scale:input] LABEVENTS.VALUENUM fit_finite failed on 1 row (line 3): {shown} ×1. "
+                                 f"In ITEMID 7 (1 row) of the rows handed to scale.{function}. scale.{function} needs ")
+    assert "editing" not in str(error)
+
+
+def test_the_fit_takes_a_categorical_rows_empty_value_and_leaves_val_and_test_rows_to_the_stage():
+    events = _with_value(11.5)
+    events.loc[8, "VALUENUM"] = np.inf  # a val row: not the fit's, the stage's guard refuses it
+    stats = fit_raw(events, min_rows=2)
+    assert stats.items_ == (7,) and stats.count_ == (4,)
+    with pytest.raises(StageError) as caught:
+        scale.apply_zscore(events, stats)
+    assert (caught.value.check, caught.value.lines) == ("finite", [8])
+
+
+def test_the_parts_engine_refuses_a_part_whose_training_number_is_not_finite(tmp_path):
+    from pipeline.engines.parts import PartsEngine
+
+    events = _with_value(-np.inf)
+    engine = PartsEngine(tmp_path, partitions=3, workers=1)
+    with pytest.raises(StageError) as caught:
+        engine.fit(scale.STAGE.fit, engine.partition(events), policy=RAW, min_admissions=1)
+    assert (caught.value.check, caught.value.lines) == ("fit_finite", [3])
+    assert "scale.fit_rows" in str(caught.value)
+
+
+def test_a_users_frame_without_flag_and_kind_is_told_what_each_is_for():
+    """HADM_ID, ITEMID, VALUENUM and SPLIT, as a notebook makes them: no bare KeyError of the first column read."""
+    events = _with_value(11.5)[["HADM_ID", "ITEMID", "VALUENUM", "SPLIT"]]
+    with pytest.raises(StageError) as caught:
+        scale.fit_zscore(events)
+    error = caught.value
+    assert (error.check, error.count) == ("column_in_dataframe", 2)
+    assert "2 columns missing: FLAG (str): 'abnormal' or 'delta' for a flagged result" in str(error)
+    assert "; KIND (str): the kind of its lab item" in str(error)
+    assert str(error).endswith("scale.fit_zscore reads SPLIT, VALUENUM, ITEMID, FLAG, HADM_ID, KIND of SplitEvents "
+                               "(schemas.split): give the frame these columns")
+
+
 def test_scaled_events_schema_refuses_an_infinite_z(scaled):
     broken = scaled.copy()
     line = broken.index[broken["VALUENUM"].notna()][0]

@@ -122,6 +122,32 @@ def test_rows_without_valuenum_are_refused_naming_the_column(labs):
     assert "[text:input]" in str(error.value) and "VALUENUM" in str(error.value)
 
 
+@pytest.mark.parametrize("function", ["fit_numbered", "count_numbered"])
+@pytest.mark.parametrize(("value", "shown"), [(np.inf, "inf"), (-np.inf, "-inf")], ids=["inf", "-inf"])
+def test_the_fit_refuses_a_number_that_is_not_finite_naming_its_item_and_line(labs, function, value, shown):
+    labs.loc[11, "VALUENUM"] = value
+    with pytest.raises(StageError) as caught:
+        getattr(text, function)(labs)
+    error = caught.value
+    assert (error.stage, error.side, error.check, error.column, error.lines) == (
+        "text", "input", "fit_finite", "VALUENUM", [11])
+    assert f"{shown} ×1. In ITEMID {KETONE} (1 row) of the rows handed to text.{function}" in str(error)
+
+
+def test_the_fit_reads_a_missing_number_as_text_and_a_rejected_rows_not_at_all(labs):
+    """A null VALUENUM is a row without a number (the fit counts the rows with one); a row that failed a raw check
+    is not the fit's, whatever it holds."""
+    labs.loc[18, "VALUENUM"] = np.inf  # line 18 failed valuenum_numeric
+    assert text.fit_numbered(labs) == text.fit_numbered(labs.drop(index=18))
+
+
+def test_the_fit_of_a_frame_without_reject_names_the_column_and_what_it_holds(labs):
+    with pytest.raises(StageError) as caught:
+        text.fit_numbered(labs.drop(columns="REJECT"))
+    assert str(caught.value).startswith("[text:input] LabEvents.REJECT column_in_dataframe: 1 column missing: REJECT "
+                                        "(str): the raw check the row failed, null for a row that passed.")
+
+
 def test_a_text_value_that_is_not_a_finite_number_is_a_config_error(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text('[clean.text_values]\n"TR" = "trace"\n')
