@@ -88,6 +88,10 @@ _ENGINE = typer.Option("--engine", help="Where LABEVENTS' raw checks and its sta
                        + f", or {AUTO} (default): {LARGE} when LABEVENTS holds more than about "
                          f"{AUTO_PARTS_BYTES >> 20} MiB of text (a MEDS dataset: as its shards' bytes suggest), "
                          f"else {SMALL}.")
+_CHECK_ENGINE = typer.Option("--engine", help="Where the table's blocks are checked: pandas (this process), parts "
+                                              "(--workers processes), dask (a Dask cluster's workers), or "
+                                              f"{AUTO} (default): {LARGE} when the tables hold more than about "
+                                              f"{AUTO_PARTS_BYTES >> 20} MiB of text, else {SMALL}.")
 _SCHEDULER = typer.Option("--scheduler", help="With --engine dask: an existing scheduler's address "
                                               "(default: a LocalCluster on loopback).")
 _WORKERS = typer.Option("--workers", min=1, help="With --engine parts (or auto choosing it): processes that work "
@@ -301,7 +305,7 @@ def check(
     junit_path: Annotated[Optional[Path], _JUNIT] = None,
     show_values: Annotated[bool, typer.Option("--show-values", help="Include capped failing values.")] = False,
     quiet: Annotated[bool, _QUIET] = False,
-    engine: Annotated[EngineName, _ENGINE] = EngineName(AUTO),
+    engine: Annotated[EngineName, _CHECK_ENGINE] = EngineName(AUTO),
     workers: Annotated[int, _WORKERS] = EngineOptions.workers,
 ) -> None:
     """Check a table your own pipeline wrote against a schema of yours, in blocks of bounded memory, or the PyG
@@ -327,7 +331,8 @@ def check(
         if infer is not None:
             inferred = _guarded_run(err, lambda: infer_schema(
                 lambda: (block for path in tables_in(table) for block in TableBlocks(path, path.name))))
-            _write_file(err, infer, lambda: infer.write_text(inferred.to_yaml(), encoding="utf-8"))
+            text = inferred.to_yaml().rstrip("\n") + "\n"
+            _write_file(err, infer, lambda: infer.write_text(text, encoding="utf-8"))
             err.print(f"wrote a starter schema of {len(inferred.columns)} columns to {escape(str(infer))}")
             raise typer.Exit(0)
         load_schema(schema)  # refused here, before any table is read, when it cannot be used

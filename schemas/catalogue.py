@@ -58,7 +58,8 @@ class CheckInfo:
 _BEFORE = [
     # -- files --------------------------------------------------------------------------
     CheckInfo("file_missing", "load", ERROR, "table file not found",
-              "Put the table in DATA_DIR under one of the names tried (.csv or .csv.gz, any case).", locked=CANNOT_RUN),
+              "Put the table where the run looks: in DATA_DIR under one of the names tried (.csv or .csv.gz, any "
+              "case) for validate and build, at the path given for check.", locked=CANNOT_RUN),
     CheckInfo("file_unreadable", "load", ERROR, "file cannot be read",
               "Check the file's permissions and that it is a regular file.", locked=CANNOT_RUN),
     CheckInfo("file_ambiguous", "load", WARNING, "more than one file could hold the table",

@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -12,8 +14,10 @@ settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True
 settings.register_profile("dev", deadline=None, max_examples=500)
 settings.load_profile("ci")
 
-# The CLI caches raw-checked tables; tests (and the CLI runs they start) use a cache of their own.
-os.environ.setdefault("BADPOINTS_CACHE_DIR", tempfile.mkdtemp(prefix="badpoints-test-cache-"))
+# The CLI caches raw-checked tables; tests (and the CLI runs they start) use a cache of their own, removed at exit.
+if "BADPOINTS_CACHE_DIR" not in os.environ:
+    os.environ["BADPOINTS_CACHE_DIR"] = tempfile.mkdtemp(prefix="badpoints-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["BADPOINTS_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture

@@ -13,11 +13,13 @@ no error or warning at all: every check that is not a plain count stays silent t
 
 from __future__ import annotations
 
+import atexit
 import copy
 import functools
 import io
 import json
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +49,8 @@ from tests.meds import PLANTED_CASES, write_meds, write_normalized
 from tests.pipeline.stages.sample import sample_stages
 
 runner = CliRunner()
-ROOT = Path(tempfile.mkdtemp(prefix="badpoints-catalogue-"))
+ROOT = Path(tempfile.mkdtemp(prefix="badpoints-catalogue-"))  # the runs' data and outputs, removed at exit
+atexit.register(shutil.rmtree, ROOT, ignore_errors=True)
 
 
 # -- runs, each once per session -----------------------------------------------------------------------------

@@ -36,6 +36,10 @@ def test_readme_python_blocks_run_each_on_its_own(capsys, monkeypatch):
     assert names["validation"].exit_code == 0
     assert names["check"].ok, names["check"].problems  # the documented model passes preflight
     assert "True []" in out
+    # "Guard your own pipeline": the frame's failing rows by check, and the graph's two errors, as the page shows
+    shown = README.read_text().split("## Guard your own pipeline", 1)[1].split("```\n\n```\n", 1)[1].split("```")[0]
+    for line in shown.splitlines():
+        assert line.removesuffix(" ...") in out, line
     losses = [float(loss) for loss in re.findall(r"epoch \d+: loss (\S+)", out)]
     assert losses and all(math.isfinite(loss) for loss in losses), out  # it trains, on edge_attr, to a finite loss
 
@@ -86,6 +90,22 @@ def test_graph_guide_blocks_run_in_order(capsys, monkeypatch):
     for line in shown:  # each line the page shows, cut where it ends in "...", is printed
         assert line.removesuffix(" ...").strip() in out, line
     assert not namespace["result"].ok
+
+
+def test_check_guide_blocks_run_in_order(capsys, monkeypatch):
+    """docs/check.md's Python blocks run in order in one namespace: the schema in Python, a pipeline of the reader's
+    on the sample, its table checked; what they print is the block the page shows after them."""
+    page = ROOT / "docs" / "check.md"
+    blocks = _python_blocks(page)
+    assert len(blocks) == 3
+    monkeypatch.chdir(ROOT)
+    namespace: dict = {}
+    for block in blocks:
+        _run(block, page, namespace)
+    out = capsys.readouterr().out
+    shown = re.search(r"```\n\n```\n(.*?)```", page.read_text().rsplit("```python\n", 1)[1], flags=re.S).group(1)
+    assert out == shown
+    assert namespace["run"].exit_code == 1
 
 
 def test_readme_checks_agree_with_the_catalogue():

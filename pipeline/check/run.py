@@ -84,10 +84,12 @@ def check_table(path: Path, schema: pa.DataFrameSchema | str, config: Any, *, en
     loaded = source.load()
     engine, progress = engine or PANDAS, progress or NO_PROGRESS
     report = Report(stages=ORDER.colours)
-    paths = tables_in(path)
+    paths = tables_in(path) if Path(path).exists() else []
     if not paths:
+        missing = f"no table (.csv, .csv.gz, .parquet) in {path}" if Path(path).exists() else \
+            f"no such file or folder: {path}"
         report.add([summary_finding(stage="load", check="file_missing", table=str(path), column=None, count=1,
-                                    message=f"no table (.csv, .csv.gz, .parquet) in {path}")])
+                                    message=missing)])
     for table in paths:
         _check_one(report, TableBlocks(table, table.name, block_bytes=block_bytes), source, loaded, config,
                    engine=engine, progress=progress, show_values=show_values)

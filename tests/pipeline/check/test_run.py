@@ -8,6 +8,7 @@ shows."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -23,30 +24,9 @@ from pipeline.config import load_config
 
 ROOT = Path(__file__).resolve().parents[3]
 runner = CliRunner()
-# The schema docs/check.md writes for a z-scored lab table (its YAML, as in the docs).
-SCHEMA = """\
-schema_type: dataframe
-columns:
-  HADM_ID:
-    dtype: int64
-  ITEMID:
-    dtype: int64
-  VALUENUM:
-    dtype: float64
-  VALUENUM_Z-SCORED:
-    dtype: float64
-    checks:
-      - options: {check_name: finite}
-checks:
-  - column: VALUENUM_Z-SCORED
-    by: ITEMID
-    bound: 1000
-    options: {check_name: z_within}
-  - column: VALUENUM_Z-SCORED
-    values: VALUENUM
-    by: ITEMID
-    options: {check_name: z_explained}
-"""
+CHECK_PAGE = ROOT / "docs" / "check.md"
+# The schema docs/check.md writes for a z-scored lab table: the page's first YAML block, as a reader copies it.
+SCHEMA = re.search(r"```yaml\n(schema_type:.*?)```", CHECK_PAGE.read_text(), flags=re.S).group(1)
 
 
 def preprocessed(labevents: pd.DataFrame) -> pd.DataFrame:
@@ -199,3 +179,21 @@ def test_check_on_saved_graphs_names_each_bad_graph_and_passes_the_good_one(tmp_
                      ("bad.pt", "data.y", "graph_label_range")}
     result = runner.invoke(app, ["check", str(tmp_path / "good.pt"), "--num-classes", "2"])
     assert result.exit_code == 0, result.output
+
+
+def test_the_page_s_report_of_a_user_s_pipeline_on_the_mimic_iii_demo_is_what_check_prints(mimic3demo, tmp_path,
+                                                                                           monkeypatch):
+    """docs/check.md's terminal report is a real run: the page's own ``preprocess`` (its std + 1e-7 script) on the
+    MIMIC-III demo's LABEVENTS, checked with the page's schema, prints the page's block, figure for figure."""
+    text = CHECK_PAGE.read_text()
+    namespace: dict = {}
+    exec(re.findall(r"```python\n(.*?)```", text, flags=re.S)[1].split("\nwritten = ")[0], namespace)  # noqa: S102
+    labevents = pd.read_csv(mimic3demo / "LABEVENTS.csv")
+    labevents["VALUENUM"] = pd.to_numeric(labevents["VALUE"], errors="coerce")
+    namespace["preprocess"](labevents).to_csv(tmp_path / "LABEVENTS_PREPROCESSED.csv", index=False)
+    (tmp_path / "lab_schema.yaml").write_text(SCHEMA)
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["check", "LABEVENTS_PREPROCESSED.csv", "--schema", "lab_schema.yaml"])
+    assert result.exit_code == 1, result.output
+    shown = re.search(r"```\n(read LABEVENTS_PREPROCESSED\.csv.*?)```", text, flags=re.S).group(1)
+    assert result.stdout == shown
