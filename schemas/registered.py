@@ -174,14 +174,16 @@ _MOMENTS = ["n", "mean_x", "mean_z", "m2_x", "m2_z"]
 def _moments(frame: pd.DataFrame, *, column: str, values: str, by: str, **_: Any) -> pd.DataFrame:
     x, z = _numbers(frame[values]), _numbers(frame[column])
     ok = np.isfinite(x) & np.isfinite(z)
-    rows = pd.DataFrame({"g": frame[by].to_numpy()[ok], "x": x[ok], "z": z[ok]})
-    groups = rows.groupby("g", sort=True)
-    moments = groups.agg(n=("x", "size"), mean_x=("x", "mean"), mean_z=("z", "mean"))
-    centred_x = rows["x"] - rows["g"].map(moments["mean_x"])
-    centred_z = rows["z"] - rows["g"].map(moments["mean_z"])
-    moments["m2_x"] = (centred_x * centred_x).groupby(rows["g"]).sum()
-    moments["m2_z"] = (centred_z * centred_z).groupby(rows["g"]).sum()
-    return moments[_MOMENTS]
+    codes, groups = pd.factorize(frame[by].to_numpy()[ok], sort=True)
+    x, z = x[ok], z[ok]
+    n = np.bincount(codes, minlength=len(groups)).astype("float64")
+    mean_x = np.bincount(codes, weights=x, minlength=len(groups)) / n
+    mean_z = np.bincount(codes, weights=z, minlength=len(groups)) / n
+    centred_x, centred_z = x - mean_x[codes], z - mean_z[codes]
+    return pd.DataFrame({"n": n.astype("int64"), "mean_x": mean_x, "mean_z": mean_z,
+                         "m2_x": np.bincount(codes, weights=centred_x * centred_x, minlength=len(groups)),
+                         "m2_z": np.bincount(codes, weights=centred_z * centred_z, minlength=len(groups))},
+                        index=pd.Index(groups, name="g"))[_MOMENTS]
 
 
 def _merged_moments(parts: list) -> pd.DataFrame:
@@ -196,8 +198,6 @@ def _merged_moments(parts: list) -> pd.DataFrame:
         spread = n * (rows[mean] - merged[mean].reindex(rows.index).to_numpy()) ** 2
         merged[moment] = (rows[moment] + spread).groupby(level=0).sum()
     return merged[_MOMENTS]
-
-
 
 
 def _degenerate(moments: pd.DataFrame, *, min_ratio: float | None = MIN_RATIO, **_: Any) -> set:

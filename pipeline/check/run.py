@@ -23,7 +23,7 @@ import pandera.pandas as pa
 
 from pipeline.check.stage import (ORDER, STAGE, Failures, SchemaSource, check_spilled, checked_block, prepared,
                                   read_block, table_fits)
-from pipeline.check.table import TableBlocks, is_table
+from pipeline.check.table import TableBlocks, is_table, number_columns
 from pipeline.reading.load import BLOCK_BYTES
 from pipeline.engines import PANDAS
 from pipeline.engines.registry import GZIP_TEXT_RATIO, InputSize
@@ -91,8 +91,8 @@ def check_table(path: Path, schema: pa.DataFrameSchema | str, config: Any, *, en
         report.add([summary_finding(stage="load", check="file_missing", table=str(path), column=None, count=1,
                                     message=missing)])
     for table in paths:
-        _check_one(report, TableBlocks(table, table.name, block_bytes=block_bytes), source, loaded, config,
-                   engine=engine, progress=progress, show_values=show_values)
+        _check_one(report, TableBlocks(table, table.name, block_bytes=block_bytes, numbers=number_columns(loaded)),
+                   source, loaded, config, engine=engine, progress=progress, show_values=show_values)
     progress.end()
     return CheckRun(report.with_severities(dict(config.severity)), config=config, engine=engine)
 

@@ -43,12 +43,14 @@ class TableBlocks:
     sha256: str = ""
     rows: int = 0
     block_bytes: int = BLOCK_BYTES  # a CSV's text read at a time
+    numbers: frozenset[str] = frozenset()  # a CSV's columns read as numbers where a block's text allows
 
     def __iter__(self) -> Iterator[pd.DataFrame]:
         if self.path.name.lower().endswith(".parquet"):
             yield from self._parquet()
             return
-        blocks = read_blocks(self.path, self.name, select=every_column, block_bytes=self.block_bytes)
+        blocks = read_blocks(self.path, self.name, select=every_column, block_bytes=self.block_bytes,
+                             numbers=self.numbers)
         for block in blocks:
             self.rows += len(block)
             yield block
@@ -77,6 +79,13 @@ class Untyped:
     lines: np.ndarray
 
 
+def number_columns(schema: pa.DataFrameSchema) -> frozenset[str]:
+    """The schema's columns of numbers (integers too: read as float64, then typed as :func:`typed` types text)."""
+    return frozenset(name for name, column in schema.columns.items() if column.dtype is not None
+                     and pd.api.types.is_numeric_dtype(getattr(column.dtype, "type", None))
+                     and not pd.api.types.is_bool_dtype(getattr(column.dtype, "type", None)))
+
+
 def typed(block: pd.DataFrame, schema: pa.DataFrameSchema) -> tuple[pd.DataFrame, list[Untyped]]:
     """A block of text typed as ``schema`` declares each column (numbers, datetimes, booleans; text as it is), and
     per column the rows whose text is not of its type (their value is null then, so the column's other checks
@@ -84,7 +93,8 @@ def typed(block: pd.DataFrame, schema: pa.DataFrameSchema) -> tuple[pd.DataFrame
     failures: list[Untyped] = []
     columns = {}
     for name, column in schema.columns.items():
-        if name not in block or column.dtype is None or not _is_text(block[name]):
+        if name not in block or column.dtype is None or not _is_text(block[name]) and not _read_as_numbers(
+                block[name], column.dtype):
             continue
         values, bad = _as(block[name], column.dtype)
         if values is not None:
@@ -96,6 +106,11 @@ def typed(block: pd.DataFrame, schema: pa.DataFrameSchema) -> tuple[pd.DataFrame
 
 def _is_text(values: pd.Series) -> bool:
     return pd.api.types.is_string_dtype(values) or values.dtype == object
+
+
+def _read_as_numbers(values: pd.Series, dtype: Any) -> bool:
+    """A column the reader gave as float64 whose schema wants whole numbers: typed as its text would be."""
+    return values.dtype == np.float64 and pd.api.types.is_integer_dtype(getattr(dtype, "type", None))
 
 
 def _arrow(text: pd.Series) -> pa_arrow.ChunkedArray | pa_arrow.Array:
@@ -140,7 +155,7 @@ def _as(text: pd.Series, dtype: Any) -> tuple[pd.Series | None, np.ndarray | Non
         bad = present & values.isna().to_numpy()
         return values.astype("boolean" if values.isna().any() else "bool"), bad
     if pd.api.types.is_numeric_dtype(kind):
-        numbers, bad = _numbers(text)
+        numbers, bad = _numbers(text) if _is_text(text) else (text.to_numpy("float64"), np.zeros(len(text), bool))
         if pd.api.types.is_integer_dtype(kind):
             fraction = np.isfinite(numbers) & (numbers != np.round(numbers))
             bad |= fraction | np.isinf(numbers)

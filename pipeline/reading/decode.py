@@ -124,26 +124,32 @@ def select_columns(header: list[str], path: Path, table: str) -> dict[str, str]:
     return {name: by_name[name] for name in wanted if name in by_name}
 
 
+_CONVERSION = "conversion error"  # pyarrow's words for a value that is not of its column's type
+
+
 class OpenQuote(Exception):
     """A block (not the last) ended inside a quote: it is read again with the next one."""
 
 
 def parse_block(data: bytes, header: list[str], columns: dict[str, str], line: int, path: Path, table: str, *,
-                 last: bool) -> tuple[pd.DataFrame, list[int]]:
+                 last: bool, numbers: frozenset[str] = frozenset()) -> tuple[pd.DataFrame, list[int]]:
     """One block's rows (its first line is ``line``) and the lines of its ragged rows: fast through pyarrow;
-    exact line numbers through the csv module when rows span lines."""
+    exact line numbers through the csv module when rows span lines. Every column is text, but those of
+    ``numbers`` (canonical names), which are float64 where each of their values in the block reads as one (a
+    column with any other text is read as text, like the rest)."""
     ragged: list[int] = []
-    convert = pv.ConvertOptions(
-        include_columns=list(columns.values()),
-        column_types={name: pa.string() for name in columns.values()},
-        null_values=[""],
-        strings_can_be_null=True,
-        quoted_strings_can_be_null=True,
-        check_utf8=False,  # Undecodable checked every byte of the block
-    )
     arrow, block = None, min(_BLOCK, max(_MIN_ARROW_BLOCK, len(data) // 4))  # parts parsed on threads
+    as_numbers = {source for name, source in columns.items() if name in numbers}
     while arrow is None:
         ragged.clear()
+        convert = pv.ConvertOptions(
+            include_columns=list(columns.values()),
+            column_types={name: pa.float64() if name in as_numbers else pa.string() for name in columns.values()},
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=True,
+            check_utf8=False,  # Undecodable checked every byte of the block
+        )
         try:
             arrow = pv.read_csv(
                 pa.py_buffer(data),
@@ -152,6 +158,9 @@ def parse_block(data: bytes, header: list[str], columns: dict[str, str], line: i
                 convert_options=convert,
             )
         except (pa.ArrowInvalid, pa.ArrowException) as exc:
+            if as_numbers and _CONVERSION in str(exc):
+                as_numbers = set()  # text in a number column: the block is read as text, and typed by its reader
+                continue
             if "straddl" not in str(exc) or block >= min(len(data), _MAX_BLOCK):
                 break  # not a row longer than a block: the csv module says what it is
             block *= 2  # a row longer than a block (a long field, or a quote that never closes)
@@ -245,6 +254,8 @@ class LongFields:
         over = np.zeros(len(frame), dtype=bool)
         for name in frame.columns:
             column = arrow.column(name)
+            if not pa.types.is_string(column.type) and not pa.types.is_large_string(column.type):
+                continue  # a column read as numbers holds no long field
             if not any((pc.max(pc.utf8_length(chunk)).as_py() or 0) > self.max_chars for chunk in column.chunks):
                 continue
             lengths = pc.fill_null(pc.utf8_length(column), 0).to_numpy()

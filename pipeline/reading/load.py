@@ -84,7 +84,8 @@ def read_table(path: Path, table: str, *, block_bytes: int = BLOCK_BYTES,
 
 def read_blocks(path: Path, table: str, *, block_bytes: int = BLOCK_BYTES,
                 max_expanded_bytes: int = MAX_EXPANDED_BYTES, max_expansion_ratio: float = MAX_EXPANSION_RATIO,
-                max_field_chars: int = MAX_FIELD_CHARS, select: Select = select_columns) -> "TextBlocks":
+                max_field_chars: int = MAX_FIELD_CHARS, select: Select = select_columns,
+                numbers: frozenset[str] = frozenset()) -> "TextBlocks":
     """Read one raw table as a stream of text blocks of about ``block_bytes`` bytes of the file's text each.
 
     Memory stays bounded by about a block whatever the file's size: the text is read (a ``.gz`` decompressed)
@@ -96,12 +97,14 @@ def read_blocks(path: Path, table: str, *, block_bytes: int = BLOCK_BYTES,
     (``file_empty``, ``encoding``, header problems, ``malformed_row``, ``table_empty`` ...) is raised while
     iterating, after the whole file was looked at, so it is the one (with every line) that reading the file
     at once finds; blocks taken before it must then be dropped. ``select`` picks the columns read from the header
-    (by default a MIMIC table's, under their canonical names; :func:`every_column` reads a table of any kind).
+    (by default a MIMIC table's, under their canonical names; :func:`every_column` reads a table of any kind);
+    the columns of ``numbers`` are read as float64 in a block where every value of theirs is a number.
     """
     if block_bytes < 1:
         raise ValueError(f"block_bytes must be at least 1, not {block_bytes}")
     return TextBlocks(Path(path), table, block_bytes=block_bytes, max_expanded_bytes=max_expanded_bytes,
-                      max_expansion_ratio=max_expansion_ratio, max_field_chars=max_field_chars, select=select)
+                      max_expansion_ratio=max_expansion_ratio, max_field_chars=max_field_chars, select=select,
+                      numbers=numbers)
 
 
 class TextBlocks:
@@ -110,8 +113,10 @@ class TextBlocks:
     was taken: ``sha256`` (of the file's bytes), ``rows`` and ``problems`` (rows left out, field_too_long)."""
 
     def __init__(self, path: Path, table: str, *, block_bytes: int, max_expanded_bytes: int,
-                 max_expansion_ratio: float, max_field_chars: int, select: Select = select_columns) -> None:
+                 max_expansion_ratio: float, max_field_chars: int, select: Select = select_columns,
+                 numbers: frozenset[str] = frozenset()) -> None:
         self.path = path
+        self.numbers = numbers
         self.table = table
         self.select = select
         self.sha256: str | None = None
@@ -156,7 +161,8 @@ class TextBlocks:
             if not data:
                 continue
             try:
-                frame, bad_rows = parse_block(data, header, columns, line, path, table, last=last)
+                frame, bad_rows = parse_block(data, header, columns, line, path, table, last=last,
+                                              numbers=self.numbers)
             except OpenQuote:
                 pending = data
                 continue

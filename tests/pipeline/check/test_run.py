@@ -124,6 +124,25 @@ def test_text_that_is_not_a_number_and_a_missing_column_are_named_with_their_lin
     assert ("table_schema", "ITEMID") in found and run.exit_code == 1
 
 
+def test_a_number_column_reads_alike_in_a_block_of_numbers_and_in_a_block_with_text(tmp_path):
+    """A block whose number columns hold only numbers is read as numbers, one with text in them as text and typed
+    after: the same values and the same failures either way (a whole float is an integer, inf a number the finite
+    check names, NaN and a blank the nulls of a nullable column, text a failure of the dtype), each by its line."""
+    rows = ["100375.0,inf", "2,NaN", "3, 5", "4,", "5,1e3"] * 40  # lines 2..201: numbers only
+    rows[150] = "x,1"  # line 152: text in HADM_ID, so its block is read as text
+    (tmp_path / "t.csv").write_text("HADM_ID,Z\n" + "\n".join(rows) + "\n")
+    schema = pa.DataFrameSchema({"HADM_ID": pa.Column(int, nullable=True),
+                                 "Z": pa.Column(float, pa.Check.finite(), nullable=True)})
+    config = load_config()
+    found = {}
+    for block_bytes in (1 << 20, 256):  # one block; blocks of a few rows, most of them numbers only
+        run = check_table(tmp_path / "t.csv", schema, config, block_bytes=block_bytes)
+        found[block_bytes] = {(f.check, f.column): (f.count, f.lines[:4]) for f in run.report.findings}
+    assert found[1 << 20] == found[256]
+    assert found[256][("table_schema", "HADM_ID")] == (1, [152])
+    assert found[256][("finite", "Z")] == (39, [2, 7, 12, 17])  # line 152's inf is now text's row
+
+
 @pytest.mark.parametrize("schema", ["nowhere.yaml", "no_such_module:Schema", "pipeline.cli:app"])
 def test_a_schema_that_cannot_be_used_cannot_run(table, schema):
     done = runner.invoke(app, ["check", str(table[0]), "--schema", schema])
