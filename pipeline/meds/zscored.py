@@ -22,6 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from schemas.errors import out_of_memory
+
 VOCAB_INDEX = "code/vocab_index"
 
 
@@ -31,7 +33,9 @@ def is_normalized(paths: list[Path]) -> bool:
     for path in paths:
         try:
             schema = pq.read_schema(path)
-        except (OSError, pa.ArrowException):
+        except (OSError, pa.ArrowException) as exc:
+            if out_of_memory(exc):
+                raise
             continue
         return "code" in schema.names and pa.types.is_integer(schema.field("code").type)
     return False

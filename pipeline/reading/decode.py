@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pv
 
 from pipeline.reading.load_error import load_error
-from schemas.errors import SAMPLE_CAP, StageError
+from schemas.errors import SAMPLE_CAP, StageError, out_of_memory
 from schemas.raw import ADMISSION_CATEGORICALS, ALIASES, OPTIONAL, REQUIRED
 
 _HEADER_BYTES = 1 << 16  # the header is read from the text's first bytes
@@ -152,6 +152,8 @@ def parse_block(data: bytes, header: list[str], columns: dict[str, str], line: i
                 convert_options=convert,
             )
         except (pa.ArrowInvalid, pa.ArrowException) as exc:
+            if out_of_memory(exc):
+                raise
             if "straddl" not in str(exc) or block >= min(len(data), _MAX_BLOCK):
                 break  # not a row longer than a block: the csv module says what it is
             block *= 2  # a row longer than a block (a long field, or a quote that never closes)

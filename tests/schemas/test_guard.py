@@ -191,3 +191,17 @@ def test_guarded_applied_at_call_time_records_stage_and_schemas_and_guards_both_
 def test_exactly_one_other_failing_check_is_counted():
     error = _raised(_frame(X=[1.0, 2.0, -50.0, -60.0], Y=[5.0, np.nan, 7.0, 8.0]))
     assert error.detail == "_Rows failed; 1 other column checks failed too"
+
+
+def test_a_check_that_runs_out_of_memory_raises_it_never_a_stage_error():
+    """Pandera reports a check that raised as the check failing (its failure case 'MemoryError()'): guarded, that read
+    as bad data (exit 1). Memory that runs out is raised as such."""
+    class Checked(pa.DataFrameModel):
+        X: Series[float]
+
+        @pa.check("X")
+        def exhausted(cls, values: pd.Series) -> pd.Series:
+            raise MemoryError
+
+    with pytest.raises(MemoryError):
+        guard.check_frame(Checked, pd.DataFrame({"X": [1.0, 2.0]}), stage="scale", side="input")

@@ -56,3 +56,20 @@ def test_the_reference_std_is_the_whole_data_s_whatever_the_shards(tmp_path):
     ready = readiness(combined.fitted, combined.codes)
     assert ready.loc["A", "std64"] > 0.005 and ready.loc["A", "non_finite"] == 300  # float32 cancels: std 0 or NaN
     assert "cancellation" in ready.loc["A", "why"]
+
+
+def test_a_shard_read_when_memory_runs_out_raises_it_never_an_unreadable_shard(tmp_path, monkeypatch):
+    """Arrow's MemoryError is an ArrowException too: it was reported as the shard being unreadable (a finding about
+    the data)."""
+    import pytest
+
+    from pipeline.meds import shards
+
+    path = _write(tmp_path / "train" / "0.parquet", [1], [0], ["A"], [1.0])
+
+    def exhausted(*args, **kwargs):
+        raise pa.lib.ArrowMemoryError("malloc of size 4096 failed")
+
+    monkeypatch.setattr(shards.pq, "read_table", exhausted)
+    with pytest.raises(MemoryError):
+        read_shard(path, "train/0", fit=True, bound=1e10)
