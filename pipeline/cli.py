@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 import textwrap
 from enum import Enum
 from pathlib import Path
@@ -18,26 +19,25 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pipeline.cache import Cache, CacheError, cleared_lines, contents, shown_lines
+from pipeline.cache import Cache, cleared_lines, contents, shown_lines
 from pipeline.cache import clear as clear_cache
 from pipeline.cache import default_dir as default_cache_dir
-from pipeline.config import Config, ConfigError, load_config
+from pipeline.config import Config, load_config
 from pipeline.builds import TARGETS
 from pipeline.builds import build as run_build
 from pipeline.engines import (AUTO, ENGINES, Engine, EngineOptions, InputSize, labevents_size, meds_size, names,
                               open_engine, resolve)
 from pipeline.engines.registry import AUTO_PARTS_BYTES, LARGE, SMALL
+from pipeline.exits import CANNOT_RUN, ended, guarded_run, prepare, said_of, say
 from pipeline.flow import ORDER
 from pipeline.flow import steps as run_steps
 from pipeline.flow import validate as run_validate
 from pipeline.meds import is_meds, meds_steps, validate_meds
-from pipeline.output.paths import OutputError
-from pipeline.kernel.handed import ScratchError
 from pipeline.reporting.progress import progress_for
 from pipeline.reporting.report import Report, as_shown, tally
 from schemas.catalogue import in_flow_order
 from schemas.catalogue import CHECKS, LOCKED
-from schemas.errors import ValidationDisabled
+from schemas.errors import out_of_memory
 
 
 class _Flags:
@@ -130,8 +130,8 @@ def _opened(err: Console, engine: EngineName, options: EngineOptions, size: Inpu
         try:
             running = stack.enter_context(open_engine(kind.name, options))
         except Exception as exc:  # noqa: BLE001 - an engine that cannot start: say why, no traceback
-            err.print(f"[bold red]badpoints: cannot run:[/] {kind.starts} did not start "
-                      f"({type(exc).__name__}: {escape(str(exc)[:200])})")
+            say(err, *(said_of(exc) if out_of_memory(exc) else
+                       (CANNOT_RUN, f"{kind.starts} did not start ({type(exc).__name__}: {str(exc)[:200]})")))
             raise typer.Exit(2)
         yield running
 
@@ -182,9 +182,9 @@ def validate(
     (except with --html, which needs the stages' data).
     """
     console, err = _consoles()
-    settings = _guarded_run(err, lambda: load_config(config))
-    options = _guarded_run(err, lambda: EngineOptions(workers=workers, memory_limit=memory_limit,
-                                                      partitions=partitions, scheduler=scheduler))
+    settings = guarded_run(err, lambda: load_config(config))
+    options = guarded_run(err, lambda: EngineOptions(workers=workers, memory_limit=memory_limit,
+                                                    partitions=partitions, scheduler=scheduler))
     if compare is not None and not (is_meds(data_dir) and is_meds(compare)):
         err.print(f"[bold red]badpoints: cannot run:[/] --compare takes two MEDS folders (data/ and metadata/); "
                   f"{escape(str(compare if is_meds(data_dir) else data_dir))} is not one")
@@ -197,9 +197,9 @@ def validate(
     where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, options=options)
     with where as (cache, running):  # the engine's parts of LABEVENTS last until the HTML report read them
         with progress_for(err, quiet=quiet, steps=len(run_steps(settings)), title="validate") as progress:
-            result = _guarded_run(err, lambda: run_validate(data_dir, settings, show_values=show_values,
-                                                            progress=progress, cache=cache, engine=running,
-                                                            reuse_report=html_path is None))
+            result = guarded_run(err, lambda: run_validate(data_dir, settings, show_values=show_values,
+                                                           progress=progress, cache=cache, engine=running,
+                                                           reuse_report=html_path is None))
         _cache_warning(err, cache)
         if result.cached:
             err.print("report reused from the cache: inputs, config and badpoints unchanged (--no-cache to rerun)")
@@ -215,8 +215,8 @@ def _meds_run(err: Console, data_dir: Path, settings: Config, *, compare: Option
     stage's progress steps."""
     with _opened(err, engine, options, meds_size(data_dir)) as running, \
             progress_for(err, quiet=quiet, steps=len(meds_steps()), title="validate") as progress:
-        return _guarded_run(err, lambda: validate_meds(data_dir, settings, compare=compare, engine=running,
-                                                       progress=progress))
+        return guarded_run(err, lambda: validate_meds(data_dir, settings, compare=compare, engine=running,
+                                                      progress=progress))
 
 
 def _reported(console: Console, err: Console, result: Any, settings: Config, *, quiet: bool,
@@ -256,16 +256,16 @@ def build(
         err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(data_dir))} is a MEDS dataset: `badpoints "
                   "validate` checks it; `build` reads MIMIC CSVs only for now")
         raise typer.Exit(2)
-    settings = _guarded_run(err, lambda: load_config(config))
-    options = _guarded_run(err, lambda: EngineOptions(workers=workers, memory_limit=memory_limit,
-                                                      partitions=partitions, scheduler=scheduler))
+    settings = guarded_run(err, lambda: load_config(config))
+    options = guarded_run(err, lambda: EngineOptions(workers=workers, memory_limit=memory_limit,
+                                                    partitions=partitions, scheduler=scheduler))
     where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, options=options)
     with where as (cache, running), \
             progress_for(err, quiet=quiet, steps=len(run_steps(settings, build=BuildTarget(to).value)),
                          title="build") as progress:
-        result = _guarded_run(err, lambda: run_build(data_dir, out, settings, show_values=show_values,
-                                                     progress=progress, cache=cache, engine=running,
-                                                     to=BuildTarget(to).value))
+        result = guarded_run(err, lambda: run_build(data_dir, out, settings, show_values=show_values,
+                                                    progress=progress, cache=cache, engine=running,
+                                                    to=BuildTarget(to).value))
     _cache_warning(err, cache)
     _print_report(console, result.report, quiet=quiet)
     _print_summary(console, result.report)
@@ -304,7 +304,7 @@ def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `b
         what = "is not a folder" if out_dir.exists() else "does not exist"
         err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(out_dir))} {what}")
         raise typer.Exit(2)
-    summary = _guarded_run(err, lambda: inspect_build(out_dir, stages=ORDER.stages))
+    summary = guarded_run(err, lambda: inspect_build(out_dir, stages=ORDER.stages))
     listed = item_lines(summary, top=ITEM_ROWS if top is None else top) if items or top is not None else []
     for line in [*summary.lines, *listed]:
         console.print(escape(line))
@@ -343,34 +343,11 @@ def printable(text: str) -> str:
 
 
 def _consoles() -> tuple[Console, Console]:
-    """stdout for the report, stderr for progress and problems; no colour where they are not terminals."""
-    return _Console(highlight=False, soft_wrap=True), _Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _guarded_run(err: Console, run):
-    try:
-        return run()
-    except (ConfigError, ValidationDisabled, OutputError, ScratchError, CacheError) as exc:
-        err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(exc))}")
-        raise typer.Exit(2)
-    except Exception as exc:  # noqa: BLE001 - never a traceback for a user; the type is enough to report
-        if os.environ.get("BADPOINTS_DEBUG"):
-            raise
-        if type(exc).__module__.split(".")[0] == "distributed":  # the cluster failed, not the data or badpoints
-            err.print(f"[bold red]badpoints: cannot run:[/] the Dask cluster failed ({type(exc).__name__}: "
-                      f"{escape(_opening(str(exc), 300))}), most often a worker killed at its memory limit: raise "
-                      "--memory-limit, or use more --partitions")
-            raise typer.Exit(2)
-        err.print(f"[bold red]badpoints: internal error[/] ({type(exc).__name__}); this is a bug in badpoints. "
-                  "Rerun with BADPOINTS_DEBUG=1 for the traceback and report it.")
-        raise typer.Exit(2)
-
-
-def _opening(text: str, limit: int) -> str:
-    """``text`` on one line, cut at a word before ``limit`` characters (a Dask error names the task and the worker
-    lost first, then adds advice and links)."""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
+    """stdout for the report, stderr for progress and problems; no colour where they are not terminals. What saying
+    why a run ended takes is held from here on (:func:`pipeline.exits.prepare`)."""
+    console, err = _Console(highlight=False, soft_wrap=True), _Console(stderr=True, highlight=False, soft_wrap=True)
+    prepare(err)
+    return console, err
 
 
 def _write_json(err: Console, report: Report, json_path: Optional[Path]) -> None:
@@ -419,7 +396,7 @@ def _write_file(err: Console, path: Path, write) -> None:
             return exc
         return None
 
-    problem = _guarded_run(err, attempt)
+    problem = guarded_run(err, attempt)
     if problem is not None:
         err.print(f"[bold red]badpoints: cannot write {escape(str(path))}:[/] {escape(problem.strerror or '')}")
         raise typer.Exit(2)
@@ -456,9 +433,9 @@ def cache_folder(cache_dir: Annotated[Optional[Path], _CACHE_DIR] = None,
                   "$XDG_CACHE_HOME or home directory (name one with --cache-dir)")
         raise typer.Exit(2)
     if clear:
-        lines = cleared_lines(_guarded_run(err, lambda: clear_cache(root)))
+        lines = cleared_lines(guarded_run(err, lambda: clear_cache(root)))
     else:
-        lines = shown_lines(_guarded_run(err, lambda: contents(root)))
+        lines = shown_lines(guarded_run(err, lambda: contents(root)))
     for line in lines:
         console.print(escape(line))
 
@@ -575,8 +552,12 @@ def _funnel(steps: list[dict]) -> list[tuple[str, int]]:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app(prog_name="badpoints")
+    """Console-script entry point: what escapes a command (a context that failed in turn as the command ended it, out
+    of memory) is said in one line, exit 2, never a traceback."""
+    try:
+        app(prog_name="badpoints")
+    except Exception as exc:  # noqa: BLE001 - see pipeline.exits.ended
+        sys.exit(ended(exc))
 
 
 if __name__ == "__main__":
