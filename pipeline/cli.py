@@ -136,6 +136,13 @@ def _opened(err: Console, engine: EngineName, options: EngineOptions, size: Inpu
         yield running
 
 
+def _engine_options(workers: int, memory_limit: str, partitions: Optional[int], scheduler: Optional[str],
+                    quiet: bool) -> EngineOptions:
+    """The engine options the command line gives; with -q the engine's own processes log errors only."""
+    return EngineOptions(workers=workers, memory_limit=memory_limit, partitions=partitions, scheduler=scheduler,
+                         logs="error" if quiet else EngineOptions.logs)
+
+
 def _cache(err: Console, root: Optional[Path]) -> Optional[Cache]:
     """The run's cache, opened before any work: the run that makes the folder says where it is, once (before
     anything could stop the run). With no folder to put it in, a warning and none (the cache only saves time)."""
@@ -183,8 +190,7 @@ def validate(
     """
     console, err = _consoles()
     settings = guarded_run(err, lambda: load_config(config))
-    options = guarded_run(err, lambda: EngineOptions(workers=workers, memory_limit=memory_limit,
-                                                    partitions=partitions, scheduler=scheduler))
+    options = guarded_run(err, lambda: _engine_options(workers, memory_limit, partitions, scheduler, quiet))
     if compare is not None and not (is_meds(data_dir) and is_meds(compare)):
         err.print(f"[bold red]badpoints: cannot run:[/] --compare takes two MEDS folders (data/ and metadata/); "
                   f"{escape(str(compare if is_meds(data_dir) else data_dir))} is not one")
@@ -257,8 +263,7 @@ def build(
                   "validate` checks it; `build` reads MIMIC CSVs only for now")
         raise typer.Exit(2)
     settings = guarded_run(err, lambda: load_config(config))
-    options = guarded_run(err, lambda: EngineOptions(workers=workers, memory_limit=memory_limit,
-                                                    partitions=partitions, scheduler=scheduler))
+    options = guarded_run(err, lambda: _engine_options(workers, memory_limit, partitions, scheduler, quiet))
     where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, options=options)
     with where as (cache, running), \
             progress_for(err, quiet=quiet, steps=len(run_steps(settings, build=BuildTarget(to).value)),

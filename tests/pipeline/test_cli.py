@@ -420,3 +420,22 @@ def test_an_engine_that_cannot_start_is_cannot_run_naming_it(monkeypatch):
     assert "cannot run: the Dask cluster did not start (OSError: no cluster here)" in said
     assert "Traceback" not in result.output
 
+
+@pytest.mark.parametrize(("quiet", "logs"), [(["-q"], "error"), ([], "warning")])
+def test_quiet_opens_a_dask_cluster_that_logs_errors_only(monkeypatch, meds_folder, quiet, logs):
+    """-q means errors and the summary only: the cluster's own processes (nannies, workers) log errors only; a
+    cluster that cannot start still says so, exit 2."""
+    import dataclasses
+
+    from pipeline.engines import registry
+
+    opened = []
+
+    def refused(options):
+        opened.append(options.logs)
+        raise OSError("no cluster here")
+
+    monkeypatch.setitem(registry.ENGINES, "dask", dataclasses.replace(registry.ENGINES["dask"], opens=refused))
+    result = runner.invoke(app, ["validate", str(meds_folder), *quiet, "--engine", "dask"])
+    assert result.exit_code == 2 and opened == [logs], result.output
+    assert "cannot run: the Dask cluster did not start (OSError: no cluster here)" in " ".join(result.output.split())
