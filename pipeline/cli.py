@@ -6,7 +6,7 @@ Exit codes: 0 = no errors (warnings allowed), 1 = the data has errors, 2 = it co
 from __future__ import annotations
 
 import contextlib
-import os
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Optional
@@ -16,28 +16,27 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pipeline.cache import Cache, CacheError
+from pipeline.cache import Cache
 from pipeline.cache import default_dir as default_cache_dir
 from pipeline.cache_folder import clear as clear_cache
 from pipeline.cache_folder import cleared_lines, contents, shown_lines
-from pipeline.config import Config, ConfigError, load_config
+from pipeline.config import Config, load_config
 from pipeline.builds import TARGETS
 from pipeline.builds import build as run_build
 from pipeline.engines import (AUTO, ENGINES, Engine, EngineOptions, InputSize, labevents_size, meds_size, names,
                               open_engine, resolve)
 from pipeline.engines.registry import AUTO_PARTS_BYTES, LARGE, SMALL
+from pipeline.exits import CANNOT_RUN, ended, guarded_run, prepare, said_of, say
 from pipeline.flow import ORDER
 from pipeline.flow import steps as run_steps
 from pipeline.flow import validate as run_validate
 from pipeline.meds import is_meds, meds_steps, validate_meds
-from pipeline.output.paths import OutputError
-from pipeline.kernel.handed import ScratchError
 from pipeline.reporting.progress import progress_for
 from pipeline.reporting.report import Report
 from pipeline.reporting.terminal import TerminalConsole, consoles, print_report, print_summary
 from schemas.catalogue import in_flow_order
 from schemas.catalogue import CHECKS, LOCKED
-from schemas.errors import StageError, ValidationDisabled
+from schemas.errors import StageError, out_of_memory
 
 
 class _Flags:
@@ -131,10 +130,17 @@ def _opened(err: Console, engine: EngineName, options: EngineOptions, size: Inpu
         try:
             running = stack.enter_context(open_engine(kind.name, options))
         except Exception as exc:  # noqa: BLE001 - an engine that cannot start: say why, no traceback
-            err.print(f"[bold red]badpoints: cannot run:[/] {kind.starts} did not start "
-                      f"({type(exc).__name__}: {escape(str(exc)[:200])})")
+            say(err, *(said_of(exc) if out_of_memory(exc) else
+                       (CANNOT_RUN, f"{kind.starts} did not start ({type(exc).__name__}: {str(exc)[:200]})")))
             raise typer.Exit(2)
         yield running
+
+
+def _engine_options(workers: int, memory_limit: str, partitions: Optional[int], scheduler: Optional[str],
+                    quiet: bool) -> EngineOptions:
+    """The engine options the command line gives; with -q the engine's own processes log errors only."""
+    return EngineOptions(workers=workers, memory_limit=memory_limit, partitions=partitions, scheduler=scheduler,
+                         logs="error" if quiet else EngineOptions.logs)
 
 
 def _cache(err: Console, root: Optional[Path]) -> Optional[Cache]:
@@ -182,10 +188,9 @@ def validate(
     Unchanged inputs are read from the cache; when the config is unchanged too, the earlier report is reused
     (except with --html, which needs the stages' data).
     """
-    console, err = consoles()
-    settings = _guarded_run(err, lambda: load_config(config))
-    options = _guarded_run(err, lambda: EngineOptions(workers=workers, memory_limit=memory_limit,
-                                                      partitions=partitions, scheduler=scheduler))
+    console, err = _consoles()
+    settings = guarded_run(err, lambda: load_config(config))
+    options = guarded_run(err, lambda: _engine_options(workers, memory_limit, partitions, scheduler, quiet))
     if compare is not None and not (is_meds(data_dir) and is_meds(compare)):
         err.print(f"[bold red]badpoints: cannot run:[/] --compare takes two MEDS folders (data/ and metadata/); "
                   f"{escape(str(compare if is_meds(data_dir) else data_dir))} is not one")
@@ -198,9 +203,9 @@ def validate(
     where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, options=options)
     with where as (cache, running):  # the engine's parts of LABEVENTS last until the HTML report read them
         with progress_for(err, quiet=quiet, steps=len(run_steps(settings)), title="validate") as progress:
-            result = _guarded_run(err, lambda: run_validate(data_dir, settings, show_values=show_values,
-                                                            progress=progress, cache=cache, engine=running,
-                                                            reuse_report=html_path is None))
+            result = guarded_run(err, lambda: run_validate(data_dir, settings, show_values=show_values,
+                                                           progress=progress, cache=cache, engine=running,
+                                                           reuse_report=html_path is None))
         _cache_warning(err, cache)
         if result.cached:
             err.print("report reused from the cache: inputs, config and badpoints unchanged (--no-cache to rerun)")
@@ -216,8 +221,8 @@ def _meds_run(err: Console, data_dir: Path, settings: Config, *, compare: Option
     stage's progress steps."""
     with _opened(err, engine, options, meds_size(data_dir)) as running, \
             progress_for(err, quiet=quiet, steps=len(meds_steps()), title="validate") as progress:
-        return _guarded_run(err, lambda: validate_meds(data_dir, settings, compare=compare, engine=running,
-                                                       progress=progress))
+        return guarded_run(err, lambda: validate_meds(data_dir, settings, compare=compare, engine=running,
+                                                      progress=progress))
 
 
 def _reported(console: Console, err: Console, result: Any, settings: Config, *, quiet: bool,
@@ -252,21 +257,20 @@ def build(
 ) -> None:
     """Validate, run every stage, and write guarded graphs (or, with --to meds, a MEDS dataset) only if nothing is
     an error."""
-    console, err = consoles()
+    console, err = _consoles()
     if is_meds(data_dir):
         err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(data_dir))} is a MEDS dataset: `badpoints "
                   "validate` checks it; `build` reads MIMIC CSVs only for now")
         raise typer.Exit(2)
-    settings = _guarded_run(err, lambda: load_config(config))
-    options = _guarded_run(err, lambda: EngineOptions(workers=workers, memory_limit=memory_limit,
-                                                      partitions=partitions, scheduler=scheduler))
+    settings = guarded_run(err, lambda: load_config(config))
+    options = guarded_run(err, lambda: _engine_options(workers, memory_limit, partitions, scheduler, quiet))
     where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, options=options)
     with where as (cache, running), \
             progress_for(err, quiet=quiet, steps=len(run_steps(settings, build=BuildTarget(to).value)),
                          title="build") as progress:
-        result = _guarded_run(err, lambda: run_build(data_dir, out, settings, show_values=show_values,
-                                                     progress=progress, cache=cache, engine=running,
-                                                     to=BuildTarget(to).value))
+        result = guarded_run(err, lambda: run_build(data_dir, out, settings, show_values=show_values,
+                                                    progress=progress, cache=cache, engine=running,
+                                                    to=BuildTarget(to).value))
     _cache_warning(err, cache)
     print_report(console, result.report, quiet=quiet)
     print_summary(console, result.report)
@@ -316,10 +320,10 @@ def check(
     from pipeline.check.schema import load_schema
     from pipeline.check.table import TableBlocks
 
-    console, err = consoles()
-    settings = _guarded_run(err, lambda: load_config(config))
+    console, err = _consoles()
+    settings = guarded_run(err, lambda: load_config(config))
     if is_graphs(table) and schema is None and infer is None:
-        result = _guarded_run(err, lambda: check_graphs(table, settings, num_classes=num_classes))
+        result = guarded_run(err, lambda: check_graphs(table, settings, num_classes=num_classes))
         _reported(console, err, result, settings, quiet=quiet, json_path=json_path, html_path=html_path,
                   junit_path=junit_path, show_values=show_values)
         raise typer.Exit(result.exit_code)
@@ -329,7 +333,7 @@ def check(
         raise typer.Exit(2)
     try:
         if infer is not None:
-            inferred = _guarded_run(err, lambda: infer_schema(
+            inferred = guarded_run(err, lambda: infer_schema(
                 lambda: (block for path in tables_in(table) for block in TableBlocks(path, path.name))))
             text = inferred.to_yaml().rstrip("\n") + "\n"
             _write_file(err, infer, lambda: infer.write_text(text, encoding="utf-8"))
@@ -339,10 +343,10 @@ def check(
     except StageError as problem:  # a schema or a table that cannot be read: nothing was checked
         err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(problem))}")
         raise typer.Exit(2)
-    options = _guarded_run(err, lambda: EngineOptions(workers=workers))
+    options = guarded_run(err, lambda: EngineOptions(workers=workers))
     with _opened(err, engine, options, table_size(table)) as running, \
             progress_for(err, quiet=quiet, steps=2, title="check") as progress:
-        result = _guarded_run(err, lambda: check_table(table, schema, settings, engine=running, progress=progress,
+        result = guarded_run(err, lambda: check_table(table, schema, settings, engine=running, progress=progress,
                                                        show_values=show_values))
     _reported(console, err, result, settings, quiet=quiet, json_path=json_path, html_path=html_path,
               junit_path=junit_path, show_values=show_values)
@@ -366,12 +370,12 @@ def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `b
     """
     from pipeline.output.inspect import inspect_build, item_lines, status_lines
 
-    console, err = consoles()
+    console, err = _consoles()
     if not out_dir.is_dir():  # nothing to inspect: could not run (2), like a missing DATA_DIR
         what = "is not a folder" if out_dir.exists() else "does not exist"
         err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(out_dir))} {what}")
         raise typer.Exit(2)
-    summary = _guarded_run(err, lambda: inspect_build(out_dir, stages=ORDER.stages))
+    summary = guarded_run(err, lambda: inspect_build(out_dir, stages=ORDER.stages))
     listed = item_lines(summary, top=ITEM_ROWS if top is None else top) if items or top is not None else []
     for line in [*summary.lines, *listed]:
         console.print(escape(line))
@@ -382,30 +386,12 @@ def inspect(out_dir: Annotated[Path, typer.Argument(help="A folder written by `b
     raise typer.Exit(1 if summary.problems else 0)
 
 
-def _guarded_run(err: Console, run):
-    try:
-        return run()
-    except (ConfigError, ValidationDisabled, OutputError, ScratchError, CacheError) as exc:
-        err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(exc))}")
-        raise typer.Exit(2)
-    except Exception as exc:  # noqa: BLE001 - never a traceback for a user; the type is enough to report
-        if os.environ.get("BADPOINTS_DEBUG"):
-            raise
-        if type(exc).__module__.split(".")[0] == "distributed":  # the cluster failed, not the data or badpoints
-            err.print(f"[bold red]badpoints: cannot run:[/] the Dask cluster failed ({type(exc).__name__}: "
-                      f"{escape(_opening(str(exc), 300))}), most often a worker killed at its memory limit: raise "
-                      "--memory-limit, or use more --partitions")
-            raise typer.Exit(2)
-        err.print(f"[bold red]badpoints: internal error[/] ({type(exc).__name__}); this is a bug in badpoints. "
-                  "Rerun with BADPOINTS_DEBUG=1 for the traceback and report it.")
-        raise typer.Exit(2)
-
-
-def _opening(text: str, limit: int) -> str:
-    """``text`` on one line, cut at a word before ``limit`` characters (a Dask error names the task and the worker
-    lost first, then adds advice and links)."""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
+def _consoles() -> tuple[Console, Console]:
+    """stdout for the report, stderr for progress and problems (:func:`consoles`). What saying why a run ended takes
+    is held from here on (:func:`pipeline.exits.prepare`)."""
+    console, err = consoles()
+    prepare(err)
+    return console, err
 
 
 def _write_json(err: Console, report: Report, json_path: Optional[Path]) -> None:
@@ -454,7 +440,7 @@ def _write_file(err: Console, path: Path, write) -> None:
             return exc
         return None
 
-    problem = _guarded_run(err, attempt)
+    problem = guarded_run(err, attempt)
     if problem is not None:
         err.print(f"[bold red]badpoints: cannot write {escape(str(path))}:[/] {escape(problem.strerror or '')}")
         raise typer.Exit(2)
@@ -485,16 +471,16 @@ _CLEAR = typer.Option("--clear", help="Remove the cache's entries (every parsed 
 def cache_folder(cache_dir: Annotated[Optional[Path], _CACHE_DIR] = None,
                  clear: Annotated[bool, _CLEAR] = False) -> None:
     """Show where the cache of parsed tables is, what it holds and who can read it; --clear removes its entries."""
-    console, err = consoles()
+    console, err = _consoles()
     root = cache_dir or default_cache_dir()
     if root is None:
         err.print("[bold red]badpoints: cannot run:[/] no cache folder to show: no $BADPOINTS_CACHE_DIR, "
                   "$XDG_CACHE_HOME or home directory (name one with --cache-dir)")
         raise typer.Exit(2)
     if clear:
-        lines = cleared_lines(_guarded_run(err, lambda: clear_cache(root)))
+        lines = cleared_lines(guarded_run(err, lambda: clear_cache(root)))
     else:
-        lines = shown_lines(_guarded_run(err, lambda: contents(root)))
+        lines = shown_lines(guarded_run(err, lambda: contents(root)))
     for line in lines:
         console.print(escape(line))
 
@@ -511,8 +497,12 @@ def config_defaults() -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app(prog_name="badpoints")
+    """Console-script entry point: what escapes a command (a context that failed in turn as the command ended it, out
+    of memory) is said in one line, exit 2, never a traceback."""
+    try:
+        app(prog_name="badpoints")
+    except Exception as exc:  # noqa: BLE001 - see pipeline.exits.ended
+        sys.exit(ended(exc))
 
 
 if __name__ == "__main__":

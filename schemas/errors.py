@@ -1,4 +1,5 @@
-"""The one error type of badpoints, and how failing values are described without leaking them.
+"""The one error type of badpoints, how failing values are described without leaking them, and what an error that
+says memory ran out looks like (:func:`out_of_memory`: never a finding about the data).
 
 MIMIC's data use agreement forbids sharing raw values, so by default a failing
 value is described by its *class* ("non-numeric text, 5 chars", "inf",
@@ -6,6 +7,9 @@ value is described by its *class* ("non-numeric text, 5 chars", "inf",
 """
 
 from __future__ import annotations
+
+import errno
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -151,3 +155,44 @@ def require_validation() -> None:
             f"pandera runs only part of each schema (PANDERA_VALIDATION_DEPTH={config.validation_depth.value}), "
             "so some checks would silently pass. Unset PANDERA_VALIDATION_DEPTH to validate."
         )
+
+
+# What libraries say when memory runs out but raise no MemoryError: a shared library that cannot be mapped (an import
+# or ctypes' load), errno ENOMEM in words, a thread whose stack cannot be had, C++'s std::bad_alloc, torch's CPU
+# allocator. Matched in lower case.
+_OUT_OF_MEMORY_SAID = ("memoryerror(", "failed to map segment", "cannot allocate memory", "can't allocate memory",
+                       "can't start new thread", "std::bad_alloc", "out of memory")
+
+
+def out_of_memory(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an exception it was raised from or while handling, says that memory ran out: a
+    MemoryError (numpy's and Arrow's are ones), an OSError of errno ENOMEM, or an ImportError, OSError or RuntimeError
+    in the words libraries use for it (:data:`_OUT_OF_MEMORY_SAID`). Such an error is never a finding about the
+    data: whoever catches errors to report them as findings lets these through."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
+            return True
+        if isinstance(exc, (ImportError, OSError, RuntimeError)) and said_out_of_memory(str(exc)):
+            return True
+        exc = exc.__cause__ if exc.__cause__ is not None or exc.__suppress_context__ else exc.__context__
+    return False
+
+
+def said_out_of_memory(text: str) -> bool:
+    """Whether an error's text says that memory ran out (:data:`_OUT_OF_MEMORY_SAID`)."""
+    text = text.lower()
+    return any(words in text for words in _OUT_OF_MEMORY_SAID)
+
+
+def raise_if_out_of_memory(errors: Any) -> None:
+    """A lazy pandera validation (its ``SchemaErrors``, ``errors``) reports a check that raised as that check failing
+    (``CHECK_ERROR``, its failure case the exception written out: ``MemoryError()``): where memory ran out, a
+    MemoryError is raised instead, so that it never reads as bad data."""
+    from pandera.errors import SchemaErrorReason
+
+    for error in getattr(errors, "schema_errors", ()):
+        said = str(error.failure_cases)
+        if error.reason_code == SchemaErrorReason.CHECK_ERROR and said_out_of_memory(said):
+            raise MemoryError(f"a check ran out of memory: {said[:200]}")

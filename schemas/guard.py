@@ -21,7 +21,7 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera import extensions
 
-from schemas.errors import StageError, require_validation, value_classes
+from schemas.errors import StageError, raise_if_out_of_memory, require_validation, value_classes
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -60,6 +60,7 @@ def check_frame(model: type[pa.DataFrameModel], frame: pd.DataFrame, *, stage: s
         # would be to protect the frame from changes that cannot happen; skipping it saves a full copy.
         return schema.validate(frame, lazy=True, inplace=True)
     except pa.errors.SchemaErrors as errors:
+        raise_if_out_of_memory(errors)
         raise stage_error(errors.failure_cases, stage=stage, side=side, model=model, frame=frame,
                           table=table, caller=caller, reads=reads) from None
 

@@ -139,18 +139,19 @@ class MedsFixture:
 
 
 def write_meds(root: Path, cases: Iterable[str] = (), *, seed: int = 0,
-               code_stats: Mapping[str, tuple[float, float]] | None = None) -> MedsFixture:
+               code_stats: Mapping[str, tuple[float, float]] | None = None, draws: int = DRAWS) -> MedsFixture:
     """Write a small MEDS 0.4 dataset into ``root`` with the named :data:`CASES` planted (:data:`PLANTED_CASES`:
     the cases docs/meds.md lists; ``CASES``: those and ``many_values``); returns what was written.
 
     ``code_stats`` (code: (mean, std)) adds ``values/mean`` and ``values/std`` columns to codes.parquet, null for
     the other codes, as a fit made elsewhere hands them to MEDS-Transforms' normalization (which then uses them
-    instead of its own, and gives every row of a code with a null there a null z)."""
+    instead of its own, and gives every row of a code with a null there a null z). ``draws``: each subject's lab
+    draws (three rows each); more than :data:`DRAWS` make a dataset that takes workers a while to read."""
     asked = set(cases)
     if asked - set(CASES):
         raise ValueError(f"unknown MEDS fixture cases {sorted(asked - set(CASES))}; known: {sorted(CASES)}")
     cases = tuple(name for name in CASES if name in asked)  # planted in the declared order, whatever the caller's
-    draft = _base(np.random.default_rng(seed))
+    draft = _base(np.random.default_rng(seed), draws)
     for name in cases:
         _PLANT[name](draft)
     rows = _ordered(draft)
@@ -163,7 +164,7 @@ def write_meds(root: Path, cases: Iterable[str] = (), *, seed: int = 0,
 # The base dataset ---------------------------------------------------------------------------------------------
 
 
-def _base(rng: np.random.Generator) -> Draft:
+def _base(rng: np.random.Generator, draws_each: int = DRAWS) -> Draft:
     subjects = _subjects()
     draft = Draft(rng=rng, subjects=subjects, rows=pd.DataFrame(columns=COLUMNS), listed=set(), unlisted=set(),
                   reversed_subjects=set())
@@ -172,8 +173,8 @@ def _base(rng: np.random.Generator) -> Draft:
     draft.add(subjects.assign(time=subjects["admit"] - years * np.timedelta64(365, "D"), code=BIRTH,
                               numeric_value=np.nan, text_value=None))
     draft.add(subjects.assign(time=subjects["admit"], code=ADMISSION, numeric_value=np.nan, text_value=None))
-    draws = subjects.loc[subjects.index.repeat(DRAWS)].reset_index(drop=True)
-    draws["time"] = draws["admit"] + np.tile(np.arange(DRAWS), n) * DRAW_GAP
+    draws = subjects.loc[subjects.index.repeat(draws_each)].reset_index(drop=True)
+    draws["time"] = draws["admit"] + np.tile(np.arange(draws_each), n) * DRAW_GAP
     for code, (mean, sd, _, _) in BASE_LABS.items():
         values = np.round(np.maximum(rng.normal(mean, sd, len(draws)), 0.1), 1)
         draft.add(draws.assign(code=code, numeric_value=values, text_value=None))

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import warnings
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -13,6 +16,7 @@ import pandas as pd
 from pipeline.engines.base import ahead_of_results
 from pipeline.engines.options import EngineKind, EngineOptions
 from pipeline.engines.parts import PartsEngine, parts_folder
+from pipeline.engines.workers import ctrl_c_held
 from pipeline.kernel.quarantine import LineMask
 
 
@@ -95,10 +99,15 @@ def dask_engine(options: EngineOptions | None = None, *, folder: Path | None = N
         if options.scheduler:
             client = stack.enter_context(Client(options.scheduler))
         else:
+            stack.enter_context(cluster_logs(options.logs))
+            # Started with Ctrl-C held: the cluster's thread, and every worker process it starts (also later, for a
+            # lost one), inherit SIGINT blocked, and leave Ctrl-C to this process, which stops the cluster. The
+            # resource tracker first: the thread that starts it has SIGINT unblocked after (multiprocessing's doing).
+            resource_tracker.ensure_running()
             with dask.config.set({NO_WORKERS: dask.config.get(NO_WORKERS) or NO_WORKERS_TIMEOUT,
-                                  "temporary-directory": str(parts)}):  # the scheduler's and workers' scratch
+                                  "temporary-directory": str(parts)}), ctrl_c_held():  # their scratch in parts
                 cluster = stack.enter_context(LocalCluster(
-                    n_workers=options.workers, threads_per_worker=1, processes=True,
+                    n_workers=options.workers, threads_per_worker=1, processes=True, silence_logs=False,
                     memory_limit=options.memory_limit, host="127.0.0.1", dashboard_address=None))
             client = stack.enter_context(Client(cluster))
         blind = sorted(worker for worker, sees in _seeing(client, parts).items() if not sees)
@@ -108,5 +117,40 @@ def dask_engine(options: EngineOptions | None = None, *, folder: Path | None = N
         yield DaskEngine(parts, client, options)
 
 
-KIND = EngineKind("dask", dask_engine, reads=("scheduler", "workers", "memory_limit", "partitions", "rows_per_part"),
+@contextlib.contextmanager
+def cluster_logs(level: str) -> Iterator[None]:
+    """While a LocalCluster runs, what its processes log reaches stderr from ``level`` up (``warning``, ``error``):
+    this process's scheduler, nannies and client through the handler Dask gives its loggers here, and its warnings
+    (``error``: Dask's Python warnings are ignored too); the worker processes, which its nannies start, through the
+    config Dask hands a process it starts (``DASK_INTERNAL_INHERIT_CONFIG``, read when a worker imports Dask), as
+    long as the cluster lasts."""
+    import dask
+
+    handlers = [h for h in logging.getLogger("distributed").handlers if isinstance(h, logging.StreamHandler)]
+    levels = [h.level for h in handlers]
+    inherited = os.environ.get(INHERIT)
+    given = dask.config.deserialize(inherited) if inherited else {}
+    os.environ[INHERIT] = dask.config.serialize(dask.config.merge(given, {"logging": {
+        name: level for name in ("distributed", "distributed.client", "distributed.gc")}}))
+    try:
+        with warnings.catch_warnings():
+            if level == "error":
+                warnings.filterwarnings("ignore", module="distributed")
+            for handler in handlers:
+                handler.setLevel(level.upper())
+            yield
+    finally:
+        for handler, was in zip(handlers, levels):
+            handler.setLevel(was)
+        if inherited is None:
+            os.environ.pop(INHERIT, None)
+        else:
+            os.environ[INHERIT] = inherited
+
+
+INHERIT = "DASK_INTERNAL_INHERIT_CONFIG"
+
+
+KIND = EngineKind("dask", dask_engine, reads=("scheduler", "workers", "memory_limit", "partitions", "rows_per_part",
+                                              "logs"),
                   doc="the same parts, worked on by a Dask cluster's workers", starts="the Dask cluster")

@@ -14,8 +14,8 @@ from pipeline.kernel.options import Section, setting
 @dataclass(frozen=True)
 class EngineOptions(Section):
     """The options an engine is opened with: the CLI's ``--workers``, ``--memory-limit``, ``--partitions`` and
-    ``--scheduler`` take their defaults from here, and each engine reads those its kind declares. Checked when
-    made, as a config section is (``[engine] workers must be a whole number >= 1``)."""
+    ``--scheduler`` take their defaults from here (``-q`` sets ``logs``), and each engine reads those its kind
+    declares. Checked when made, as a config section is (``[engine] workers must be a whole number >= 1``)."""
 
     NAME = "engine"
     workers: int = setting(int, 2, low=1, doc="""
@@ -27,6 +27,9 @@ class EngineOptions(Section):
         About how many LABEVENTS rows a part holds, when partitions is not given.""")
     scheduler: str | None = setting(str, None, doc="""
         An existing Dask scheduler's address (none: a fresh LocalCluster on loopback).""")
+    logs: str = setting(str, "warning", words=("warning", "error"), doc="""
+        What a LocalCluster's own processes (its scheduler, nannies and workers) log on stderr: warnings and errors,
+        or errors only (the CLI's -q).""")
 
     @property
     def part_rows(self) -> int | None:

@@ -63,7 +63,7 @@ def started(pool: Any, workers: int) -> None:
     once they are started. A process pool starts a worker per task submitted until it has them all, then no more."""
     if threading.current_thread() is not threading.main_thread():  # the main thread takes the signals
         return
-    with _ctrl_c_held():
+    with ctrl_c_held():
         for _ in range(workers):
             pool.submit(_ready)
 
@@ -72,14 +72,15 @@ def stopped(pool: Any) -> None:
     """A ``pool``'s workers told to stop and waited for, with Ctrl-C held until they are (from the main thread), so
     a Ctrl-C never breaks the shutdown off halfway, leaving workers to read a queue this process closes by exiting.
     A pass may stop its workers (the graphs'), so this happens within a run too, not only at its end."""
-    with _ctrl_c_held() if threading.current_thread() is threading.main_thread() else contextlib.nullcontext():
+    with ctrl_c_held() if threading.current_thread() is threading.main_thread() else contextlib.nullcontext():
         pool.shutdown(cancel_futures=True)
 
 
 @contextlib.contextmanager
-def _ctrl_c_held():
+def ctrl_c_held():
     """Ctrl-C held off meanwhile (from the main thread), and raised once done if it came. SIGINT is blocked in this
-    thread, so a worker started meanwhile inherits the mask; and it is only noted, not raised, by this process:
+    thread, so a worker (or a thread, which passes the mask on to the workers it starts) started meanwhile inherits
+    the mask; and it is only noted, not raised, by this process:
     another of its threads may take the signal, and Python then raises KeyboardInterrupt in the main thread wherever
     it is, between starting a worker and writing what it reads first (the worker read an empty pipe: EOFError)."""
     came: list[int] = []

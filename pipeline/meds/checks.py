@@ -19,7 +19,7 @@ from pipeline.meds.metadata import Problem
 from pipeline.meds.shards import ShardPartial
 from pipeline.reporting.findings import format_items, summary_finding
 from schemas.catalogue import CHECKS
-from schemas.errors import require_validation
+from schemas.errors import raise_if_out_of_memory, require_validation
 from schemas.guard import stage_error
 from schemas.meds import (STAGE, MedsCodes, MedsCompared, MedsDropped, MedsNormalized, MedsReadiness, MedsShards,
                           MedsSplits, MedsSubjects, MedsValues)
@@ -37,6 +37,7 @@ def failing(model: type[pa.DataFrameModel], frame: pd.DataFrame) -> Callable[[st
         model.validate(frame, lazy=True)
         return lambda check: np.zeros(len(frame), dtype=bool)
     except pa.errors.SchemaErrors as errors:
+        raise_if_out_of_memory(errors)
         cases = errors.failure_cases
     checks = cases["check"].astype(str)
     ours = checks.map(lambda check: check in CHECKS and CHECKS[check].stage == STAGE)

@@ -20,6 +20,7 @@ from pipeline.meds import zscored
 from pipeline.meds.formula import Fitted, fit_shard
 from pipeline.reading.arrow import NotRegular, opened
 from pipeline.reporting.report import as_shown
+from schemas.errors import out_of_memory
 
 CODE_COLUMNS = ["rows", "numeric", "nan", "inf", "beyond", "text_only", "min", "max",
                 "fit_n", "fit_mean", "fit_m2"]
@@ -69,6 +70,8 @@ def read_shard(path: Path, name: str, *, fit: bool | np.ndarray, bound: float,
     except NotRegular as exc:  # a FIFO or a device: never opened
         return ShardPartial(name, str(path), split, unreadable=str(exc))
     except (OSError, pa.ArrowException) as exc:
+        if out_of_memory(exc):
+            raise
         return ShardPartial(name, str(path), split, unreadable=f"{type(exc).__name__}: {exc}"[:300])
     problem = schema_problem(table) if vocab is None else zscored.schema_problem(table)
     if problem is not None:
@@ -89,6 +92,8 @@ def schema_problem(table: pa.Table) -> str | None:
     try:
         meds.DataSchema.validate(table)
     except Exception as exc:  # noqa: BLE001 - flexible_schema's errors and whatever its casts raise
+        if out_of_memory(exc):
+            raise
         cause = exc.__cause__
         return f"{exc}" + (f" ({cause})" if cause is not None else "")
     return None

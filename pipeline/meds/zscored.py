@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.reading.arrow import parquet_schema
+from schemas.errors import out_of_memory
 
 
 def is_normalized(paths: list[Path]) -> bool:
@@ -27,7 +28,9 @@ def is_normalized(paths: list[Path]) -> bool:
     for path in paths:
         try:
             schema = parquet_schema(path)
-        except (OSError, pa.ArrowException):  # not Parquet, or not a regular file (never opened)
+        except (OSError, pa.ArrowException) as exc:  # not Parquet, or not a regular file (never opened)
+            if out_of_memory(exc):
+                raise
             continue
         return "code" in schema.names and pa.types.is_integer(schema.field("code").type)
     return False

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pv
 
 from pipeline.reading.load_error import load_error
-from schemas.errors import SAMPLE_CAP, StageError
+from schemas.errors import SAMPLE_CAP, StageError, out_of_memory
 from schemas.raw import ADMISSION_CATEGORICALS, ALIASES, OPTIONAL, REQUIRED
 
 _HEADER_BYTES = 1 << 16  # the header is read from the text's first bytes
@@ -158,6 +158,8 @@ def parse_block(data: bytes, header: list[str], columns: dict[str, str], line: i
                 convert_options=convert,
             )
         except (pa.ArrowInvalid, pa.ArrowException) as exc:
+            if out_of_memory(exc):
+                raise
             if as_numbers and _CONVERSION in str(exc):
                 as_numbers = set()  # text in a number column: the block is read as text, and typed by its reader
                 continue

@@ -23,7 +23,7 @@ from pipeline.kernel.handed import value_of
 from pipeline.kernel.stage import Stage
 from schemas.catalogue import CHECKS, ERROR
 from schemas.checks import ParsedNumbers, ParsedText, parse_columns, sharing_parses
-from schemas.errors import SAMPLE_CAP, require_validation, value_classes
+from schemas.errors import SAMPLE_CAP, raise_if_out_of_memory, require_validation, value_classes
 from schemas.guard import check_frame
 from schemas.raw import (
                          DEFAULT_STAY_TOLERANCE_HOURS,
@@ -369,6 +369,7 @@ def _schema_failures(schema: pa.DataFrameSchema, frame: pd.DataFrame) -> pd.Data
         schema.validate(frame, lazy=True, inplace=True)  # nothing coerces: no copy of the text table needed
         return pd.DataFrame({"column": [], "check": [], "line": []}).astype({"line": "int64"})
     except pa.errors.SchemaErrors as errors:
+        raise_if_out_of_memory(errors)
         cases = errors.failure_cases
     unexpected = cases[cases["index"].isna()]
     if not unexpected.empty:

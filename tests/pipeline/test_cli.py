@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-import typer
-from rich.console import Console
 from typer.testing import CliRunner
 
 from pipeline import cli
@@ -166,37 +164,6 @@ def test_unwritable_html_or_junit_path_exits_2(tmp_path):
         result = runner.invoke(app, ["validate", "data/sample", "--quiet", option, str(blocker / "report")])
         assert result.exit_code == 2, result.output
         assert "cannot write" in result.output and "Traceback" not in result.output
-
-
-def test_a_dask_cluster_that_fails_mid_run_is_cannot_run_not_a_bug(monkeypatch, tmp_path):
-    """A worker killed at its memory limit surfaces as a distributed error: exit 2 with what to change."""
-    CommClosedError = type("CommClosedError", (OSError,), {"__module__": "distributed.comm.core"})
-
-    def lost_worker():
-        raise CommClosedError("in <TCP (closed) ConnectionPool.gather local=tcp://127.0.0.1>")
-
-    monkeypatch.delenv("BADPOINTS_DEBUG", raising=False)
-    err = Console(file=(tmp_path / "err.txt").open("w"), width=200)
-    with pytest.raises(typer.Exit) as stopped:
-        cli._guarded_run(err, lost_worker)
-    err.file.close()
-
-    assert stopped.value.exit_code == 2
-    said = (tmp_path / "err.txt").read_text()
-    assert "cannot run" in said and "--memory-limit" in said and "bug" not in said
-    assert "CommClosedError: in <TCP (closed) ConnectionPool.gather local=tcp://127.0.0.1>" in said  # what was lost
-
-
-def test_a_dask_error_is_shown_by_its_opening_on_one_line():
-    """KilledWorker names the task and the last worker lost first, then adds advice and a link: the opening is kept,
-    cut at a word."""
-    text = ("Attempted to run task 'chain_part-8a3f' on 4 different workers, but all those workers died while\n"
-            "running it. The last worker that attempt to run the task was tcp://127.0.0.1:36423. " + "More. " * 60)
-    shown = cli._opening(text, 300)
-    assert shown.startswith("Attempted to run task 'chain_part-8a3f' on 4 different workers, but all those workers died "
-                            "while running it. The last worker that attempt to run the task was tcp://127.0.0.1:36423.")
-    assert shown.endswith(" ...") and len(shown) <= 304 and "\n" not in shown
-    assert cli._opening("short", 300) == "short"
 
 
 @pytest.mark.skipif(not Path("/proc/self/mem").is_file(), reason="needs Linux's /proc/self/mem for a real I/O error")
@@ -490,3 +457,23 @@ def test_an_engine_that_cannot_start_is_cannot_run_naming_it(monkeypatch):
     said = " ".join(result.output.split())
     assert "cannot run: the Dask cluster did not start (OSError: no cluster here)" in said
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("quiet", "logs"), [(["-q"], "error"), ([], "warning")])
+def test_quiet_opens_a_dask_cluster_that_logs_errors_only(monkeypatch, meds_folder, quiet, logs):
+    """-q means errors and the summary only: the cluster's own processes (nannies, workers) log errors only; a
+    cluster that cannot start still says so, exit 2."""
+    import dataclasses
+
+    from pipeline.engines import registry
+
+    opened = []
+
+    def refused(options):
+        opened.append(options.logs)
+        raise OSError("no cluster here")
+
+    monkeypatch.setitem(registry.ENGINES, "dask", dataclasses.replace(registry.ENGINES["dask"], opens=refused))
+    result = runner.invoke(app, ["validate", str(meds_folder), *quiet, "--engine", "dask"])
+    assert result.exit_code == 2 and opened == [logs], result.output
+    assert "cannot run: the Dask cluster did not start (OSError: no cluster here)" in " ".join(result.output.split())

@@ -257,3 +257,31 @@ def test_a_problem_of_the_whole_file_reads_without_rows():
     assert error.whole_file is True
     assert str(error).startswith("[load:input] LABEVENTS file_missing: table file not found in /data. ")
     assert "row" not in str(error)
+
+
+@pytest.mark.parametrize(("exc", "lack"), [
+    (MemoryError(), True),
+    (ImportError("libtorch_cpu.so: failed to map segment from shared object"), True),
+    (OSError(12, "Cannot allocate memory"), True),
+    (RuntimeError("can't start new thread"), True),
+    (RuntimeError("std::bad_alloc"), True),
+    (ValueError("bad value 'out of memory'"), False),  # a data value that reads like it: a ValueError is no lack
+    (OSError(2, "No such file or directory"), False),
+    (KeyError("ITEMID"), False),
+])
+def test_out_of_memory_knows_a_lack_of_memory_however_a_library_says_it(exc, lack):
+    from schemas.errors import out_of_memory
+
+    assert out_of_memory(exc) is lack
+
+
+def test_out_of_memory_follows_what_an_error_was_raised_from():
+    from schemas.errors import out_of_memory
+
+    try:
+        try:
+            raise MemoryError
+        except MemoryError as cause:
+            raise RuntimeError("reading the shard failed") from cause
+    except RuntimeError as raised:
+        assert out_of_memory(raised)

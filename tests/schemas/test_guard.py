@@ -307,3 +307,17 @@ def test_every_column_of_a_schema_a_stage_takes_says_what_it_holds():
     undescribed = [(model.__name__, name) for model in schemas for name, column in model.to_schema().columns.items()
                    if not column.description]
     assert len(schemas) >= 8 and undescribed == []
+
+
+def test_a_check_that_runs_out_of_memory_raises_it_never_a_stage_error():
+    """Pandera reports a check that raised as the check failing (its failure case 'MemoryError()'): guarded, that read
+    as bad data (exit 1). Memory that runs out is raised as such."""
+    class Checked(pa.DataFrameModel):
+        X: Series[float]
+
+        @pa.check("X")
+        def exhausted(cls, values: pd.Series) -> pd.Series:
+            raise MemoryError
+
+    with pytest.raises(MemoryError):
+        guard.check_frame(Checked, pd.DataFrame({"X": [1.0, 2.0]}), stage="scale", side="input")

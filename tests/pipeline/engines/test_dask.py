@@ -460,3 +460,32 @@ def _config(changes: dict):
         else:
             replaced[section] = dataclasses.replace(getattr(config, section), **values)
     return dataclasses.replace(config, **replaced)
+
+
+CLUSTER_LOGS = r"""
+import logging, sys, time
+import dask
+import distributed  # its config first: a dask.config.set of one of its keys before it would drop it all on exit
+from pipeline.engines.dask import dask_engine
+
+spills = {"distributed.worker.memory.spill": 0.01, "distributed.worker.memory.target": 0.01}  # a worker warns at once
+for logs in ("warning", "error"):
+    print(f"== logs={logs}", file=sys.stderr, flush=True)
+    with dask.config.set(spills), dask_engine(workers=1, logs=logs):
+        logging.getLogger("distributed.nanny").warning("a nanny's warning")
+        logging.getLogger("distributed.nanny").error("a nanny's error")
+        time.sleep(3)  # the worker's memory monitor warns within a second of its start
+"""
+
+
+def test_a_local_clusters_warnings_reach_stderr_unless_it_logs_errors_only():
+    """-q (``logs="error"``): the nannies' warnings (in this process) and the workers' (their memory monitor's, in
+    their processes) no longer reach stderr, and neither does any Dask logs at info; their errors still do. Without
+    it, both warn as Dask does."""
+    done = subprocess.run([sys.executable, "-c", CLUSTER_LOGS], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    warned, quiet = done.stderr.split("== logs=error")
+    assert "a nanny's warning" in warned and "Unmanaged memory use is high" in warned, warned
+    (logged,) = [line for line in quiet.splitlines() if line.strip()]  # one line: the error
+    assert logged.endswith("distributed.nanny - ERROR - a nanny's error"), quiet

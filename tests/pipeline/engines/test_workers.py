@@ -3,8 +3,6 @@ part frees through a pass and all give it back after."""
 
 from __future__ import annotations
 
-import pytest
-
 from pipeline.engines.parts import PartsEngine
 
 
@@ -61,59 +59,31 @@ def test_workers_keep_freed_memory_during_a_pass_and_all_give_it_back_after(tmp_
 
 
 def _badpoints_build(tmp_path, data):
-    import subprocess
-    import sys
+    from tests.processes import badpoints
 
-    out = tmp_path / "out"
-    return subprocess.Popen([sys.executable, "-m", "pipeline.cli", "build", str(data), "--out", str(out), "--engine",
-                             "parts", "--workers", "2", "--partitions", "8", "--no-cache"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-
-
-def _workers_of(process, timeout: float = 120.0) -> list:
-    """The build's worker processes, once it has started them. A build that ends before it starts them failed
-    early (its data are large enough to need them): that fails the test, with what the build said."""
-    import time
-
-    import psutil
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and process.poll() is None:
-        children = [c for c in psutil.Process(process.pid).children(recursive=True)
-                    if "multiprocessing" in " ".join(c.cmdline())]
-        if len(children) >= 2:
-            return children
-        time.sleep(0.05)
-    out, err = process.communicate(timeout=60) if process.poll() is not None else ("", "")
-    pytest.fail(f"the build ended (exit {process.returncode}) before it started its workers: {err[-2000:]}")
+    return badpoints("build", str(data), "--out", str(tmp_path / "out"), "--engine", "parts", "--workers", "2",
+                     "--partitions", "8", "--no-cache")
 
 
 def test_a_build_killed_9_leaves_no_worker_behind(tmp_path, synthetic):
     """kill -9 of a parts build (the system's out-of-memory kill) left its spawn workers alive with parent pid 1,
-    holding their memory; each now ends within a second of its parent."""
-    import signal
-    import time
-
-    import psutil
+    holding their memory; each now ends within a second of its parent (once it has started), and the resource
+    tracker with them."""
+    from tests.processes import kill_9, left_running, started
 
     process = _badpoints_build(tmp_path, synthetic)
-    workers = _workers_of(process)
-    process.send_signal(signal.SIGKILL)
-    process.wait(timeout=30)
-    gone, alive = psutil.wait_procs([w for w in workers if w.is_running()], timeout=10)
-    assert not [w.pid for w in alive if w.status() != psutil.STATUS_ZOMBIE]
-    time.sleep(0.1)
+    under = started(process)
+    kill_9(process)
+    assert left_running(under) == []
 
 
 def test_ctrl_c_ends_a_parts_build_without_a_traceback(tmp_path, synthetic):
     """SIGINT to the process group (Ctrl-C) while the workers run: exit 130, and no worker's KeyboardInterrupt
     traceback on stderr."""
-    import os
-    import signal
+    from tests.processes import ctrl_c, started
 
     process = _badpoints_build(tmp_path, synthetic)
-    _workers_of(process)
-    os.killpg(process.pid, signal.SIGINT)
-    out, err = process.communicate(timeout=60)
+    started(process)
+    out, err = ctrl_c(process)
     assert process.returncode == 130, err
     assert "Traceback" not in out + err and "KeyboardInterrupt" not in err

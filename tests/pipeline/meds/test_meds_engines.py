@@ -65,3 +65,46 @@ def test_pandera_switched_off_refuses_a_meds_run(planted):
                           text=True, env={**os.environ, "PANDERA_VALIDATION_ENABLED": "False"}, cwd=ROOT)
     assert done.returncode == 2, done.stderr
     assert "PANDERA_VALIDATION_ENABLED" in done.stderr and "status:" not in done.stdout
+
+
+# -- the processes a MEDS run starts ---------------------------------------------------------------------------------
+BUSY_DRAWS = 2000  # lab draws a subject: 360k events in four shards, seconds of work for two workers
+
+
+@pytest.fixture(scope="module")
+def busy(tmp_path_factory):
+    """A MEDS dataset that keeps two workers busy while they are killed or interrupted."""
+    root = tmp_path_factory.mktemp("meds-busy") / "busy"
+    write_meds(root, draws=BUSY_DRAWS)
+    return root
+
+
+ENGINES = ["auto", "dask"]  # auto: on a dataset it weighs as large, the parts engine
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_meds_run_killed_9_leaves_no_process_behind(busy, engine):
+    """kill -9 of a MEDS validate while its workers run (the system's out-of-memory kill): its shard workers and the
+    resource tracker were left running, owned by init, holding their memory. Now each worker ends within seconds of
+    the run: the parts engine's by their watchdog, a LocalCluster's as their nanny's pipe closes; the resource tracker
+    once they have."""
+    from tests.processes import badpoints, kill_9, left_running, started
+
+    run = badpoints("validate", str(busy), "-q", "--engine", engine, "--workers", "2", large=True)
+    under = started(run)
+    kill_9(run)
+    assert left_running(under) == []
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_ctrl_c_ends_a_meds_run_without_a_traceback(busy, engine):
+    """Ctrl-C (SIGINT to the process group) while the workers read the shards: exit 130, no traceback and no worker's
+    KeyboardInterrupt on stderr (each worker printed its own), and no process left running."""
+    from tests.processes import badpoints, ctrl_c, left_running, started
+
+    run = badpoints("validate", str(busy), "--engine", engine, "--workers", "2", large=True)
+    under = started(run)
+    out, err = ctrl_c(run)
+    assert run.returncode == 130, err[-3000:]
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert left_running(under) == []

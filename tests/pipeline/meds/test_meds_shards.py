@@ -111,3 +111,20 @@ def test_a_shard_named_with_bytes_that_are_not_utf8_is_read_and_named_with_escap
     assert name == "train/\\xff\\xfe"
     part = read_shard(path, name, fit=True, bound=1e10)
     assert part.unreadable is None and part.rows == 2 and combine([part]).codes.loc["A", "rows"] == 2
+
+
+def test_a_shard_read_when_memory_runs_out_raises_it_never_an_unreadable_shard(tmp_path, monkeypatch):
+    """Arrow's MemoryError is an ArrowException too: it was reported as the shard being unreadable (a finding about
+    the data)."""
+    import pytest
+
+    from pipeline.meds import shards
+
+    path = _write(tmp_path / "train" / "0.parquet", [1], [0], ["A"], [1.0])
+
+    def exhausted(*args, **kwargs):
+        raise pa.lib.ArrowMemoryError("malloc of size 4096 failed")
+
+    monkeypatch.setattr(shards.pq, "read_table", exhausted)
+    with pytest.raises(MemoryError):
+        read_shard(path, "train/0", fit=True, bound=1e10)
