@@ -23,7 +23,8 @@ On an error, by default (``errors="raise"``), the call is reported in full and t
 :class:`~schemas.errors.StageError` naming the first error and counting the others: an input with an error is not
 handed to the function, and an output with one is not handed back. ``errors="collect"`` raises for no finding: the
 function runs whatever its input and its output is returned whatever it holds; the report says what was wrong (a
-script in CI ends with ``guard.report.write_json(path)`` and exits with ``guard.exit_code``).
+script in CI ends with ``guard.report.write_json(path)`` and exits with ``guard.exit_code``). ``guard.errors`` may be
+set between calls.
 """
 
 from __future__ import annotations
@@ -129,8 +130,6 @@ class Guard:
 
     def __init__(self, *, errors: str = RAISE, severity: Mapping[str, str] | None = None, show_values: bool = False,
                  max_lines: int = SAMPLE_CAP) -> None:
-        if errors not in (RAISE, COLLECT):
-            raise ValueError(f"errors is {RAISE!r} or {COLLECT!r}, not {errors!r}")
         for check, level in (severity or {}).items():
             if check not in CHECKS or level not in SEVERITIES:
                 raise ValueError(f"severity maps a check id (`badpoints checks` lists them) to one of "
@@ -139,6 +138,17 @@ class Guard:
         self.severity = dict(severity or {})
         self._colours: dict[str, str] = {}  # each guarded function's, in the order they were guarded
         self.clear()
+
+    @property
+    def errors(self) -> str:
+        """``"raise"`` or ``"collect"``; set it to change what the next calls do."""
+        return self._errors
+
+    @errors.setter
+    def errors(self, errors: str) -> None:
+        if errors not in (RAISE, COLLECT):
+            raise ValueError(f"errors is {RAISE!r} or {COLLECT!r}, not {errors!r}")
+        self._errors = errors
 
     def clear(self) -> None:
         """Forget every call (the functions stay guarded): a notebook starting over."""

@@ -391,6 +391,11 @@ def test_rows_of_a_frame_without_unique_integer_labels_are_named_by_position():
 def test_the_options_are_checked_where_they_are_given():
     with pytest.raises(ValueError, match="errors is 'raise' or 'collect'"):
         Guard(errors="ignore")
+    guard = Guard()
+    guard.errors = COLLECT
+    with pytest.raises(ValueError, match="errors is 'raise' or 'collect'"):
+        guard.errors = "warn"
+    assert guard.errors == COLLECT
     with pytest.raises(ValueError, match="severity maps a check id"):
         Guard(severity={"no_such_check": "warning"})
     with pytest.raises(ValueError, match="keeps is a share"):
