@@ -11,6 +11,7 @@ independent count of the same rows says."""
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,6 +23,7 @@ from pandera.typing import Series
 
 from pipeline import Guard
 from pipeline.check.guard import COLLECT, FRAME
+from pipeline.reporting.junit import junit_xml
 from schemas import StageError
 from schemas.errors import ValidationDisabled
 
@@ -270,6 +272,10 @@ def test_collected_calls_add_up_to_one_report_with_every_finding_and_an_exit_cod
     assert {step["table"] for step in written["attrition"]["steps"]} == {FRAME}
     frame = report.findings_frame()
     assert frame["stage"].tolist() == ["in_study_period", "with_admissions", "zscore", "zscore", "log_value"]
+    junit = ET.fromstring(junit_xml(report, name="my preprocessing"))
+    failed = {case.get("name") for case in junit.iter("testcase") if case.find("failure") is not None}
+    assert failed == {"not_empty", "added_share", "z_explained", "z_within", "finite"}
+    assert junit.get("failures") == "5"
 
 
 def test_calls_of_the_same_function_are_told_apart_by_their_number(labs):
