@@ -25,6 +25,7 @@ from pipeline import Guard
 from pipeline.check.guard import COLLECT, FRAME
 from pipeline.reporting.junit import junit_xml
 from schemas import StageError
+from schemas.catalogue import CHECKS
 from schemas.errors import ValidationDisabled
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -169,6 +170,8 @@ def test_the_filter_that_empties_the_frame_raises_and_is_in_the_report(labs):
         "in_study_period", "output", "not_empty", "call 1 output", len(labs))
     assert str(error).startswith(f"[in_study_period:output] call 1 output not_empty: no row of the {len(labs):,} it "
                                  "was handed: in_study_period emptied the frame")
+    assert "Loosen the step that removed every row" in CHECKS["not_empty"].advice  # what to do, said last
+    assert str(error).endswith(CHECKS["not_empty"].advice)
     finding = only(guard, "not_empty")
     assert (finding["stage"], finding["table"], finding["severity"], finding["count"]) == (
         "in_study_period", "call 1 output", "error", len(labs))
@@ -242,7 +245,10 @@ def test_an_input_the_schema_refuses_is_not_handed_to_the_function_unless_the_gu
     guard = Guard()
     with pytest.raises(StageError) as raised:
         scaled(guard)(broken)
-    assert calls == [] and raised.value.side == "input"
+    error = raised.value
+    assert calls == [] and (error.stage, error.side, error.check, error.column, error.table) == (
+        "zscore", "input", "table_schema", "ITEMID", "call 1 input")
+    assert str(error).startswith("[zscore:input] call 1 input.ITEMID table_schema: the table fails dtype('int64')")
     found = {(f["table"], f["column"], f["check"]) for f in guard.report.as_json()["findings"]}
     assert found == {("call 1 input", "ITEMID", "table_schema"), ("call 1 input", "VALUENUM", "table_schema")}
     assert "also: call 1 input." in str(raised.value)
@@ -250,6 +256,57 @@ def test_an_input_the_schema_refuses_is_not_handed_to_the_function_unless_the_gu
     collecting = Guard(errors=COLLECT)
     assert scaled(collecting)(broken) is broken and calls == [len(labs)]
     assert collecting.report.findings == guard.report.findings
+
+
+def test_an_input_with_failing_rows_names_the_function_the_column_the_rows_and_their_values(labs):
+    class Finite(Labs):
+        VALUENUM: Series[float] = pa.Field(nullable=True, finite=())
+
+    calls = []
+    guard = Guard()
+
+    @guard.stage(takes=Finite)
+    def zscore(frame: pd.DataFrame) -> pd.DataFrame:
+        calls.append(len(frame))
+        return frame
+
+    planted = labs.assign(VALUENUM=labs["VALUENUM"].where(~labs.index.isin([4, 40, 400]), np.inf))
+    with pytest.raises(StageError) as raised:
+        zscore(planted)
+    error = raised.value
+    assert calls == []
+    assert (error.stage, error.side, error.check, error.column, error.count, error.lines) == (
+        "zscore", "input", "finite", "VALUENUM", 3, [4, 40, 400])
+    assert error.failure_cases.to_dict("list") == {"line": [4, 40, 400], "value_class": ["inf"] * 3}
+    assert str(error).startswith("[zscore:input] call 1 input.VALUENUM finite failed on 3 rows (lines 4, 40, 400): "
+                                 "inf ×3.")
+    assert str(error).endswith(CHECKS["finite"].advice)
+    finding = only(guard, "finite")
+    assert (finding["stage"], finding["table"], finding["column"], finding["count"]) == (
+        "zscore", "call 1 input", "VALUENUM", 3)
+    assert guard.ledger().empty
+
+
+def test_a_step_that_keeps_less_than_its_share_raises_saying_how_many_it_kept(labs):
+    guard = Guard()
+
+    @guard.stage(keeps=0.9)
+    def abnormal_only(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame[frame["FLAG"].notna()]
+
+    kept = int(labs["FLAG"].notna().sum())
+    assert kept < 0.9 * len(labs)
+    with pytest.raises(StageError) as raised:
+        abnormal_only(labs)
+    error = raised.value
+    assert (error.stage, error.side, error.check, error.column, error.count) == (
+        "abnormal_only", "output", "kept_share", None, len(labs) - kept)
+    assert str(error).startswith(f"[abnormal_only:output] call 1 output kept_share: kept {kept:,} of {len(labs):,} "
+                                 f"rows ({kept / len(labs):.1%}), fewer than keeps=0.9")
+    assert guard.ledger()[["rows_in", "rows_out", "removed", "errors"]].to_dict("records") == [
+        {"rows_in": len(labs), "rows_out": kept, "removed": len(labs) - kept, "errors": 1}]
+    guard.stage(keeps=0.3)(abnormal_only.__wrapped__)(labs)  # the share it does keep: no finding
+    assert [f.check for f in guard.report.findings] == ["kept_share"]
 
 
 # -- call after call: the report, the ledger, the HTML, CI --------------------------------------------------------
