@@ -5,6 +5,7 @@ Notebook use::
     from pipeline.reading.load import load_text_tables
     from pipeline.reading.parse import check_raw
     from pipeline import check_graph  # any PyG graph, guarded as badpoints guards its own
+    from pipeline import Guard  # your own preprocessing functions, guarded call by call
 """
 
 from pipeline.config import Config, load_config
@@ -19,7 +20,11 @@ from pipeline.reporting.report import Finding, Report
 
 def __getattr__(name: str):
     """``load_graphs``, ``GraphDataset`` and the graph checks use torch and PyG: only when asked for, so validating
-    stays light."""
+    stays light; ``Guard`` too."""
+    if name == "Guard":
+        from pipeline.check.guard import Guard
+
+        return Guard
     if name in ("check_graph", "check_graph_files", "GraphCheck"):
         from pipeline.check import graph
 
@@ -41,6 +46,7 @@ __all__ = [
     "Finding",
     "GraphCheck",
     "GraphDataset",
+    "Guard",
     "RawResult",
     "RawTables",
     "Report",

@@ -147,8 +147,7 @@ class Prepared:
             "LABEVENTS": self.ledger(),
             **({"ADMISSIONS": admissions} if admissions is not None else {}),
             "stopped_at": self.stopped_at,
-            "steps": [dict(table=s.table, stage=s.stage, step=s.step, rows_in=s.rows_in, rows_out=s.rows_out,
-                           quarantined=s.quarantined, merged=s.merged, clipped=s.clipped) for s in self.steps],
+            "steps": [step.as_json() for step in self.steps],
         }
 
 

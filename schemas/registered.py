@@ -6,8 +6,9 @@ a frame in memory; both give the same rows.
 
 Row checks (a column's values, one row at a time): :func:`finite` (registered by :mod:`schemas.guard`),
 :func:`z_within`, :func:`code_in_range`, :func:`label_in_range`, :func:`values_within`. Table checks (what only all
-the rows tell: a group's spread, a key seen twice, an order, the rows left): :func:`z_explained`,
-:func:`keys_unique`, :func:`monotone_within`, :func:`one_value_per_group`, :func:`not_empty`, :func:`kept_share`.
+the rows tell: a group's spread, a key seen twice, an order, the rows left or added): :func:`z_explained`,
+:func:`keys_unique`, :func:`monotone_within`, :func:`one_value_per_group`, :func:`not_empty`, :func:`kept_share`,
+:func:`added_share`.
 A table check learns its state from the rows as a fit does (:data:`TABLE_FITS`: a partial per block of rows, a
 combine, a finish); on a frame in memory it fits the frame itself, and a run over blocks hands it the state of the
 whole table (:func:`fitted_on`), so a block's failing rows are the whole table's.
@@ -63,6 +64,10 @@ CHECKS = (
     CheckInfo("kept_share", STAGE, ERROR, "table that kept less than its share of the rows it came from",
               "A step removed more rows than expected (a join on the wrong key, a filter too strict); look at "
               "what it dropped before training on the rest."),
+    CheckInfo("added_share", STAGE, ERROR, "table with more rows than its share over the rows it came from",
+              "A join on a key that is not unique on its other side repeats rows (each lab row once per matching "
+              "row): deduplicate that side or join on the whole key; if the step is meant to add rows, raise "
+              "at_most."),
 )
 
 
@@ -309,7 +314,7 @@ def one_value_per_group(frame: pd.DataFrame, *, column: str, by: str) -> pd.Seri
     return pd.Series(~frame[by].isin(mixed).to_numpy(), index=frame.index)
 
 
-# not_empty and kept_share: the rows of the table
+# not_empty, kept_share and added_share: the rows of the table
 def _rows(frame: pd.DataFrame, **_: Any) -> int:
     return len(frame)
 
@@ -335,6 +340,14 @@ def kept_share(frame: pd.DataFrame, *, rows_in: int, at_least: float) -> bool:
     return _state("kept_share", frame, dict(rows_in=rows_in, at_least=at_least)) >= at_least * rows_in
 
 
+@extensions.register_check_method(statistics=["rows_in", "at_most"], supported_types=pd.DataFrame,
+                                  check_type="vectorized")
+def added_share(frame: pd.DataFrame, *, rows_in: int, at_most: float) -> bool:
+    """The table holds at most ``at_most`` (a share) more rows than the ``rows_in`` rows it was made from: 0, a step
+    that adds no row (a join that must not repeat one)."""
+    return _state("added_share", frame, dict(rows_in=rows_in, at_most=at_most)) <= (1 + at_most) * rows_in
+
+
 TABLE_FITS: dict[str, TableFit] = {
     "z_explained": TableFit(_moments, _merged_moments, _degenerate),
     "keys_unique": TableFit(_key_counts, _added_counts, _repeated),
@@ -342,6 +355,7 @@ TABLE_FITS: dict[str, TableFit] = {
     "one_value_per_group": TableFit(_group_values, _concat, _mixed),
     "not_empty": TableFit(_rows, _total, _same),
     "kept_share": TableFit(_rows, _total, _same),
+    "added_share": TableFit(_rows, _total, _same),
 }
 """Each table check's fit, by its registered name."""
 

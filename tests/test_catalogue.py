@@ -342,6 +342,7 @@ def user_table(name: str) -> Run:
         "monotone_within": ({}, [pa.Check.monotone_within(column="T", by="ITEMID")]),
         "one_value_per_group": ({}, [pa.Check.one_value_per_group(column="SPLIT", by="SUBJECT")]),
         "not_empty": ({}, [pa.Check.not_empty()]), "kept_share": ({}, [pa.Check.kept_share(rows_in=100, at_least=0.5)]),
+        "added_share": ({}, [pa.Check.added_share(rows_in=4, at_most=0.5)]),  # 8 rows from 4: more than 6
         "table_schema": ({"CODE": [pa.Check.ge(1)]}, []),  # CODE 0 twice
     }
     columns, frame_checks = checks[name]
@@ -513,6 +514,7 @@ FIRES: dict[str, Fires] = {
     "one_value_per_group": check_run("one_value_per_group", 2),
     "not_empty": check_run("not_empty", 1),
     "kept_share": check_run("kept_share", 1),
+    "added_share": check_run("added_share", 1),
     # graph
     "graph_finite": Fires(broken_graph(lambda g, _: g[EDGE].edge_attr.__setitem__((5, 1), float("inf"))), 1),
     "graph_edge_index": Fires(broken_graph(lambda g, _: _set(g[EDGE], "edge_index", g[EDGE].edge_index.int())), 1),

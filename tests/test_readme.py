@@ -19,7 +19,10 @@ def _python_blocks(page: Path) -> list[str]:
 
 
 def _run(block: str, page: Path, namespace: dict) -> None:
-    exec(compile(block, str(page.relative_to(ROOT)), "exec"), namespace)  # noqa: S102 - our own documentation
+    """Run ``block`` as a notebook cell runs it: without this module's ``from __future__`` imports (annotations left
+    as text would keep a pandera DataFrameModel in the block from finding its types)."""
+    code = compile(block, str(page.relative_to(ROOT)), "exec", dont_inherit=True)
+    exec(code, namespace)  # noqa: S102 - our own documentation
 
 
 def test_readme_python_blocks_run_each_on_its_own(capsys, monkeypatch):
@@ -70,6 +73,16 @@ def test_python_guide_blocks_run_in_order(capsys, monkeypatch):
     assert namespace["my_scaled"]["Z"].notna().all() and len(namespace["my_scaled"]) == 8
     assert ("[scale:input] LABEVENTS.VALUENUM fit_finite failed on 1 row (line 4): inf ×1. In ITEMID 50912 (1 row) "
             "of the rows handed to scale.fit_zscore.") in out
+    # "Your own functions": the filter that empties raises; collected, the join that repeats rows and the std guard
+    assert ("[in_study_period:output] call 1 output not_empty: no row of the 13,041 it was handed: in_study_period "
+            "emptied the frame") in out
+    guard = namespace["guard"]
+    assert guard.ledger()[["stage", "rows_in", "rows_out", "errors"]].values.tolist() == [
+        ["in_study_period", 13041, 0, 1], ["with_admissions", 13041, 19948, 1], ["zscore", 13041, 13041, 1]]
+    assert [(f.stage, f.check) for f in guard.report.findings] == [
+        ("in_study_period", "not_empty"), ("with_admissions", "added_share"), ("zscore", "z_within")]
+    assert 51100 in guard.report.findings[-1].items  # Sodium, Urine: its normal values are all equal
+    assert "1 errors" in out and len(namespace["joined"]) == 19948
 
 
 def test_graph_guide_blocks_run_in_order(capsys, monkeypatch):

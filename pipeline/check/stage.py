@@ -107,16 +107,17 @@ class Failures:
             merged[key] = merged[key] + failed if key in merged else failed
         return Failures(merged)
 
-    def findings(self, table: str, *, max_lines: int) -> list[Finding]:
+    def findings(self, table: str, *, max_lines: int, stage: str = NAME) -> list[Finding]:
         """One finding per (check, column): its rows, the first lines, the groups named (all of them in the
-        finding's ``items``, the most rows first)."""
+        finding's ``items``, the most rows first); reported by ``stage`` (the check stage, or a user's function
+        guarded by :class:`pipeline.check.guard.Guard`)."""
         found = []
         for (check, what, column), failed in sorted(self.failed.items(), key=lambda kv: (kv[0][0], kv[0][2] or "")):
             rows = f"{failed.rows:,} row{'s' if failed.rows != 1 else ''}" if failed.rows else "the table"
             groups = (f", in {len(failed.groups)} group(s): {format_items(failed.groups.sort_index())}"
                       if len(failed.groups) else "")
             finding = summary_finding(
-                stage=NAME, check=check, table=table, column=column, count=max(failed.rows, 1),
+                stage=stage, check=check, table=table, column=column, count=max(failed.rows, 1),
                 lines=[int(line) for line in np.sort(failed.lines)[:max_lines]],
                 message=f"{rows} fail{'s' if failed.rows == 1 or not failed.rows else ''} {what}{groups}",
                 items=failed.groups.sort_index() if len(failed.groups) else None)
@@ -132,12 +133,13 @@ def prepared(block: pd.DataFrame, schema: pa.DataFrameSchema, *, max_lines: int)
 
 
 def checked_block(block: pd.DataFrame, *, schema: pa.DataFrameSchema, states: Mapping[Any, Any], max_lines: int,
-                  show_values: bool) -> Failures:
+                  show_values: bool, inplace: bool = True) -> Failures:
     """The call on one typed block: validated by pandera (lazily, the table checks reading the whole table's
-    ``states``), and what fails kept small."""
+    ``states``), and what fails kept small. ``inplace``: pandera may coerce the block itself rather than a copy
+    (the check's own blocks; a frame of the user's is validated as a copy where the schema would change it)."""
     try:
         with fitted_on(states):
-            schema.validate(block, lazy=True, inplace=True)
+            schema.validate(block, lazy=True, inplace=inplace)
     except pa.errors.SchemaErrors as errors:
         return Failures(_failed(errors.failure_cases, schema, block, max_lines, show_values))
     return Failures.none()

@@ -34,6 +34,11 @@ class Step:
     table: str = "LABEVENTS"
     column: str | None = None  # the column its filter read (CHARTTIME, HADM_ID, ...), named in its findings
 
+    def as_json(self) -> dict[str, Any]:
+        """The step as the report's attrition lists it (``Report.attrition_frame`` reads these keys)."""
+        return dict(table=self.table, stage=self.stage, step=self.step, rows_in=self.rows_in,
+                    rows_out=self.rows_out, quarantined=self.quarantined, merged=self.merged, clipped=self.clipped)
+
 
 @dataclass(frozen=True)
 class Kept:

@@ -75,23 +75,30 @@ def html_report(result: Any, config: Any = None, *, show_values: bool = False) -
     return HtmlReport(render(result, config if config is not None else validation.config, show_values=show_values))
 
 
-def render(result: Any, config: Any, *, show_values: bool = False, engine: Engine | None = None) -> str:
+SOURCE_LINES = "the source file's (header = line 1)"
+"""What a finding's line numbers are, as the findings' section says: a run's and a check's read files."""
+
+
+def render(result: Any, config: Any, *, show_values: bool = False, engine: Engine | None = None,
+           kind: str | None = None, lines: str = SOURCE_LINES) -> str:
     """The whole page for a run or a build (a build has ``validation`` and what its target made). What is read of
     the rows held in the engine's parts (``engine``, by default the run's own) is read where its parts are (the
     Dask engine's workers) and only per-part sums come back. The sections after the findings and the attrition are
-    the ones the run's stages draw of themselves (:attr:`pipeline.kernel.stage.Stage.sections`), in flow order."""
+    the ones the run's stages draw of themselves (:attr:`pipeline.kernel.stage.Stage.sections`), in flow order.
+    ``kind`` names what made the report in its title (by default ``build`` or ``validate``); ``lines`` says what
+    its findings' line numbers are."""
     validation = getattr(result, "validation", result)
     built = result if validation is not result else None
     report: Report = result.report
     engine = engine or getattr(validation, "engine", None)
     sections = [
-        _findings(report, show_values=show_values, names=getattr(validation, "names", {})),
+        _findings(report, show_values=show_values, names=getattr(validation, "names", {}), lines=lines),
         _attrition(report),
         *_stage_sections(validation, report, config, engine=engine, built=built),
         _inputs(report),
     ]
     sections = [s for s in sections if s]
-    kind = "build" if built is not None else "validate"
+    kind = kind or ("build" if built is not None else "validate")
     top = [_header(report, kind, getattr(validation, "cached", False)), _actions(report), _ledgers(report),
            _contents(sections)]
     body = "\n".join(s for s in [*top, *sections] if s)
@@ -239,7 +246,8 @@ def _contents(sections: list[str]) -> str:
 
 
 # -- sections -----------------------------------------------------------------------------------
-def _findings(report: Report, *, show_values: bool, names: dict[int, str] | None = None) -> str:
+def _findings(report: Report, *, show_values: bool, names: dict[int, str] | None = None,
+              lines: str = SOURCE_LINES) -> str:
     """The findings by stage, in flow order: each stage's table in a ``<details>`` (open when it holds errors) whose
     summary counts them; long messages and line lists are cut short, the rest a click away."""
     findings = report.as_json()["findings"]
@@ -258,7 +266,7 @@ def _findings(report: Report, *, show_values: bool, names: dict[int, str] | None
         groups.append(page.details(summary, _findings_table(found, show_values=show_values, names=names or {}),
                                    ident=f"findings-{stage}", opened=ERROR in severities))
     hint = ("<p class=note>Findings by stage, in flow order: click a stage to open it, a column to sort. Line "
-            "numbers are the source file's (header = line 1).</p>")
+            f"numbers are {escape(lines)}.</p>")
     return f'<section id="findings"><h2>Findings</h2>{hint}{"".join(groups)}</section>'
 
 
@@ -311,20 +319,22 @@ def _attrition(report: Report) -> str:
     attrition = report.attrition or {}
     ledger = attrition.get("LABEVENTS")
     steps = attrition.get("steps") or []
-    if not ledger:
+    if not ledger and not steps:
         return ""
     equation = (f'<p class="ledger">LABEVENTS rows: read {ledger["read"]:,} = kept {ledger["kept"]:,} + '
-                f'quarantined {ledger["quarantined"]:,} + deduplicated {ledger["deduplicated"]:,}</p>')
+                f'quarantined {ledger["quarantined"]:,} + deduplicated {ledger["deduplicated"]:,}</p>'
+                if ledger else "")
     stopped = (f'<p class="note">The run stopped at stage <b>{escape(str(attrition["stopped_at"]))}</b>; '
                "later stages did not run.</p>") if attrition.get("stopped_at") else ""
-    funnel = [s for s in steps if s["table"] == "LABEVENTS" and s["rows_in"] != s["rows_out"]]
+    funnel = [s for s in steps if s["table"] == "LABEVENTS" and s["rows_in"] != s["rows_out"]] if ledger else []
     chart = page.figure("funnel", "LABEVENTS rows after each step that removed or merged rows",
                         lambda: _funnel_chart(ledger["read"], funnel, report.stages)) if funnel else ""
     table = page.table(["table", "stage", "step", "rows in", "rows out", "quarantined", "merged", "clipped"],
                        [[s["table"], s["stage"], s["step"], page.n(s["rows_in"]), page.n(s["rows_out"]),
                          page.n(s["quarantined"]), page.n(s["merged"]), page.n(s["clipped"])] for s in steps],
                        numeric={3, 4, 5, 6, 7}, sortable=True)
-    steps_shown = page.details(f"every step's rows in and out ({len(steps)} steps)", table, ident="steps")
+    steps_shown = page.details(f"every step's rows in and out ({len(steps)} steps)", table, ident="steps",
+                               opened=not ledger)  # without a ledger, the steps are all the section says
     return (f'<section id="attrition"><h2>Attrition</h2>{equation}{_admissions(attrition.get("ADMISSIONS"))}'
             f'{stopped}{chart}{steps_shown}</section>')
 

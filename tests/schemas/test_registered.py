@@ -64,6 +64,7 @@ TABLE_CASES = [
     (pa.Check.one_value_per_group(column="SPLIT", by="SUBJECT"), [5, 6]),
     (pa.Check.not_empty(), []),
     (pa.Check.kept_share(rows_in=100, at_least=0.5), [-1]),
+    (pa.Check.added_share(rows_in=4, at_most=0.5), [-1]),
 ]
 
 
@@ -74,6 +75,13 @@ def test_a_table_check_fails_the_rows_it_says(labs, check, rows):
 
 def test_an_empty_table_fails_not_empty(labs):
     assert failing(pa.DataFrameSchema(checks=[pa.Check.not_empty()]), labs.iloc[:0]) == {"not_empty": [-1]}
+
+
+def test_added_share_passes_the_rows_it_allows_and_fails_a_join_that_repeats_them(labs):
+    """at_most=0: as many rows as came in pass, one more fails (a join that repeated a row)."""
+    kept = pa.DataFrameSchema(checks=[pa.Check.added_share(rows_in=len(labs), at_most=0)])
+    assert failing(kept, labs) == {}
+    assert failing(kept, pd.concat([labs, labs.iloc[:1]])) == {"added_share": [-1]}
 
 
 def test_z_explained_leaves_a_real_outlier_and_a_tiny_real_spread_alone():
