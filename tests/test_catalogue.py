@@ -412,6 +412,7 @@ FIRES: dict[str, Fires] = {
     "decompression_bound": case("gzip_bomb", 1, exit_code=2),
     "encoding": case("undecodable_bytes", 1, exit_code=1),
     "duplicate_header": case("duplicate_header", 1, exit_code=1),
+    "header_near_column": case("valuenum_header_one_edit_away", 1, exit_code=0),
     "missing_column": case("missing_required_column", 1, exit_code=1),
     "malformed_row": case("ragged_row", 1, exit_code=1),
     "field_too_long": case("field_of_a_megabyte", 1, exit_code=1),
