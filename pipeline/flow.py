@@ -23,7 +23,7 @@ from pipeline.reporting.findings import finding_from_error, item_names
 from pipeline.ledgers import (Ledger, Prepared, admission_fates, admission_findings, attrition_finding,
                               quarantine_findings)
 from pipeline.engines import PANDAS, Engine
-from pipeline.reading.load import file_sha256, read_blocks
+from pipeline.reading.load import TextBlocks, file_sha256, read_blocks
 from pipeline.check import stage as check
 from pipeline.meds import stage as meds
 from pipeline.reading.locate import LOAD, TABLES, locate_tables
@@ -158,17 +158,19 @@ class _Reading:
         """Every located table's checks (a table that cannot be read is one more of the ``problems``)."""
         checked, inputs = {}, []
         for table, path in located.items():
+            text = read_blocks(path, table, **self.limits)  # nothing is read until a block is taken
             try:
-                result, sha256 = self.table(table, path, checked, store)
+                result, sha256 = self.table(table, path, text, checked, store)
             except StageError as problem:
-                problems.append(problem)
+                problems.extend([problem, *text.notices])  # the header's warnings stand beside what stopped it
                 continue
             checked[table] = result
             inputs.append(InputFile(table=table, path=str(path), sha256=sha256, rows=len(result.tables.of(table))))
         return checked, inputs
 
-    def table(self, table: str, path: Path, checked: Mapping[str, RawResult], store: Any) -> tuple[RawResult, str]:
-        """One table's checks and its file's sha256: from the cache, or read, checked and stored behind."""
+    def table(self, table: str, path: Path, text: TextBlocks, checked: Mapping[str, RawResult],
+              store: Any) -> tuple[RawResult, str]:
+        """One table's checks and its file's sha256: from the cache, or read (``text``), checked and stored behind."""
         # The file name says how the bytes are read (.gz or not): the same bytes under another name differ.
         key = cache_key("table", table, self.digests.get(table), path.name.lower().endswith(".gz"), self.settings,
                         self.limits) if self.cache else None
@@ -178,14 +180,13 @@ class _Reading:
             self.progress.step(f"cached {table}", rows=len(result.tables.of(table)))
             return result, self.digests[table]
         self.progress.step(f"read {table}")
-        text = read_blocks(path, table, **self.limits)
         if streams:
             result = check_stream(self._counted(text), self._router(checked), self._relations(checked),
                                   engine=self.engine, **self.settings)
             key = None  # the parts are this run's: the checked table is not cached
         else:
             result = check_blocks(table, self._counted(text), engine=self.engine, **self.settings)
-        if text.problems:  # rows left out while the rest was read: reported, and cached, with the checks
+        if text.problems:  # the header's warnings, rows left out: reported, and cached, with the checks
             result = replace(result, findings=[*map(finding_from_error, text.problems), *result.findings])
         if store is not None and key is not None and text.sha256 == self.digests[table]:
             store(table, key, result)

@@ -43,6 +43,8 @@ class CheckInfo:
     """What a check finds, how bad it is by default, and what the user should do.
 
     ``locked`` names why the config may not set the check below error (a key of :data:`LOCKED`), or is None.
+    ``announce``: its findings say what the input lacks (a column absent or misnamed, and what the run does
+    without it), so the terminal shows them whole in its first lines, whatever their severity.
     """
 
     id: str
@@ -51,6 +53,7 @@ class CheckInfo:
     title: str
     advice: str
     locked: str | None = None
+    announce: bool = False
 
 
 # The checks of reading, of the raw tables and of every stage's guards and steps (stage "all"); each stage's own are
@@ -76,6 +79,9 @@ _BEFORE = [
     CheckInfo("duplicate_header", "load", ERROR, "header names a column twice",
               "Rename or drop the duplicated column so every header name is unique (case-insensitively).",
               locked=NOT_READ),
+    CheckInfo("header_near_column", "load", WARNING, "a header one edit from a column the header lacks",
+              "Columns are read by name (any case): if the column holds what the name it is near says, rename it "
+              "to that name; if not, rename it further from it.", announce=True),
     CheckInfo("missing_column", "load", ERROR, "required column absent",
               "Check the delimiter (badpoints reads comma-separated files) and the header names.", locked=NOT_READ),
     CheckInfo("malformed_row", "load", ERROR, "row that is not valid CSV",
@@ -103,7 +109,8 @@ _BEFORE = [
     CheckInfo("valuenum_bound", "raw", ERROR, "VALUENUM beyond the configured magnitude bound",
               "No lab measurement is this large; raise [raw] valuenum_abs_bound only if it is real."),
     CheckInfo("valuenum_derived", "raw", INFO, "VALUENUM derived from VALUE",
-              "The table has no VALUENUM column; numbers were parsed from VALUE with a strict grammar."),
+              "The table has no VALUENUM column; numbers were parsed from VALUE with a strict grammar.",
+              announce=True),
     CheckInfo("ref_range_numeric", "raw", WARNING, "a reference range bound that is not a finite number",
               "REF_RANGE_LOWER/UPPER are metadata, read as numbers when present: this bound is left empty "
               "(null); the row and its result are kept. Re-export the bound as a plain decimal to use it."),

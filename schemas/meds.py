@@ -133,27 +133,34 @@ class MedsSubjects(pa.DataFrameModel):
 
 
 class MedsCodes(pa.DataFrameModel):
-    """Per code (index), over every split: its rows, those with a number and those with text only, whether
-    codes.parquet lists it and whether the fitted (train) rows hold it."""
+    """Per code (index), over every split: its rows, those with a number and those with text only, and whether
+    codes.parquet lists it."""
 
     rows: Series[np.int64] = pa.Field(ge=0)
     numeric: Series[np.int64] = pa.Field(ge=0)
     text_only: Series[np.int64] = pa.Field(ge=0)
     listed: Series[bool]
-    fitted: Series[bool]
 
     @pa.check("listed", name="meds_code_unlisted")
     def is_listed(cls, listed: pd.Series) -> pd.Series:
         return listed
 
-    @pa.check("fitted", name="meds_code_unseen")
-    def is_fitted(cls, fitted: pd.Series) -> pd.Series:
-        return fitted
-
     @pa.dataframe_check(name="meds_code_mixed")
     def numbers_or_text(cls, frame: pd.DataFrame) -> pd.Series:
         """Not both: rows with numbers and rows with text and no number."""
         return ~((frame["numeric"] > 0) & (frame["text_only"] > 0))
+
+
+class MedsFitted(pa.DataFrameModel):
+    """Per code (index) with rows: its rows over every split, and whether the fitted (train) rows hold it (else
+    normalization's inner join with the fit drops every row of it)."""
+
+    rows: Series[np.int64] = pa.Field(gt=0)
+    fitted: Series[bool]
+
+    @pa.check("fitted", name="meds_code_unseen")
+    def is_fitted(cls, fitted: pd.Series) -> pd.Series:
+        return fitted
 
 
 class MedsValues(pa.DataFrameModel):

@@ -10,15 +10,20 @@ import pandera.pandas as pa
 from pandera.typing import Series
 
 from schemas import guard as _guard  # noqa: F401  (registers the 'finite' check)
-from schemas.catalogue import ERROR, GRAPH_FILE, CheckInfo
+from schemas.catalogue import ERROR, GRAPH_FILE, INFO, CheckInfo
 
 NAME = "meds_export"
+UNSEEN = "meds_export_unseen_codes"
 
 CHECKS = (
     CheckInfo("meds_export_shard", NAME, ERROR, "MEDS shard that failed its guard before it was written",
               "A value that is not finite, a type other than MEDS', or a subject's rows out of time order would "
               "reach MEDS-Transforms: nothing was written. This is a bug in badpoints; report it with the finding.",
               locked=GRAPH_FILE),
+    CheckInfo(UNSEEN, NAME, INFO, "codes written with no row in train, whose rows MEDS-Transforms' normalization drops",
+              "Its normalization inner-joins each row's code with the codes it fitted on the train split, so it "
+              "drops these rows without a word, whatever codes.parquet says; the graphs keep them (Z_UNSEEN where "
+              "they have a number). `badpoints validate OUT` names them too (meds_code_unseen)."),
 )
 
 

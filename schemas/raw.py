@@ -35,6 +35,13 @@ OPTIONAL = {
     "D_LABITEMS": ("LABEL",),  # free text, but dictionary metadata: findings name items by it
     "LABEVENTS": ("SUBJECT_ID", "VALUENUM", "COMMENTS", "REF_RANGE_LOWER", "REF_RANGE_UPPER"),
 }
+# What a run does without an optional column, by table and column (a finding that the header lacks it says so).
+WITHOUT = {
+    ("ADMISSIONS", "SUBJECT_ID"): "admissions are split by HADM_ID (split_by_admission)",
+    ("ADMISSIONS", "EDREGTIME"): "each ED stay is taken to begin [bucket] ed_hours before ADMITTIME",
+    ("D_LABITEMS", "LABEL"): "findings name lab items by ITEMID and FLUID",
+    ("LABEVENTS", "VALUENUM"): "VALUENUM is derived from VALUE (valuenum_derived)",
+}
 # MIMIC-IV's reference range bounds: metadata read as numbers (null where the text is not one).
 REF_RANGES = ("REF_RANGE_LOWER", "REF_RANGE_UPPER")
 # Categorical admission columns read when present (MIMIC-III has ETHNICITY, MIMIC-IV race).

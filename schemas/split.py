@@ -13,7 +13,7 @@ from schemas.raw import ABOUT
 
 CHECKS = (  # what the split stage finds (schemas.checks puts them into the catalogue)
     CheckInfo("split_by_admission", "split", WARNING, "split by HADM_ID because SUBJECT_ID is absent",
-              "A patient with several admissions may straddle splits; add SUBJECT_ID to ADMISSIONS."),
+              "A patient with several admissions may straddle splits; add SUBJECT_ID to ADMISSIONS.", announce=True),
     CheckInfo("split_empty", "split", ERROR, "a split with no admissions",
               "Too few patients for the ratios; adjust [split] ratios or add data.", locked=STOPS),
     CheckInfo("split_overlap", "split", ERROR, "a patient or admission in more than one split",

@@ -613,6 +613,14 @@ def no_valuenum_column(d: Dataset) -> Expect:
 
 
 @case
+def valuenum_header_one_edit_away(d: Dataset) -> Expect:
+    """VALUENUM's header written ``value_num``: not read under that name, so VALUENUM is derived from VALUE."""
+    d.header["LABEVENTS"][d.col("LABEVENTS", "VALUENUM")] = "value_num"
+    d.plant("LABEVENTS", d.first("LABEVENTS", "HADM_ID", lambda v: v == ""), "VALUE")  # outpatient: never fitted
+    return Expect(0, "header_near_column", "LABEVENTS", "VALUENUM", lines=(1,), severity="warning", secret=CANARY)
+
+
+@case
 def admissions_without_subject_id(d: Dataset) -> Expect:
     i = d.col("ADMISSIONS", "SUBJECT_ID")
     d.header["ADMISSIONS"].pop(i)

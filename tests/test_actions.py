@@ -76,3 +76,21 @@ def test_fills_count_missing_values_apart_from_values_a_row_has_not_by_construct
     fills = {f["column"]: f for f in report["findings"] if f["check"] in ("filled", "structural_fill")}
     assert {f["check"] for f in fills.values()} == {"structural_fill"}  # every row has its number or its text
     assert "indicator" not in " ".join(f["message"] for f in fills.values())
+
+
+def test_what_the_input_lacks_is_said_first_and_whole(run):
+    """A column the demo lacks and what the run does without it (VALUENUM derived from VALUE, the split by HADM_ID)
+    is printed whole right under the tables read, whatever its severity, not as one note's line among twenty."""
+    name, printed, report = run
+    announced = [f for f in report["findings"] if CHECKS[f["check"]].announce]
+    checks = {f["check"] for f in announced}
+    assert checks == (set() if name == "mimic4-fixture" else {"valuenum_derived", "split_by_admission"})
+    lines = printed.splitlines()
+    first = next(n for n, line in enumerate(lines) if not line.startswith("read "))
+    heads = [n for n, line in enumerate(lines) if re.match(r"(ERROR|WARNING|NOTE) +\w+/\w+ ", line)]
+    assert heads[0] == first
+    said = [lines[n].split()[1].split("/")[1] for n in heads]
+    assert set(said[:len(announced)]) == checks and not checks & set(said[len(announced):])
+    shown = " ".join(" ".join(lines[first:heads[len(announced)]] if len(heads) > len(announced) else lines).split())
+    for finding in announced:
+        assert " ".join(finding["message"].split()) in shown

@@ -61,11 +61,13 @@ class Run:
     out: Path | None = None  # the build's folder
 
 
-def _cli(command: str, data: Path, config: str, out: Path | None = None) -> Run:
+def _cli(command: str, data: Path, config: str, out: Path | None = None, to: str | None = None) -> Run:
     folder = data.parent
     args = [command, str(data), "--json", str(folder / f"{command}.json")]
     if out is not None:
         args += ["--out", str(out)]
+    if to is not None:
+        args += ["--to", to]
     if config:
         (folder / "badpoints.toml").write_text(config)
         args += ["--config", str(folder / "badpoints.toml")]
@@ -89,6 +91,14 @@ def sample(config: str = "", command: str = "validate") -> Run:
     folder = Path(tempfile.mkdtemp(dir=ROOT, prefix="sample"))
     Dataset.sample().write(folder / "data")
     return _cli(command, folder / "data", config, out=folder / "out" if command == "build" else None)
+
+
+@functools.cache
+def meds_build() -> Run:
+    """``badpoints build --to meds`` of the sample as it is."""
+    folder = Path(tempfile.mkdtemp(dir=ROOT, prefix="meds_build"))
+    Dataset.sample().write(folder / "data")
+    return _cli("build", folder / "data", "", out=folder / "out", to="meds")
 
 
 @functools.cache
@@ -416,6 +426,7 @@ FIRES: dict[str, Fires] = {
     "decompression_bound": case("gzip_bomb", 1, exit_code=2),
     "encoding": case("undecodable_bytes", 1, exit_code=1),
     "duplicate_header": case("duplicate_header", 1, exit_code=1),
+    "header_near_column": case("valuenum_header_one_edit_away", 1, exit_code=0),
     "missing_column": case("missing_required_column", 1, exit_code=1),
     "malformed_row": case("ragged_row", 1, exit_code=1),
     "field_too_long": case("field_of_a_megabyte", 1, exit_code=1),
@@ -500,6 +511,7 @@ FIRES: dict[str, Fires] = {
     "admission_labs_quarantined": case("admission_labs_all_a_year_early", 1, exit_code=0),
     "admission_below_min_timesteps": config("[graph]\nmin_timesteps = 3\n", 9, exit_code=0),
     "meds_export_shard": Fires(broken_meds_shard, 25, exit_code=1),  # held_out/0's glucose values
+    "meds_export_unseen_codes": Fires(meds_build, 2, exit_code=0),  # two codes of one held_out row each
     # check: a user's table against a schema of theirs
     "table_schema": Fires(functools.partial(user_table, "table_schema"), 2, text="greater_than_or_equal_to",
                           exit_code=1),

@@ -21,8 +21,8 @@ from pipeline.reporting.findings import format_items, summary_finding
 from schemas.catalogue import CHECKS
 from schemas.errors import raise_if_out_of_memory, require_validation
 from schemas.guard import stage_error
-from schemas.meds import (STAGE, MedsCodes, MedsCompared, MedsDropped, MedsNormalized, MedsReadiness, MedsShards,
-                          MedsSplits, MedsSubjects, MedsValues)
+from schemas.meds import (STAGE, MedsCodes, MedsCompared, MedsDropped, MedsFitted, MedsNormalized, MedsReadiness,
+                          MedsShards, MedsSplits, MedsSubjects, MedsValues)
 
 CODES = "codes.parquet"
 SPLITS = "subject_splits.parquet"
@@ -144,14 +144,36 @@ def subjects(combined: Combined, assigned: pd.Series | None) -> list[Finding]:
 
 # -- codes and values --------------------------------------------------------------------------------------------
 def code_table(combined: Combined, known: pd.Index | None) -> tuple[pd.DataFrame, Callable[[str], np.ndarray]]:
-    """Per code: its counts, whether codes.parquet (or a normalized folder's vocabulary: ``known``) lists it and
-    whether the fitted rows hold it; and which rows fail which of its checks."""
+    """Per code: its counts and whether codes.parquet (or a normalized folder's vocabulary: ``known``) lists it;
+    and which rows fail which of its checks."""
     codes = combined.codes
     table = pd.DataFrame({"rows": codes["rows"].astype(np.int64), "numeric": codes["numeric"].astype(np.int64),
                           "text_only": codes["text_only"].astype(np.int64),
-                          "listed": codes.index.isin(known) if known is not None else np.zeros(len(codes), bool),
-                          "fitted": codes.index.isin(combined.fitted.codes)}, index=codes.index)
+                          "listed": codes.index.isin(known) if known is not None else np.zeros(len(codes), bool)},
+                         index=codes.index)
     return table, failing(MedsCodes, table)
+
+
+def unseen(by_split: pd.Series, fitted: Iterable[str]) -> tuple[pd.Series, pd.Series]:
+    """What MEDS-Transforms' normalization drops without a word: it inner-joins each row's code with the codes its
+    fit saw, so a code with rows (``by_split``: rows per split and code) and none among the fitted (train) rows
+    (``fitted``: the codes those rows hold) loses every row. Per such code, sorted: its rows, and where they are
+    (``'held_out 32, tuning 1'``). A MEDS run and a build written as MEDS both ask this."""
+    held = by_split[by_split > 0].astype(np.int64)
+    rows = held.groupby(level="code", sort=True).sum()
+    table = pd.DataFrame({"rows": rows, "fitted": rows.index.isin(pd.Index(list(fitted), dtype=object))},
+                         index=rows.index)
+    dropped = rows[failing(MedsFitted, table)("meds_code_unseen")]
+    where = held[held.index.get_level_values("code").isin(dropped.index)].rename("rows").reset_index()
+    why = (where["split"].astype(str) + " " + where["rows"].astype(str)).groupby(where["code"]).agg(", ".join)
+    return dropped, why
+
+
+def unseen_message(dropped: pd.Series, why: pd.Series) -> str:
+    """``'196 rows of 97 code(s) with no row in the fitted (train) rows, which normalization drops: ...'``, the codes
+    of :func:`unseen` listed the most rows first."""
+    return (f"{int(dropped.sum()):,} rows of {len(dropped)} code(s) with no row in the fitted (train) rows, which "
+            f"normalization drops: {listed(dropped, why=why)}")
 
 
 def unlisted(combined: Combined, known: pd.Index | None) -> list[Finding]:
@@ -168,7 +190,7 @@ def unlisted(combined: Combined, known: pd.Index | None) -> list[Finding]:
 
 def codes(combined: Combined, known: pd.Index | None, *, listing: bool = True) -> list[Finding]:
     """``meds_code_unlisted`` (where codes.parquet could be read: ``listing``), ``meds_code_mixed`` and
-    ``meds_code_unseen``."""
+    ``meds_code_unseen`` (:func:`unseen`)."""
     table, failed = code_table(combined, known)
     found = unlisted(combined, known) if listing else []
     mixed = table[failed("meds_code_mixed")]
@@ -178,15 +200,10 @@ def codes(combined: Combined, known: pd.Index | None, *, listing: bool = True) -
                               f"{len(mixed)} code(s) that have numbers: "
                               f"{listed(mixed['text_only'], why=mixed['numeric'].map('{:,} with numbers'.format))}",
                               named=mixed["text_only"]))
-    unseen = table[failed("meds_code_unseen")]
-    if len(unseen):
-        rows = combined.by_split["rows"].reset_index()
-        rows = rows[rows["code"].isin(unseen.index) & (rows["rows"] > 0)]
-        why = (rows["split"] + " " + rows["rows"].astype(str)).groupby(rows["code"]).agg(", ".join)
-        found.append(_finding("meds_code_unseen", "data", "code", int(unseen["rows"].sum()),
-                              f"{int(unseen['rows'].sum()):,} rows of {len(unseen)} code(s) with no row in the "
-                              f"fitted (train) rows, which normalization drops: {listed(unseen['rows'], why=why)}",
-                              named=unseen['rows']))
+    dropped, why = unseen(combined.by_split["rows"], combined.fitted.codes)
+    if len(dropped):
+        found.append(_finding("meds_code_unseen", "data", "code", int(dropped.sum()), unseen_message(dropped, why),
+                              named=dropped))
     return found
 
 

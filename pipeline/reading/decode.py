@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import csv
+import difflib
 import io
 import itertools
 import re
@@ -26,7 +27,7 @@ import pyarrow.csv as pv
 
 from pipeline.reading.load_error import load_error
 from schemas.errors import SAMPLE_CAP, StageError, out_of_memory
-from schemas.raw import ADMISSION_CATEGORICALS, ALIASES, OPTIONAL, REQUIRED
+from schemas.raw import ADMISSION_CATEGORICALS, ALIASES, OPTIONAL, REQUIRED, WITHOUT
 
 _HEADER_BYTES = 1 << 16  # the header is read from the text's first bytes
 _BLOCK = 1 << 24  # pyarrow's first block size, at most; doubled for rows longer than a block
@@ -109,7 +110,7 @@ def select_columns(header: list[str], path: Path, table: str) -> dict[str, str]:
             table, "duplicate_header", path=path, lines=[1],
             detail="Duplicated: " + ", ".join(printable_name(name) for name in duplicated),
         )
-    wanted = REQUIRED[table] + OPTIONAL[table] + (ADMISSION_CATEGORICALS if table == "ADMISSIONS" else ())
+    wanted = _wanted(table)
     by_name = dict(zip(canonical, header))
     missing = [name for name in REQUIRED[table] if name not in by_name]
     if missing:
@@ -122,6 +123,48 @@ def select_columns(header: list[str], path: Path, table: str) -> dict[str, str]:
             detail=f"Expected {', '.join(REQUIRED[table])}; found {found}{hint}",
         )
     return {name: by_name[name] for name in wanted if name in by_name}
+
+
+def near_columns(header: list[str], path: Path, table: str) -> list[StageError]:
+    """A warning (``header_near_column``) for each header name one edit or less from a column ``table`` reads that
+    the header lacks, case and underscores set aside (``value_num`` for VALUENUM, ``chart_time`` for CHARTTIME,
+    ``hadmid`` for HADM_ID): columns are read by name, so that column counts as absent while its near name is
+    ignored. None for a table of another kind than the three MIMIC tables."""
+    if table not in REQUIRED:
+        return []
+    wanted = _wanted(table)
+    canonical = [_canonical(name) for name in header]
+    absent = [name for name in wanted if name not in canonical]
+    found = []
+    for name, known in zip(header, canonical):
+        if known in wanted:
+            continue
+        for column in absent:
+            if _edits(_folded(known), _folded(column)) <= 1:
+                consequence = ("without it the table is not read (missing_column)" if column in REQUIRED[table]
+                               else WITHOUT.get((table, column), "the run goes on without it"))
+                found.append(load_error(
+                    table, "header_near_column", path=path, lines=[1], column=column,
+                    detail=f"The header has {printable_name(name)!r} and no {column}: {printable_name(name)!r} is "
+                           f"not read, and {consequence}"))
+    return found
+
+
+def _wanted(table: str) -> tuple[str, ...]:
+    """The columns read of ``table`` when its header has them: the required, then the optional ones."""
+    return REQUIRED[table] + OPTIONAL[table] + (ADMISSION_CATEGORICALS if table == "ADMISSIONS" else ())
+
+
+def _folded(name: str) -> str:
+    """A column name as the layouts spell it apart from case and underscores (HADM_ID, hadm_id: HADMID)."""
+    return name.replace("_", "")
+
+
+def _edits(a: str, b: str) -> int:
+    """The insertions, deletions and substitutions that turn ``a`` into ``b``, as difflib's opcodes count them
+    (exact for the one edit or none asked here)."""
+    opcodes = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in opcodes if tag != "equal")
 
 
 _CONVERSION = "conversion error"  # pyarrow's words for a value that is not of its column's type

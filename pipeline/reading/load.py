@@ -21,8 +21,8 @@ from typing import BinaryIO, Callable, Iterator
 
 import pandas as pd
 
-from pipeline.reading.decode import (LongFields, OpenQuote, Undecodable, lone_crs, parse_block, printable_name,
-                                     read_header, select_columns)
+from pipeline.reading.decode import (LongFields, OpenQuote, Undecodable, lone_crs, near_columns, parse_block,
+                                     printable_name, read_header, select_columns)
 from pipeline.reading.load_error import load_error
 from pipeline.reading.locate import TABLES, locate_tables
 from schemas.errors import StageError
@@ -63,7 +63,8 @@ class TextTable:
     path: Path
     sha256: str
     frame: pd.DataFrame
-    problems: tuple[StageError, ...] = ()  # rows rejected while the rest was read (field_too_long)
+    # the header's warnings (header_near_column) and rows rejected while the rest was read (field_too_long)
+    problems: tuple[StageError, ...] = ()
 
     @property
     def rows(self) -> int:
@@ -75,11 +76,15 @@ def read_table(path: Path, table: str, *, block_bytes: int = BLOCK_BYTES,
                max_field_chars: int = MAX_FIELD_CHARS) -> TextTable:
     """Read the needed columns of one raw table as text, keeping each row's source line: the blocks of
     :func:`read_blocks` put together."""
-    blocks = read_blocks(path, table, block_bytes=block_bytes, max_expanded_bytes=max_expanded_bytes,
-                         max_expansion_ratio=max_expansion_ratio, max_field_chars=max_field_chars)
+    return whole_table(read_blocks(path, table, block_bytes=block_bytes, max_expanded_bytes=max_expanded_bytes,
+                                   max_expansion_ratio=max_expansion_ratio, max_field_chars=max_field_chars))
+
+
+def whole_table(blocks: "TextBlocks") -> TextTable:
+    """Every block of ``blocks`` put together."""
     frames = list(blocks)
     frame = frames[0] if len(frames) == 1 else pd.concat(frames)
-    return TextTable(table=table, path=blocks.path, sha256=blocks.sha256, frame=frame, problems=blocks.problems)
+    return TextTable(table=blocks.table, path=blocks.path, sha256=blocks.sha256, frame=frame, problems=blocks.problems)
 
 
 def read_blocks(path: Path, table: str, *, block_bytes: int = BLOCK_BYTES,
@@ -93,7 +98,9 @@ def read_blocks(path: Path, table: str, *, block_bytes: int = BLOCK_BYTES,
     ever split. A ``.gz`` file is refused (``decompression_bound``) as soon as its text passes
     ``max_expanded_bytes``, or ``max_expansion_ratio`` times the file's size beyond the first
     :data:`RATIO_FREE_BYTES`. Rows with a read field longer than ``max_field_chars`` are left out and
-    reported (``field_too_long``, in ``problems`` once the blocks were all taken). A problem of the file
+    reported (``field_too_long``, in ``problems`` once the blocks were all taken); a header name near a column the
+    header lacks is a warning (``header_near_column``, in ``notices`` once the header was read, and in
+    ``problems``), which a problem of the file found after it leaves standing. A problem of the file
     (``file_empty``, ``encoding``, header problems, ``malformed_row``, ``table_empty`` ...) is raised while
     iterating, after the whole file was looked at, so it is the one (with every line) that reading the file
     at once finds; blocks taken before it must then be dropped. ``select`` picks the columns read from the header
@@ -109,8 +116,10 @@ def read_blocks(path: Path, table: str, *, block_bytes: int = BLOCK_BYTES,
 
 class TextBlocks:
     """One raw table as text blocks, in file order: each like :attr:`TextTable.frame` (needed columns under
-    canonical names, ``str``, index = source line). What only the whole file tells is set once the last block
-    was taken: ``sha256`` (of the file's bytes), ``rows`` and ``problems`` (rows left out, field_too_long)."""
+    canonical names, ``str``, index = source line). ``notices``, the header's warnings (header_near_column), is set
+    once the header was read, even when reading fails after it. What only the whole file tells is set once the last
+    block was taken: ``sha256`` (of the file's bytes), ``rows`` and ``problems`` (the notices, and rows left out:
+    field_too_long)."""
 
     def __init__(self, path: Path, table: str, *, block_bytes: int, max_expanded_bytes: int,
                  max_expansion_ratio: float, max_field_chars: int, select: Select = select_columns,
@@ -122,6 +131,7 @@ class TextBlocks:
         self.sha256: str | None = None
         self.rows = 0
         self.problems: tuple[StageError, ...] = ()
+        self.notices: tuple[StageError, ...] = ()
         self._blocks = self._read(block_bytes, max_field_chars, max_expanded_bytes=max_expanded_bytes,
                                   max_expansion_ratio=max_expansion_ratio)
 
@@ -152,6 +162,7 @@ class TextBlocks:
             if header is None:
                 try:
                     header, header_bytes, header_lines = read_header(piece, path, table)
+                    self.notices = tuple(near_columns(header, path, table))
                     columns = self.select(header, path, table)
                 except StageError as problem:
                     failure = problem
@@ -204,7 +215,7 @@ class TextBlocks:
             raise load_error(table, "table_empty", path=path, detail="Only the header line was found")
         if not self.rows:  # every row was too long: no table was read, whatever field_too_long's severity
             raise load_error(table, "table_empty", path=path, detail=f"Every row was left out: {too_long.detail}")
-        self.problems = (too_long,) if too_long else ()
+        self.problems = (*self.notices, *((too_long,) if too_long else ()))
 
 
 def file_sha256(path: Path, table: str) -> str:
@@ -221,10 +232,11 @@ def load_text_tables(data_dir: Path) -> tuple[dict[str, TextTable], list[StageEr
     located, problems = locate_tables(data_dir)
     tables: dict[str, TextTable] = {}
     for table, path in located.items():
+        blocks = read_blocks(path, table)
         try:
-            tables[table] = read_table(path, table)
+            tables[table] = whole_table(blocks)
         except StageError as problem:
-            problems.append(problem)
+            problems.extend([problem, *blocks.notices])  # the header's warnings stand beside what stopped it
         else:
             problems.extend(tables[table].problems)
     return tables, sorted(problems, key=lambda p: TABLES.index(p.table))

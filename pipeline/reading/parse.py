@@ -403,8 +403,8 @@ def _derived_finding(numeric: int, censored: int, text: int) -> Finding:
     return Finding(
         severity=info.severity, stage=STAGE, table="LABEVENTS", check=info.id, column="VALUENUM",
         count=numeric, lines=[],
-        message=f"LABEVENTS.VALUENUM: column absent, {numeric} numbers parsed from VALUE; {text} values kept as "
-                f"text ({censored} censored like '<x'). {info.advice}",
+        message=f"LABEVENTS.VALUENUM: column absent, {numeric:,} numbers parsed from VALUE; {text:,} values kept as "
+                f"text ({censored:,} censored like '<x'). {info.advice}",
     )
 
 

@@ -63,33 +63,50 @@ def consoles() -> tuple[Console, Console]:
 
 
 def print_report(console: Console, report: Report, *, quiet: bool = False) -> None:
-    """Every error and warning with its message, wrapped; every note on one line, with its check's title (the
-    JSON and HTML reports hold its message); errors only when quiet. Then the status line."""
+    """The tables read, then what the input lacks (the findings of checks that ``announce``: a column absent or
+    misnamed, and what the run does without it) with their messages, whatever their severity; then every other
+    error and warning with its message, wrapped; every other note on one line, with its check's title (the JSON
+    and HTML reports hold its message); errors only when quiet. Then the status line."""
+    findings = report.as_json()["findings"]
+    first = [] if quiet else [f for f in findings if CHECKS[f["check"]].announce]
     if not quiet:
         for source in report.inputs:
             console.print(f"read {source.table:<10} {source.rows:>10,} rows  {source.path}", markup=False)
+    for finding in first:
+        _print_whole(console, finding)
     notes = 0
-    for finding in report.as_json()["findings"]:
-        if quiet and finding["severity"] != "error":
+    for finding in findings:
+        if (quiet and finding["severity"] != "error") or finding in first:
             continue
-        style = _STYLE.get(finding["severity"], "")
-        where = ".".join(p for p in (finding["table"], finding["column"]) if p)
-        label = _NOUN.get(finding["severity"], finding["severity"]).upper()
-        head = f"{finding['stage']}/{finding['check']} {where} ({finding['count']:,})"
         if finding["severity"] == "info":
             notes += 1
+            style, label, head = _heading(finding)
             line = textwrap.shorten(f"{head}: {CHECKS[finding['check']].title}", _WIDTH + len(_INDENT) - 8)
             console.print(f"[{style}]{label:<7}[/] {escape(line)}")
             continue
-        console.print(f"[{style}]{label:<7}[/] {escape(head)}")
-        for line in textwrap.wrap(printable(finding["message"]), _WIDTH, initial_indent=_INDENT,
-                                  subsequent_indent=_INDENT):  # wrapped as shown: escapes written out first
-            console.print(escape(line))
-        if finding.get("samples"):
-            console.print(f"        values: {escape(', '.join(repr(v) for v in finding['samples']))}")
+        _print_whole(console, finding)
     if notes:
         console.print(f"{notes} note{'s' if notes != 1 else ''} in short: their messages are in the JSON (--json) "
                       "and HTML (--html) reports")
+
+
+def _heading(finding: dict) -> tuple[str, str, str]:
+    """A finding's style, label (``WARNING``) and head (``load/header_near_column LABEVENTS.VALUENUM (1)``)."""
+    where = ".".join(p for p in (finding["table"], finding["column"]) if p)
+    label = _NOUN.get(finding["severity"], finding["severity"]).upper()
+    return (_STYLE.get(finding["severity"], ""), label,
+            f"{finding['stage']}/{finding['check']} {where} ({finding['count']:,})")
+
+
+def _print_whole(console: Console, finding: dict) -> None:
+    """A finding's head, then its message wrapped under an indent (and its samples, with ``--show-values``)."""
+    style, label, head = _heading(finding)
+    console.print(f"[{style}]{label:<7}[/] {escape(head)}")
+    for line in textwrap.wrap(printable(finding["message"]), _WIDTH, initial_indent=_INDENT,
+                              subsequent_indent=_INDENT):  # wrapped as shown: escapes written out first
+        console.print(escape(line))
+    if finding.get("samples"):
+        console.print(f"        values: {escape(', '.join(repr(v) for v in finding['samples']))}")
 
 
 def print_summary(console: Console, report: Report) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -41,18 +42,19 @@ import pyarrow.csv as pv
 
 from pipeline.kernel.stage import Shown, Stage, Target
 from pipeline.ledgers import check_built
+from pipeline.meds.checks import unseen, unseen_message
 from pipeline.output import write
 from pipeline.output.built import Build
 from pipeline.reading.arrow import input_stream, read_parquet
 from pipeline.reporting import page
-from pipeline.reporting.findings import LISTED, finding_from_error, item_names
+from pipeline.reporting.findings import LISTED, finding_from_error, format_items, item_names, summary_finding
 from pipeline.reporting.progress import Progress
 from pipeline.reporting.report import as_shown
 from pipeline.stages.scale.fit import ZScoreStats
 from schemas.dedup import EdgeRows
 from schemas.errors import StageError
 from schemas.guard import check_frame
-from schemas.meds_export import NAME, MedsShard
+from schemas.meds_export import NAME, UNSEEN, MedsShard
 from schemas.split import SPLITS
 
 MEDS_SPLITS = {"train": meds.train_split, "val": meds.tuning_split, "test": meds.held_out_split}
@@ -149,7 +151,7 @@ def lab_events(rows: pd.DataFrame, items: pd.DataFrame, people: pd.DataFrame, st
 def write_pieces(parts: Iterable[pd.DataFrame], items: pd.DataFrame, people: pd.DataFrame, stats: ZScoreStats, *,
                  pieces: Path, batch_size: int, start: Mapping[str, int] | None = None) -> Iterator[dict]:
     """Each part's events written as one piece per shard (``pieces/{split}/{shard}/{first HADM_ID}.parquet``), where
-    the part is: what stays is, per piece, its admissions and its rows, bounded and withheld rows per code.
+    the part is: what stays is, per piece, its admissions and its rows, and per code its rows, bounded and withheld.
     ``batch_size`` and ``start`` are the engine's (:meth:`pipeline.engines.base.Engine.in_batches`); every admission
     is in one part, so piece names never meet."""
     for part in parts:
@@ -162,7 +164,8 @@ def write_pieces(parts: Iterable[pd.DataFrame], items: pd.DataFrame, people: pd.
                                 parquet_writer(meds_table(group)))
             per_code = group.groupby("code", sort=True)[["bounded", "withheld"]].sum()
             yield {"split": split, "shard": int(shard), "rows": len(group),
-                   "admissions": np.unique(group["HADM_ID"].to_numpy()), "per_code": per_code}
+                   "admissions": np.unique(group["HADM_ID"].to_numpy()), "per_code": per_code,
+                   "code_rows": group.groupby("code", sort=True).size()}
 
 
 def admission_events(admissions: pd.DataFrame, people: pd.DataFrame) -> pd.DataFrame:
@@ -305,6 +308,8 @@ def write_meds(staged: Any, validation: Any, config: Any, progress: Progress, *,
         progress.end()
         return Build(validation=validation, report=report, out_dir=None, to=TARGET)
     check_built(shards, accounting, rows="events")
+    report = _with_findings(validation.report, normalization_drops(events_by_split(made, admitted)), config)
+    report.summary.extend(dropped_lines(report))
     counted = (pd.concat([m["per_code"] for m in made]).groupby(level=0).sum() if made
                else pd.DataFrame(columns=["bounded", "withheld"]))
     codes = codes_table(stats, items, item_names(prepared.labitems), admitted["code"], counted)
@@ -313,7 +318,7 @@ def write_meds(staged: Any, validation: Any, config: Any, progress: Progress, *,
     files += [staged.add_written("metadata/codes.parquet", parquet_writer(codes)),
               staged.add_written("metadata/subject_splits.parquet", parquet_writer(subject_splits(people))),
               staged.add("metadata/dataset.json", dataset_json(data_dir, write.versions()["badpoints"], inputs))]
-    built = Build(validation=validation, report=validation.report, out_dir=out, shards=shards, to=TARGET)
+    built = Build(validation=validation, report=report, out_dir=out, shards=shards, to=TARGET)
     _write(built, staged, config, progress, files=files, accounting=accounting, inputs=inputs, engine=engine)
     return built
 
@@ -338,11 +343,40 @@ def _shards(staged: Any, pieces: Path, people: pd.DataFrame, admitted: pd.DataFr
     return files, tuple(shards)
 
 
+def events_by_split(made: list[dict], admitted: pd.DataFrame) -> pd.Series:
+    """The events written per split (MEDS' names) and code: the pieces' lab events and the admissions' events."""
+    labs = [m["code_rows"].rename("rows").rename_axis("code").reset_index().assign(split=m["split"]) for m in made]
+    events = pd.concat([*labs, admitted.groupby(["split", "code"]).size().rename("rows").reset_index()],
+                       ignore_index=True)
+    return events.groupby(["split", "code"], sort=True)["rows"].sum().astype(np.int64)
+
+
+def normalization_drops(by_split: pd.Series) -> list:
+    """``meds_export_unseen_codes``: the codes MEDS-Transforms' normalization will drop with every row of theirs,
+    those written with no row in the train split it fits on (:func:`pipeline.meds.checks.unseen`, the question
+    ``badpoints validate`` of the dataset asks as ``meds_code_unseen``); none when every code has a train row."""
+    split = by_split.index.get_level_values("split")
+    fitted = by_split[split == meds.train_split].index.get_level_values("code")
+    dropped, why = unseen(by_split, fitted)
+    if not len(dropped):
+        return []
+    return [summary_finding(stage=NAME, check=UNSEEN, table="data", column="code", count=int(dropped.sum()),
+                            message=unseen_message(dropped, why), items=dropped)]
+
+
+def dropped_lines(report: Any) -> list[tuple[str, str]]:
+    """The terminal summary's line of what MEDS-Transforms' normalization will drop (from the build's finding)."""
+    return [("MEDS", f"MEDS-Transforms' normalization will drop {f.count:,} rows of {len(f.items):,} codes with no "
+                     f"row in train: {format_items(f.items)}") for f in report.findings if f.check == UNSEEN]
+
+
 def _with_findings(report: Any, findings: list, config: Any) -> Any:
-    """The validation's report with the build's own findings (severities applied) after its own."""
+    """The validation's report with the build's own findings (severities applied) after its own, and its summary
+    lines."""
     added = type(report)(findings=findings).with_severities(dict(config.severity)).findings
     return type(report)(inputs=list(report.inputs), findings=[*report.findings, *added],
-                        overrides=dict(report.overrides), attrition=report.attrition, stages=report.stages)
+                        overrides=dict(report.overrides), attrition=report.attrition, stages=report.stages,
+                        summary=list(report.summary))
 
 
 def _write(built: Build, staged: Any, config: Any, progress: Progress, *, files: list,
@@ -376,8 +410,10 @@ def sections(shown: Shown) -> list[str]:
         return []
     rows = [[s["path"], s["split"], page.n(s["admissions"]), page.n(s["events"])] for s in built.shards]
     table = page.table(["shard", "split", "admissions", "lab events"], rows, numeric={2, 3}, sortable=True)
+    drops = "".join(f" {escape(text)} (<code>{UNSEEN}</code> lists them all)."
+                    for _, text in dropped_lines(built.report))
     return [f'<section id="graphs"><h2>MEDS shards</h2><p>{len(built.shards)} shards; metadata/codes.parquet holds '
-            f'each code\'s values/mean and values/std from the fit.</p>{table}</section>']
+            f'each code\'s values/mean and values/std from the fit.{drops}</p>{table}</section>']
 
 
 TARGET = "meds"

@@ -1,8 +1,9 @@
 """The MEDS export's target, on the real MEDS-Transforms 0.7.0: ``badpoints build`` of the real MIMIC-III demo
 ``--to meds``, then its normalization pipeline (``fit_normalization`` -> ``fit_vocabulary_indices`` ->
 ``normalization``, bench/meds_transforms.py in ``.venv-meds``) gives not one NaN or inf z, every |z| within the
-build's bound, and drops only the rows of codes never seen in train (which `badpoints validate` of the output
-names: meds_code_unseen). Skips where ``make meds-env`` has not been run, or without the demo."""
+build's bound, and drops only the rows of codes never seen in train: those the build names beforehand
+(meds_export_unseen_codes), as `badpoints validate` of the output does (meds_code_unseen). Skips where ``make
+meds-env`` has not been run, or without the demo."""
 
 from __future__ import annotations
 
@@ -43,3 +44,12 @@ def test_meds_transforms_normalization_of_the_demo_built_as_meds_has_no_bad_z(mi
     unseen = set(made["dropped_by_code"])
     train = set(pq.read_table(tmp_path / "meds" / "data" / "train").column("code").to_pylist())
     assert made["rows_dropped"] > 0 and not unseen & train
+    # the build said so beforehand: its finding names every code normalization dropped, and their rows
+    report = json.loads((tmp_path / "meds" / "report.json").read_text())
+    (said,) = [f for f in report["findings"] if f["check"] == "meds_export_unseen_codes"]
+    assert said["count"] == made["rows_dropped"] == 196
+    assert set(said["items"]) == unseen and len(unseen) == 97
+    for code in said["items"][:5]:  # the most rows first, each with its rows as normalization dropped them
+        rows = made["dropped_by_code"][code]
+        assert f"{code} ({rows} row{'s' if rows != 1 else ''};" in said["message"]
+    assert "normalization will drop 196 rows of 97 codes with no row in train" in " ".join(built.output.split())

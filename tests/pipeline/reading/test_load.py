@@ -22,9 +22,12 @@ from pipeline.cli import app
 from pipeline.config import load_config
 from pipeline.flow import validate
 
+from pipeline.reading.decode import near_columns
 from pipeline.reading.load import load_text_tables, read_table
 from pipeline.reading.locate import TABLES, locate_table
 from schemas.errors import StageError
+from tests import mimic4
+from tests.corpus import Dataset
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -154,3 +157,67 @@ def test_a_long_field_is_a_finding_of_the_run_and_the_other_rows_are_checked(tmp
     assert len(found) == 1 and found[0].lines == [6] and found[0].severity == "error"
     assert validation.exit_code == 1
     assert validation.report.attrition["LABEVENTS"]["read"] == len(rows) - 2  # all but the header and line 6
+
+
+# -- a header near an expected column -------------------------------------------------------------------------
+def _layout(name: str) -> Dataset:
+    """The sample in MIMIC-III's layout (upper-case headers), or the MIMIC-IV-shaped fixture (``hosp/``, lower-case)."""
+    return Dataset.sample() if name == "mimic3" else mimic4.dataset()
+
+
+@pytest.mark.parametrize("layout", ["mimic3", "mimic4"])
+@pytest.mark.parametrize(("expected", "written", "exit_code"), [
+    ("VALUENUM", "value_num", 0), ("CHARTTIME", "chart_time", 1), ("HADM_ID", "hadmid", 1)])
+def test_a_header_one_edit_from_an_expected_column_is_a_warning_naming_both_before_any_derivation(
+        tmp_path, layout, expected, written, exit_code):
+    """VALUENUM written ``value_num`` is not read: the warning names both, first under the tables read, and says
+    what the run does without it (derive VALUENUM from VALUE, or stop the table: CHARTTIME and HADM_ID are
+    required)."""
+    data = _layout(layout)
+    header = data.header["LABEVENTS"]
+    header[[name.upper() for name in header].index(expected)] = written
+    folder = data.write(tmp_path / "data")
+    result = CliRunner().invoke(app, ["validate", str(folder), "--no-cache", "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == exit_code, result.output
+    findings = json.loads((tmp_path / "r.json").read_text())["findings"]
+    (near,) = [f for f in findings if f["check"] == "header_near_column"]
+    assert (near["severity"], near["table"], near["column"], near["lines"]) == ("warning", "LABEVENTS", expected, [1])
+    assert f"The header has {written!r} and no {expected}: {written!r} is not read" in near["message"]
+    lines = result.stdout.splitlines()
+    after_reading = next(n for n, line in enumerate(lines) if not line.startswith("read "))
+    assert lines[after_reading].startswith(f"WARNING load/header_near_column LABEVENTS.{expected} (1)")
+    if expected == "VALUENUM":
+        (derived,) = [f for f in findings if f["check"] == "valuenum_derived"]
+        assert "VALUENUM is derived from VALUE" in near["message"]
+        assert findings.index(near) < findings.index(derived)
+        shown = next(n for n, line in enumerate(lines) if "raw/valuenum_derived" in line)
+        assert after_reading < shown < next(n for n, line in enumerate(lines) if line.startswith("WARNING clean/"))
+    else:
+        assert [f["column"] for f in findings if f["check"] == "missing_column"] == [expected]
+        assert "without it the table is not read (missing_column)" in near["message"]
+
+
+def test_headers_as_mimic_and_badpoints_write_them_are_near_no_expected_column(tmp_path):
+    """No false alarm on the headers of MIMIC-III, MIMIC-IV and the sample (VALUEUOM is two edits from VALUENUM,
+    DEATHTIME three from DISCHTIME, EDOUTTIME from EDREGTIME), nor on the tables that lack an optional column."""
+    for data in (Dataset.sample(), mimic4.dataset()):
+        for table, header in data.header.items():
+            assert near_columns(header, tmp_path, table) == [], (table, header)
+    demo = {"ADMISSIONS": "HADM_ID,ADMITTIME,DISCHTIME,DEATHTIME,ADMISSION_TYPE,ADMISSION_LOCATION,"
+                          "DISCHARGE_LOCATION,INSURANCE,LANGUAGE,RELIGION,MARITAL_STATUS,ETHNICITY,DIAGNOSIS,"
+                          "EDOUTTIME,HOSPITAL_EXPIRE_FLAG,HAS_CHARTEVENTS_DATA,ROW_ID",
+            "D_LABITEMS": "row_id,itemid,label,fluid,category,loinc_code",
+            "LABEVENTS": "HADM_ID,ITEMID,CHARTTIME,VALUE,VALUEUOM,FLAG"}
+    for table, header in demo.items():
+        assert near_columns(header.split(","), tmp_path, table) == [], table
+    assert near_columns(["value_num"], tmp_path, "labevents.csv") == []  # a table of another kind: no expectation
+
+
+def test_load_text_tables_keeps_the_header_warning_beside_the_error_that_stopped_the_table(tmp_path):
+    data = Dataset.sample()
+    header = data.header["LABEVENTS"]
+    header[header.index("CHARTTIME")] = "CHART_TIME"
+    tables, problems = load_text_tables(data.write(tmp_path / "data"))
+    assert "LABEVENTS" not in tables
+    assert [(p.check, p.column) for p in problems if p.table == "LABEVENTS"] == [
+        ("missing_column", "CHARTTIME"), ("header_near_column", "CHARTTIME")]

@@ -43,6 +43,7 @@ def demo(mimic3demo, tmp_path_factory):
     root = tmp_path_factory.mktemp("export")
     made = _build(mimic3demo, root / "meds", "--to", "meds")
     assert made.exit_code == 0, made.output
+    (root / "printed.txt").write_text(made.stdout)  # what the terminal showed
     return root, validate(mimic3demo, load_config(None)).prepared
 
 
@@ -141,6 +142,28 @@ def test_badpoints_validate_of_the_output_finds_no_error_and_predicts_no_bad_z(d
     assert run.exit_code == 0
     assert not checks & {"meds_z_non_finite", "meds_z_bound", "meds_value_finite", "meds_subject_unsorted"}
     assert int(run.ready["non_finite"].sum()) == 0
+
+
+def test_the_build_names_the_codes_and_rows_meds_transforms_normalization_will_drop(demo):
+    """Codes written with no row in train (held_out or tuning only): MEDS-Transforms' normalization drops their rows
+    (196 of 97 codes on the demo, as its own run does: tests/bench/test_meds_export_normalization.py). The build's
+    report names them, counted from the shards it wrote, as `badpoints validate` of the dataset does."""
+    out = demo[0] / "meds"
+    (found,) = [f for f in json.loads((out / "report.json").read_text())["findings"]
+                if f["check"] == "meds_export_unseen_codes"]
+    events = _events(out)
+    train = set(events.loc[events["split"] == meds.train_split, "code"])
+    dropped = events.loc[~events["code"].isin(train), "code"].value_counts()
+    assert (found["count"], len(found["items"])) == (int(dropped.sum()), len(dropped)) == (196, 97)
+    assert set(found["items"]) == set(dropped.index)
+    assert found["severity"] == "info" and found["stage"] == "meds_export"
+    assert "196 rows of 97 code(s) with no row in the fitted (train) rows" in found["message"]
+    (named,) = [f for f in validate_meds(out, load_config(None)).report.findings if f.check == "meds_code_unseen"]
+    assert (named.count, named.items) == (found["count"], found["items"])
+    printed = " ".join((demo[0] / "printed.txt").read_text().split())
+    assert ("MEDS MEDS-Transforms' normalization will drop 196 rows of 97 codes with no row in train: "
+            f"{', '.join(found['items'][:5])} +92 more in the JSON report") in printed
+    assert "will drop 196 rows of 97 codes" in (out / "report.html").read_text()
 
 
 def test_a_second_build_writes_the_same_bytes(demo, mimic3demo, tmp_path):
