@@ -25,7 +25,7 @@ from tests.pipeline.stages.sample import run_stages, sample_stages, typed
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from pipeline.stages import clean, scale
+from pipeline.stages import clean, scale, text
 from pipeline.config import load_config
 from pipeline.flow import prepare, validate
 from schemas.errors import StageError
@@ -765,11 +765,13 @@ D_DIMER = 51196  # one normal training row among abnormal ones: z reached 8,900 
 @pytest.fixture(scope="module")
 def demo(mimic3demo):
     """The demo validated by the flow with today's raw z and every item fitted ([encode] min_admissions 1: no item
-    is rare), and its lab rows as the scale stage received them."""
+    is rare), and its lab rows as the scale stage received them (read by the text stage's fit first)."""
     config = raw_config()
     config = dataclasses.replace(config, encode=dataclasses.replace(config.encode, min_admissions=1))
     validation = validate(mimic3demo, config)
-    return validation.prepared, run_stages(validation.tables, config).encoded
+    read = text.read_numbers(validation.tables.labevents, validation.prepared.fitted[text.NAME],
+                             censored=config.clean.censored, text_values=config.clean.text_values)
+    return validation.prepared, run_stages(dataclasses.replace(validation.tables, labevents=read), config).encoded
 
 
 def test_on_the_mimic3_demo_no_varying_item_is_constant_and_fallback_z_stays_small(demo):
@@ -779,7 +781,9 @@ def test_on_the_mimic3_demo_no_varying_item_is_constant_and_fallback_z_stays_sma
     constant = list(stats.constant_items_)
     assert constant and (spread.loc[constant, "min"] == spread.loc[constant, "max"]).all()
     assert not set(spread.index[spread["min"] < spread["max"]]) & set(constant)
-    assert (len(constant), len(stats.fallback_items_)) == (43, 92)  # 64 and 38 when scale 1 meant constant
+    # 64 and 38 when scale 1 meant constant; bacteria (51463), once numeric and constant at its 'NONE' = 0, is
+    # ordinal and varies, Calcium Oxalate Crystals (51469, 'FEW' twice) is ordinal and constant
+    assert (len(constant), len(stats.fallback_items_)) == (43, 94)
     assert stats.table().loc[D_DIMER, "rule"] == "all"
     rule = edges["ITEMID"].map(stats.table()["rule"])
     z = edges["Z"].abs()
@@ -900,8 +904,9 @@ def test_on_the_mimic3_demo_the_default_z_is_bounded_in_order_and_every_bounded_
     unseen = numbers[numbers["Z_UNSEEN"] == 1]
     rare = unseen["ITEMID"].isin(stats.rare_items_)
     assert (unseen["Z"] == 0).all() and not unseen.loc[~rare, "ITEMID"].isin(stats.items_).any()
-    # 83 rows of items unseen in train; 449 of the 98 items seen in fewer than 5 of the 103 training admissions
-    assert (int((~rare).sum()), int(rare.sum()), len(stats.rare_items_)) == (83, 449, 98)
+    # 83 rows of items unseen in train; 458 of the 101 items seen in fewer than 5 of the 103 training admissions
+    # (three of them ordinal urine items: 51469, 51505, 51518)
+    assert (int((~rare).sum()), int(rare.sum()), len(stats.rare_items_)) == (83, 458, 101)
     assert not numbers.loc[numbers["Z_UNSEEN"] == 0, "ITEMID"].isin(stats.rare_items_).any()
     assert "asinh" in stats.transforms and set(stats.policies) == {"auto"}
 
