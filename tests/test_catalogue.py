@@ -477,6 +477,7 @@ FIRES: dict[str, Fires] = {
     "z_error_bound": config("[scale]\nerror_bound = 500.0\n" + RAW_Z, 3, exit_code=1),
     "z_bounded": Fires(AS_IS, 714),
     "policy_group_unknown": config("[scale.policy]\n\"Chemstry\" = \"log\"\n", 1, exit_code=0),
+    "censored_off_scale": case("censored_bound_off_the_item_s_scale", 4, exit_code=0),  # 2 '<0.01', 2 '>1000'
     "log_domain": config("[scale.policy]\n50802 = \"log\"\n", 75, exit_code=1),
     # fill
     "filled": Fires(missing_z, 163, column="Z"),  # the rows of the first item, 50802
