@@ -74,8 +74,8 @@ class Options(Section):
         its share (biased_item, a warning): what it keeps is a biased sample of what it measured.""")
     text_values: Mapping[str, float] = table(default=DEFAULT_TEXT_VALUES, doc="""
         Words that stand for a number in a numeric lab item, matched whatever their case and a trailing period;
-        what is still text is quarantined. These map the dipstick's absence ("NEG": 637 rows of the MIMIC-III
-        demo's numeric urine items) to 0; a file's words are added to them (or give one another number). 'TR'
+        what is still text is quarantined. These map the dipstick's absence ("NEG": 634 inpatient rows of the
+        MIMIC-III demo's numeric items) to 0; a file's words are added to them (or give one another number). 'TR'
         (trace) means a different amount in each item and is left to you, e.g. "TR" = 0.5""")
     ordinal: Mapping[str, tuple] = table(default=DEFAULT_ORDINAL, doc="""
         Ordered scales of words, each a list of levels from the lowest (an absence) up, a level one word or a list
@@ -251,11 +251,14 @@ def _text_rows(events: pd.DataFrame, items: Sequence[int] | None = None) -> np.n
 def read_ranks(events: pd.DataFrame, numbered: NumberedItems) -> pd.Series:
     """Per text row of an ordinal item (:func:`read_text`'s rows): its word's rank in the item's scale (NaN: a word
     the scale does not hold), indexed like those rows."""
-    table = numbered.table()
-    ordinal = table[table["KIND"] == "ordinal"]
-    rows = _text_rows(events, ordinal.index)
-    words, scale = _words(events.loc[rows, "VALUE"].astype("str")), events.loc[rows, "ITEMID"].map(ordinal["SCALE"])
+    scales = {item: scale for item, kind, scale in zip(numbered.items_, numbered.kinds, numbered.scale_ or ())
+              if kind == "ordinal"}
+    rows = _text_rows(events, list(scales)) if scales else np.zeros(len(events), dtype=bool)
+    words = _words(events.loc[rows, "VALUE"].astype("str"))
     rank = pd.Series(np.nan, index=words.index, dtype="float64")
+    if not len(words):
+        return rank
+    scale = events.loc[rows, "ITEMID"].astype("int64").map(scales)
     for name, levels in numbered.scales_:
         of = (scale == name).to_numpy(bool)
         rank[of] = words[of].map(ranks(levels)).astype("float64")
@@ -417,7 +420,7 @@ def kept_findings(numbered: NumberedItems, *, min_kept_share: float = Options.mi
         row = low.loc[item]
         read = [f"{int(row[column]):,} {what}" for column, what in (("MAPPED", "mapped"), ("CENSORED", "censored"))
                 if row[column]]
-        return (f"keeps {int(row['KEPT']):,} of {int(row['RESULTS']):,} results ({row['SHARE']:.0%})"
+        return (f"keeps {int(row['KEPT']):,} of {int(row['RESULTS']):,} results ({_percent(row['SHARE'])})"
                 + (f", {' and '.join(read)}" if read else ""))
 
     listed = [f"{item} {names[item]}" if names and item in names else str(item) for item in low.index[:LISTED]]
@@ -425,9 +428,14 @@ def kept_findings(numbered: NumberedItems, *, min_kept_share: float = Options.mi
     more = len(low) - LISTED
     return [summary_finding(
         stage=NAME, check="biased_item", table="LABEVENTS", column="VALUE", count=len(low),
-        message=f"{len(low)} numeric item(s) keep less than {min_kept_share:.0%} of their inpatient results "
+        message=f"{len(low)} numeric item(s) keep less than {_percent(min_kept_share)} of their inpatient results "
                 f"([clean] min_kept_share): ITEMID {shown}" + (f" +{more} more in the JSON report" if more > 0 else ""),
         items=list(low.index))]
+
+
+def _percent(share: float) -> str:
+    """``0.0174`` as ``'1.74%'``, ``0.5`` as ``'50%'``: three significant digits."""
+    return f"{float(share) * 100:.3g}%"
 
 
 def fit_inputs(events: Any, context: Context) -> tuple[Any, tuple, dict]:

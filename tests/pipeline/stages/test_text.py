@@ -262,7 +262,7 @@ def test_a_scale_of_the_config_makes_its_items_ordinal_and_a_bad_scale_is_a_conf
                            ('["NEG", []]', "a level must be a word or a list of words, got []"),
                            ('["NEG", ["neg.", "SM"]]', "names 'NEG' more than once"), ('"NEG < SM"', "must be a list")]:
         path.write_text(f"[clean.ordinal]\nbad = {scale}\n")
-        with pytest.raises(ConfigError, match=re.escape(f"[clean.ordinal] 'bad'") + ".*" + re.escape(message)):
+        with pytest.raises(ConfigError, match=re.escape("[clean.ordinal] 'bad'") + ".*" + re.escape(message)):
             load_config(path)
     path.write_text("[clean]\nmin_kept_share = 1.5\n")
     with pytest.raises(ConfigError, match=r"\[clean\] min_kept_share must be a finite number in \[0, 1\]"):
@@ -282,8 +282,10 @@ def test_a_numeric_item_that_keeps_less_than_the_share_is_named_with_its_share()
     assert (finding.check, finding.severity, finding.count, finding.items) == ("biased_item", "warning", 1,
                                                                               [PLATELETS])
     assert ("1 numeric item(s) keep less than 50% of their inpatient results ([clean] min_kept_share): ITEMID "
-            "51240 Large Platelets (Blood) keeps 1 of 11 results (9%)") in finding.message
+            "51240 Large Platelets (Blood) keeps 1 of 11 results (9.09%)") in finding.message
     (both,) = text.kept_findings(numbered, min_kept_share=0.8, names=names)
+    assert "keep less than 80% of their inpatient results" in both.message
+    assert "keep less than 99.5% of" in text.kept_findings(numbered, min_kept_share=0.995)[0].message
     assert both.items == [PLATELETS, KETONE] and "51484 Ketone (Urine) keeps 3 of 4 results (75%), 1 mapped and " \
         "1 censored" in both.message
     assert text.kept_findings(numbered, min_kept_share=0.0) == []
@@ -354,4 +356,4 @@ def test_on_the_mimic3_demo_bacteria_keeps_its_positives_and_every_item_under_th
     low = set(table.index[table["KEPT"] < share * table["RESULTS"]])
     (finding,) = [f for f in validation.report.findings if f.check == "biased_item"]
     assert low and set(finding.items) == low and finding.count == len(low)
-    assert "51087 Length of Urine Collection (Urine) keeps 2 of 115 results (2%)" in finding.message
+    assert "51087 Length of Urine Collection (Urine) keeps 2 of 115 results (1.74%)" in finding.message
