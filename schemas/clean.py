@@ -30,7 +30,7 @@ CHECKS = (  # what the clean stage finds (schemas.checks puts them into the cata
 )
 
 
-KINDS = ("numeric", "categorical", "mixed")
+KINDS = ("numeric", "ordinal", "categorical", "mixed")
 
 
 class CleanAdmissions(pa.DataFrameModel):
@@ -61,8 +61,8 @@ class CleanLabItems(pa.DataFrameModel):
 
 
 class CleanEvents(pa.DataFrameModel):
-    """Inpatient lab rows: keys and time present, VALUENUM finite or null, KIND of the row's item (categorical
-    for a row whose result was only in COMMENTS and became its VALUE)."""
+    """Inpatient lab rows: keys and time present, VALUENUM finite or null (an ordinal item's rank), KIND of the
+    row's item (categorical for a row whose result was only in COMMENTS and became its VALUE)."""
 
     HADM_ID: Series[np.int64] = pa.Field(gt=0, description=ABOUT["HADM_ID"])
     ITEMID: Series[np.int64] = pa.Field(gt=0, description=ABOUT["ITEMID"])

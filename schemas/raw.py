@@ -82,7 +82,8 @@ ABOUT = {
     "FLUID": "the lab item's fluid ('Blood', 'Urine')",
     "CATEGORY": "the lab item's category ('Chemistry', 'Hematology')",
     "LABEL": "the lab item's name",
-    "KIND": "the kind of its lab item: 'numeric' (every result a number), 'categorical' (none) or 'mixed'",
+    "KIND": "the kind of its lab item: 'numeric' (every result a number), 'ordinal' (every result a word of one "
+            "ordered scale, read as its rank), 'categorical' (no result a number) or 'mixed'",
     "SPLIT": "the split of its admission: 'train', 'val' or 'test' (fits read the 'train' rows)",
     "CODE": "the code of a categorical row's VALUE (0: missing or unseen in train), null on a row with a number",
     "Z": "the z-score of VALUENUM by its item's training stats, null on a categorical row",

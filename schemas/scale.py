@@ -40,6 +40,10 @@ CHECKS = (  # what the scale stage finds (schemas.checks puts them into the cata
               "spread of its abnormal values; a suspect scale needs a look at the item's stats in stats.json."),
     CheckInfo("z_error_bound", "scale", ERROR, "|z| above the error bound",
               "Beyond any real measurement: the mark of a failed std guard or a unit error.", locked=STOPS),
+    CheckInfo("censored_off_scale", "scale", WARNING, "censored results whose bound is off their item's scale",
+              "A censored result ('<0.01', '>1000') is kept at its bound; where that bound's z is beyond [scale] "
+              "error_bound (or not finite), it is a detection limit of another unit or assay, no measurement on the "
+              "item's scale: the row is quarantined, never an error. Check the item's units if it has many."),
     CheckInfo("log_domain", "scale", ERROR, "value <= -1 in an item scaled with the 'log' policy",
               "log1p needs values above -1; use 'clip' or 'none' for this item.", locked=STOPS),
 )

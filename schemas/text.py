@@ -1,4 +1,5 @@
-"""What the text stage hands on: the raw lab rows, with the censored and coded text of numeric items as numbers."""
+"""What the text stage hands on: the raw lab rows, with the censored and coded text of numeric items as numbers and
+the words of ordinal items as their ranks."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import pandera.pandas as pa
 from pandera.typing import Series
 
-from schemas.catalogue import INFO, CheckInfo
+from schemas.catalogue import INFO, WARNING, CheckInfo
 from schemas.raw import ABOUT, LabEvents
 
 CENSORED = "Z_CENSORED"  # the censoring mark: -1 at most the value, +1 at least, 0 a plain number (an edge feature)
@@ -18,6 +19,14 @@ CHECKS = (  # what the text stage finds (schemas.checks puts them into the catal
     CheckInfo("mapped_text_value", "text", INFO, "words of numeric items mapped to numbers by [clean] text_values",
               "Declared in [clean.text_values] ('NEG' = 0 by default); words not declared stay text and are "
               "quarantined by clean (mixed_item_text)."),
+    CheckInfo("ranked_value", "text", INFO, "words of ordinal items read as their rank",
+              "An item that is not numeric and whose results are all words of one ordered scale of [clean.ordinal] "
+              "('NONE', 'FEW', 'MOD', 'MANY') is ordinal: each result is its rank (0 for the lowest level), "
+              "z-scored like a number; declare a scale there to read another item's words so."),
+    CheckInfo("biased_item", "text", WARNING, "numeric items that keep less than [clean] min_kept_share of their results",
+              "Such an item is numeric (it has a number other than 0), and the rest of its results are text the "
+              "text stage could not read (quarantined as mixed_item_text): what it keeps is a biased sample. Declare "
+              "its words' numbers in [clean.text_values], or lower [clean] min_kept_share once you have looked."),
 )
 
 

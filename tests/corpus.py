@@ -669,6 +669,26 @@ def lab_row_without_result(d: Dataset) -> Expect:
     return Expect(0, "no_result", "LABEVENTS", lines=(line,), severity="info", secret=CANARY)
 
 
+@case
+def censored_bound_off_the_item_s_scale(d: Dataset) -> Expect:
+    """An item whose values are 1e6 +- 0.003 (the anion gap, 50868, rewritten) with two '<0.01' and two '>1000':
+    the text stage reads them as 0.01 and 1000, whose z is near -1e9. A detection limit of another unit is no
+    measurement on the item's scale: the four rows are quarantined and named, never the error z_error_bound."""
+    item, hadm = d.col("LABEVENTS", "ITEMID"), d.col("LABEVENTS", "HADM_ID")
+    rows = [n for n, record in enumerate(d.rows["LABEVENTS"]) if record[item] == "50868" and record[hadm]]
+    for k, row in enumerate(rows):
+        value = f"{1e6 + (k % 7) * 0.001:.3f}"
+        d.set("LABEVENTS", row, "VALUENUM", value)
+        d.set("LABEVENTS", row, "VALUE", value)
+        d.set("LABEVENTS", row, "FLAG", "")
+    lines = []
+    for row, bound in zip(rows[5::40], ("<0.01", ">1000", "<0.01", ">1000")):
+        d.set("LABEVENTS", row, "VALUENUM", "")
+        lines.append(d.set("LABEVENTS", row, "VALUE", bound))
+    d.plant("ADMISSIONS", 0, "DIAGNOSIS")
+    return Expect(0, "censored_off_scale", "LABEVENTS", lines=tuple(lines), severity="warning", secret=CANARY)
+
+
 def _hadm_rows(d: Dataset, hadm: str) -> list[int]:
     i = d.col("LABEVENTS", "HADM_ID")
     return [n for n, record in enumerate(d.rows["LABEVENTS"]) if record[i] == hadm]

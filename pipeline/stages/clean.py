@@ -2,9 +2,9 @@
 
 Lab rows without HADM_ID (outpatient), rows that failed a raw check, rows of an
 admission or item that failed one, are quarantined with a reason. Every ITEMID
-is then numeric (all its rows with a result have VALUENUM), categorical (none
-has) or mixed; the text rows of mixed items ('<0.01', 'See Comments') are
-quarantined. A row with neither VALUE nor VALUENUM is of a class of its own,
+is then numeric (all its rows with a result have VALUENUM), ordinal (the text
+stage read its words as ranks), categorical (no row has VALUENUM) or mixed; the
+text rows of mixed items ('See Comments', '0-2') are quarantined. A row with neither VALUE nor VALUENUM is of a class of its own,
 never text: MIMIC-IV writes some results only in COMMENTS, and such a row
 becomes what ``empty_value`` declares; a row without a comment either has no
 result and is quarantined. COMMENTS (free text) goes no further than this stage.
@@ -12,8 +12,6 @@ result and is quarantined. COMMENTS (free text) goes no further than this stage.
 
 from __future__ import annotations
 
-import functools
-import operator
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -26,6 +24,7 @@ from pipeline.kernel.stage import Context, Plan, Reason, Stage
 from pipeline.kernel.calls import Call, Fit
 from pipeline.kernel.quarantine import Kept, set_aside
 from pipeline.kernel.calls import reads
+from pipeline.stages import text
 from schemas.clean import CleanAdmissions, CleanEvents, CleanLabItems
 from schemas.guard import guarded, refuse_non_finite
 from schemas.raw import ADMISSIONS, LABITEMS, Admissions, LabEvents, LabItems
@@ -83,8 +82,9 @@ def _without_rejected(rows: pd.DataFrame, *, table: str, key: str) -> Kept:
 
 @dataclass(frozen=True)
 class ItemKinds:
-    """What clean learns from all the inpatient rows it keeps: each lab item's kind, and how many rows have no
-    result (with and without a comment), which decides the steps it takes. Items absent are categorical."""
+    """What clean learns from all the inpatient rows it keeps: each lab item's kind (:data:`schemas.clean.KINDS`),
+    and how many rows have no result (with and without a comment), which decides the steps it takes. Items absent
+    are categorical."""
 
     kinds_: tuple[tuple[int, str], ...]
     no_result_rows_: int = 0
@@ -142,17 +142,20 @@ def _empty_rows(events: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
 
 @reads(*FIT_READS)
 @guarded(stage=NAME, takes=LabEvents, reads=FIT_READS)
-def count_kinds(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame) -> KindCounts:
+def count_kinds(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame,
+                numbered: text.NumberedItems | None = None) -> KindCounts:
     """The counts :class:`ItemKinds` is learned from, of ``labevents`` (all the rows, or those of some admissions):
-    of the rows :func:`inpatient_rows` keeps, without making the records of those it sets aside. A VALUENUM that
-    is inf or -inf is refused (``fit_finite``); a null one is a row without a number."""
+    of the rows :func:`inpatient_rows` keeps (:func:`pipeline.stages.text.inpatient`), without making the records
+    of those it sets aside. ``numbered``, the text stage's state, tells the ordinal items when the kinds are
+    finished (:func:`kinds_from_counts`); the counts do not read it. A VALUENUM that is inf or -inf is refused
+    (``fit_finite``); a null one is a row without a number."""
     return _count_kinds(labevents, admissions, labitems, fit="clean.count_kinds")
 
 
 def _count_kinds(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame, *,
                  fit: str) -> KindCounts:
     """:func:`count_kinds` of rows already guarded; ``fit`` names the function called, for its refusal."""
-    kept = ~functools.reduce(operator.or_, (mask for _, mask in _not_inpatient(labevents, admissions, labitems)))
+    kept = text.inpatient(labevents, admissions, labitems)
     refuse_non_finite(labevents, "VALUENUM", among=kept.to_numpy(bool), stage=NAME, fit=fit,
                       needs="a VALUENUM that is finite or null in each inpatient row")
     return _counts(labevents[kept.to_numpy(bool)])
@@ -176,19 +179,26 @@ def add_kind_counts(parts: Sequence[KindCounts]) -> KindCounts:
                       commented_rows=sum(p.commented_rows for p in parts))
 
 
-def kinds_from_counts(counts: KindCounts, *args: Any) -> ItemKinds:
-    """Numeric (every row with a result has VALUENUM), categorical (none has) or mixed, per item, sorted by ITEMID."""
+def kinds_from_counts(counts: KindCounts, admissions: Any = None, labitems: Any = None,
+                      numbered: text.NumberedItems | None = None) -> ItemKinds:
+    """Per item, sorted by ITEMID: ordinal (the text stage's ordinal items, ``numbered``), numeric (every row with a
+    result has VALUENUM), categorical (none has) or mixed."""
     per_item = counts.per_item.sort_index()
     numbers, results = per_item["NUMBERS"].to_numpy(), per_item["RESULTS"].to_numpy()
-    kind = np.select([numbers == results, numbers == 0], ["numeric", "categorical"], default="mixed")
+    ordinal = per_item.index.isin(numbered.items_of("ordinal") if numbered is not None else ())
+    kind = np.select([ordinal, numbers == results, numbers == 0], ["ordinal", "numeric", "categorical"],
+                     default="mixed")
     return ItemKinds(kinds_=tuple(zip(per_item.index.astype("int64").tolist(), kind.tolist())),
                      no_result_rows_=counts.no_result_rows, commented_rows_=counts.commented_rows)
 
 
 @guarded(stage=NAME, takes=LabEvents, reads=FIT_READS)
-def fit_kinds(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame) -> ItemKinds:
-    """Item kinds of all the rows: :func:`count_kinds` of one part."""
-    return kinds_from_counts(add_kind_counts([_count_kinds(labevents, admissions, labitems, fit="clean.fit_kinds")]))
+def fit_kinds(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.DataFrame,
+              numbered: text.NumberedItems | None = None) -> ItemKinds:
+    """Item kinds of all the rows: :func:`count_kinds` of one part (``numbered``: the text stage's state, which
+    names the ordinal items)."""
+    counts = _count_kinds(labevents, admissions, labitems, fit="clean.fit_kinds")
+    return kinds_from_counts(add_kind_counts([counts]), numbered=numbered)
 
 
 @guarded(stage=NAME, takes=LabEvents, gives=CleanEvents)
@@ -219,7 +229,8 @@ def clean_events(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd
     # A class of rows that does not occur (in all the rows) adds no step: data without empty values has no step for
     # them in its attrition.
     filters = [(reason, mask) for reason, mask, rows in filters if rows]
-    filters.append((MIXED_TEXT, (events["KIND"] == "mixed") & events["VALUENUM"].isna()))
+    # The text of a mixed item, and a word an ordinal item's scale does not hold (a state fitted on other rows).
+    filters.append((MIXED_TEXT, events["KIND"].isin(("mixed", "ordinal")) & events["VALUENUM"].isna()))
     results = set_aside(events.drop(columns="COMMENTS", errors="ignore"), filters, stage=NAME,
                         columns={NO_RESULT: "VALUE", IN_COMMENTS: "VALUE", MIXED_TEXT: "VALUENUM"})
     return Kept(frame=results.frame, quarantine=pd.concat([kept.quarantine, results.quarantine]),
@@ -228,16 +239,18 @@ def clean_events(labevents: pd.DataFrame, admissions: pd.DataFrame, labitems: pd
 
 def item_kinds(events: pd.DataFrame) -> pd.Series:
     """Per row, the kind of its item: numeric (every row with a result has VALUENUM), categorical (none) or
-    mixed. Rows with neither VALUE nor VALUENUM have no say (without a VALUE column every row has); an item with
+    mixed (no item is ordinal: only the text stage's state names those). Rows with neither VALUE nor VALUENUM have no say (without a VALUE column every row has); an item with
     only such rows is categorical."""
     return kinds_from_counts(_counts(events)).of(events["ITEMID"])
 
 
 def fit_inputs(labevents: Any, context: Context) -> tuple[Any, tuple, dict]:
-    """What :func:`fit_kinds` reads in flow: every lab row, and the admissions and lab items that pass the raw
-    checks (cleaned again: the stage cleans them when it runs, after its fit)."""
+    """What :func:`fit_kinds` reads in flow: every lab row, the admissions and lab items that pass the raw checks
+    (cleaned again: the stage cleans them when it runs, after its fit), and the text stage's state (none where the
+    stage runs without it: no item is then ordinal)."""
     read = context.read
-    return labevents, (clean_admissions(read.of(ADMISSIONS)).frame, clean_labitems(read.of(LABITEMS)).frame), {}
+    return labevents, (clean_admissions(read.of(ADMISSIONS)).frame, clean_labitems(read.of(LABITEMS)).frame,
+                       context.fitted.get(text.NAME)), {}
 
 
 def plan(context: Context) -> Plan:

@@ -219,15 +219,16 @@ def _refuse_collision(events: pd.DataFrame, column: str, value: float | None) ->
     )
 
 
-# The rows a tensor column has no value for by construction: a numeric row has no category code, a row without a
-# number (a categorical one) no z. Its other nulls are missing values.
-ABSENT = {"CODE": "numeric rows (no category by construction)", "Z": "categorical rows (no number by construction)"}
+# The rows a tensor column has no value for by construction: a row with a number (a numeric one, or an ordinal one's
+# rank) has no category code, a row without a number (a categorical one) no z. Its other nulls are missing values.
+ABSENT = {"CODE": "rows with a number (no category by construction)",
+          "Z": "categorical rows (no number by construction)"}
 
 
 @reads(*TENSOR_COLUMNS, "VALUENUM")
 def missing_counts(events: pd.DataFrame) -> pd.Series:
     """How many values of each tensor column are missing (``CODE``, ``Z``) and how many its rows do not have by
-    construction (``CODE_ABSENT``: numeric rows; ``Z_ABSENT``: rows without a number): what :func:`fill_findings`
+    construction (``CODE_ABSENT``: rows with a number; ``Z_ABSENT``: rows without one): what :func:`fill_findings`
     reports (counts of parts add up)."""
     number = events["VALUENUM"].notna()
     absent = {"CODE": number, "Z": ~number}

@@ -138,7 +138,7 @@ def test_log_mode_prints_plain_progress_to_stderr_and_the_summary_last(tmp_path)
     assert any(line.startswith("badpoints: text+clean") and "rows/s" in line for line in progress)
     assert "badpoints:" not in done.stdout
     summary = done.stdout[done.stdout.index("summary\n"):].splitlines()
-    assert summary[-1] == "status: warnings (0 errors, 1 warning, 15 notes)"
+    assert summary[-1] == "status: warnings (0 errors, 1 warning, 16 notes)"
     assert any(line.split()[:1] == ["funnel"] and "dedup 9,381" in line for line in summary)
     assert "  constant  none" in summary
     assert "  fallback  50963 NTproBNP (Blood), 51100 Sodium, Urine (Urine)" in summary

@@ -40,10 +40,11 @@ from typing import Any, Mapping
 import pandas as pd
 
 from pipeline.reporting.findings import Finding, format_items, summary_finding
-from pipeline.kernel.stage import Context, Outcome, Plan, Shown, Stage
+from pipeline.kernel.stage import Context, Outcome, Plan, Reason, Shown, Stage
 from pipeline.kernel.calls import Call, Fit
-from pipeline.stages.scale.apply import (RANGE_COLUMNS, apply_zscore, bounded_counts, range_classes,  # noqa: F401
-                                         reference_ranges, reported_rows, scale_findings, scaled, soft_bound)
+from pipeline.stages.scale.apply import (OFF_SCALE, RANGE_COLUMNS, apply_zscore, bounded_counts,  # noqa: F401
+                                         off_scale, range_classes, reference_ranges, reported_rows, scale_events,
+                                         scale_findings, scaled, soft_bound)
 from pipeline.stages.scale.fit import (BASES, STAT_COLUMNS, ZScoreStats, add_fit_rows, fit_from_rows,  # noqa: F401
                                        fit_from_sums, fit_rows, fit_sums, fit_zscore, item_sums, item_transforms,
                                        stats_table)
@@ -106,7 +107,7 @@ def plan(context: Context) -> Plan:
                               range_widths=options.range_widths, names=context.ledger.names, bounded=bounded)
 
     return Plan(context=context, report=report, before=before,
-                calls=(Call(apply_zscore, (stats,), dict(warn_bound=options.warn_bound,
+                calls=(Call(scale_events, (stats,), dict(warn_bound=options.warn_bound,
                                                          error_bound=options.error_bound)),),
                 tallies=(Call(bounded_counts, (stats,)),),
                 picks=(Call(reported_rows, (stats,), dict(warn_bound=options.warn_bound)),))
@@ -115,5 +116,6 @@ def plan(context: Context) -> Plan:
 STAGE = Stage(NAME, colour="#ff7f0e", plan=plan, options=Options, takes=EncodedEvents, gives=ScaledEvents,
               fit=Fit(whole=fit_zscore, partial=fit_rows, combine=add_fit_rows, finish=fit_from_rows,
                       inputs=fit_inputs, state=ZScoreStats, saved_as="scale", early=True),
-              by_admission=True, filters=False, writes=("Z", "Z_BOUNDED", "Z_UNSEEN"), summary=summary, sections=sections,
+              reasons=(Reason(OFF_SCALE, "censored_off_scale", per_item=True),),
+              by_admission=True, writes=("Z", "Z_BOUNDED", "Z_UNSEEN"), summary=summary, sections=sections,
               items=items)

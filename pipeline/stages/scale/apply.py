@@ -1,6 +1,7 @@
-"""The scale stage applied: z of every row from the fitted stats (guarded: finite, under the error bound), and the
-findings it makes of the rows it names (constant, fallback and unseen items, |z| above the warn bound, checked
-against each row's reference range where LABEVENTS has one)."""
+"""The scale stage applied: z of every row from the fitted stats (guarded: finite, under the error bound), the
+censored rows whose bound is off their item's scale set aside, and the findings it makes of the rows it names
+(constant, fallback and unseen items, |z| above the warn bound, checked against each row's reference range where
+LABEVENTS has one)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,21 @@ import pandas as pd
 
 from pipeline.reporting.findings import Finding, finding_from_mask, format_items, summary_finding
 from pipeline.kernel.calls import reads
+from pipeline.kernel.quarantine import Kept, set_aside
 from pipeline.stages.scale.fit import ZScoreStats, _transformed, row_transforms
 from pipeline.stages.scale.options import BOUNDED, NAME, Options
 from schemas.encode import EncodedEvents
 from schemas.errors import SAMPLE_CAP, StageError
 from schemas.guard import guarded
 from schemas.scale import ScaledEvents
+from schemas.text import CENSORED
 
 if TYPE_CHECKING:
     from pipeline.kernel.engine import Engine
 
 # Optional per-row reference ranges of LABEVENTS (MIMIC-IV's ref_range_lower / ref_range_upper).
 RANGE_COLUMNS = ("REF_RANGE_LOWER", "REF_RANGE_UPPER")
+OFF_SCALE = "censored bound off its item's scale"  # the quarantine reason of off_scale's rows
 
 
 def scaled(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Options.warn_bound,
@@ -66,7 +70,38 @@ def soft_bound(z: pd.Series, bound: float, rows: pd.Series) -> tuple[pd.Series, 
 def apply_zscore(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Options.warn_bound,
                  error_bound: float = Options.error_bound) -> pd.DataFrame:
     """Z for every row with a number from the fitted stats (:func:`scaled`), with two 0/1 marks: Z_BOUNDED (the
-    bound drew it in) and Z_UNSEEN (its item has no training row, or is rare: Z = 0 carries no measurement)."""
+    bound drew it in) and Z_UNSEEN (its item has no training row, or is rare: Z = 0 carries no measurement). Every
+    row is held to the error bound, a censored one too: in flow, :func:`scale_events` sets aside the censored rows
+    off their item's scale first."""
+    return _zscored(events, stats, warn_bound=warn_bound, error_bound=error_bound)
+
+
+@guarded(stage=NAME, takes=EncodedEvents, gives=ScaledEvents)
+def scale_events(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Options.warn_bound,
+                 error_bound: float = Options.error_bound) -> Kept:
+    """The stage's call: the censored rows whose bound is off their item's scale (:func:`off_scale`) set aside,
+    then :func:`apply_zscore`'s z of the others."""
+    kept = set_aside(events, [(OFF_SCALE, off_scale(events, stats, error_bound=error_bound))], stage=NAME,
+                     columns={OFF_SCALE: "VALUENUM"})
+    return Kept(frame=_zscored(kept.frame, stats, warn_bound=warn_bound, error_bound=error_bound),
+                quarantine=kept.quarantine, steps=kept.steps)
+
+
+def off_scale(events: pd.DataFrame, stats: ZScoreStats, *, error_bound: float = Options.error_bound) -> pd.Series:
+    """The censored rows (Z_CENSORED -1 or +1) whose bound's z, before any bound, is beyond ``error_bound`` or not
+    finite (below a 'log' item's domain): a detection limit that is no measurement on its item's scale ('<0.01' of
+    an item whose values are near 1e6), which would otherwise stop the run as ``z_error_bound``."""
+    censored = (events[CENSORED] != 0) & events["VALUENUM"].notna() if CENSORED in events else None
+    if censored is None or not censored.any():
+        return pd.Series(False, index=events.index)
+    _, _, unbounded = scaled(events[censored.to_numpy(bool)], stats, strict=False)
+    numbers = unbounded.to_numpy("float64", na_value=np.nan)
+    off = pd.Series(~np.isfinite(numbers) | (np.abs(numbers) > error_bound), index=unbounded.index)
+    return off.reindex(events.index, fill_value=False)
+
+
+def _zscored(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float, error_bound: float) -> pd.DataFrame:
+    """:func:`apply_zscore` of rows already guarded."""
     z, drawn, unbounded = scaled(events, stats, warn_bound=warn_bound)
     number = events["VALUENUM"].notna()
     nonfinite = number & pd.Series(~np.isfinite(unbounded.to_numpy("float64", na_value=np.nan)), index=z.index)

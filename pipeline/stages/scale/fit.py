@@ -312,9 +312,11 @@ def fit_rows(events: pd.DataFrame, *args: Any, policy: Mapping[Any, str] | None 
 def _fit_rows(events: pd.DataFrame, *, policy: Mapping[Any, str] | None, fit: str) -> FitRows:
     """:func:`fit_rows` of rows already guarded; ``fit`` names the function called, for its refusal."""
     training = (events["SPLIT"] == "train").to_numpy()
-    refuse_non_finite(events, "VALUENUM", among=training, needed=lambda rows: events.loc[rows, "KIND"] == "numeric",
+    refuse_non_finite(events, "VALUENUM", among=training,
+                      needed=lambda rows: events.loc[rows, "KIND"].isin(("numeric", "ordinal")),
                       stage=NAME, fit=fit, needs="a VALUENUM that is finite or null in each training row, and a "
-                                                 "number in each of a numeric item (KIND 'numeric')")
+                                                 "number in each of a numeric or ordinal item (KIND 'numeric', "
+                                                 "'ordinal')")
     chosen = training & events["VALUENUM"].notna().to_numpy()
     # Only the columns the fit reads are gathered.
     train = events.loc[chosen, ["ITEMID", "VALUENUM", "HADM_ID"]]

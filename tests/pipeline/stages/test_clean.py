@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.stages import clean
+from pipeline.stages import clean, text
 from pipeline.config import Config, load_config
 from pipeline.flow import prepare
 from pipeline.reading.load import load_text_tables
@@ -370,6 +370,43 @@ def test_real_mimic3_demo_keeps_its_kinds_and_quarantine_reasons(mimic3demo):
     has_number = inpatient["VALUENUM"].notna().groupby(inpatient["ITEMID"])
     mixed_items = set(has_number.any().index[has_number.any() & ~has_number.all()])
     assert set(events.quarantine.loc[events.quarantine["REASON"] == clean.MIXED_TEXT, "ITEMID"]) == mixed_items
+
+
+# -- ordinal items: the text stage's state names them ---------------------------------------------------------
+def test_the_text_stage_s_ordinal_items_are_ordinal_their_ranks_kept(sample):
+    """The sample's urine protein (51492: NEG, TR, 1+, 2+, 3+) is ordinal on the text stage's 'plus' scale: clean
+    gives its rows KIND 'ordinal' and keeps every one, its rank as VALUENUM; its kind learned from parts too."""
+    tables = sample.tables
+    admissions, labitems = sample.admissions.frame, sample.labitems.frame
+    numbered = text.fit_numbered(tables.labevents, admissions, labitems)
+    assert numbered.items_of("ordinal") == (51492,)
+    read = text.read_numbers(tables.labevents, numbered)
+    kinds = clean.fit_kinds(read, admissions, labitems, numbered)
+    assert dict(kinds.kinds_)[51492] == "ordinal"
+    assert dict(clean.fit_kinds(read, admissions, labitems).kinds_)[51492] == "numeric"  # no state: no ordinal
+    hadm = read["HADM_ID"].fillna(-1).astype("int64")
+    parts = [clean.count_kinds(read[hadm % 3 == n], admissions, labitems, numbered) for n in range(3)]
+    assert clean.kinds_from_counts(clean.add_kind_counts(parts), admissions, labitems, numbered) == kinds
+    kept = clean.clean_events(read, admissions, labitems, kinds)
+    protein = kept.frame[kept.frame["ITEMID"] == 51492]
+    assert len(protein) == 69 and set(protein["KIND"]) == {"ordinal"} and protein["VALUENUM"].notna().all()
+    assert set(protein["VALUENUM"]) == {0.0, 1.0, 2.0, 3.0, 4.0}
+    assert 51492 not in set(kept.quarantine["ITEMID"].dropna())
+
+
+def test_a_word_an_ordinal_item_s_saved_scale_does_not_hold_is_quarantined_as_text(sample):
+    """A state fitted on other rows (stats.json of an earlier run): a word of an ordinal item outside its scale has
+    no rank, and clean sets it aside as text, never as a category of an ordinal item."""
+    tables = sample.tables
+    admissions, labitems = sample.admissions.frame, sample.labitems.frame
+    numbered = text.fit_numbered(tables.labevents, admissions, labitems)
+    events = tables.labevents.copy()
+    line = events.index[(events["ITEMID"] == 51492) & events["HADM_ID"].notna()][0]
+    events.loc[line, "VALUE"] = "SEE COMMENTS"
+    read = text.read_numbers(events, numbered)
+    kept = clean.clean_events(read, admissions, labitems, clean.fit_kinds(read, admissions, labitems, numbered))
+    assert kept.quarantine.loc[line, "REASON"] == clean.MIXED_TEXT
+    assert dict(clean.fit_kinds(read, admissions, labitems, numbered).kinds_)[51492] == "ordinal"
 
 
 # -- the item kinds from parts' counts ----------------------------------------------------------------

@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.pipeline.stages.sample import run_stages, sample_stages, typed
+from tests.pipeline.stages.sample import run_stages, sample_stages, shuffled, typed
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from pipeline.stages import clean, scale
+from pipeline.stages import clean, scale, text
 from pipeline.config import load_config
 from pipeline.flow import prepare, validate
 from schemas.errors import StageError
@@ -372,6 +372,80 @@ def test_z_above_the_error_bound_stops_the_stage_naming_items_and_lines(encoded,
     for item in sorted(encoded.loc[over[over].index, "ITEMID"].unique()):
         assert str(item) in str(error)
     assert "above the error bound 500" in str(error)
+
+
+# -- censored bounds off their item's scale --------------------------------------------------------------------
+def _off_scale_rows() -> pd.DataFrame:
+    """An item whose values are 1e6 + 0.001 k (its std about 2e-3) with censored results read as their bounds (the
+    text stage's Z_CENSORED): '<0.01' (line 42) and '>1000' (43) in train, '<0.01' in test (44), all with z near
+    -5e8, and '<1000000.001' (45), a bound on the item's scale. Line 46 is item 2's plain number, censored nowhere."""
+    rows = [(1, 1e6 + 0.001 * (k % 5), None, "train") for k in range(40)]
+    rows += [(1, 0.01, None, "train"), (1, 1000.0, None, "train"), (1, 0.01, None, "test"),
+             (1, 1e6 + 0.001, None, "test"), (2, 5.0, None, "train")]
+    events = lab_rows(rows)
+    marks = pd.Series(0, index=events.index, dtype="int8")
+    marks.loc[[42, 43, 44, 45]] = np.array([-1, 1, -1, -1], dtype="int8")
+    return events.assign(Z_CENSORED=marks)
+
+
+def test_a_censored_bound_off_its_item_s_scale_is_set_aside_never_an_error():
+    events = _off_scale_rows()
+    stats = fit(events[events["Z_CENSORED"] == 0])
+    kept = scale.scale_events(events, stats)
+    assert kept.quarantine.index.tolist() == [42, 43, 44]
+    assert set(kept.quarantine["REASON"]) == {scale.OFF_SCALE} and set(kept.quarantine["STAGE"]) == {"scale"}
+    assert kept.quarantine["ITEMID"].tolist() == [1, 1, 1]
+    (step,) = kept.steps
+    assert (step.step, step.rows_in, step.rows_out, step.quarantined, step.column) == (
+        scale.OFF_SCALE, 45, 42, 3, "VALUENUM")
+    assert kept.frame.index.tolist() == [n for n in events.index if n not in (42, 43, 44)]
+    assert kept.frame.loc[45, "Z"] == pytest.approx(scale.apply_zscore(events.drop(index=[42, 43, 44]), stats)
+                                                    .loc[45, "Z"])
+    assert kept.frame["Z"].abs().max() < 10
+    with pytest.raises(StageError) as caught:  # called directly, every row is held to the error bound
+        scale.apply_zscore(events, stats)
+    assert (caught.value.check, caught.value.lines) == ("z_error_bound", [42, 43, 44])
+
+
+def test_an_uncensored_value_off_the_scale_is_still_an_error():
+    events = _off_scale_rows()
+    stats = fit(events[events["Z_CENSORED"] == 0])
+    events.loc[46, "ITEMID"] = 1  # a plain 5.0 of the item of 1e6: a unit error
+    with pytest.raises(StageError) as caught:
+        scale.scale_events(events, stats)
+    error = caught.value
+    assert (error.stage, error.check, error.lines) == ("scale", "z_error_bound", [46])
+    assert "for ITEMID 1 (1)" in str(error)
+
+
+def test_a_censored_bound_below_a_log_item_s_domain_is_set_aside_too():
+    events = lab_rows([(1, float(v), None, "train") for v in range(1, 30)] + [(1, -5.0, None, "test")])
+    events = events.assign(Z_CENSORED=pd.Series(0, index=events.index, dtype="int8").where(
+        events.index != events.index[-1], -1).astype("int8"))
+    stats = fit(events.iloc[:-1], policy={"default": "log"})
+    kept = scale.scale_events(events, stats)
+    assert kept.quarantine.index.tolist() == [events.index[-1]] and len(kept.frame) == len(events) - 1
+    assert scale.off_scale(events, stats).tolist() == [False] * (len(events) - 1) + [True]
+
+
+def test_rows_without_a_censoring_mark_are_never_set_aside():
+    events = _off_scale_rows().drop(columns="Z_CENSORED")
+    stats = fit(events.drop(index=[42, 43, 44]))
+    assert not scale.off_scale(events, stats).any()
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_off_scale_rows_of_parts_and_shuffled_rows_are_those_of_all_the_rows(parts):
+    events = _off_scale_rows()
+    stats = fit(events[events["Z_CENSORED"] == 0])
+    whole = scale.scale_events(events, stats)
+    pieces = [scale.scale_events(events.iloc[n::parts], stats) for n in range(parts)]
+    assert sorted(i for p in pieces for i in p.quarantine.index) == whole.quarantine.index.tolist()
+    assert [s.step for s in pieces[0].steps] == [s.step for s in whole.steps]
+    pd.testing.assert_frame_equal(pd.concat([p.frame for p in pieces]).sort_index(), whole.frame)
+    again = scale.scale_events(shuffled(events), stats)
+    pd.testing.assert_frame_equal(again.frame.sort_index(), whole.frame)
+    assert sorted(again.quarantine.index) == whole.quarantine.index.tolist()
 
 
 def _zero_scale(mean: float) -> scale.ZScoreStats:
@@ -765,11 +839,13 @@ D_DIMER = 51196  # one normal training row among abnormal ones: z reached 8,900 
 @pytest.fixture(scope="module")
 def demo(mimic3demo):
     """The demo validated by the flow with today's raw z and every item fitted ([encode] min_admissions 1: no item
-    is rare), and its lab rows as the scale stage received them."""
+    is rare), and its lab rows as the scale stage received them (read by the text stage's fit first)."""
     config = raw_config()
     config = dataclasses.replace(config, encode=dataclasses.replace(config.encode, min_admissions=1))
     validation = validate(mimic3demo, config)
-    return validation.prepared, run_stages(validation.tables, config).encoded
+    read = text.read_numbers(validation.tables.labevents, validation.prepared.fitted[text.NAME],
+                             censored=config.clean.censored, text_values=config.clean.text_values)
+    return validation.prepared, run_stages(dataclasses.replace(validation.tables, labevents=read), config).encoded
 
 
 def test_on_the_mimic3_demo_no_varying_item_is_constant_and_fallback_z_stays_small(demo):
@@ -779,7 +855,9 @@ def test_on_the_mimic3_demo_no_varying_item_is_constant_and_fallback_z_stays_sma
     constant = list(stats.constant_items_)
     assert constant and (spread.loc[constant, "min"] == spread.loc[constant, "max"]).all()
     assert not set(spread.index[spread["min"] < spread["max"]]) & set(constant)
-    assert (len(constant), len(stats.fallback_items_)) == (43, 92)  # 64 and 38 when scale 1 meant constant
+    # 64 and 38 when scale 1 meant constant; bacteria (51463), once numeric and constant at its 'NONE' = 0, is
+    # ordinal and varies, Calcium Oxalate Crystals (51469, 'FEW' twice) is ordinal and constant
+    assert (len(constant), len(stats.fallback_items_)) == (43, 94)
     assert stats.table().loc[D_DIMER, "rule"] == "all"
     rule = edges["ITEMID"].map(stats.table()["rule"])
     z = edges["Z"].abs()
@@ -900,8 +978,9 @@ def test_on_the_mimic3_demo_the_default_z_is_bounded_in_order_and_every_bounded_
     unseen = numbers[numbers["Z_UNSEEN"] == 1]
     rare = unseen["ITEMID"].isin(stats.rare_items_)
     assert (unseen["Z"] == 0).all() and not unseen.loc[~rare, "ITEMID"].isin(stats.items_).any()
-    # 83 rows of items unseen in train; 449 of the 98 items seen in fewer than 5 of the 103 training admissions
-    assert (int((~rare).sum()), int(rare.sum()), len(stats.rare_items_)) == (83, 449, 98)
+    # 83 rows of items unseen in train; 458 of the 101 items seen in fewer than 5 of the 103 training admissions
+    # (three of them ordinal urine items: 51469, 51505, 51518)
+    assert (int((~rare).sum()), int(rare.sum()), len(stats.rare_items_)) == (83, 458, 101)
     assert not numbers.loc[numbers["Z_UNSEEN"] == 0, "ITEMID"].isin(stats.rare_items_).any()
     assert "asinh" in stats.transforms and set(stats.policies) == {"auto"}
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,6 +15,7 @@ from pipeline.stages import clean, text
 from schemas.errors import StageError
 
 GLUCOSE, TROPONIN, KETONE, SCREEN = 50931, 51003, 51484, 50999  # SCREEN: text only ('POS', '<5')
+BACTERIA, PLATELETS, BILIRUBIN, HOLD = 51463, 51240, 51464, 50887  # urine bacteria, large platelets
 START = pd.Timestamp("2150-03-01 08:00:00")
 
 
@@ -102,10 +105,13 @@ def test_counts_per_item_are_findings_naming_the_items(labs):
 
 
 def test_the_fit_from_parts_is_the_fit_of_all_the_rows(labs):
+    labs = pd.concat([labs, _labs([(30 + n, BACTERIA, value, number) for n, (value, number) in enumerate(
+        [("NONE", None), ("0", 0.0), ("FEW", None), ("MANY", None), ("neg.", None), ("OCC", None)])])])
     whole = text.fit_numbered(labs)
-    parts = [text.count_numbered(part) for part in (labs.iloc[:7], labs.iloc[7:12], labs.iloc[12:])]
+    parts = [text.count_numbered(part) for part in (labs.iloc[:7], labs.iloc[7:12], labs.iloc[12:22], labs.iloc[22:])]
     assert text.numbered_from_counts(text.add_numbered(parts)) == whole
-    assert whole.items_ == (GLUCOSE, TROPONIN, KETONE)
+    assert whole.items_ == (GLUCOSE, TROPONIN, BACTERIA, KETONE)
+    assert whole.kinds == ("numeric", "numeric", "ordinal", "numeric")
     assert text.NumberedItems.from_json(whole.as_json()) == whole
 
 
@@ -157,6 +163,160 @@ def test_a_text_value_that_is_not_a_finite_number_is_a_config_error(tmp_path):
     assert dict(load_config(path).clean.text_values) == {"NEG": 0.0, "NEGATIVE": 0.0, "NONE": 0.0, "TR": 0.5}
 
 
+# -- each item's kind, from all its inpatient results ---------------------------------------------------------
+BACTERIA_ROWS = [("NONE", None), ("NONE", None), ("NEG", None), ("0", 0.0), ("FEW", None), ("RARE", None),
+                 ("OCC", None), ("MOD", None), ("MANY", None), ("many.", None)]
+
+
+def _kinds(labs: pd.DataFrame, **options) -> dict[int, tuple[str, str]]:
+    numbered = text.fit_numbered(labs, **options)
+    return {item: (kind, scale) for item, kind, scale in zip(numbered.items_, numbered.kinds, numbered.table()["SCALE"])}
+
+
+def _clean(read: pd.DataFrame, numbered: text.NumberedItems) -> clean.Kept:
+    admissions = pd.DataFrame({"HADM_ID": [100, 101, 102], "ADMITTIME": [START] * 3,
+                               "DISCHTIME": [START + pd.Timedelta(days=30)] * 3}).astype({"HADM_ID": "int64"})
+    labitems = pd.DataFrame({"ITEMID": sorted(set(read["ITEMID"].dropna().astype(int))), "FLUID": "Urine",
+                             "CATEGORY": "Hematology"}).astype({"ITEMID": "int64"})
+    return clean.clean_events(read, admissions, labitems, clean.fit_kinds(read, admissions, labitems, numbered))
+
+
+def test_an_item_whose_positives_are_words_is_ordinal_and_keeps_them_all_as_ranks():
+    """Urine bacteria: 'NONE', 'NEG' and 0 are its absence, its positives the sediment's words. It is never
+    numeric on its negatives alone (0 for 'NONE' and the rest quarantined): every result is its rank."""
+    labs = _labs([(2 + n, BACTERIA, value, number) for n, (value, number) in enumerate(BACTERIA_ROWS)])
+    numbered = text.fit_numbered(labs)
+    assert _kinds(labs) == {BACTERIA: ("ordinal", "amount")}
+    read = text.read_numbers(labs, numbered)
+    assert read["VALUENUM"].tolist() == [0.0, 0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 3.0, 4.0, 4.0]
+    assert (read["Z_CENSORED"] == 0).all() and read["VALUE"].tolist() == labs["VALUE"].tolist()
+    kept = _clean(read, numbered)
+    assert len(kept.frame) == len(labs) and kept.quarantine.empty
+    assert set(kept.frame["KIND"]) == {"ordinal"}
+    counts = text.read_counts(labs, numbered)
+    assert counts.loc[BACTERIA].tolist() == [0, 0, 9]  # censored, mapped, ranked: the 0 was a number already
+    (finding,) = text.read_findings(counts, names={BACTERIA: "Bacteria (Urine)"})
+    assert finding.check == "ranked_value" and finding.count == 9 and "51463 Bacteria (Urine) (9 rows)" in \
+        finding.message
+
+
+def test_the_plus_scale_and_the_first_scale_that_holds_an_item():
+    labs = _labs([(2, PLATELETS, "1+", None), (3, PLATELETS, "3+", None), (4, PLATELETS, "NEG", None),
+                  (5, BILIRUBIN, "NEG", None), (6, BILIRUBIN, "TR", None)])  # both scales hold NEG and TR
+    assert _kinds(labs) == {PLATELETS: ("ordinal", "plus"), BILIRUBIN: ("ordinal", "amount")}
+    assert text.read_numbers(labs, text.fit_numbered(labs))["VALUENUM"].tolist() == [2.0, 4.0, 0.0, 0.0, 1.0]
+
+
+def test_an_item_with_a_positive_number_is_numeric_and_its_other_words_stay_text():
+    """The urine ketone: 'NEG' beside 15 and 80 is 0; 'TR' is no declared number and stays text, though the
+    ordinal scales hold it: the numbers are the item's scale."""
+    labs = _labs([(2, KETONE, "15", 15.0), (3, KETONE, "80", 80.0), (4, KETONE, "NEG", None),
+                  (5, KETONE, "TR", None), (6, KETONE, "TR", None)])
+    assert _kinds(labs) == {KETONE: ("numeric", "")}
+    read = text.read_numbers(labs, text.fit_numbered(labs))
+    assert read["VALUENUM"].tolist()[:3] == [15.0, 80.0, 0.0] and read["VALUENUM"].iloc[3:].isna().all()
+
+
+@pytest.mark.parametrize("other", ["HOLD", "SEE COMMENTS"])
+def test_an_item_with_only_zero_and_words_no_scale_holds_is_categorical_its_zero_a_category(other):
+    """'NONE' and 0 are negatives and the other results words of no scale: the item is categorical, every result
+    text (its 0 too, VALUENUM null), so clean keeps them all and codes them."""
+    labs = _labs([(2, HOLD, "NONE", None), (3, HOLD, "0", 0.0), (4, HOLD, other, None), (5, HOLD, "MANY", None)])
+    numbered = text.fit_numbered(labs)
+    assert _kinds(labs) == {HOLD: ("categorical", "")}
+    read = text.read_numbers(labs, numbered)
+    assert read["VALUENUM"].isna().all()
+    kept = _clean(read, numbered)
+    assert kept.quarantine.empty and set(kept.frame["KIND"]) == {"categorical"}
+
+
+def test_an_item_of_zeros_alone_is_numeric_and_one_of_negatives_alone_is_categorical():
+    labs = _labs([(2, HOLD, "0", 0.0), (3, HOLD, "0", 0.0), (4, BILIRUBIN, "NEG", None), (5, BILIRUBIN, "NONE", None)])
+    assert _kinds(labs) == {HOLD: ("numeric", "")}  # BILIRUBIN: no number, no word above the lowest level
+
+
+def test_the_kind_is_decided_from_inpatient_rows_alone():
+    """An item whose only number is an outpatient row's has no number where it counts: its inpatient 'NEG' stays
+    text (categorical), where reading every row made it 0. Rows of an admission or item that failed a raw check
+    have no say either."""
+    labs = _labs([(2, BILIRUBIN, "NEG", None), (3, BILIRUBIN, "NEG", None), (4, BILIRUBIN, "1", 1.0)])
+    labs.loc[4, "HADM_ID"] = pd.NA
+    assert _kinds(labs) == {}
+    assert text.read_numbers(labs, text.fit_numbered(labs)).loc[[2, 3], "VALUENUM"].isna().all()
+    admissions = pd.DataFrame({"HADM_ID": [101, 102]})  # admission 100 (line 2's) failed a raw check
+    assert text.inpatient(labs, admissions).tolist() == [False, True, False]
+    assert text.inpatient(labs, admissions, pd.DataFrame({"ITEMID": [KETONE]})).tolist() == [False] * 3
+
+
+def test_a_scale_of_the_config_makes_its_items_ordinal_and_a_bad_scale_is_a_config_error(tmp_path):
+    path = tmp_path / "dipstick.toml"
+    path.write_text('[clean.ordinal]\ndipstick = ["neg", ["TRACE", "TR"], "SM", "MOD", ["LG", "LGE"]]\n')
+    options = load_config(path).clean
+    assert list(options.ordinal) == ["amount", "plus", "dipstick"]  # a file's scales added to the declared ones
+    assert options.ordinal["dipstick"] == (("NEG",), ("TRACE", "TR"), ("SM",), ("MOD",), ("LG", "LGE"))
+    labs = _labs([(2, BILIRUBIN, "NEG", None), (3, BILIRUBIN, "SM", None), (4, BILIRUBIN, "LGE", None)])
+    assert _kinds(labs, ordinal=options.ordinal) == {BILIRUBIN: ("ordinal", "dipstick")}
+    assert _kinds(labs) == {}  # the declared scales hold neither 'SM' nor 'LGE'
+    for scale, message in [('["NEG"]', "must be a list of at least two levels"),
+                           ('["NEG", 1]', "a level must be a word or a list of words, got 1"),
+                           ('["NEG", []]', "a level must be a word or a list of words, got []"),
+                           ('["NEG", ["neg.", "SM"]]', "names 'NEG' more than once"), ('"NEG < SM"', "must be a list")]:
+        path.write_text(f"[clean.ordinal]\nbad = {scale}\n")
+        with pytest.raises(ConfigError, match=re.escape("[clean.ordinal] 'bad'") + ".*" + re.escape(message)):
+            load_config(path)
+    path.write_text("[clean]\nmin_kept_share = 1.5\n")
+    with pytest.raises(ConfigError, match=r"\[clean\] min_kept_share must be a finite number in \[0, 1\]"):
+        load_config(path)
+
+
+# -- items that keep little of their results -----------------------------------------------------------------
+def test_a_numeric_item_that_keeps_less_than_the_share_is_named_with_its_share():
+    """Large platelets: one number (8) makes it numeric, its ten words of no declared number are quarantined; it
+    keeps 1 of 11 results. The ketone keeps 3 of 4, one of them a declared word."""
+    labs = _labs([(2, PLATELETS, "8", 8.0)] + [(3 + n, PLATELETS, "SEE SMEAR", None) for n in range(10)]
+                 + [(20, KETONE, "15", 15.0), (21, KETONE, "NEG", None), (22, KETONE, "<5", None),
+                    (23, KETONE, "TR", None)])
+    numbered = text.fit_numbered(labs)
+    names = {PLATELETS: "Large Platelets (Blood)", KETONE: "Ketone (Urine)"}
+    (finding,) = text.kept_findings(numbered, names=names)
+    assert (finding.check, finding.severity, finding.count, finding.items) == ("biased_item", "warning", 1,
+                                                                              [PLATELETS])
+    assert ("1 numeric item(s) keep less than 50% of their inpatient results ([clean] min_kept_share): ITEMID "
+            "51240 Large Platelets (Blood) keeps 1 of 11 results (9.09%)") in finding.message
+    (both,) = text.kept_findings(numbered, min_kept_share=0.8, names=names)
+    assert "keep less than 80% of their inpatient results" in both.message
+    assert "keep less than 99.5% of" in text.kept_findings(numbered, min_kept_share=0.995)[0].message
+    assert both.items == [PLATELETS, KETONE] and "51484 Ketone (Urine) keeps 3 of 4 results (75%), 1 mapped and " \
+        "1 censored" in both.message
+    assert text.kept_findings(numbered, min_kept_share=0.0) == []
+    assert numbered.table().loc[KETONE, ["RESULTS", "KEPT"]].tolist() == [4, 3]
+
+
+def test_an_ordinal_or_categorical_item_keeps_every_result_and_is_never_named():
+    labs = _labs([(2 + n, BACTERIA, value, number) for n, (value, number) in enumerate(BACTERIA_ROWS)]
+                 + [(20, SCREEN, "POS", None), (21, SCREEN, "0", 0.0)])
+    assert text.kept_findings(text.fit_numbered(labs), min_kept_share=1.0) == []
+
+
+def test_a_state_saved_before_item_kinds_reads_every_item_as_numeric():
+    saved = {"items": [TROPONIN, KETONE], "numbers": [1, 1], "censored": [2, 0], "mapped": [0, 1]}
+    numbered = text.NumberedItems.from_json(saved)
+    assert numbered.kinds == ("numeric", "numeric") and numbered.items_of("ordinal") == ()
+    assert numbered.table()["KEPT"].tolist() == numbered.table()["RESULTS"].tolist() == [3, 2]
+    assert text.kept_findings(numbered, min_kept_share=1.0) == []
+
+
+def test_shuffled_rows_give_the_same_kinds_and_ranks():
+    labs = _labs([(2 + n, BACTERIA, value, number) for n, (value, number) in enumerate(BACTERIA_ROWS)]
+                 + [(20, PLATELETS, "2+", None), (21, PLATELETS, "NEG", None), (22, KETONE, "15", 15.0),
+                    (23, KETONE, "NEG", None)])
+    expected = _read(labs)
+    for seed in range(3):
+        shuffled = labs.sample(frac=1.0, random_state=seed)
+        assert text.fit_numbered(shuffled) == text.fit_numbered(labs)
+        pd.testing.assert_frame_equal(_read(shuffled).sort_index(), expected)
+
+
 # -- the real MIMIC-III demo ----------------------------------------------------------------------------------
 def test_on_the_mimic3_demo_the_censored_and_mapped_rows_of_mixed_items_are_kept(mimic3demo):
     validation = validate(mimic3demo, load_config())
@@ -174,3 +334,26 @@ def test_on_the_mimic3_demo_the_censored_and_mapped_rows_of_mixed_items_are_kept
     censored = edges[edges["Z_CENSORED"] != 0]
     assert len(censored) > 0 and censored["VALUE"].str.match(text.CENSORING).all()
     assert ((censored["Z_CENSORED"] == -1) == censored["VALUE"].str.contains("<|LESS", case=False)).all()
+
+
+def test_on_the_mimic3_demo_bacteria_keeps_its_positives_and_every_item_under_the_share_is_named(mimic3demo):
+    """Urine bacteria (51463): 52 'NONE', 3 'NEG' and 3 '0' beside 114 sediment words; read as a number it kept
+    only its negatives and was constant at z = 0. Ordinal, it keeps every inpatient result, positives included."""
+    validation = validate(mimic3demo, load_config())
+    numbered, kinds = validation.prepared.fitted["text"], validation.prepared.fitted["clean"]
+    assert dict(kinds.kinds_)[BACTERIA] == "ordinal"
+    assert numbered.table().loc[BACTERIA, ["KIND", "SCALE", "RESULTS", "RANKED"]].tolist() == [
+        "ordinal", "amount", 172, 172]
+    edges = validation.prepared.edges
+    bacteria = edges[edges["ITEMID"] == BACTERIA]
+    assert set(bacteria["VALUE"].str.upper()) >= {"FEW", "OCC", "MOD", "MANY", "RARE"}
+    assert bacteria["Z"].nunique() > 1  # no longer constant at its negatives' 0
+    quarantine = validation.prepared.quarantine.whole()
+    assert not ((quarantine["ITEMID"] == BACTERIA) & (quarantine["REASON"] == clean.MIXED_TEXT)).any()
+    # Every item whose reading keeps less than the declared share of its results is named, with its share.
+    share = load_config().clean.min_kept_share
+    table = numbered.table()
+    low = set(table.index[table["KEPT"] < share * table["RESULTS"]])
+    (finding,) = [f for f in validation.report.findings if f.check == "biased_item"]
+    assert low and set(finding.items) == low and finding.count == len(low)
+    assert "51087 Length of Urine Collection (Urine) keeps 2 of 115 results (1.74%)" in finding.message
