@@ -209,7 +209,10 @@ def test_the_page_s_report_of_a_user_s_pipeline_on_the_mimic_iii_demo_is_what_ch
     exec(re.findall(r"```python\n(.*?)```", text, flags=re.S)[1].split("\nwritten = ")[0], namespace)  # noqa: S102
     labevents = pd.read_csv(mimic3demo / "LABEVENTS.csv")
     labevents["VALUENUM"] = pd.to_numeric(labevents["VALUE"], errors="coerce")
-    namespace["preprocess"](labevents).to_csv(tmp_path / "LABEVENTS_PREPROCESSED.csv", index=False)
+    preprocessed = namespace["preprocess"](labevents)
+    top = f"{preprocessed['VALUENUM_Z-SCORED'].abs().max():.1e}".replace("e+", "e")
+    assert re.search(r"it wrote z-scores up to (\S+);", text).group(1) == top  # the page's words on that script
+    preprocessed.to_csv(tmp_path / "LABEVENTS_PREPROCESSED.csv", index=False)
     (tmp_path / "lab_schema.yaml").write_text(SCHEMA)
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["check", "LABEVENTS_PREPROCESSED.csv", "--schema", "lab_schema.yaml"])
