@@ -171,8 +171,8 @@ def build_outputs(*, graphs: list[GraphFile], limits: GraphLimits, config: dict,
     ``accounting`` holds the ledgers by table (LABEVENTS rows, ADMISSIONS); ``features`` describes the columns of
     each feature tensor (``schemas.graph.FEATURES``), in order: name, kind, cardinality of a categorical column
     and the training statistics (:func:`pipeline.stages.graph.stats.feature_stats`, of the columns the tensors
-    were built from); ``limits`` gives the last timestep; ``item_names`` how findings name the lab items the edges carry (ITEMID ->
-    'NTproBNP (Blood)'). A graph already staged (a :class:`GraphFile` without its bytes: :func:`stage_file`) is
+    were built from); ``limits`` gives the last timestep; ``item_names`` how findings name the lab items the edges
+    carry (ITEMID -> 'NTproBNP (Blood)'). A graph already staged (a :class:`GraphFile` without its bytes: :func:`stage_file`) is
     listed by its hash; its bytes are not among ``files``, and so is a quarantine staged already
     (:func:`stage_quarantine`).
     """

@@ -42,7 +42,7 @@ def features_known_after_admission(options: Options) -> list[Finding]:
         return []
     return [summary_finding(
         stage=NAME, check="feature_known_after_admission", table="ADMISSIONS", column=", ".join(leaking),
-        count=len(leaking), message="chosen in [graph] admission_features for admission.x, but recorded at or "
+        count=len(leaking), message="chosen in [graph] admission_features for admission.x_cat, but recorded at or "
                                     "after discharge")]
 
 

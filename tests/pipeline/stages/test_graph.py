@@ -242,7 +242,7 @@ def test_choosing_discharge_location_puts_it_back_and_warns_naming_it(config, pr
     assert (warning.severity, warning.stage, warning.table, warning.column, warning.count) == \
         ("warning", "graph", "ADMISSIONS", "DISCHARGE_LOCATION", 1)
     assert warning.message == (
-        "ADMISSIONS.DISCHARGE_LOCATION: chosen in [graph] admission_features for admission.x, but recorded at or "
+        "ADMISSIONS.DISCHARGE_LOCATION: chosen in [graph] admission_features for admission.x_cat, but recorded at or "
         "after discharge. Known only at discharge, it leaks the outcome into every admission node "
         "(DISCHARGE_LOCATION holds DEAD/EXPIRED, DIED and HOSPICE); remove it from [graph] admission_features.")
     assert validation.exit_code == 0  # a warning: the graphs may still be built
