@@ -1,6 +1,6 @@
 """``python -m bench.model_ready OUT [OUT ...]``: what a build hands a model, in the figures of the "model-ready"
 targets: max |z| over every edge, the share of edges with |z| > 10, edges marked bounded, unseen and censored,
-admissions in the graphs, rows kept, and whether admission.x holds a column known only at discharge. (That no item's
+admissions in the graphs, rows kept, and whether admission.x_cat holds a column known only at discharge. (That no item's
 z breaks the order of its raw values is held by tests/pipeline/stages/test_scale.py on the real demo.)"""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.output.write import read_graph, read_manifest
+from pipeline.output.write import feature_names, read_graph, read_manifest
 from schemas.graph import EDGE
 from schemas.raw import KNOWN_AFTER_ADMISSION
 
@@ -19,7 +19,7 @@ from schemas.raw import KNOWN_AFTER_ADMISSION
 def figures(out: Path) -> dict:
     """The figures of one build folder."""
     manifest = read_manifest(out)
-    names = manifest["features"]["edge_attr"]
+    names = feature_names(manifest, "edge_attr")
     z_at = names.index("Z")
     marks = {name: names.index(name) for name in names if name.startswith("Z_")}
     z_all, counts, admissions = [], {name: 0 for name in marks}, 0
@@ -37,8 +37,8 @@ def figures(out: Path) -> dict:
             "share_over_10": float((z > 10).mean()) if len(z) else 0.0,
             "marked": counts, "admissions_in_graphs": admissions,
             "kept_rows": manifest.get("accounting", {}).get("LABEVENTS", {}).get("kept"),
-            "admission_x": manifest["features"]["admission.x"],
-            "admission_x_known_after": [c for c in manifest["features"]["admission.x"]
+            "admission_x": feature_names(manifest, "admission.x_cat"),
+            "admission_x_known_after": [c for c in feature_names(manifest, "admission.x_cat")
                                         if c.removesuffix("_CODE") in KNOWN_AFTER_ADMISSION],
             "attrition": attrition.get("message", "")[:200]}
 

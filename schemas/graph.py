@@ -8,7 +8,9 @@ number is given; nodes in no edge counted (a note); the bytes of its tensors bou
 ``validate()``. :class:`GraphRules` says what a kind of graph adds: :func:`graph_problems`, badpoints' own
 guard, adds non-empty edge types, ``node_id`` equal to ``arange(num_nodes)`` and the raw identifiers
 (``admission.hadm_id``, ``labitem.itemid``) int64, positive and unique, one per node; timesteps within
-[0, max_timestep]; category codes within their vocabulary; labels 0 or 1. Each problem is a
+[0, max_timestep]; each feature tensor as :class:`GraphLimits` describes it (the float ones, ``x`` and
+``edge_attr``, of numerical columns only, as many as it names; the categorical ones, ``x_cat`` and
+``edge_attr_cat``, int64 indices inside ``[0, cardinality)`` per column); labels 0 or 1. Each problem is a
 :class:`StageError` of stage ``graph`` naming the store (node type, edge type, or ``data`` for the one store
 of a ``Data``), the attribute and the first rows.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import pandas as pd
 
@@ -52,8 +54,9 @@ CHECKS = (  # what the graph stage finds (schemas.checks puts them into the cata
               "positive and one per node. Rebuild graphs made by an older badpoints.", locked=GRAPH_FILE),
     CheckInfo("graph_timestep_range", "graph", ERROR, "timestep outside [0, max_timestep]",
               "Timesteps come from the bucket stage; check [bucket] max_timestep.", locked=GRAPH_FILE),
-    CheckInfo("graph_code_range", "graph", ERROR, "category code outside its vocabulary",
-              "Codes index embeddings: one past the vocabulary crashes or reads garbage.", locked=GRAPH_FILE),
+    CheckInfo("graph_code_range", "graph", ERROR, "category index that is not int64 inside [0, cardinality)",
+              "Categorical columns (x_cat, edge_attr_cat) index embeddings: one past the vocabulary crashes or reads "
+              "garbage, and a code in a float tensor is read as a magnitude.", locked=GRAPH_FILE),
     CheckInfo("graph_label_range", "graph", ERROR, "label outside [0, num_classes)",
               "A label is a whole class index below num_classes, or 0 or 1 in multi-hot labels (badpoints' y): "
               "one past the classes crashes the loss or trains on garbage.", locked=GRAPH_FILE),
@@ -93,13 +96,60 @@ EDGE_KEYS = frozenset({"e_id"})
 NOT_PER_ROW = frozenset({"ptr", "input_id", "seed_time", "adj", "adj_t"})
 
 
+CATEGORICAL, NUMERICAL, MARK = KINDS = ("categorical", "numerical", "mark")  # what a feature column is
+# Per store kind, its float tensor (numerical columns and marks) and its int64 tensor of category indices.
+NODE_TENSORS = ("x", "x_cat")
+EDGE_TENSORS = ("edge_attr", "edge_attr_cat")
+# badpoints' feature tensors, by the names features give them (:func:`tensor_name`), in order.
+FEATURES = ("admission.x", "admission.x_cat", "labitem.x", "labitem.x_cat", "edge_attr", "edge_attr_cat")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One feature column: its name, its kind (``categorical``: an index into a vocabulary of ``cardinality``
+    entries, 0 for missing or unseen; ``numerical``: a number; ``mark``: a 0/1 or -1/0/1 flag a stage wrote) and,
+    for a categorical column, how many indices it has."""
+
+    name: str
+    kind: str
+    cardinality: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"column {self.name}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if (self.kind == CATEGORICAL) != (self.cardinality is not None):
+            raise ValueError(f"column {self.name}: a cardinality is given for categorical columns, and only them")
+        if self.cardinality is not None and self.cardinality < 1:
+            raise ValueError(f"column {self.name}: cardinality {self.cardinality} is below 1")
+
+
+def tensor_name(store: str, attribute: str) -> str:
+    """How features name a tensor: ``admission.x_cat`` for a node type's, ``edge_attr`` for every edge type's."""
+    return attribute if attribute in EDGE_TENSORS else f"{store}.{attribute}"
+
+
 @dataclass(frozen=True)
 class GraphLimits:
-    """What the graph's values must stay within: the vocabularies' sizes and the last timestep."""
+    """What the graph's values must stay within: the last timestep, and every feature tensor's columns, by
+    :func:`tensor_name` (``admission.x``, ``admission.x_cat``, ..., ``edge_attr``, ``edge_attr_cat``): a float
+    tensor (``x``, ``edge_attr``) holds numerical columns and marks only, an int64 one (``x_cat``,
+    ``edge_attr_cat``) categorical columns only."""
 
     max_timestep: int
-    max_code: int  # the largest category code in edge_attr[:, 0]
-    max_node_code: dict[str, tuple[int, ...]]  # per node type, the largest code of each column of x
+    features: Mapping[str, tuple[Column, ...]]
+
+    def __post_init__(self) -> None:
+        for tensor, columns in self.features.items():
+            categorical = tensor.endswith("_cat")
+            wrong = [c.name for c in columns if (c.kind == CATEGORICAL) != categorical]
+            if wrong:
+                held = "categorical columns only" if categorical else "no categorical column"
+                raise ValueError(f"{tensor} holds {held}: {', '.join(wrong)}")
+
+    def cardinalities(self, tensor: str) -> tuple[int, ...] | None:
+        """Each column's cardinality of a categorical tensor (None: the limits do not describe it)."""
+        columns = self.features.get(tensor)
+        return None if columns is None else tuple(int(c.cardinality) for c in columns)
 
 
 @dataclass(frozen=True)
@@ -224,21 +274,43 @@ def _check_node_ids(store, node_type: str, count: int | None, problem: Problem) 
                 f"{raw} {shown} on more than one node {_positions(repeated)}")
 
 
-def _check_node_codes(store, node_type: str, tops: tuple[int, ...] | None, problem: Problem) -> None:
-    """graph_code_range: the codes in x are whole and within each column's vocabulary (``tops``); an x of
-    another shape than [N, len(tops)] is graph_node_rows."""
+def _check_features(store, name: str, rows: int | None, attributes: tuple[str, str], limits: GraphLimits,
+                    problem: Problem) -> None:
+    """graph_node_rows / graph_edge_rows and graph_code_range: the store's float feature tensor holds as many
+    columns as the limits name for it (numerical columns and marks: no category code), its categorical tensor is
+    int64 [rows, columns] with every index inside its column's ``[0, cardinality)``. A tensor the limits do not
+    describe is not checked; one they describe that is missing is a problem."""
     import torch
 
-    x = store.get("x")
-    if x is not None and tops is not None and x.dim() == 2 and x.shape[1] == len(tops) and x.numel():
-        top = torch.tensor(tops, dtype=x.dtype)
-        bad = torch.isfinite(x) & ((x < 0) | (x > top) | (x != torch.round(x)))
+    floats, categorical = attributes
+    check_rows = "graph_edge_rows" if floats == "edge_attr" else "graph_node_rows"
+    columns = limits.features.get(tensor_name(name, floats))
+    value = store.get(floats)
+    if columns is not None:
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point() or value.dim() != 2:
+            problem(check_rows, f"{name}.{floats}", 1,
+                    f"{floats} is {'missing' if value is None else _kind(value)}, expected float [{rows}, "
+                    f"{len(columns)}] (numerical columns: {', '.join(c.name for c in columns) or 'none'})")
+        elif value.shape[1] != len(columns):
+            problem(check_rows, f"{name}.{floats}", 1,
+                    f"{floats} has {value.shape[1]} columns, expected {len(columns)} (numerical columns: "
+                    f"{', '.join(c.name for c in columns) or 'none'}; categorical ones are in {categorical})")
+    tops = limits.cardinalities(tensor_name(name, categorical))
+    value = store.get(categorical)
+    if tops is None:
+        return
+    if not isinstance(value, torch.Tensor) or value.dtype != torch.int64 or value.dim() != 2:
+        problem("graph_code_range", f"{name}.{categorical}", 1,
+                f"{categorical} is {'missing' if value is None else _kind(value)}, expected int64 [{rows}, "
+                f"{len(tops)}]")
+    elif value.shape[1] != len(tops):
+        problem(check_rows, f"{name}.{categorical}", 1,
+                f"{categorical} has {value.shape[1]} columns, expected {len(tops)}")
+    elif value.numel():
+        bad = (value < 0) | (value >= torch.tensor(tops, dtype=torch.int64))
         if bad.any():
-            problem("graph_code_range", f"{node_type}.x", int(_failing_rows(bad).sum()),
-                    f"codes outside their vocabularies (0..{list(tops)} per column) {_positions(bad)}")
-    elif x is not None and tops is not None and (x.dim() != 2 or x.shape[1] != len(tops)):
-        problem("graph_node_rows", f"{node_type}.x", 1,
-                f"x has shape {list(x.shape)}, expected {len(tops)} columns")
+            problem("graph_code_range", f"{name}.{categorical}", int(_failing_rows(bad).sum()),
+                    f"indices outside [0, cardinality) (cardinalities {list(tops)} per column) {_positions(bad)}")
 
 
 def _check_timesteps(store, name: str, max_timestep: int, problem: Problem) -> None:
@@ -251,32 +323,19 @@ def _check_timesteps(store, name: str, max_timestep: int, problem: Problem) -> N
                     f"timesteps outside 0..{max_timestep} {_positions(bad)}")
 
 
-def _check_edge_codes(store, name: str, edges: int, max_code: int, problem: Problem) -> None:
-    """graph_code_range: the category codes in edge_attr[:, 0] are whole and within 0..max_code."""
-    import torch
-
-    attr = store.get("edge_attr")
-    if attr is not None and attr.dim() == 2 and attr.shape[1] >= 1 and attr.shape[0] == edges:
-        codes = attr[:, 0]
-        bad = torch.isfinite(codes) & ((codes < 0) | (codes > max_code) | (codes != torch.round(codes)))
-        if bad.any():
-            problem("graph_code_range", f"{name}.edge_attr", int(bad.sum()),
-                    f"category codes outside 0..{max_code} {_positions(bad)}")
-
-
 def badpoints_rules(limits: GraphLimits) -> GraphRules:
     """What badpoints' heterographs are held to beyond any graph's checks: edges in every edge type, node ids and
-    raw ids, codes within ``limits``' vocabularies, timesteps up to its last, multi-hot labels 0 or 1. No note of
-    isolated nodes (every graph holds the whole lab-item dictionary) and no byte bound (the graph stage estimates
-    a batch's memory itself: graph_memory)."""
+    raw ids, feature tensors as ``limits`` describe them (category indices inside their cardinalities), timesteps
+    up to its last, multi-hot labels 0 or 1. No note of isolated nodes (every graph holds the whole lab-item
+    dictionary) and no byte bound (the graph stage estimates a batch's memory itself: graph_memory)."""
 
     def node(store, node_type: str, count: int | None, problem: Problem) -> None:
-        _check_node_codes(store, node_type, limits.max_node_code.get(node_type), problem)
+        _check_features(store, node_type, count, NODE_TENSORS, limits, problem)
         _check_node_ids(store, node_type, count, problem)
 
     def edge(store, name: str, edges: int, problem: Problem) -> None:
         _check_timesteps(store, name, limits.max_timestep, problem)
-        _check_edge_codes(store, name, edges, limits.max_code, problem)
+        _check_features(store, name, edges, EDGE_TENSORS, limits, problem)
 
     return GraphRules(num_classes=2, isolated=False, require_edges=True, node=node, edge=edge)
 

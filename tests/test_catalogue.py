@@ -224,7 +224,8 @@ def sample_graph() -> tuple:
     stages = sample_stages()
     prepared = sample_prepared()
     graphs = graph.build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=16)
-    limits = graph.graph_limits(prepared.fitted.get("encode"), prepared.admissions, max_timestep=load_config().bucket.max_timestep)
+    limits = graph.graph_limits(prepared.fitted.get("encode"), prepared.edges, prepared.admissions,
+                                max_timestep=load_config().bucket.max_timestep)
     del stages
     return graphs[0].data, limits
 
@@ -533,7 +534,7 @@ FIRES: dict[str, Fires] = {
     "kept_share": check_run("kept_share", 1),
     "added_share": check_run("added_share", 1),
     # graph
-    "graph_finite": Fires(broken_graph(lambda g, _: g[EDGE].edge_attr.__setitem__((5, 1), float("inf"))), 1),
+    "graph_finite": Fires(broken_graph(lambda g, _: g[EDGE].edge_attr.__setitem__((5, 0), float("inf"))), 1),
     "graph_edge_index": Fires(broken_graph(lambda g, _: _set(g[EDGE], "edge_index", g[EDGE].edge_index.int())), 1),
     "graph_index_bounds": Fires(broken_graph(
         lambda g, _: g[EDGE].edge_index.__setitem__((1, 10), g["labitem"].num_nodes)), 1),
@@ -541,13 +542,13 @@ FIRES: dict[str, Fires] = {
         lambda g, _: [_set(g[t], "edge_index", g[t].edge_index[:, :0]) for t in (EDGE, REVERSE)]), 1,
         column="admission__did__labitem.edge_index"),
     "graph_edge_rows": Fires(broken_graph(lambda g, _: _set(g[EDGE], "timestep", g[EDGE].timestep[:-1])), 1),
-    "graph_node_rows": Fires(broken_graph(lambda g, _: _set(g["admission"], "x", g["admission"].x[:-1])), 1),
+    "graph_node_rows": Fires(broken_graph(lambda g, _: _set(g["admission"], "x_cat", g["admission"].x_cat[:-1])), 1),
     "graph_node_ids": Fires(broken_graph(
         lambda g, _: _set(g["labitem"], "node_id", g["labitem"].node_id.flip(0))), 46),
     "graph_timestep_range": Fires(broken_graph(
         lambda g, limits: g[EDGE].timestep.__setitem__([2, 30], -1)), 2),
     "graph_code_range": Fires(broken_graph(
-        lambda g, limits: g[EDGE].edge_attr.__setitem__((12, 0), limits.max_code + 1)), 1),
+        lambda g, limits: g[EDGE].edge_attr_cat.__setitem__((12, 0), limits.cardinalities("edge_attr_cat")[0])), 1),
     "graph_label_range": Fires(broken_graph(lambda g, _: g["admission"].y.__setitem__((7, 3), 2.0)), 1),
     "graph_pyg": Fires(pyg_rejects, 1),
     "graph_isolated_nodes": Fires(any_graph(lambda g: _without_node(g, 11)), 1, exit_code=0),

@@ -319,7 +319,7 @@ PINS = {
     "text": Pin("README.md", r"\| mixed-item text rows quarantined; censored or `NEG` results read as numbers; ordinal "
                              r"results read as ranks \| ([\d,]+); ([\d,]+); ([\d,]+) \| ([\d,]+); ([\d,]+); ([\d,]+) \|",
                 lambda runs: table_rows(runs)["text"], TABLE),
-    "discharge": Pin("README.md", r"\| `admission.x` columns known only at discharge \| `(\w+)` \| (\w+) \|",
+    "discharge": Pin("README.md", r"\| `admission.x_cat` columns known only at discharge \| `(\w+)` \| (\w+) \|",
                      lambda runs: table_rows(runs)["discharge"], TABLE),
     "ed_readme": Pin("README.md", r"All ([\d,]+) such rows of the MIMIC-III demo lie within (\d+\.\d) h of `ADMITTIME`",
                      lambda runs: (ed_rows(runs)[0], ed_rows(runs)[3])),

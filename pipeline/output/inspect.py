@@ -4,8 +4,8 @@ It says two things apart: whether the files are intact (every hash matches the m
 passes its checks: what decides inspect's exit code) and what the build's own report (``report.json``) says of the
 data (``ok`` or ``warnings``, with its findings by severity), which is shown and never fails inspect.
 
-The summary names the feature columns the manifest records (admission x, labitem x and
-edge_attr, in order) and where the raw identifiers are (``node_id`` is ``arange``). Per lab item it
+The summary names the feature columns the manifest records (each feature tensor's, in order, a categorical one
+with its cardinality, a mark as such) and where the raw identifiers are (``node_id`` is ``arange``). Per lab item it
 tallies, one graph at a time, the edges that carry the item, their largest |z| and how many are marked
 bounded, beside what each stage that shows per-item state says of its state in ``stats.json``
 (:attr:`pipeline.kernel.stage.Stage.items`: the z-score stats) (``inspect --items``).
@@ -24,9 +24,10 @@ import torch
 
 from pipeline.reporting.report import tally
 from pipeline.kernel.stage import Stage
-from pipeline.output.write import FEATURES, limits_of, read_graph, read_manifest, verified_bytes, verify_outputs, where_of
+from pipeline.output.write import (FEATURES, feature_names, limits_of, read_graph, read_manifest, verified_bytes,
+                                   verify_outputs, where_of)
 from schemas.errors import StageError
-from schemas.graph import EDGE, graph_problems
+from schemas.graph import CATEGORICAL, EDGE, NUMERICAL, graph_problems
 
 if TYPE_CHECKING:
     from torch_geometric.data import HeteroData
@@ -186,7 +187,7 @@ def _summary(out_dir: Path, manifest: dict[str, Any], totals: Mapping[str, dict[
             f"{name:<5} {split['graphs']:>4} graphs {split['admissions']:>8} admissions {split['edges']:>10} edges "
             f"z in [{split['z_min']:.3g}, {split['z_max']:.3g}]  largest batch ~{split['memory'] / 2**20:.1f} MB")
     for name in FEATURES:
-        lines.append(f"features {name}: {', '.join(manifest['features'][name])}")
+        lines.append(f"features {name}: {', '.join(map(_described, manifest['features'][name])) or 'none'}")
     lines.append("node ids: node_id = arange(num_nodes) per graph; HADM_ID in admission.hadm_id, "
                  "ITEMID in labitem.itemid")
     return lines + _ledger_lines(manifest)
@@ -206,9 +207,16 @@ def _ledger_lines(manifest: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _described(column: dict[str, Any]) -> str:
+    """A feature column as the summary names it: ``CODE (5 categories)``, ``Z_BOUNDED (mark)``, ``Z``."""
+    if column["kind"] == CATEGORICAL:
+        return f"{column['name']} ({column['cardinality']} categories)"
+    return column["name"] if column["kind"] == NUMERICAL else f"{column['name']} ({column['kind']})"
+
+
 def _column(manifest: dict[str, Any], name: str) -> int | None:
     """Where edge_attr's column ``name`` is, by the names the manifest records (None when it has none)."""
-    columns = manifest["features"]["edge_attr"]
+    columns = feature_names(manifest, "edge_attr")
     return columns.index(name) if name in columns else None
 
 

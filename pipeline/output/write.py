@@ -34,13 +34,12 @@ from pipeline.output.staged import (MANIFEST, PREVIOUS, STAGING, StagedBuild, St
                                     json_bytes, sha256_of, stage_file, write_scratch)
 from schemas.catalogue import check_info
 from schemas.errors import StageError
-from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems
+from schemas.graph import EDGE, FEATURES, REVERSE, Column, GraphLimits, graph_problems  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:  # torch and PyG load where graphs are serialised or read, not where a build is only written
     from torch_geometric.data import HeteroData
 
-FORMAT = 2  # 2: node_id is arange(num_nodes), raw ids in hadm_id and itemid; feature names recorded
-FEATURES = ("admission.x", "labitem.x", "edge_attr")  # the manifest's "features": column names of each, in order
+FORMAT = 3  # categorical columns in int64 x_cat and edge_attr_cat, each column's kind and cardinality in "features"
 PACKAGES = ("badpoints", "pandas", "pandera", "numpy", "pyarrow", "torch", "torch_geometric")
 
 
@@ -165,14 +164,15 @@ class BuildOutputs:
 
 def build_outputs(*, graphs: list[GraphFile], limits: GraphLimits, config: dict, inputs: list[dict],
                   fitted: dict, quarantine: Quarantine | StagedFile, index: pd.DataFrame, report: dict,
-                  accounting: dict, splits: dict, memory: dict, features: dict[str, list[str]],
+                  accounting: dict, splits: dict, memory: dict, features: dict[str, list[dict[str, Any]]],
                   report_html: bytes | None = None, item_names: dict[int, str] | None = None) -> BuildOutputs:
     """Serialise every output and the manifest that names their hashes (pure: no I/O).
 
-    ``accounting`` holds the ledgers by table (LABEVENTS rows, ADMISSIONS); ``features`` names the columns of
-    admission x, labitem x and edge_attr, in order (:func:`pipeline.stages.graph.feature_columns`, which the
-    tensors were built from); ``item_names`` how findings name the lab items the edges carry (ITEMID ->
-    'NTproBNP (Blood)'). A graph already staged (a :class:`GraphFile` without its bytes: :func:`stage_file`) is
+    ``accounting`` holds the ledgers by table (LABEVENTS rows, ADMISSIONS); ``features`` describes the columns of
+    each feature tensor (``schemas.graph.FEATURES``), in order: name, kind, cardinality of a categorical column
+    and the training statistics (:func:`pipeline.stages.graph.stats.feature_stats`, of the columns the tensors
+    were built from); ``limits`` gives the last timestep; ``item_names`` how findings name the lab items the edges
+    carry (ITEMID -> 'NTproBNP (Blood)'). A graph already staged (a :class:`GraphFile` without its bytes: :func:`stage_file`) is
     listed by its hash; its bytes are not among ``files``, and so is a quarantine staged already
     (:func:`stage_quarantine`).
     """
@@ -198,10 +198,9 @@ def build_outputs(*, graphs: list[GraphFile], limits: GraphLimits, config: dict,
         "outputs": dict(sorted(listed.items())),
         "graphs": [{"split": g.split, "batch": g.batch, "path": g.path,
                     "admissions": g.admissions, "edges": g.edges, "memory": memory[g.where]} for g in graphs],
-        "features": {name: list(columns) for name, columns in features.items()},
+        "features": {name: [dict(column) for column in features[name]] for name in FEATURES},
         "item_names": {str(item): name for item, name in sorted((item_names or {}).items())},
-        "limits": {"max_timestep": limits.max_timestep, "max_code": limits.max_code,
-                   "max_node_code": {k: list(v) for k, v in sorted(limits.max_node_code.items())}},
+        "limits": {"max_timestep": limits.max_timestep},
         "splits": splits,
         "accounting": accounting,
     }
@@ -259,8 +258,7 @@ def _manifest_shape_ok(manifest: Any) -> bool:
                         and all(isinstance(ledger[k], int) for k in ("read", "kept", "quarantined", "deduplicated")))
         ok &= all(isinstance(g["split"], str) and isinstance(g["batch"], int) and g["path"] in outputs
                   and isinstance(g["memory"]["total"], int) for g in manifest["graphs"])
-        limits_of(manifest)
-        ok &= all(isinstance(c, str) for key in FEATURES for c in manifest["features"][key])
+        limits_of(manifest)  # every feature tensor's columns, each with a name, a kind and a categorical's cardinality
         ledger = manifest["accounting"]["LABEVENTS"]
         ok &= all(isinstance(ledger[k], int) for k in ("read", "kept", "quarantined", "deduplicated"))
         return bool(ok)
@@ -363,9 +361,24 @@ def load_graph_file(path: Path) -> HeteroData:
 
 
 def limits_of(manifest: dict[str, Any]) -> GraphLimits:
-    raw = manifest["limits"]
-    return GraphLimits(max_timestep=int(raw["max_timestep"]), max_code=int(raw["max_code"]),
-                       max_node_code={k: tuple(int(c) for c in v) for k, v in raw["max_node_code"].items()})
+    """What the manifest holds the graphs to: its last timestep, and each feature tensor's columns (a ValueError
+    when a column is not described as a column is)."""
+    features = manifest["features"]
+
+    def column(described: dict[str, Any]) -> Column:
+        cardinality = described.get("cardinality")
+        if not isinstance(described["name"], str) or not (cardinality is None or type(cardinality) is int):
+            raise ValueError(f"a feature column described as {described!r}")
+        return Column(described["name"], described["kind"], cardinality)
+
+    return GraphLimits(max_timestep=int(manifest["limits"]["max_timestep"]),
+                       features={tensor: tuple(column(c) for c in features[tensor]) for tensor in FEATURES})
+
+
+def feature_names(manifest: dict[str, Any], tensor: str) -> list[str]:
+    """The names of a feature tensor's columns, in order, as the manifest records them (``tensor``: one of
+    ``schemas.graph.FEATURES``, e.g. ``edge_attr``)."""
+    return [column["name"] for column in manifest["features"][tensor]]
 
 
 def read_graph(out_dir: Path, manifest: dict[str, Any], entry: dict[str, Any]) -> HeteroData:

@@ -1,7 +1,8 @@
 """pipeline/preflight.py: one forward and backward pass of a real PyG model on a built graph.
 
 The model is what a user would train on these graphs: two HeteroConv layers of SAGEConv over both edge
-types and a head giving each admission a logit per lab item (the next-timestep multi-hot ``y``).
+types and a head giving each admission a logit per lab item (the next-timestep multi-hot ``y``). It reads each
+node type's categories one-hot encoded beside its numerical columns (``x``), as the graph fixture gives them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from torch_geometric.nn import HeteroConv, SAGEConv
 from pipeline.config import load_config
 from pipeline.builds import build
 from pipeline.preflight import default_loss, preflight
-from pipeline.output.write import load_graphs
+from pipeline.output.write import load_graphs, read_manifest
 from schemas.graph import EDGE, REVERSE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,12 +76,23 @@ def _make(cls, graph):
     return model
 
 
+def _one_hot(graph, features: dict) -> None:
+    """Each node type's x as the model reads it: its numerical columns, then each categorical column of x_cat
+    one-hot over its cardinality (the manifest's ``features``)."""
+    for node_type in graph.node_types:
+        store = graph[node_type]
+        sizes = [column["cardinality"] for column in features[f"{node_type}.x_cat"]]
+        store.x = torch.cat([store.x, *(nn.functional.one_hot(store.x_cat[:, at], size).float()
+                                        for at, size in enumerate(sizes))], dim=1)
+
+
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
     out = tmp_path_factory.mktemp("preflight") / "out"
     assert build(ROOT / "data" / "sample", out, load_config()).exit_code == 0
     graphs = load_graphs(out, "train")
     assert len(graphs) == 1
+    _one_hot(graphs[0], read_manifest(out)["features"])
     return graphs[0]
 
 
@@ -179,13 +191,13 @@ def test_a_model_whose_output_is_cut_from_its_parameters_is_reported(graph):
 
 
 class UsesEdgeAttr(LabGNN):
-    """Adds each admission's mean z-score (edge_attr[:, 1]) when given the edge attributes."""
+    """Adds each admission's summed z-score (edge_attr[:, 0]) when given the edge attributes."""
 
     def forward(self, x_dict, edge_index_dict, edge_attr_dict=None):
         logits = super().forward(x_dict, edge_index_dict)
         if edge_attr_dict is None:
             return logits
-        z = edge_attr_dict[EDGE][:, 1]
+        z = edge_attr_dict[EDGE][:, 0]
         source = edge_index_dict[EDGE][0]
         total = torch.zeros(logits.shape[0]).index_add(0, source, z)
         return logits + total[:, None]
@@ -194,7 +206,7 @@ class UsesEdgeAttr(LabGNN):
 def test_an_inf_in_edge_attr_that_got_past_the_guard_is_caught(graph):
     poisoned = copy.copy(graph)
     poisoned[EDGE].edge_attr = graph[EDGE].edge_attr.clone()
-    poisoned[EDGE].edge_attr[5, 1] = float("inf")
+    poisoned[EDGE].edge_attr[5, 0] = float("inf")
     model = _make(UsesEdgeAttr, graph)
     assert not torch.isfinite(model(poisoned.x_dict, poisoned.edge_index_dict, poisoned.edge_attr_dict)).all()
     assert not preflight(model, poisoned).ok

@@ -23,8 +23,8 @@ from pipeline.reading.load import load_text_tables
 from pipeline.reading.parse import check_raw
 from schemas.catalogue import check_info
 from schemas.errors import StageError
-from schemas.graph import (ANY_GRAPH, EDGE, REVERSE, GraphLimits, GraphRules, badpoints_rules, graph_problems,
-                           pyg_problems, size_text, tensor_bytes)
+from schemas.graph import (ANY_GRAPH, EDGE, NUMERICAL, REVERSE, Column, GraphLimits, GraphRules, badpoints_rules,
+                           graph_problems, pyg_problems, size_text, tensor_bytes)
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
 WHERE = "train/batch 0"
@@ -42,7 +42,8 @@ def built() -> tuple[HeteroData, GraphLimits]:
     prepared = prepare(check_raw({name: table.frame for name, table in text.items()}).tables, config)
     assert prepared.stopped_at is None
     graphs = build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=16)
-    limits = graph_limits(prepared.fitted.get("encode"), prepared.admissions, max_timestep=config.bucket.max_timestep)
+    limits = graph_limits(prepared.fitted.get("encode"), prepared.edges, prepared.admissions,
+                          max_timestep=config.bucket.max_timestep)
     assert graphs[0].where == WHERE
     return graphs[0].data, limits
 
@@ -80,7 +81,8 @@ def test_the_sample_graph_has_no_problems(built, limits):
     data, _ = built
     assert graph_problems(data, limits, where=WHERE) == []
     assert data[EDGE].edge_index.shape[1] > 0 and data["admission"].num_nodes == 16
-    assert limits.max_code >= int(data[EDGE].edge_attr[:, 0].max())
+    assert int(data[EDGE].edge_attr_cat[:, 0].max()) < limits.cardinalities("edge_attr_cat")[0]
+    assert data["admission"].x.shape == (16, 0) and data["admission"].x_cat.dtype == torch.int64
     assert limits.max_timestep >= int(data[EDGE].timestep.max())
 
 
@@ -97,19 +99,24 @@ def test_graph_problems_does_not_mutate_its_input(data, limits):
 
 # -- graph_finite ------------------------------------------------------------------------------------
 def test_inf_and_nan_in_edge_attr(data, limits):
-    data[EDGE].edge_attr[5, 1] = float("inf")
-    data[EDGE].edge_attr[7, 1] = float("nan")
-    data[EDGE].edge_attr[9, 1] = float("-inf")
+    data[EDGE].edge_attr[5, 0] = float("inf")
+    data[EDGE].edge_attr[7, 0] = float("nan")
+    data[EDGE].edge_attr[9, 0] = float("-inf")
     error = only(data, limits, "graph_finite")
     assert error.column == f"{FORWARD}.edge_attr" and error.count == 3
     assert "3 non-finite values at rows 5, 7, 9" in str(error)
-    assert checks(data, limits) == [("graph_finite", f"{FORWARD}.edge_attr")]  # the z column: no code problem
+    assert checks(data, limits) == [("graph_finite", f"{FORWARD}.edge_attr")]  # the z column: nothing else
 
 
-def test_nan_and_inf_in_admission_x(data, limits):
-    data["admission"].x[3, 2] = float("nan")
+def test_nan_and_inf_in_a_numerical_admission_column(data, limits):
+    """The sample's admissions have no numerical column; limits that name two hold x to them, finite."""
+    numerical = GraphLimits(max_timestep=limits.max_timestep, features={
+        **limits.features, "admission.x": (Column("AGE", NUMERICAL), Column("WEIGHT", NUMERICAL))})
+    data["admission"].x = torch.zeros(data["admission"].num_nodes, 2)
+    assert graph_problems(data, numerical, where=WHERE) == []
+    data["admission"].x[3, 1] = float("nan")
     data["admission"].x[11, 0] = float("inf")
-    error = only(data, limits, "graph_finite")
+    error = only(data, numerical, "graph_finite")
     assert error.column == "admission.x" and error.count == 2
     assert "2 non-finite values at rows 3, 11" in str(error)
 
@@ -181,7 +188,7 @@ def test_missing_edge_index(data, limits):
 
 # -- graph_edge_rows -----------------------------------------------------------------------------------
 @pytest.mark.parametrize(("attr", "change"), [
-    ("edge_attr", -1), ("timestep", +1), ("is_history", -3), ("is_history", +2),
+    ("edge_attr", -1), ("edge_attr_cat", -2), ("timestep", +1), ("is_history", -3), ("is_history", +2),
 ])
 def test_per_edge_tensor_with_other_rows_than_edges(data, limits, attr, change):
     edges = data[EDGE].edge_index.shape[1]
@@ -224,17 +231,22 @@ def test_a_non_finite_graph_level_scalar_is_one_row_of_the_global_store(data, li
     assert (error.column, error.count) == ("global.scale", 1)
 
 
-def test_labitem_x_with_a_column_missing_is_a_shape_problem_not_a_code_check(data, limits):
-    data["labitem"].x = data["labitem"].x[:, :1].clone()
+def test_labitem_x_cat_with_a_column_missing_is_a_shape_problem_not_a_code_check(data, limits):
+    data["labitem"].x_cat = data["labitem"].x_cat[:, :1].clone()
     error = only(data, limits, "graph_node_rows")
-    assert (error.column, error.count) == ("labitem.x", 1)
-    assert f"x has shape [{data['labitem'].num_nodes}, 1], expected 2 columns" in str(error)
+    assert (error.column, error.count) == ("labitem.x_cat", 1)
+    assert "x_cat has 1 columns, expected 2" in str(error)
     assert [check for check, _ in checks(data, limits)] == ["graph_node_rows"]
 
 
-def test_a_graph_without_labitem_features_is_checked_without_a_crash(data, limits):
+def test_a_graph_without_labitem_features_is_named_without_a_crash(data, limits):
     del data["labitem"].x
-    assert not [p for p in graph_problems(data, limits, where=WHERE) if p.column == "labitem.x"]
+    del data["labitem"].x_cat
+    found = {p.column: p for p in graph_problems(data, limits, where=WHERE)}
+    assert found["labitem.x"].check == "graph_node_rows" and "x is missing, expected float [" in str(
+        found["labitem.x"])
+    assert found["labitem.x_cat"].check == "graph_code_range" and "x_cat is missing, expected int64 [" in str(
+        found["labitem.x_cat"])
 
 
 def test_an_admission_store_emptied_to_zero_nodes_counts_each_tensors_rows(data, limits):
@@ -251,7 +263,7 @@ def test_an_admission_store_emptied_to_zero_nodes_counts_each_tensors_rows(data,
 def test_a_scalar_in_a_node_store_of_unknown_size_is_one_problem_row():
     lone = HeteroData()
     lone["admission"].flag = torch.tensor(1.0)  # PyG cannot infer num_nodes from a scalar
-    (problem,) = [p for p in graph_problems(lone, GraphLimits(max_timestep=1, max_code=1, max_node_code={}),
+    (problem,) = [p for p in graph_problems(lone, GraphLimits(max_timestep=1, features={}),
                                             where=WHERE) if p.check == "graph_node_rows"]
     assert (problem.column, problem.count) == ("admission.flag", 1)
 
@@ -380,51 +392,88 @@ def test_timestep_at_the_last_is_allowed(data, limits):
 
 
 # -- graph_code_range ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("code", ["past", -1.0, 1.5], ids=["one-past-max", "negative", "fractional"])
-def test_category_code_outside_the_vocabulary(data, limits, code):
-    data[EDGE].edge_attr[12, 0] = limits.max_code + 1 if code == "past" else code
+@pytest.mark.parametrize("code", ["past", -1], ids=["one-past-the-last", "negative"])
+def test_category_index_outside_the_vocabulary(data, limits, code):
+    (cardinality,) = limits.cardinalities("edge_attr_cat")
+    data[EDGE].edge_attr_cat[12, 0] = cardinality if code == "past" else code
     error = only(data, limits, "graph_code_range")
-    assert error.column == f"{FORWARD}.edge_attr" and error.count == 1
-    assert f"category codes outside 0..{limits.max_code} at rows 12" in str(error)
-    assert checks(data, limits) == [("graph_code_range", f"{FORWARD}.edge_attr")]
+    assert error.column == f"{FORWARD}.edge_attr_cat" and error.count == 1
+    assert f"indices outside [0, cardinality) (cardinalities [{cardinality}] per column) at rows 12" in str(error)
+    assert checks(data, limits) == [("graph_code_range", f"{FORWARD}.edge_attr_cat")]
 
 
-def test_category_code_at_max_code_is_allowed(data, limits):
-    data[EDGE].edge_attr[12, 0] = limits.max_code
-    data[REVERSE].edge_attr[12, 0] = limits.max_code
+def test_category_index_at_the_last_of_its_vocabulary_is_allowed(data, limits):
+    (cardinality,) = limits.cardinalities("edge_attr_cat")
+    data[EDGE].edge_attr_cat[12, 0] = cardinality - 1
+    data[REVERSE].edge_attr_cat[12, 0] = cardinality - 1
     assert graph_problems(data, limits, where=WHERE) == []
 
 
-def test_category_code_on_the_reverse_edge(data, limits):
-    data[REVERSE].edge_attr[[0, 1, 2], 0] = limits.max_code + 3
+def test_category_index_on_the_reverse_edge(data, limits):
+    data[REVERSE].edge_attr_cat[[0, 1, 2], 0] = limits.cardinalities("edge_attr_cat")[0] + 2
     error = only(data, limits, "graph_code_range")
-    assert error.column == f"{BACKWARD}.edge_attr" and error.count == 3
+    assert error.column == f"{BACKWARD}.edge_attr_cat" and error.count == 3
     assert "at rows 0, 1, 2" in str(error)
 
 
-def test_labitem_code_past_its_max_node_code(data, limits):
-    tops = limits.max_node_code["labitem"]
-    data["labitem"].x[4, 1] = tops[1] + 1
+@pytest.mark.parametrize(("store", "attribute"), [("admission", "x_cat"), (EDGE, "edge_attr_cat")])
+def test_category_indices_as_floats_are_refused(data, limits, store, attribute):
+    """A category index is int64: a float tensor of codes (1.0, 2.0) is read as a magnitude by a model."""
+    data[store][attribute] = data[store][attribute].float()
     error = only(data, limits, "graph_code_range")
-    assert error.column == "labitem.x" and error.count == 1
-    assert f"codes outside their vocabularies (0..{list(tops)} per column) at rows 4" in str(error)
+    name = store if isinstance(store, str) else "__".join(store)
+    assert error.column == f"{name}.{attribute}" and f"{attribute} is float32 [" in str(error)
+    assert "expected int64 [" in str(error)
 
 
-def test_each_column_has_its_own_vocabulary_bound(data, limits):
-    tops = limits.max_node_code["admission"]
+def test_labitem_index_past_its_cardinality(data, limits):
+    tops = limits.cardinalities("labitem.x_cat")
+    data["labitem"].x_cat[4, 1] = tops[1]
+    error = only(data, limits, "graph_code_range")
+    assert error.column == "labitem.x_cat" and error.count == 1
+    assert f"indices outside [0, cardinality) (cardinalities {list(tops)} per column) at rows 4" in str(error)
+
+
+def test_each_column_has_its_own_cardinality(data, limits):
+    tops = limits.cardinalities("admission.x_cat")
     narrow = min(range(len(tops)), key=lambda column: tops[column])
     assert max(tops) > tops[narrow]
-    data["admission"].x[0, narrow] = max(tops)  # legal in the widest column, not in this one
-    assert only(data, limits, "graph_code_range").column == "admission.x"
+    data["admission"].x_cat[0, narrow] = max(tops) - 1  # legal in the widest column, not in this one
+    assert only(data, limits, "graph_code_range").column == "admission.x_cat"
 
 
-def test_admission_code_negative_or_fractional(data, limits):
-    top = list(limits.max_node_code["admission"])
-    data["admission"].x[1, 0] = -1.0
-    data["admission"].x[9, 3] = 0.5
+def test_negative_admission_indices(data, limits):
+    tops = list(limits.cardinalities("admission.x_cat"))
+    data["admission"].x_cat[1, 0] = -1
+    data["admission"].x_cat[9, 3] = -2
     error = only(data, limits, "graph_code_range")
-    assert error.column == "admission.x" and error.count == 2
-    assert f"codes outside their vocabularies (0..{top} per column) at rows 1, 9" in str(error)
+    assert error.column == "admission.x_cat" and error.count == 2
+    assert f"indices outside [0, cardinality) (cardinalities {tops} per column) at rows 1, 9" in str(error)
+
+
+def test_no_float_column_holds_a_category_code(data, limits):
+    """A float tensor holds the numerical columns the limits name, and no other: category codes put back into x
+    or edge_attr as floats (as a float feature) are found by their width."""
+    data["admission"].x = data["admission"].x_cat.float()
+    data[EDGE].edge_attr = torch.cat([data[EDGE].edge_attr_cat.float(), data[EDGE].edge_attr], dim=1)
+    found = {p.column: p for p in graph_problems(data, limits, where=WHERE)}
+    columns = len(limits.features["admission.x_cat"])
+    assert found["admission.x"].check == "graph_node_rows"
+    assert f"x has {columns} columns, expected 0 (numerical columns: none; categorical ones are in x_cat)" in str(
+        found["admission.x"])
+    assert found[f"{FORWARD}.edge_attr"].check == "graph_edge_rows"
+    assert "edge_attr has 5 columns, expected 4 (numerical columns: Z, Z_BOUNDED, Z_CENSORED, Z_UNSEEN; " \
+           "categorical ones are in edge_attr_cat)" in str(found[f"{FORWARD}.edge_attr"])
+
+
+def test_limits_refuse_a_categorical_column_in_a_float_tensor(limits):
+    code = limits.features["edge_attr_cat"][0]
+    with pytest.raises(ValueError, match="edge_attr holds no categorical column: CODE"):
+        GraphLimits(max_timestep=1, features={"edge_attr": (code, *limits.features["edge_attr"])})
+    with pytest.raises(ValueError, match="admission.x_cat holds categorical columns only: AGE"):
+        GraphLimits(max_timestep=1, features={"admission.x_cat": (Column("AGE", NUMERICAL),)})
+    with pytest.raises(ValueError, match="a cardinality is given for categorical columns"):
+        Column("CODE", "categorical")
 
 
 # -- graph_label_range ---------------------------------------------------------------------------------
@@ -510,7 +559,7 @@ def test_indices_into_a_node_type_of_unknown_size_are_all_out_of_bounds():
     lone["admission"].flag = "no tensor: PyG cannot count these nodes"
     lone["labitem"].x = torch.zeros(3, 1)
     lone[EDGE].edge_index = torch.tensor([[0, 0], [1, 2]])
-    found = {p.column: p for p in graph_problems(lone, GraphLimits(max_timestep=1, max_code=1, max_node_code={}),
+    found = {p.column: p for p in graph_problems(lone, GraphLimits(max_timestep=1, features={}),
                                                  where=WHERE) if p.check == "graph_index_bounds"}
     assert found[f"{FORWARD}.edge_index"].count == 2
     assert "2 source indices outside 0..-1 (admission nodes) at rows 0, 1" in str(found[f"{FORWARD}.edge_index"])
@@ -525,16 +574,18 @@ def test_a_scalar_on_an_edge_type_without_edges_is_one_row_off(data, limits):
     assert found[f"{BACKWARD}.weight"].check == "graph_edge_rows" and found[f"{BACKWARD}.weight"].count == 1
 
 
-def test_a_one_dimensional_edge_attr_is_checked_without_a_crash(data, limits):
-    data[EDGE].edge_attr = data[EDGE].edge_attr[:, 1].clone()
-    assert [p.check for p in graph_problems(data, limits, where=WHERE) if p.check != "graph_pyg"] == []
+def test_a_one_dimensional_edge_attr_is_named_without_a_crash(data, limits):
+    edges = data[EDGE].edge_index.shape[1]
+    data[EDGE].edge_attr = data[EDGE].edge_attr[:, 0].clone()
+    error = only(data, limits, "graph_edge_rows")
+    assert error.column == f"{FORWARD}.edge_attr" and f"edge_attr is float32 [{edges}], expected float " \
+                                                          f"[{edges}, 4]" in str(error)
 
 
-def test_codes_are_checked_in_an_edge_attr_of_codes_alone(data, limits):
-    data[EDGE].edge_attr = data[EDGE].edge_attr[:, :1].clone()
-    data[EDGE].edge_attr[4, 0] = limits.max_code + 1
-    error = only(data, limits, "graph_code_range")
-    assert error.count == 1 and "at rows 4" in str(error)
+def test_an_edge_attr_cat_of_another_width_is_a_shape_problem(data, limits):
+    data[EDGE].edge_attr_cat = torch.cat([data[EDGE].edge_attr_cat] * 2, dim=1)
+    error = only(data, limits, "graph_edge_rows")
+    assert error.column == f"{FORWARD}.edge_attr_cat" and "edge_attr_cat has 2 columns, expected 1" in str(error)
 
 
 # -- graph_pyg -----------------------------------------------------------------------------------------
@@ -569,23 +620,23 @@ def test_an_edge_type_naming_an_absent_node_type_is_reported_without_changing_th
 # -- every problem, not only the first -------------------------------------------------------------------
 def test_several_problems_in_one_graph_are_all_reported(data, limits):
     data[EDGE].edge_attr[5, 1] = float("nan")
-    data["admission"].x[2, 0] = float("inf")
+    data[REVERSE].edge_attr[2, 0] = float("inf")
     data[EDGE].edge_index[1, 10] = data["labitem"].num_nodes
     data[REVERSE].edge_index[0, 11] = -1
     data[EDGE].timestep[3] = limits.max_timestep + 1
-    data[REVERSE].edge_attr[4, 0] = limits.max_code + 1
-    data["labitem"].x[0, 0] = limits.max_node_code["labitem"][0] + 1
+    data[REVERSE].edge_attr_cat[4, 0] = limits.cardinalities("edge_attr_cat")[0]
+    data["labitem"].x_cat[0, 0] = limits.cardinalities("labitem.x_cat")[0]
     data["admission"].y[1, 1] = 2.0
     data[EDGE].is_history = data[EDGE].is_history[:-1]
     found = checks(data, limits)
     assert {
         ("graph_finite", f"{FORWARD}.edge_attr"),
-        ("graph_finite", "admission.x"),
+        ("graph_finite", f"{BACKWARD}.edge_attr"),
         ("graph_index_bounds", f"{FORWARD}.edge_index"),
         ("graph_index_bounds", f"{BACKWARD}.edge_index"),
         ("graph_timestep_range", f"{FORWARD}.timestep"),
-        ("graph_code_range", f"{BACKWARD}.edge_attr"),
-        ("graph_code_range", "labitem.x"),
+        ("graph_code_range", f"{BACKWARD}.edge_attr_cat"),
+        ("graph_code_range", "labitem.x_cat"),
         ("graph_label_range", "admission.y"),
         ("graph_edge_rows", f"{FORWARD}.is_history"),
     } <= set(found)

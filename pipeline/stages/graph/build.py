@@ -23,8 +23,9 @@ from pipeline.reporting.findings import finding_from_error, item_names, summary_
 from pipeline.reporting.progress import Progress
 from pipeline.reporting.report import Report
 from pipeline.stages.encode import Vocabularies
-from pipeline.stages.graph.tensors import (GraphBatch, check_graphs, feature_columns, graph_columns, graph_limits,
-                                          memory_estimate, stream_graphs)
+from pipeline.stages.graph.stats import EDGE_TENSORS, add_counts, count_frame, edge_counts, feature_stats
+from pipeline.stages.graph.tensors import (GraphBatch, check_graphs, graph_columns, graph_limits, memory_estimate,
+                                          stream_graphs)
 from schemas.graph import EDGE
 from schemas.split import SPLITS
 
@@ -81,7 +82,7 @@ def write_graphs(staged: Any, validation: Any, config: Any, progress: Progress, 
     stage's :class:`pipeline.kernel.stage.Target` ``graphs``."""
     out, prepared = staged.out_dir, validation.prepared
     progress.step(BUILDING, rows=len(prepared.edges))
-    limits = graph_limits(prepared.state_of(Vocabularies), prepared.admissions,
+    limits = graph_limits(prepared.state_of(Vocabularies), prepared.edges, prepared.admissions,
                           max_timestep=config.bucket.max_timestep, admission_features=config.graph.admission_features)
     # Built, guarded, serialised and staged a few batches at a time, from the edge rows' parts (only the columns
     # graphs read), on the engine's workers (here without any): what stays is each graph's hash and summary, never
@@ -173,6 +174,7 @@ def _write(built: Build, staged: Any, graphs: _Graphs, config: Any, progress: Pr
 
     out, report, prepared = staged.out_dir, built.report, built.validation.prepared
     index = graphs.index()
+    features = feature_stats(limits.features, _train_counts(prepared, index, limits.features, engine))
     splits = {name: {"admissions": int((index["split"] == name).sum()),
                      "graphs": sum(g["split"] == name for g in graphs.summaries),
                      "edges": sum(g["edges"] for g in graphs.summaries if g["split"] == name)}
@@ -193,9 +195,20 @@ def _write(built: Build, staged: Any, graphs: _Graphs, config: Any, progress: Pr
         fitted=prepared.saved_state(), quarantine=quarantine, index=index, report=report.without_samples().as_json(),
         accounting=accounting, splits=splits,
         memory=graphs.memory, report_html=page.encode("utf-8"),
-        features=feature_columns(prepared.edges, prepared.admissions,
-                                 admission_features=config.graph.admission_features),
+        features=features,
         item_names=graphs.carried_names(prepared.labitems))
     progress.step("write", rows=len(outputs.manifest["outputs"]), unit="files")
     write.write_build(out, outputs, staged)
     progress.end()
+
+
+def _train_counts(prepared: Any, index: pd.DataFrame, features: Mapping[str, Any], engine: Engine) -> dict:
+    """The counts the training statistics of every feature column are made from (:mod:`.stats`): the training
+    edges, counted part by part where the edge rows are; the admission nodes of the training graphs; the lab-item
+    dictionary, once."""
+    edge_columns = ["SPLIT", *(column.name for tensor in EDGE_TENSORS for column in features[tensor])]
+    edges = add_counts(engine.per_part(edge_counts, prepared.edges, features, columns=edge_columns))
+    trained = index.loc[index["split"] == "train", "HADM_ID"].to_numpy("int64")
+    admissions = prepared.admissions.set_index("HADM_ID").loc[trained]
+    return {**edges, **count_frame(admissions, features, ("admission.x", "admission.x_cat")),
+            **count_frame(prepared.labitems, features, ("labitem.x", "labitem.x_cat"))}

@@ -1,4 +1,4 @@
-"""The graph stage's options (``[graph]``): batch size, labels, the admission columns of ``admission.x``, and the
+"""The graph stage's options (``[graph]``): batch size, labels, the admission columns of ``admission.x_cat``, and the
 memory budget and model size its estimate uses."""
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ class Options(Section):
     admission_features: tuple[str, ...] = setting(list, tuple(c for c in ADMISSION_CATEGORICALS
                                                                 if c not in KNOWN_AFTER_ADMISSION),
                                                   words=ADMISSION_CATEGORICALS, doc="""
-        The admission columns whose codes make admission.x: any of those below and DISCHARGE_LOCATION (a column
-        the data lacks is skipped), always in this order (DISCHARGE_LOCATION after ADMISSION_LOCATION), whatever
-        the order written. By default every column known at admission. DISCHARGE_LOCATION is known only at
-        discharge (MIMIC's DEAD/EXPIRED, HOSPICE): as a feature it leaks the outcome, and choosing it is a warning
-        (check feature_known_after_admission). labitem.x (FLUID, CATEGORY) and edge_attr (the value's code and
-        z-score, fill's indicators) are all known when the lab is charted.""")
+        The admission columns whose category indices make admission.x_cat: any of those below and
+        DISCHARGE_LOCATION (a column the data lacks is skipped), always in this order (DISCHARGE_LOCATION after
+        ADMISSION_LOCATION), whatever the order written. By default every column known at admission.
+        DISCHARGE_LOCATION is known only at discharge (MIMIC's DEAD/EXPIRED, HOSPICE): as a feature it leaks the
+        outcome, and choosing it is a warning (check feature_known_after_admission). labitem.x_cat (FLUID,
+        CATEGORY), edge_attr (the value's z-score, fill's indicators) and edge_attr_cat (its code) are all known
+        when the lab is charted.""")
     hidden: int = setting(int, 64, low=1, high=1 << 16, note="at most 65536", doc="""
         Each batch's memory is estimated (tensors, and a float32 GNN's activations at this width and depth);
         above the budget it is a warning (graph_memory).""")

@@ -1,7 +1,7 @@
 """The graph stage's tensors (the graphs themselves are described in the package's docstring): the edge rows sorted
 once and sliced by offsets into one ``HeteroData`` per batch of admissions, per split, with no rescan per batch; the
-names of every feature column from :func:`feature_columns`, the one place the tensors take them from; each graph's
-memory estimate and its guard. Pure: no I/O."""
+name, kind and cardinality of every feature column from :func:`feature_columns` and :func:`graph_features`, the one
+place the tensors take them from; each graph's memory estimate and its guard. Pure: no I/O."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from pipeline.stages.dedup import KEY, edge_key
 from pipeline.stages.graph.options import NAME, Options
 from schemas.errors import StageError
 from schemas.fill import TENSOR_COLUMNS
-from schemas.graph import EDGE, REVERSE, GraphLimits, graph_problems, tensor_bytes
+from schemas.graph import (CATEGORICAL, EDGE, FEATURES, MARK, NUMERICAL, REVERSE, Column, GraphLimits,  # noqa: F401
+                           graph_problems, tensor_bytes)
 from schemas.raw import ADMISSION_CATEGORICALS
 from schemas.split import SPLITS, split_codes
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # torch and PyG load when graphs are built, not when the stag
 
 
 LABITEM_FEATURES = ("FLUID_CODE", "CATEGORY_CODE")
+CODE, Z = TENSOR_COLUMNS  # the edge rows' category code (edge_attr_cat) and z-score (edge_attr's first column)
 
 
 @dataclass(frozen=True)
@@ -41,45 +43,66 @@ class GraphBatch:
 
 def admission_feature_columns(admissions: pd.DataFrame, *,
                               admission_features: tuple[str, ...] = Options.admission_features) -> list[str]:
-    """The encoded admission columns that make up admission x: those of ``admission_features`` the admissions
+    """The encoded admission columns that make up admission x_cat: those of ``admission_features`` the admissions
     have, in the order of ``ADMISSION_CATEGORICALS`` whatever the order given."""
     return [f"{column}_CODE" for column in ADMISSION_CATEGORICALS
             if column in admission_features and f"{column}_CODE" in admissions.columns]
 
 
-def edge_feature_columns(edges: pd.DataFrame) -> list[str]:
-    """The edge row columns that make up edge_attr: CODE, Z, then every mark a stage wrote of them (0/1 or -1/0/1
-    columns named ``CODE_*`` or ``Z_*``: scale's Z_BOUNDED, fill's Z_MISSING, ...), sorted by name: a stage adds
-    an edge feature by writing such a column, and the manifest names it."""
+def edge_feature_columns(edges: Any) -> list[str]:
+    """The edge row columns that make up edge_attr: Z, then every mark a stage wrote (0/1 or -1/0/1 columns named
+    ``CODE_*`` or ``Z_*``: scale's Z_BOUNDED, fill's Z_MISSING, ...), sorted by name: a stage adds an edge feature
+    by writing such a column, and the manifest names it. CODE, the category, is edge_attr_cat's
+    (``edges``: a frame, or anything with its ``columns``)."""
     marks = sorted(column for column in edges.columns
                    if any(column.startswith(f"{name}_") for name in TENSOR_COLUMNS))
-    return [*TENSOR_COLUMNS, *marks]
+    return [Z, *marks]
 
 
 def graph_columns(edges: Any) -> list[str]:
     """The edge row columns :func:`build_graphs` reads (``edges``: a frame, or anything with its ``columns``)."""
-    return ["SPLIT", *KEY, *edge_feature_columns(edges)]
+    return ["SPLIT", *KEY, CODE, *edge_feature_columns(edges)]
 
 
-def feature_columns(edges: pd.DataFrame, admissions: pd.DataFrame, *,
+def feature_columns(edges: Any, admissions: pd.DataFrame, *,
                     admission_features: tuple[str, ...] = Options.admission_features) -> dict[str, list[str]]:
-    """The name of every column of admission x, labitem x and edge_attr, in order: what the manifest records."""
-    return {"admission.x": admission_feature_columns(admissions, admission_features=admission_features),
-            "labitem.x": list(LABITEM_FEATURES),
-            "edge_attr": edge_feature_columns(edges)}
+    """The name of every column of each feature tensor (``schemas.graph.FEATURES``), in order: the float tensors (x,
+    edge_attr) hold the numerical columns and marks, the int64 ones (x_cat, edge_attr_cat) the categorical
+    columns. No admission or lab-item column is numerical: their x has no column."""
+    return {"admission.x": [],
+            "admission.x_cat": admission_feature_columns(admissions, admission_features=admission_features),
+            "labitem.x": [],
+            "labitem.x_cat": list(LABITEM_FEATURES),
+            "edge_attr": edge_feature_columns(edges),
+            "edge_attr_cat": [CODE]}
 
 
-def graph_limits(vocabularies, admissions: pd.DataFrame, *, max_timestep: int,
-                 admission_features: tuple[str, ...] = Options.admission_features) -> GraphLimits:
-    """The largest legal code of every tensor column, from the fitted vocabularies' sizes."""
+def graph_features(vocabularies, edges: Any, admissions: pd.DataFrame, *,
+                   admission_features: tuple[str, ...] = Options.admission_features) -> dict[str, tuple[Column, ...]]:
+    """Every feature column of :func:`feature_columns` with its kind and, for a categorical column, its
+    cardinality from the fitted vocabularies (code 0, missing or unseen, and one code per entry): an admission
+    column's vocabulary, FLUID's and CATEGORY's, and CODE's largest code of any lab item (codes count per item)."""
     sizes = dict(vocabularies.admission_)
-    columns = admission_feature_columns(admissions, admission_features=admission_features)
-    return GraphLimits(
-        max_timestep=int(max_timestep),
-        max_code=max((code for _, _, code in vocabularies.lab_values_), default=0),
-        max_node_code={"admission": tuple(len(sizes.get(c.removesuffix("_CODE"), ())) for c in columns),
-                       "labitem": (len(vocabularies.fluid_), len(vocabularies.category_))},
-    )
+    max_code = max((code for _, _, code in vocabularies.lab_values_), default=0)
+    cardinality = {"FLUID_CODE": len(vocabularies.fluid_) + 1, "CATEGORY_CODE": len(vocabularies.category_) + 1,
+                   CODE: max_code + 1}
+
+    def column(name: str, tensor: str) -> Column:
+        if tensor.endswith("_cat"):
+            size = cardinality.get(name, len(sizes.get(name.removesuffix("_CODE"), ())) + 1)
+            return Column(name, CATEGORICAL, size)
+        return Column(name, NUMERICAL if name == Z else MARK)
+
+    names = feature_columns(edges, admissions, admission_features=admission_features)
+    return {tensor: tuple(column(name, tensor) for name in columns) for tensor, columns in names.items()}
+
+
+def graph_limits(vocabularies, edges: Any, admissions: pd.DataFrame, *, max_timestep: int,
+                 admission_features: tuple[str, ...] = Options.admission_features) -> GraphLimits:
+    """The last timestep and every feature tensor's columns (:func:`graph_features`): what the guard holds each
+    graph to."""
+    return GraphLimits(max_timestep=int(max_timestep),
+                       features=graph_features(vocabularies, edges, admissions, admission_features=admission_features))
 
 
 def stream_graphs(parts: Iterable[pd.DataFrame], admissions: pd.DataFrame, labitems: pd.DataFrame, *,
@@ -143,9 +166,10 @@ def graph_batches(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Da
     columns = feature_columns(edges, admissions, admission_features=admission_features)
     import torch
 
-    item_x = torch.from_numpy(items[columns["labitem.x"]].to_numpy("float32").copy())
-    features = columns["admission.x"]
-    by_hadm = admissions.set_index("HADM_ID").sort_index()
+    item_x = torch.from_numpy(_block(items, columns["labitem.x"], "float32"))
+    item_x_cat = torch.from_numpy(_block(items, columns["labitem.x_cat"], "int64"))
+    numerical, categorical = columns["admission.x"], columns["admission.x_cat"]
+    by_hadm = admissions.set_index("HADM_ID").sort_index()[[*numerical, *categorical]]
 
     # Sorted once, as numpy columns (the frame's text columns are never gathered); dedup's output already
     # is in this order, which a stable sort keeps at little cost.
@@ -163,6 +187,7 @@ def graph_batches(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Da
         )
     attr = np.column_stack([edges[column].to_numpy("float64")[order]
                             for column in columns["edge_attr"]]).astype("float32")
+    attr_cat = np.column_stack([edges[column].to_numpy("int64")[order] for column in columns["edge_attr_cat"]])
     timestep = edges["TIMESTEP"].to_numpy("int64")[order]
     # An admission's rows are contiguous (it has one split): its last timestep is the max over its run.
     starts = np.flatnonzero(np.r_[True, hadm[1:] != hadm[:-1]]) if len(hadm) else np.array([], dtype="int64")
@@ -184,34 +209,47 @@ def graph_batches(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Da
             e0, e1 = edge_bounds[b], edge_bounds[b + 1]
             nodes = admitted[b * batch_size:(b + 1) * batch_size]
             local = position[e0 - lo:e1 - lo] - b * batch_size
+            admitted_rows = by_hadm.loc[nodes]
             yield GraphBatch(split=name, batch=(first_batch or {}).get(name, 0) + b, data=_graph(
-                nodes=nodes, x=by_hadm.loc[nodes, features].to_numpy("float32").reshape(len(nodes), len(features)),
-                item_ids=item_ids, item_x=item_x, source=local, target=item[e0:e1], attr=attr[e0:e1],
+                nodes=nodes, x=_block(admitted_rows, numerical, "float32"),
+                x_cat=_block(admitted_rows, categorical, "int64"), item_ids=item_ids, item_x=item_x,
+                item_x_cat=item_x_cat, source=local, target=item[e0:e1], attr=attr[e0:e1], attr_cat=attr_cat[e0:e1],
                 timestep=timestep[e0:e1], last=last[e0:e1], labels=labels))
 
 
-def _graph(*, nodes: np.ndarray, x: np.ndarray, item_ids: np.ndarray, item_x: torch.Tensor, source: np.ndarray,
-           target: np.ndarray, attr: np.ndarray, timestep: np.ndarray, last: np.ndarray, labels: bool) -> HeteroData:
+def _block(rows: pd.DataFrame, columns: list[str], dtype: str) -> np.ndarray:
+    """``columns`` of ``rows`` as one contiguous [rows, columns] array of ``dtype`` (no column: [rows, 0])."""
+    return np.ascontiguousarray(rows[columns].to_numpy(dtype).reshape(len(rows), len(columns)))
+
+
+def _graph(*, nodes: np.ndarray, x: np.ndarray, x_cat: np.ndarray, item_ids: np.ndarray, item_x: torch.Tensor,
+           item_x_cat: torch.Tensor, source: np.ndarray, target: np.ndarray, attr: np.ndarray, attr_cat: np.ndarray,
+           timestep: np.ndarray, last: np.ndarray, labels: bool) -> HeteroData:
     import torch
     from torch_geometric.data import HeteroData
 
     data = HeteroData()
     data["admission"].num_nodes = len(nodes)
     data["labitem"].num_nodes = len(item_ids)
-    data["admission"].x = torch.from_numpy(np.ascontiguousarray(x))
+    data["admission"].x = torch.from_numpy(x)  # numerical columns (none: [N, 0])
+    data["admission"].x_cat = torch.from_numpy(x_cat)  # category indices, int64
     data["admission"].node_id = torch.arange(len(nodes), dtype=torch.int64)  # what an Embedding indexes
     data["admission"].hadm_id = torch.from_numpy(nodes.astype("int64"))  # graph index -> HADM_ID
     data["labitem"].x = item_x.clone()
+    data["labitem"].x_cat = item_x_cat.clone()
     data["labitem"].node_id = torch.arange(len(item_ids), dtype=torch.int64)  # the same items in every graph
     data["labitem"].itemid = torch.from_numpy(item_ids.copy())  # graph index -> ITEMID
     index = torch.from_numpy(np.vstack([source, target]).astype("int64"))
     edge_attr = torch.from_numpy(np.ascontiguousarray(attr))
+    edge_attr_cat = torch.from_numpy(np.ascontiguousarray(attr_cat))
     steps = torch.from_numpy(timestep.astype("int64"))
     data[EDGE].edge_index = index
     data[EDGE].edge_attr = edge_attr
+    data[EDGE].edge_attr_cat = edge_attr_cat
     data[EDGE].timestep = steps
     data[REVERSE].edge_index = index.flip(0).contiguous()
     data[REVERSE].edge_attr = edge_attr.clone()
+    data[REVERSE].edge_attr_cat = edge_attr_cat.clone()
     data[REVERSE].timestep = steps.clone()
     if labels:
         # Next-timestep target: the items measured at each admission's last timestep (multi-hot);

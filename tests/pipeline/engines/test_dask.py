@@ -186,7 +186,8 @@ def test_build_on_dask_writes_the_same_graphs(cluster, synthetic, tmp_path, part
             for edge_type in expected.edge_types:
                 assert got[edge_type].edge_index.equal(expected[edge_type].edge_index), (split, edge_type)
                 assert got[edge_type].timestep.equal(expected[edge_type].timestep)
-                assert got[edge_type].edge_attr[:, 0].equal(expected[edge_type].edge_attr[:, 0])
+                assert got[edge_type].edge_attr_cat.equal(expected[edge_type].edge_attr_cat)
+                assert got[edge_type].edge_attr.equal(expected[edge_type].edge_attr)
 
 
 @pytest.mark.parametrize("name", [n for n in BROKEN if n in CASES])

@@ -96,9 +96,10 @@ def test_features_are_the_manifests_and_name_every_column(built, manifest):
     assert dataset.split == "train"
     assert dataset.features == manifest["features"]
     data = dataset[0]
-    assert data["admission"].x.shape[1] == len(dataset.features["admission.x"])
-    assert data["labitem"].x.shape[1] == len(dataset.features["labitem.x"])
-    assert data[EDGE].edge_attr.shape[1] == len(dataset.features["edge_attr"])
+    for tensor, columns in dataset.features.items():
+        store, _, attribute = tensor.rpartition(".")
+        assert data[store or EDGE][attribute].shape[1] == len(columns)
+    assert data["admission"].x_cat.shape[1] == len(dataset.features["admission.x_cat"]) > 0
 
 
 def test_an_embedding_over_node_id_works_on_every_graph(built):
@@ -157,22 +158,27 @@ def test_a_model_trains_on_batches_from_the_dataloader(built):
     dataset = GraphDataset(built, split="train")
     items = dataset[0]["labitem"].num_nodes
     embedding = torch.nn.Embedding(items, 4)
-    head = torch.nn.Linear(dataset[0]["admission"].x.shape[1] + 4, items)
-    optimizer = torch.optim.Adam([*embedding.parameters(), *head.parameters()], lr=0.05)
+    # every admission column's categories in one table: a column's indices start after the columns before it
+    sizes = torch.tensor([c["cardinality"] for c in dataset.features["admission.x_cat"]])
+    offsets = torch.cumsum(sizes, 0) - sizes
+    categories = torch.nn.Embedding(int(sizes.sum()), 4)
+    head = torch.nn.Linear(dataset[0]["admission"].x.shape[1] + 8, items)
+    optimizer = torch.optim.Adam([*embedding.parameters(), *categories.parameters(), *head.parameters()], lr=0.05)
     losses = []
     for _ in range(5):
         for batch in DataLoader(dataset, batch_size=2):
             item = embedding(batch["labitem"].node_id)  # one row per item node of the batch
             source, target = batch[EDGE].edge_index
             seen = torch.zeros(batch["admission"].num_nodes, 4).index_add(0, source, item[target])
-            logits = head(torch.cat([batch["admission"].x, seen], dim=1))
+            admitted = categories(batch["admission"].x_cat + offsets).sum(dim=1)
+            logits = head(torch.cat([batch["admission"].x, admitted, seen], dim=1))
             loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, batch["admission"].y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             losses.append(float(loss))
     assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
-    assert embedding.weight.grad is not None
+    assert embedding.weight.grad is not None and categories.weight.grad is not None
 
 
 # -- lazy, read-only and verified ------------------------------------------------------------------------

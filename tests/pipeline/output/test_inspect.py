@@ -18,7 +18,7 @@ from pipeline.builds import build
 from pipeline.flow import ORDER
 from pipeline.output import inspect
 from pipeline.output.write import MANIFEST, load_graphs
-from schemas.graph import EDGE
+from schemas.graph import EDGE, FEATURES
 from tests.pipeline.output.test_write import _rehash
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -63,7 +63,7 @@ def test_a_good_build_exits_0_and_summarises_every_split(built):
         found = re.search(r"(\d+) graphs\s+(\d+) admissions\s+(\d+) edges z in \[(\S+), (\S+)\]", line)
         assert found, line
         assert [int(n) for n in found.groups()[:3]] == [expected["graphs"], expected["admissions"], expected["edges"]]
-        z = torch.cat([g[EDGE].edge_attr[:, 1] for g in load_graphs(built, split)])
+        z = torch.cat([g[EDGE].edge_attr[:, 0] for g in load_graphs(built, split)])  # Z, edge_attr's first
         assert float(found.group(4)) == pytest.approx(float(z.min()), rel=1e-2)
         assert float(found.group(5)) == pytest.approx(float(z.max()), rel=1e-2)
     ledger = manifest["accounting"]["LABEVENTS"]
@@ -125,9 +125,14 @@ def test_inspect_shows_the_feature_columns_and_where_the_raw_ids_are(built):
     result = _inspect(built)
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("features ")]
-    assert lines == [f"features {name}: {', '.join(manifest['features'][name])}"
-                     for name in ("admission.x", "labitem.x", "edge_attr")]
-    assert "features edge_attr: CODE, Z, Z_BOUNDED, Z_CENSORED, Z_UNSEEN" in lines and "features labitem.x: FLUID_CODE, CATEGORY_CODE" in lines
+    assert [line.split(":")[0] for line in lines] == [f"features {name}" for name in (
+        "admission.x", "admission.x_cat", "labitem.x", "labitem.x_cat", "edge_attr", "edge_attr_cat")]
+    code, fluid, category = (manifest["features"][tensor][at]["cardinality"]
+                             for tensor, at in (("edge_attr_cat", 0), ("labitem.x_cat", 0), ("labitem.x_cat", 1)))
+    assert "features admission.x: none" in lines and "features labitem.x: none" in lines
+    assert "features edge_attr: Z, Z_BOUNDED (mark), Z_CENSORED (mark), Z_UNSEEN (mark)" in lines
+    assert f"features edge_attr_cat: CODE ({code} categories)" in lines
+    assert f"features labitem.x_cat: FLUID_CODE ({fluid} categories), CATEGORY_CODE ({category} categories)" in lines
     assert "node_id = arange(num_nodes)" in result.output and "admission.hadm_id" in result.output
     assert "labitem.itemid" in result.output
 
@@ -147,7 +152,7 @@ def test_inspect_build_finds_no_problems_in_a_good_build(built):
     inspection = inspect_build(built)
     assert inspection.problems == []
     # + one line per feature tensor, + node ids, + the ADMISSIONS ledger
-    assert len(inspection.lines) == 1 + len(SPLITS) + 3 + 1 + 1 + 1
+    assert len(inspection.lines) == 1 + len(SPLITS) + len(FEATURES) + 1 + 1 + 1
     assert any(line.startswith("ADMISSIONS read ") and "= in graphs " in line for line in inspection.lines)
 
 
@@ -217,7 +222,7 @@ def _items(out: Path, *args: str) -> tuple[list[str], list[str]]:
 def _edges_by_item(out: Path, column: str) -> pd.DataFrame:
     """Every did-edge of every graph as (ITEMID, edge_attr[column]), computed here from the tensors."""
     manifest = json.loads((out / MANIFEST).read_text())
-    at = manifest["features"]["edge_attr"].index(column)
+    at = [c["name"] for c in manifest["features"]["edge_attr"]].index(column)
     frames = []
     for split in SPLITS:
         for graph in load_graphs(out, split):
@@ -291,8 +296,8 @@ def test_items_are_capped_with_a_line_saying_how_many_more(built):
 
 def test_a_build_without_z_bounded_transform_or_names_shows_dashes(out):
     manifest = json.loads((out / MANIFEST).read_text())
-    edge_attr = manifest["features"]["edge_attr"]
-    edge_attr[edge_attr.index("Z_BOUNDED")] = "Z_OLDER"  # a build from before z was bounded marked none
+    (bounded,) = [c for c in manifest["features"]["edge_attr"] if c["name"] == "Z_BOUNDED"]
+    bounded["name"] = "Z_OLDER"  # a build from before z was bounded marked none
     del manifest["item_names"]  # a build from before names were kept
     (out / MANIFEST).write_text(json.dumps(manifest))
     stats = json.loads((out / "stats.json").read_text())

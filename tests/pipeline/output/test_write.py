@@ -142,7 +142,7 @@ def test_load_graphs_of_an_unknown_split_is_empty(out):
 
 
 def test_manifest_config_versions_and_inputs(manifest):
-    assert manifest["format"] == 2
+    assert manifest["format"] == 3
     assert manifest["config"] == load_config().as_json()
     assert set(manifest["versions"]) == set(PACKAGES)
     assert manifest["versions"]["torch"] == torch.__version__
@@ -155,20 +155,52 @@ def test_manifest_config_versions_and_inputs(manifest):
 
 def test_manifest_names_every_feature_column_the_graphs_hold(out, manifest, built):
     prepared = built.validation.prepared
+    vocabularies = prepared.fitted["encode"]
+    sizes = dict(vocabularies.admission_)
     # the columns known at admission ([graph] admission_features), in ADMISSION_CATEGORICALS' order
     codes = ["ADMISSION_TYPE_CODE", "ADMISSION_LOCATION_CODE", "INSURANCE_CODE", "LANGUAGE_CODE", "RELIGION_CODE",
              "MARITAL_STATUS_CODE", "ETHNICITY_CODE"]
-    assert manifest["features"] == {"admission.x": codes, "labitem.x": ["FLUID_CODE", "CATEGORY_CODE"],
-                                    "edge_attr": ["CODE", "Z", "Z_BOUNDED", "Z_CENSORED", "Z_UNSEEN"]}
+    described = {tensor: [(c["name"], c["kind"], c.get("cardinality")) for c in columns]
+                 for tensor, columns in manifest["features"].items()}
+    assert described == {
+        "admission.x": [],
+        "admission.x_cat": [(code, "categorical", len(sizes[code.removesuffix("_CODE")]) + 1) for code in codes],
+        "labitem.x": [],
+        "labitem.x_cat": [("FLUID_CODE", "categorical", len(vocabularies.fluid_) + 1),
+                          ("CATEGORY_CODE", "categorical", len(vocabularies.category_) + 1)],
+        "edge_attr": [("Z", "numerical", None), ("Z_BOUNDED", "mark", None), ("Z_CENSORED", "mark", None),
+                      ("Z_UNSEEN", "mark", None)],
+        "edge_attr_cat": [("CODE", "categorical", max(code for _, _, code in vocabularies.lab_values_) + 1)]}
+    assert manifest["limits"] == {"max_timestep": load_config().bucket.max_timestep}
     for split in SPLITS:
         for graph in load_graphs(out, split):
-            assert graph["admission"].x.shape[1] == len(manifest["features"]["admission.x"])
-            assert graph["labitem"].x.shape[1] == len(manifest["features"]["labitem.x"])
-            assert graph[EDGE].edge_attr.shape[1] == len(manifest["features"]["edge_attr"])
+            for tensor, columns in manifest["features"].items():
+                store, _, attribute = tensor.rpartition(".")
+                value = graph[store or EDGE][attribute]
+                assert value.dtype == (torch.int64 if attribute.endswith("_cat") else torch.float32)
+                assert value.shape[1] == len(columns)
+                if attribute.endswith("_cat") and value.numel():  # every index inside its column's cardinality
+                    assert ((value >= 0) & (value < torch.tensor([c["cardinality"] for c in columns]))).all()
     by_hadm = prepared.admissions.set_index("HADM_ID")
     graph = load_graphs(out, "val")[0]
-    expected = by_hadm.loc[graph["admission"].hadm_id.numpy(), manifest["features"]["admission.x"]]
-    assert torch.equal(graph["admission"].x, torch.from_numpy(expected.to_numpy("float32")))
+    expected = by_hadm.loc[graph["admission"].hadm_id.numpy(), codes]
+    assert torch.equal(graph["admission"].x_cat, torch.from_numpy(expected.to_numpy("int64")))
+
+
+@pytest.mark.parametrize("broken", ["a kind", "a cardinality", "a categorical in edge_attr"])
+def test_a_manifest_whose_features_are_not_columns_is_refused(out, tmp_path, broken):
+    out = _copy_build(out, tmp_path)
+    manifest = json.loads((out / MANIFEST).read_text())
+    features = manifest["features"]
+    if broken == "a kind":
+        features["edge_attr"][0]["kind"] = "ordinal"
+    elif broken == "a cardinality":
+        features["admission.x_cat"][0]["cardinality"] = "4"
+    else:
+        features["edge_attr"].append(features["edge_attr_cat"][0])
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(StageError, match="features"):
+        load_graphs(out, "train")
 
 
 def test_a_manifest_without_features_is_refused(out, tmp_path):

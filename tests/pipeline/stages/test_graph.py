@@ -3,9 +3,10 @@
 Graphs come per split in train/val/test order, admissions in HADM_ID order;
 ``node_id`` is ``arange(num_nodes)`` and every tensor can be joined back
 through ``hadm_id`` and ``itemid`` to the edge row it came from, labels are the items of each admission's last timestep, and the same
-rows in any order give byte-identical graphs. ``admission.x`` holds the admission columns ``[graph]
-admission_features`` chooses (by default those known at admission: no DISCHARGE_LOCATION), in one fixed order;
-choosing one known only at discharge is a warning.
+rows in any order give byte-identical graphs. Categorical columns are int64 category indices (``x_cat``,
+``edge_attr_cat``) inside their cardinalities, numerical ones float32 (``x``, ``edge_attr``): no float column holds a
+code. ``admission.x_cat`` holds the admission columns ``[graph] admission_features`` chooses (by default those known
+at admission: no DISCHARGE_LOCATION), in one fixed order; choosing one known only at discharge is a warning.
 """
 
 from __future__ import annotations
@@ -23,17 +24,17 @@ import torch
 from pipeline.config import ConfigError, load_config
 from pipeline.flow import prepare, validate
 from pipeline.stages.graph import (GraphBatch, Options, admission_feature_columns, build_graphs, feature_columns,
-                                   graph_limits, memory_estimate)
+                                   graph_features, graph_limits, memory_estimate)
 from pipeline.reading.load import load_text_tables
 from pipeline.reading.parse import check_raw
 from pipeline.output.write import graph_bytes
-from schemas.graph import EDGE, REVERSE, graph_problems
+from schemas.graph import CATEGORICAL, EDGE, MARK, NUMERICAL, REVERSE, graph_problems
 from schemas.raw import ADMISSION_CATEGORICALS
 from schemas.split import SPLITS
 
 SAMPLE = Path(__file__).resolve().parents[3] / "data" / "sample"
 BATCH = 16
-# The sample's admission columns known at admission, in ADMISSION_CATEGORICALS' order: what admission.x holds.
+# The sample's admission columns known at admission, in ADMISSION_CATEGORICALS' order: what admission.x_cat holds.
 KNOWN_AT_ADMISSION = ["ADMISSION_TYPE_CODE", "ADMISSION_LOCATION_CODE", "INSURANCE_CODE", "LANGUAGE_CODE",
                       "RELIGION_CODE", "MARITAL_STATUS_CODE", "ETHNICITY_CODE"]
 
@@ -77,12 +78,12 @@ def edge_frame(graphs: list[GraphBatch]) -> pd.DataFrame:
     for g in graphs:
         data = g.data
         index = data[EDGE].edge_index
-        attr = data[EDGE].edge_attr.numpy()
         parts.append(pd.DataFrame({
             "GRAPH_SPLIT": g.split, "BATCH": g.batch,
             "HADM_ID": data["admission"].hadm_id[index[0]].numpy(),
             "ITEMID": data["labitem"].itemid[index[1]].numpy(),
-            "TIMESTEP": data[EDGE].timestep.numpy(), "GRAPH_CODE": attr[:, 0], "GRAPH_Z": attr[:, 1],
+            "TIMESTEP": data[EDGE].timestep.numpy(), "GRAPH_CODE": data[EDGE].edge_attr_cat[:, 0].numpy(),
+            "GRAPH_Z": data[EDGE].edge_attr[:, 0].numpy(),
         }))
     return pd.concat(parts, ignore_index=True)
 
@@ -121,23 +122,25 @@ def test_admission_nodes_carry_their_hadm_id_and_encoded_columns(graphs, prepare
     by_hadm = prepared.admissions.set_index("HADM_ID")
     for g in graphs:
         store = g.data["admission"]
-        assert store.hadm_id.dtype == torch.int64 and store.x.dtype == torch.float32
-        assert store.x.shape == (len(store.hadm_id), len(features))
-        expected = by_hadm.loc[store.hadm_id.numpy(), features].to_numpy("float32")
-        np.testing.assert_array_equal(store.x.numpy(), expected)
+        assert store.hadm_id.dtype == torch.int64 and store.x_cat.dtype == torch.int64
+        assert store.x_cat.shape == (len(store.hadm_id), len(features))
+        assert store.x.dtype == torch.float32 and store.x.shape == (len(store.hadm_id), 0)  # no numerical column
+        expected = by_hadm.loc[store.hadm_id.numpy(), features].to_numpy("int64")
+        np.testing.assert_array_equal(store.x_cat.numpy(), expected)
 
 
 def test_every_graph_holds_the_whole_lab_item_dictionary(graphs, tables, prepared):
     item_ids = np.sort(tables.labitems["ITEMID"].to_numpy("int64"))  # every D_LABITEMS item, not only the measured
     assert len(item_ids) > prepared.edges["ITEMID"].nunique()
-    codes = prepared.labitems.set_index("ITEMID").loc[item_ids, ["FLUID_CODE", "CATEGORY_CODE"]].to_numpy("float32")
+    codes = prepared.labitems.set_index("ITEMID").loc[item_ids, ["FLUID_CODE", "CATEGORY_CODE"]].to_numpy("int64")
     first = graphs[0].data["labitem"]
     for g in graphs:
         store = g.data["labitem"]
-        assert store.itemid.dtype == torch.int64
+        assert store.itemid.dtype == torch.int64 and store.x_cat.dtype == torch.int64
         np.testing.assert_array_equal(store.itemid.numpy(), item_ids)
-        np.testing.assert_array_equal(store.x.numpy(), codes)
-        assert torch.equal(store.x, first.x) and torch.equal(store.itemid, first.itemid)
+        np.testing.assert_array_equal(store.x_cat.numpy(), codes)
+        assert store.x.shape == (len(item_ids), 0)
+        assert torch.equal(store.x_cat, first.x_cat) and torch.equal(store.itemid, first.itemid)
         assert torch.equal(store.node_id, first.node_id)
 
 
@@ -159,17 +162,33 @@ def test_node_id_is_arange_and_the_raw_ids_are_hadm_id_and_itemid(graphs, tables
 
 def test_feature_columns_name_every_tensor_column_in_order(graphs, prepared, joined):
     names = feature_columns(prepared.edges, prepared.admissions)
-    assert names == {"admission.x": admission_feature_columns(prepared.admissions),
-                     "labitem.x": ["FLUID_CODE", "CATEGORY_CODE"],
-                     "edge_attr": ["CODE", "Z", "Z_BOUNDED", "Z_CENSORED", "Z_UNSEEN"]}
+    assert names == {"admission.x": [], "admission.x_cat": admission_feature_columns(prepared.admissions),
+                     "labitem.x": [], "labitem.x_cat": ["FLUID_CODE", "CATEGORY_CODE"],
+                     "edge_attr": ["Z", "Z_BOUNDED", "Z_CENSORED", "Z_UNSEEN"], "edge_attr_cat": ["CODE"]}
     for g in graphs:
-        assert g.data["admission"].x.shape[1] == len(names["admission.x"])
-        assert g.data["labitem"].x.shape[1] == len(names["labitem.x"])
-        assert g.data[EDGE].edge_attr.shape[1] == len(names["edge_attr"])
-    items = prepared.labitems.set_index("ITEMID").loc[graphs[0].data["labitem"].itemid.numpy(), names["labitem.x"]]
-    np.testing.assert_array_equal(graphs[0].data["labitem"].x.numpy(), items.to_numpy("float32"))
-    np.testing.assert_array_equal(joined[["GRAPH_CODE", "GRAPH_Z"]].to_numpy(),
-                                  joined[names["edge_attr"][:2]].to_numpy("float32"))
+        for tensor, columns in names.items():
+            store, _, attribute = tensor.rpartition(".")
+            assert g.data[store or EDGE][attribute].shape[1] == len(columns)
+    items = prepared.labitems.set_index("ITEMID").loc[graphs[0].data["labitem"].itemid.numpy(),
+                                                      names["labitem.x_cat"]]
+    np.testing.assert_array_equal(graphs[0].data["labitem"].x_cat.numpy(), items.to_numpy("int64"))
+    np.testing.assert_array_equal(joined["GRAPH_CODE"].to_numpy(), joined["CODE"].to_numpy("int64"))
+    np.testing.assert_array_equal(joined["GRAPH_Z"].to_numpy(), joined["Z"].to_numpy("float32"))
+
+
+def test_graph_features_give_each_column_its_kind_and_each_categorical_its_cardinality(prepared):
+    vocabularies = prepared.fitted.get("encode")
+    described = graph_features(vocabularies, prepared.edges, prepared.admissions)
+    names = feature_columns(prepared.edges, prepared.admissions)
+    assert {tensor: [c.name for c in columns] for tensor, columns in described.items()} == names
+    assert all(c.kind == CATEGORICAL for tensor in names if tensor.endswith("_cat") for c in described[tensor])
+    assert [c.kind for c in described["edge_attr"]] == [NUMERICAL, MARK, MARK, MARK]
+    sizes = dict(vocabularies.admission_)
+    assert [c.cardinality for c in described["admission.x_cat"]] == [
+        len(sizes[name.removesuffix("_CODE")]) + 1 for name in names["admission.x_cat"]]  # code 0 and one per value
+    assert [c.cardinality for c in described["labitem.x_cat"]] == [len(vocabularies.fluid_) + 1,
+                                                                    len(vocabularies.category_) + 1]
+    assert described["edge_attr_cat"][0].cardinality == max(code for _, _, code in vocabularies.lab_values_) + 1
 
 
 def test_fills_indicators_become_edge_attr_columns_named_after_them(tables, config):
@@ -177,31 +196,32 @@ def test_fills_indicators_become_edge_attr_columns_named_after_them(tables, conf
     prepared = prepare(tables, dataclasses.replace(config, fill=policies))
     assert prepared.stopped_at is None
     names = feature_columns(prepared.edges, prepared.admissions)["edge_attr"]
-    assert names == ["CODE", "Z", "CODE_MISSING", "Z_BOUNDED", "Z_CENSORED", "Z_MISSING", "Z_UNSEEN"]  # by name
+    assert names == ["Z", "CODE_MISSING", "Z_BOUNDED", "Z_CENSORED", "Z_MISSING", "Z_UNSEEN"]  # by name
     graphs = build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=BATCH)
     edges = edge_frame(graphs).merge(prepared.edges, on=["HADM_ID", "ITEMID", "TIMESTEP"], validate="one_to_one")
     attr = torch.cat([g.data[EDGE].edge_attr for g in graphs]).numpy()
-    assert attr.shape == (len(prepared.edges), 7)
+    assert attr.shape == (len(prepared.edges), 6)
     np.testing.assert_array_equal(attr, edges[names].to_numpy("float32"))
     assert attr[:, names.index("Z_MISSING")].sum() == prepared.edges["Z_MISSING"].sum() > 0
-    limits = graph_limits(prepared.fitted.get("encode"), prepared.admissions, max_timestep=config.bucket.max_timestep)
+    limits = graph_limits(prepared.fitted.get("encode"), prepared.edges, prepared.admissions,
+                          max_timestep=config.bucket.max_timestep)
     assert all(graph_problems(g.data, limits, where=g.where) == [] for g in graphs)
 
 
-# -- which admission columns make admission.x ----------------------------------------------------------------
+# -- which admission columns make admission.x_cat ------------------------------------------------------------
 def chosen(config, *names: str):
     return dataclasses.replace(config, graph=dataclasses.replace(config.graph, admission_features=names))
 
 
-def test_by_default_admission_x_holds_the_columns_known_at_admission_never_discharge_location(graphs, prepared):
+def test_by_default_admission_x_cat_holds_the_columns_known_at_admission_never_discharge_location(graphs, prepared):
     assert "DISCHARGE_LOCATION_CODE" in prepared.admissions  # encoded (stats.json keeps its vocabulary) ...
     assert Options().admission_features == tuple(c for c in ADMISSION_CATEGORICALS if c != "DISCHARGE_LOCATION")
-    names = feature_columns(prepared.edges, prepared.admissions)["admission.x"]
+    names = feature_columns(prepared.edges, prepared.admissions)["admission.x_cat"]
     assert names == KNOWN_AT_ADMISSION and "DISCHARGE_LOCATION_CODE" not in names  # ... but no feature
-    assert all(g.data["admission"].x.shape[1] == len(KNOWN_AT_ADMISSION) for g in graphs)
+    assert all(g.data["admission"].x_cat.shape[1] == len(KNOWN_AT_ADMISSION) for g in graphs)
 
 
-def test_the_mimic3_demo_admission_x_leaves_discharge_location_out(mimic3demo):
+def test_the_mimic3_demo_admission_x_cat_leaves_discharge_location_out(mimic3demo):
     validation = validate(mimic3demo, load_config())
     prepared = validation.prepared
     assert prepared.stopped_at is None and "DISCHARGE_LOCATION_CODE" in prepared.admissions
@@ -209,9 +229,9 @@ def test_the_mimic3_demo_admission_x_leaves_discharge_location_out(mimic3demo):
     graphs = build_graphs(prepared.edges, prepared.admissions, prepared.labitems)
     by_hadm = prepared.admissions.set_index("HADM_ID")
     for g in graphs:
-        x = g.data["admission"].x.numpy()
-        np.testing.assert_array_equal(x, by_hadm.loc[g.data["admission"].hadm_id.numpy(),
-                                                     KNOWN_AT_ADMISSION].to_numpy("float32"))
+        x_cat = g.data["admission"].x_cat.numpy()
+        np.testing.assert_array_equal(x_cat, by_hadm.loc[g.data["admission"].hadm_id.numpy(),
+                                                         KNOWN_AT_ADMISSION].to_numpy("int64"))
     assert "feature_known_after_admission" not in {f.check for f in validation.report.findings}
 
 
@@ -222,23 +242,24 @@ def test_choosing_discharge_location_puts_it_back_and_warns_naming_it(config, pr
     assert (warning.severity, warning.stage, warning.table, warning.column, warning.count) == \
         ("warning", "graph", "ADMISSIONS", "DISCHARGE_LOCATION", 1)
     assert warning.message == (
-        "ADMISSIONS.DISCHARGE_LOCATION: chosen in [graph] admission_features for admission.x, but recorded at or "
+        "ADMISSIONS.DISCHARGE_LOCATION: chosen in [graph] admission_features for admission.x_cat, but recorded at or "
         "after discharge. Known only at discharge, it leaks the outcome into every admission node "
         "(DISCHARGE_LOCATION holds DEAD/EXPIRED, DIED and HOSPICE); remove it from [graph] admission_features.")
     assert validation.exit_code == 0  # a warning: the graphs may still be built
     features = leaking.graph.admission_features
-    assert feature_columns(prepared.edges, prepared.admissions, admission_features=features)["admission.x"] == \
+    assert feature_columns(prepared.edges, prepared.admissions, admission_features=features)["admission.x_cat"] == \
         ["DISCHARGE_LOCATION_CODE", "INSURANCE_CODE"]
     graphs = build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=BATCH,
                           admission_features=features)
     by_hadm = prepared.admissions.set_index("HADM_ID")
     for g in graphs:
-        np.testing.assert_array_equal(g.data["admission"].x.numpy(), by_hadm.loc[
-            g.data["admission"].hadm_id.numpy(), ["DISCHARGE_LOCATION_CODE", "INSURANCE_CODE"]].to_numpy("float32"))
-    limits = graph_limits(prepared.fitted.get("encode"), prepared.admissions, max_timestep=config.bucket.max_timestep,
-                          admission_features=features)
+        np.testing.assert_array_equal(g.data["admission"].x_cat.numpy(), by_hadm.loc[
+            g.data["admission"].hadm_id.numpy(), ["DISCHARGE_LOCATION_CODE", "INSURANCE_CODE"]].to_numpy("int64"))
+    limits = graph_limits(prepared.fitted.get("encode"), prepared.edges, prepared.admissions,
+                          max_timestep=config.bucket.max_timestep, admission_features=features)
     sizes = dict(prepared.fitted.get("encode").admission_)
-    assert limits.max_node_code["admission"] == (len(sizes["DISCHARGE_LOCATION"]), len(sizes["INSURANCE"]))
+    assert limits.cardinalities("admission.x_cat") == (len(sizes["DISCHARGE_LOCATION"]) + 1,
+                                                       len(sizes["INSURANCE"]) + 1)
     assert all(graph_problems(g.data, limits, where=g.where) == [] for g in graphs)
 
 
@@ -258,11 +279,13 @@ def test_a_build_of_a_chosen_column_warns_and_its_manifest_and_inspect_name_the_
     assert (warning["severity"], warning["column"]) == ("warning", "DISCHARGE_LOCATION")
     assert "remove it from [graph] admission_features" in warning["message"]
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert manifest["features"]["admission.x"] == ["DISCHARGE_LOCATION_CODE", "INSURANCE_CODE"]
-    assert len(manifest["limits"]["max_node_code"]["admission"]) == 2
+    columns = manifest["features"]["admission.x_cat"]
+    assert [c["name"] for c in columns] == ["DISCHARGE_LOCATION_CODE", "INSURANCE_CODE"]
+    assert all(c["kind"] == "categorical" and c["cardinality"] > 1 for c in columns)
     inspected = runner.invoke(app, ["inspect", str(tmp_path / "out")])
     assert inspected.exit_code == 0, inspected.output
-    assert "features admission.x: DISCHARGE_LOCATION_CODE, INSURANCE_CODE" in inspected.output
+    assert (f"features admission.x_cat: DISCHARGE_LOCATION_CODE ({columns[0]['cardinality']} categories), "
+            f"INSURANCE_CODE ({columns[1]['cardinality']} categories)") in inspected.output
 
 
 def test_the_warning_is_reported_even_when_a_stage_stops_the_run(tables, config):
@@ -274,10 +297,10 @@ def test_the_warning_is_reported_even_when_a_stage_stops_the_run(tables, config)
     assert [f.column for f in stopped.findings if f.check == "feature_known_after_admission"] == ["DISCHARGE_LOCATION"]
 
 
-def test_no_admission_feature_is_an_admission_x_of_width_zero(prepared):
+def test_no_admission_feature_is_an_admission_x_cat_of_width_zero(prepared):
     graphs = build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=BATCH,
                           admission_features=())
-    assert all(g.data["admission"].x.shape == (g.data["admission"].num_nodes, 0) for g in graphs)
+    assert all(g.data["admission"].x_cat.shape == (g.data["admission"].num_nodes, 0) for g in graphs)
 
 
 def test_a_column_badpoints_does_not_read_is_a_config_error_naming_the_allowed_ones(tmp_path):
@@ -318,7 +341,8 @@ def test_edge_tensors_have_the_types_and_shapes_of_pyg(graphs):
         store = g.data[EDGE]
         edges = store.edge_index.shape[1]
         assert store.edge_index.dtype == torch.int64 and store.edge_index.shape == (2, edges) and edges > 0
-        assert store.edge_attr.dtype == torch.float32 and store.edge_attr.shape == (edges, 5)
+        assert store.edge_attr.dtype == torch.float32 and store.edge_attr.shape == (edges, 4)
+        assert store.edge_attr_cat.dtype == torch.int64 and store.edge_attr_cat.shape == (edges, 1)
         assert store.timestep.dtype == torch.int64 and store.timestep.shape == (edges,)
         assert store.is_history.dtype == torch.bool and store.is_history.shape == (edges,)
 
@@ -328,7 +352,7 @@ def test_every_edge_row_is_in_exactly_one_graph_with_its_code_z_and_timestep(joi
     assert len(joined) == len(prepared.edges) == prepared.ledger()["kept"]
     assert sum(g.data[EDGE].edge_index.shape[1] for g in graphs) == len(prepared.edges)
     assert (joined["GRAPH_SPLIT"] == joined["SPLIT"]).all()
-    np.testing.assert_array_equal(joined["GRAPH_CODE"].to_numpy(), joined["CODE"].to_numpy("float32"))
+    np.testing.assert_array_equal(joined["GRAPH_CODE"].to_numpy(), joined["CODE"].to_numpy("int64"))
     np.testing.assert_array_equal(joined["GRAPH_Z"].to_numpy(), joined["Z"].to_numpy("float32"))
 
 
@@ -346,11 +370,13 @@ def test_the_reverse_edge_type_is_the_flipped_edge_index_with_the_same_attrs(gra
         assert torch.equal(backward.edge_index, forward.edge_index.flip(0))
         assert backward.edge_index.is_contiguous()
         assert torch.equal(backward.edge_attr, forward.edge_attr) and torch.equal(backward.timestep, forward.timestep)
-        assert set(backward.keys()) == {"edge_index", "edge_attr", "timestep"}
+        assert torch.equal(backward.edge_attr_cat, forward.edge_attr_cat)
+        assert set(backward.keys()) == {"edge_index", "edge_attr", "edge_attr_cat", "timestep"}
 
 
 def test_every_graph_is_sound(graphs, prepared, config):
-    limits = graph_limits(prepared.fitted.get("encode"), prepared.admissions, max_timestep=config.bucket.max_timestep)
+    limits = graph_limits(prepared.fitted.get("encode"), prepared.edges, prepared.admissions,
+                          max_timestep=config.bucket.max_timestep)
     for g in graphs:
         assert g.data.validate(raise_on_error=True)
         assert graph_problems(g.data, limits, where=g.where) == []
@@ -389,8 +415,8 @@ def test_labels_false_leaves_the_labels_out(prepared, graphs):
     plain = build_graphs(prepared.edges, prepared.admissions, prepared.labitems, batch_size=BATCH, labels=False)
     assert [(g.split, g.batch) for g in plain] == [(g.split, g.batch) for g in graphs]
     for g, labelled in zip(plain, graphs):
-        assert set(g.data["admission"].keys()) == {"x", "node_id", "hadm_id", "num_nodes"}
-        assert set(g.data[EDGE].keys()) == {"edge_index", "edge_attr", "timestep"}
+        assert set(g.data["admission"].keys()) == {"x", "x_cat", "node_id", "hadm_id", "num_nodes"}
+        assert set(g.data[EDGE].keys()) == {"edge_index", "edge_attr", "edge_attr_cat", "timestep"}
         assert torch.equal(g.data[EDGE].edge_index, labelled.data[EDGE].edge_index)
         assert torch.equal(g.data[EDGE].edge_attr, labelled.data[EDGE].edge_attr)
         assert g.data.validate(raise_on_error=True)
@@ -470,20 +496,24 @@ def test_building_does_not_change_its_inputs(prepared):
     pd.testing.assert_frame_equal(labitems, prepared.labitems)
 
 
-# -- the limits the graph guard measures codes against ------------------------------------------------------
+# -- the limits the graph guard measures indices against ----------------------------------------------------
 def test_graph_limits_are_the_sizes_of_the_fitted_vocabularies(prepared):
-    """A limit above its vocabulary's size lets an out-of-range code past the guard (which trusts the limits)."""
+    """A cardinality above its vocabulary's size lets an out-of-range index past the guard (which trusts the
+    limits); one below refuses a real code."""
     vocabularies = prepared.fitted.get("encode")
-    limits = graph_limits(vocabularies, prepared.admissions, max_timestep=7)
+    limits = graph_limits(vocabularies, prepared.edges, prepared.admissions, max_timestep=7)
     codes_per_item = pd.Series([item for item, _, _ in vocabularies.lab_values_]).value_counts()
-    assert limits.max_code == codes_per_item.max() == 4  # item 51492's four coded values; codes 1..4, 0 unseen
-    assert limits.max_code < len(vocabularies.lab_values_)  # codes count per item, not over all items
-    assert limits.max_code == prepared.edges["CODE"].max()  # the sample's edges use the last code
+    (code,) = limits.cardinalities("edge_attr_cat")
+    assert code == codes_per_item.max() + 1 == 5  # item 51492's four coded values; codes 1..4, 0 unseen
+    assert code - 1 < len(vocabularies.lab_values_)  # codes count per item, not over all items
+    assert code - 1 == prepared.edges["CODE"].max()  # the sample's edges use the last code
     sizes = dict(vocabularies.admission_)
     columns = admission_feature_columns(prepared.admissions)
-    assert limits.max_node_code["admission"] == tuple(len(sizes[c.removesuffix("_CODE")]) for c in columns) \
-        == (3, 4, 3, 2, 5, 3, 4)
-    assert limits.max_node_code["labitem"] == (len(vocabularies.fluid_), len(vocabularies.category_)) == (4, 3)
+    assert limits.cardinalities("admission.x_cat") == tuple(len(sizes[c.removesuffix("_CODE")]) + 1
+                                                            for c in columns) == (4, 5, 4, 3, 6, 4, 5)
+    assert limits.cardinalities("labitem.x_cat") == (len(vocabularies.fluid_) + 1,
+                                                     len(vocabularies.category_) + 1) == (5, 4)
+    assert limits.features["admission.x"] == limits.features["labitem.x"] == ()
     assert limits.max_timestep == 7
 
 
