@@ -1,18 +1,17 @@
 """The graph guard: what any PyG graph must satisfy, and what badpoints' heterographs must satisfy beyond it.
 
-:func:`pyg_problems` guards any ``Data`` or ``HeteroData``, walking its stores as PyG's transforms do: every
-float tensor finite; every edge index (``edge_index``, and ``edge_label_index`` where a link split put one)
-int64 of shape [2, E] and inside the node counts of its source and target; every per-edge tensor with one row
-per edge, every per-node tensor with one row per node; the labels inside ``[0, num_classes)`` when their
-number is given; nodes in no edge counted (a note); the bytes of its tensors bounded (a warning); and PyG's own
-``validate()``. :class:`GraphRules` says what a kind of graph adds: :func:`graph_problems`, badpoints' own
-guard, adds non-empty edge types, ``node_id`` equal to ``arange(num_nodes)`` and the raw identifiers
-(``admission.hadm_id``, ``labitem.itemid``) int64, positive and unique, one per node; timesteps within
-[0, max_timestep]; each feature tensor as :class:`GraphLimits` describes it (the float ones, ``x`` and
-``edge_attr``, of numerical columns only, as many as it names; the categorical ones, ``x_cat`` and
-``edge_attr_cat``, int64 indices inside ``[0, cardinality)`` per column); labels 0 or 1. Each problem is a
-:class:`StageError` of stage ``graph`` naming the store (node type, edge type, or ``data`` for the one store
-of a ``Data``), the attribute and the first rows.
+:func:`pyg_problems` guards any ``Data`` or ``HeteroData``, walking its stores as PyG's transforms do: every float
+tensor finite; every edge index (``edge_index``, and ``edge_label_index`` where a link split put one) int64 of shape
+[2, E] and inside the node counts of its source and target; every per-edge tensor with one row per edge, every
+per-node tensor with one row per node; the labels inside ``[0, num_classes)`` when their number is given; nodes in no
+edge counted (a note); the bytes of its tensors bounded (a warning); and PyG's own ``validate()``. :class:`GraphRules`
+says what a kind of graph adds: :func:`graph_problems`, badpoints' own guard, adds non-empty edge types, ``node_id``
+equal to ``arange(num_nodes)`` and the raw identifiers (``admission.hadm_id``, ``labitem.itemid``) int64, positive and
+unique, one per node; timesteps within [0, max_timestep]; each feature tensor as :class:`GraphLimits` describes it
+(the float ones, ``x`` and ``edge_attr``, of numerical columns only, as many as it names; the categorical ones,
+``x_cat`` and ``edge_attr_cat``, int64 indices inside ``[0, cardinality)`` per column); labels 0 or 1. Each problem is
+a :class:`StageError` of stage ``graph`` naming the store (node type, edge type, or ``data`` for the one store of a
+``Data``), the attribute and the first rows.
 """
 
 from __future__ import annotations
@@ -23,8 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import pandas as pd
 
-from schemas.catalogue import ERROR, GRAPH_FILE, INFO, WARNING, CheckInfo
-from schemas.catalogue import check_info
+from schemas.catalogue import ERROR, GRAPH_FILE, INFO, WARNING, CheckInfo, check_info
 from schemas.errors import StageError
 
 if TYPE_CHECKING:  # torch and PyG load when a graph is checked, not when the catalogue reads CHECKS

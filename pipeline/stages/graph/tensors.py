@@ -176,15 +176,7 @@ def graph_batches(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Da
     order = np.argsort(edge_key(edges), kind="stable")
     hadm = edges["HADM_ID"].to_numpy("int64")[order]
     item_of_row = edges["ITEMID"].to_numpy("int64")[order]
-    item = pd.Index(item_ids).get_indexer(item_of_row)
-    if (item < 0).any():
-        unknown = np.unique(item_of_row[item < 0])
-        raise StageError(
-            stage=NAME, side="input", check="graph_index_bounds", column="ITEMID", count=int((item < 0).sum()),
-            failure_cases=pd.DataFrame({"line": edges.index[order[item < 0]]}), table="LABEVENTS",
-            detail=f"ITEMID {', '.join(map(str, unknown[:10]))} not among the lab-item nodes",
-            advice="Every edge's ITEMID must be in the encoded D_LABITEMS; check the clean stage's item filter",
-        )
+    item = _item_nodes(item_ids, item_of_row, edges.index[order])
     attr = np.column_stack([edges[column].to_numpy("float64")[order]
                             for column in columns["edge_attr"]]).astype("float32")
     attr_cat = np.column_stack([edges[column].to_numpy("int64")[order] for column in columns["edge_attr_cat"]])
@@ -215,6 +207,21 @@ def graph_batches(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Da
                 x_cat=_block(admitted_rows, categorical, "int64"), item_ids=item_ids, item_x=item_x,
                 item_x_cat=item_x_cat, source=local, target=item[e0:e1], attr=attr[e0:e1], attr_cat=attr_cat[e0:e1],
                 timestep=timestep[e0:e1], last=last[e0:e1], labels=labels))
+
+
+def _item_nodes(item_ids: np.ndarray, item_of_row: np.ndarray, lines: pd.Index) -> np.ndarray:
+    """Each edge's lab-item node (its position in ``item_ids``); an ITEMID among no node is an error naming the
+    edges' ``lines``."""
+    item = pd.Index(item_ids).get_indexer(item_of_row)
+    if (item < 0).any():
+        unknown = np.unique(item_of_row[item < 0])
+        raise StageError(
+            stage=NAME, side="input", check="graph_index_bounds", column="ITEMID", count=int((item < 0).sum()),
+            failure_cases=pd.DataFrame({"line": lines[item < 0]}), table="LABEVENTS",
+            detail=f"ITEMID {', '.join(map(str, unknown[:10]))} not among the lab-item nodes",
+            advice="Every edge's ITEMID must be in the encoded D_LABITEMS; check the clean stage's item filter",
+        )
+    return item
 
 
 def _block(rows: pd.DataFrame, columns: list[str], dtype: str) -> np.ndarray:

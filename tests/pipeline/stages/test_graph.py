@@ -504,7 +504,7 @@ def test_graph_limits_are_the_sizes_of_the_fitted_vocabularies(prepared):
     limits = graph_limits(vocabularies, prepared.edges, prepared.admissions, max_timestep=7)
     codes_per_item = pd.Series([item for item, _, _ in vocabularies.lab_values_]).value_counts()
     (code,) = limits.cardinalities("edge_attr_cat")
-    assert code == codes_per_item.max() + 1 == 5  # item 51492's four coded values; codes 1..4, 0 unseen
+    assert code == codes_per_item.max() + 1 == 4  # items 51466's and 51486's three coded values; codes 1..3, 0 unseen
     assert code - 1 < len(vocabularies.lab_values_)  # codes count per item, not over all items
     assert code - 1 == prepared.edges["CODE"].max()  # the sample's edges use the last code
     sizes = dict(vocabularies.admission_)
