@@ -45,6 +45,17 @@ def prepare(err: Console) -> None:
     _said.clear()
     for _ in err.render(err.render_str(_marked(CANNOT_RUN, _lacking_memory(MemoryError())))):
         pass
+    _blas_buffers()
+
+
+def _blas_buffers() -> None:
+    """OpenBLAS (numpy's) maps a work buffer for each of its threads on their first product and keeps it for the next;
+    one it cannot map later, when memory runs short, ends the process with exit 1 and no word from badpoints (1 says
+    the data has errors). One product large enough to use every thread maps them all now."""
+    import numpy as np
+
+    square = np.ones((512, 512))
+    square @ square
 
 
 def guarded_run(err: Console, run: Callable[[], T]) -> T:

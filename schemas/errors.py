@@ -162,19 +162,25 @@ def require_validation() -> None:
 # allocator. Matched in lower case.
 _OUT_OF_MEMORY_SAID = ("memoryerror(", "failed to map segment", "cannot allocate memory", "can't allocate memory",
                        "can't start new thread", "std::bad_alloc", "out of memory")
+# CPython's SystemError when a C function failed and set no error: under an address-space limit, an allocation in an
+# import that runs short (torch's, as the graphs are made) ends so.
+_FAILED_UNSAID = "error return without exception set"
 
 
 def out_of_memory(exc: BaseException | None) -> bool:
     """Whether ``exc``, or an exception it was raised from or while handling, says that memory ran out: a
-    MemoryError (numpy's and Arrow's are ones), an OSError of errno ENOMEM, or an ImportError, OSError or RuntimeError
-    in the words libraries use for it (:data:`_OUT_OF_MEMORY_SAID`). Such an error is never a finding about the
-    data: whoever catches errors to report them as findings lets these through."""
+    MemoryError (numpy's and Arrow's are ones), an OSError of errno ENOMEM, an ImportError, OSError or RuntimeError
+    in the words libraries use for it (:data:`_OUT_OF_MEMORY_SAID`), or a SystemError of a C function that failed
+    without an error (:data:`_FAILED_UNSAID`). Such an error is never a finding about the data: whoever catches
+    errors to report them as findings lets these through."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
             return True
         if isinstance(exc, (ImportError, OSError, RuntimeError)) and said_out_of_memory(str(exc)):
+            return True
+        if isinstance(exc, SystemError) and _FAILED_UNSAID in str(exc):
             return True
         exc = exc.__cause__ if exc.__cause__ is not None or exc.__suppress_context__ else exc.__context__
     return False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import warnings
 from multiprocessing import resource_tracker
 from pathlib import Path
@@ -94,27 +95,57 @@ def dask_engine(options: EngineOptions | None = None, *, folder: Path | None = N
     from dask.distributed import Client, LocalCluster
 
     options = EngineOptions.given(options, **changes)
-    with contextlib.ExitStack() as stack:
-        parts = Path(stack.enter_context(parts_folder(folder)))  # removed after the cluster has stopped
-        if options.scheduler:
-            client = stack.enter_context(Client(options.scheduler))
-        else:
-            stack.enter_context(cluster_logs(options.logs))
-            # Started with Ctrl-C held: the cluster's thread, and every worker process it starts (also later, for a
-            # lost one), inherit SIGINT blocked, and leave Ctrl-C to this process, which stops the cluster. The
-            # resource tracker first: the thread that starts it has SIGINT unblocked after (multiprocessing's doing).
-            resource_tracker.ensure_running()
-            with dask.config.set({NO_WORKERS: dask.config.get(NO_WORKERS) or NO_WORKERS_TIMEOUT,
-                                  "temporary-directory": str(parts)}), ctrl_c_held():  # their scratch in parts
-                cluster = stack.enter_context(LocalCluster(
-                    n_workers=options.workers, threads_per_worker=1, processes=True, silence_logs=False,
-                    memory_limit=options.memory_limit, host="127.0.0.1", dashboard_address=None))
-            client = stack.enter_context(Client(cluster))
-        blind = sorted(worker for worker, sees in _seeing(client, parts).items() if not sees)
-        if blind:
-            raise OSError(f"{len(blind)} Dask worker(s) cannot see the parts folder {parts} (first: {blind[0]}): "
-                          "run the workers where it is, or set TMPDIR to a folder they share")
-        yield DaskEngine(parts, client, options)
+    restore: list[Callable[[], None]] = []  # stderr given back once the cluster has closed
+    try:
+        with contextlib.ExitStack() as stack:
+            parts = Path(stack.enter_context(parts_folder(folder)))  # removed after the cluster has stopped
+            if options.scheduler:
+                client = stack.enter_context(Client(options.scheduler))
+            else:
+                stack.enter_context(cluster_logs(options.logs))
+                # Started with Ctrl-C held: the cluster's thread, and every worker process it starts (also later,
+                # for a lost one), inherit SIGINT blocked, and leave Ctrl-C to this process, which stops the
+                # cluster. The resource tracker first: the thread that starts it has SIGINT unblocked after
+                # (multiprocessing's doing).
+                resource_tracker.ensure_running()
+                with dask.config.set({NO_WORKERS: dask.config.get(NO_WORKERS) or NO_WORKERS_TIMEOUT,
+                                      "temporary-directory": str(parts)}), ctrl_c_held():  # their scratch in parts
+                    cluster = stack.enter_context(LocalCluster(
+                        n_workers=options.workers, threads_per_worker=1, processes=True, silence_logs=False,
+                        memory_limit=options.memory_limit, host="127.0.0.1", dashboard_address=None))
+                client = stack.enter_context(Client(cluster))
+            blind = sorted(worker for worker, sees in _seeing(client, parts).items() if not sees)
+            if blind:
+                raise OSError(f"{len(blind)} Dask worker(s) cannot see the parts folder {parts} (first: "
+                              f"{blind[0]}): run the workers where it is, or set TMPDIR to a folder they share")
+            try:
+                yield DaskEngine(parts, client, options)
+            except KeyboardInterrupt:
+                if not options.scheduler:
+                    restore.append(_unheard(cluster))
+                raise
+    finally:
+        for given_back in restore:
+            given_back()
+
+
+def _unheard(cluster: Any) -> Callable[[], None]:
+    """A cluster that Ctrl-C stops: its worker processes killed at once (their work is dropped with the run), and what
+    the scheduler and nannies log as it closes kept off stderr (a worker that outlived its scheduler would print the
+    tracebacks of its failed heartbeats); what gives stderr back, once it has closed."""
+    for nanny in list(cluster.workers.values()):
+        with contextlib.suppress(ProcessLookupError, PermissionError, TypeError, AttributeError):
+            os.kill(nanny.pid, signal.SIGKILL)
+    handlers = [h for h in logging.getLogger("distributed").handlers if isinstance(h, logging.StreamHandler)]
+    levels = [h.level for h in handlers]
+    for handler in handlers:
+        handler.setLevel(logging.CRITICAL + 1)
+
+    def given_back() -> None:
+        for handler, was in zip(handlers, levels):
+            handler.setLevel(was)
+
+    return given_back
 
 
 @contextlib.contextmanager

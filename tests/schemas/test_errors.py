@@ -265,6 +265,8 @@ def test_a_problem_of_the_whole_file_reads_without_rows():
     (OSError(12, "Cannot allocate memory"), True),
     (RuntimeError("can't start new thread"), True),
     (RuntimeError("std::bad_alloc"), True),
+    (SystemError("error return without exception set"), True),  # an import under ulimit -v
+    (SystemError("bad argument to internal function"), False),
     (ValueError("bad value 'out of memory'"), False),  # a data value that reads like it: a ValueError is no lack
     (OSError(2, "No such file or directory"), False),
     (KeyError("ITEMID"), False),
