@@ -14,7 +14,7 @@ import gc
 import mmap
 import os
 import sys
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
@@ -35,6 +35,7 @@ MORE_MEMORY = ("give it more memory (a higher ulimit -v or container limit), or 
                "fewer --workers or more --partitions (a worker holds one part at a time)")
 _reserve: list[mmap.mmap] = []  # address space held back (never touched, so it costs no memory until used)
 _said: list[str] = []  # the line this command ended a run with: said once, also if ending it fails again
+_lacked: list[str] = []  # memory that ran out where no one could raise it (an exception in a C library's callback)
 
 
 def prepare(err: Console) -> None:
@@ -43,6 +44,8 @@ def prepare(err: Console) -> None:
     _give_back()
     _reserve.append(mmap.mmap(-1, RESERVE_BYTES))
     _said.clear()
+    _lacked.clear()
+    sys.unraisablehook = _unraisable
     for _ in err.render(err.render_str(_marked(CANNOT_RUN, _lacking_memory(MemoryError())))):
         pass
     _blas_buffers()
@@ -56,6 +59,16 @@ def _blas_buffers() -> None:
 
     square = np.ones((512, 512))
     square @ square
+
+
+def _unraisable(unraisable: Any) -> None:
+    """An exception no one can catch (raised in a callback a C library called, as FreeType's reads of a font file):
+    memory that ran out is kept, unprinted, to be said when the error it leads to ends the run; anything else is
+    printed as Python prints it."""
+    if out_of_memory(unraisable.exc_value):
+        _lacked.append(f"{unraisable.exc_type.__name__}: {unraisable.exc_value}".rstrip(": "))
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def guarded_run(err: Console, run: Callable[[], T]) -> T:
@@ -80,6 +93,8 @@ def said_of(exc: BaseException) -> tuple[str, str]:
     name = type(exc).__name__
     if out_of_memory(exc):
         return CANNOT_RUN, _lacking_memory(exc)
+    if _lacked:  # the error after memory ran out in a callback (FreeType's RuntimeError after its read failed)
+        return CANNOT_RUN, _lacking_memory(exc, f"{_lacked[0]}, then {name}")
     if name == "BrokenProcessPool":  # a worker process ended abruptly: killed by the system, or past ulimit -v
         return CANNOT_RUN, f"a worker process was lost ({name}), most often out of memory: {MORE_MEMORY}"
     if type(exc).__module__.split(".")[0] == "distributed":  # the cluster failed, not the data or badpoints
@@ -88,9 +103,9 @@ def said_of(exc: BaseException) -> tuple[str, str]:
     return INTERNAL, f"({name}); this is a bug in badpoints. Rerun with BADPOINTS_DEBUG=1 for the traceback and report it."
 
 
-def _lacking_memory(exc: BaseException) -> str:
-    """The line for memory that ran out, naming how it was said (``exc``) and what to do."""
-    what = opening(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, 160)
+def _lacking_memory(exc: BaseException, said: str | None = None) -> str:
+    """The line for memory that ran out, naming how it was said (``exc``, or ``said``) and what to do."""
+    what = opening(said or (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__), 160)
     return f"out of memory ({what}): {MORE_MEMORY}"
 
 
@@ -117,7 +132,7 @@ def ended(exc: BaseException) -> int:
     if os.environ.get("BADPOINTS_DEBUG") and not out_of_memory(exc):
         raise exc
     if not _said:
-        _said.append(f"{CANNOT_RUN} out of memory: {MORE_MEMORY}" if out_of_memory(exc) else
+        _said.append(f"{CANNOT_RUN} out of memory: {MORE_MEMORY}" if out_of_memory(exc) or _lacked else
                      f"{INTERNAL} ({type(exc).__name__}); this is a bug in badpoints")
         _write_plainly(_said[0])
     return 2

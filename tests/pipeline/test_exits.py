@@ -61,6 +61,45 @@ def test_a_dask_error_is_shown_by_its_opening_on_one_line():
     assert exits.opening("short", 300) == "short"
 
 
+class _Callback:
+    """An object whose finalizer runs out of memory: Python calls it where no caller can catch what it raises, as a
+    C library's callback (FreeType reading a font for matplotlib) is called."""
+
+    def __del__(self):
+        raise MemoryError
+
+
+def test_memory_that_ran_out_in_a_callback_is_said_when_the_error_after_it_ends_the_run(monkeypatch, tmp_path, capsys):
+    """Python prints an exception no one can catch with its traceback ('Exception ignored in'), and the library then
+    fails in words of its own (a RuntimeError): under a memory limit, that read as an internal error after a
+    traceback. The lack is kept unprinted and said as the reason the run ended."""
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # given back after the test
+    monkeypatch.delenv("BADPOINTS_DEBUG", raising=False)
+
+    def run():
+        _Callback()  # finalized at once: its MemoryError goes to sys.unraisablehook
+        raise RuntimeError("In FT2Font: Can not load face (unknown file format; error code 0x2)")
+
+    code, said = _ended(tmp_path, run)
+    assert code == 2
+    assert said.startswith("badpoints: cannot run: out of memory (MemoryError, then RuntimeError): give it more memory")
+    assert "Traceback" not in said + capsys.readouterr().err and "internal error" not in said
+
+
+def test_an_uncaught_error_of_another_kind_in_a_callback_is_printed_as_python_prints_it(monkeypatch, tmp_path,
+                                                                                       capsys):
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    exits.prepare(Console(file=(tmp_path / "err.txt").open("w")))
+
+    class Failing:
+        def __del__(self):
+            raise ValueError("a bug in a finalizer")
+
+    Failing()
+    assert "ValueError: a bug in a finalizer" in capsys.readouterr().err
+    assert exits._lacked == []
+
+
 LACKS = [
     MemoryError(),
     ImportError("libtorch_cpu.so: failed to map segment from shared object"),  # a lazy import, mapped past ulimit -v
