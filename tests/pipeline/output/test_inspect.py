@@ -373,3 +373,10 @@ def test_a_broken_graph_is_left_out_of_the_item_figures(out):
     result = runner.invoke(app, ["inspect", str(out), "--items"])
     assert result.exit_code == 1
     assert "  1 graph(s) with problems left out of the item figures" in result.output.splitlines()
+
+
+def test_the_feature_lines_docs_graphs_shows_are_what_inspect_prints_for_the_sample(built):
+    """docs/graphs.md shows inspect's feature lines for the sample: they are the lines a build of it prints."""
+    shown = re.search(r"```\n(features admission\.x:.*?)```", (ROOT / "docs" / "graphs.md").read_text(), flags=re.S)
+    printed = [line for line in _inspect(built).stdout.splitlines() if line.startswith("features ")]
+    assert printed == shown.group(1).splitlines()
