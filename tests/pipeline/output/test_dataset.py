@@ -7,7 +7,6 @@ present, is built once and trained on through a ``DataLoader``.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -19,11 +18,10 @@ from torch_geometric.data import HeteroData
 from torch_geometric.loader import DataLoader
 
 from pipeline import GraphDataset
-from pipeline.config import load_config
-from pipeline.builds import build
 from pipeline.output.write import MANIFEST, load_graphs
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE
+from tests.pipeline.output.test_frame import build_checked
 from tests.pipeline.output.test_write import _rehash
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -32,11 +30,7 @@ BATCH = 16
 
 
 def _build(data: Path, out: Path) -> Path:
-    config = load_config()
-    config = dataclasses.replace(config, graph=dataclasses.replace(config.graph, batch_size=BATCH))
-    result = build(data, out, config)
-    assert result.exit_code == 0, [f.message for f in result.report.findings if f.severity == "error"]
-    return result.out_dir
+    return build_checked(data, out, batch_size=BATCH)
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,8 @@ STORES = ("admission", "labitem", EDGE, REVERSE)
 ENCODERS = {torch_frame.categorical: EmbeddingEncoder, torch_frame.numerical: LinearEncoder}
 
 
-def _build(data: Path, out: Path, batch_size: int | None = None) -> Path:
+def build_checked(data: Path, out: Path, batch_size: int | None = None) -> Path:
+    """A default build of ``data`` (in batches of ``batch_size`` admissions), which must have no error."""
     config = load_config()
     if batch_size is not None:
         config = dataclasses.replace(config, graph=dataclasses.replace(config.graph, batch_size=batch_size))
@@ -50,7 +51,7 @@ def _build(data: Path, out: Path, batch_size: int | None = None) -> Path:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     """The sample in batches of 16 admissions: the training split has several graphs."""
-    return _build(ROOT / "data" / "sample", tmp_path_factory.mktemp("frame") / "out", batch_size=16)
+    return build_checked(ROOT / "data" / "sample", tmp_path_factory.mktemp("frame") / "out", batch_size=16)
 
 
 def _frames(store) -> tuple[str, str, str]:
@@ -188,7 +189,7 @@ def demo(request, mimic3demo, tmp_path_factory) -> tuple[str, Path, Path]:
     """The demo in MIMIC-III's layout or MIMIC-IV's (hosp/*.csv.gz, lower-case headers, race), and its build."""
     root = tmp_path_factory.mktemp(request.param)
     data = mimic3demo if request.param == "mimic3" else in_mimic4_layout(mimic3demo, root / "data")
-    return request.param, data, _build(data, root / "out")
+    return request.param, data, build_checked(data, root / "out")
 
 
 def test_on_the_demo_no_float_column_is_a_category_code(demo):
