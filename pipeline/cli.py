@@ -76,6 +76,10 @@ def _main() -> None:
 _DATA_DIR = typer.Argument(help="Folder with ADMISSIONS, D_LABITEMS and LABEVENTS (.csv or .csv.gz); validate also "
                                 "takes a MEDS dataset (data/ and metadata/).")
 _CONFIG = typer.Option("--config", help="TOML file overriding the defaults.")
+_TASK = typer.Option("--task", help="What the model is asked and when: a built-in task (next_labs, the default; "
+                                    "mortality_24h, long_stay_3d, readmission_30d) or a TOML file with a [task] "
+                                    "table (docs/tasks.md). Its guards refuse a task whose labels the features can "
+                                    "see.", metavar="NAME|FILE")
 _HTML = typer.Option("--html", help="Write the HTML report (one self-contained file) here.")
 _JUNIT = typer.Option("--junit", help="Write JUnit XML here (one test case per check) for CI.")
 _QUIET = typer.Option("--quiet", "-q", help="No progress; print only errors and the summary.")
@@ -168,6 +172,7 @@ def _cache_warning(err: Console, cache: Optional[Cache]) -> None:
 def validate(
     data_dir: Annotated[Path, _DATA_DIR],
     config: Annotated[Optional[Path], _CONFIG] = None,
+    task: Annotated[Optional[str], _TASK] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the machine-readable report here.")] = None,
     html_path: Annotated[Optional[Path], _HTML] = None,
     junit_path: Annotated[Optional[Path], _JUNIT] = None,
@@ -189,7 +194,7 @@ def validate(
     (except with --html, which needs the stages' data).
     """
     console, err = _consoles()
-    settings = guarded_run(err, lambda: load_config(config))
+    settings = guarded_run(err, lambda: load_config(config, task=task))
     options = guarded_run(err, lambda: _engine_options(workers, memory_limit, partitions, scheduler, quiet))
     if compare is not None and not (is_meds(data_dir) and is_meds(compare)):
         err.print(f"[bold red]badpoints: cannot run:[/] --compare takes two MEDS folders (data/ and metadata/); "
@@ -241,6 +246,7 @@ def build(
     data_dir: Annotated[Path, _DATA_DIR],
     out: Annotated[Path, typer.Option("--out", help="Folder for the graphs, manifest, stats and report.")],
     config: Annotated[Optional[Path], _CONFIG] = None,
+    task: Annotated[Optional[str], _TASK] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the report here.")] = None,
     html_path: Annotated[Optional[Path], _HTML] = None,
     junit_path: Annotated[Optional[Path], _JUNIT] = None,
@@ -262,7 +268,7 @@ def build(
         err.print(f"[bold red]badpoints: cannot run:[/] {escape(str(data_dir))} is a MEDS dataset: `badpoints "
                   "validate` checks it; `build` reads MIMIC CSVs only for now")
         raise typer.Exit(2)
-    settings = guarded_run(err, lambda: load_config(config))
+    settings = guarded_run(err, lambda: load_config(config, task=task))
     options = guarded_run(err, lambda: _engine_options(workers, memory_limit, partitions, scheduler, quiet))
     where = _where(err, data_dir, cache_dir=cache_dir, no_cache=no_cache, engine=engine, options=options)
     with where as (cache, running), \

@@ -183,10 +183,35 @@ def _config_text(path: Path) -> str:
     return data.decode("utf-8")
 
 
-def load_config(path: Path | None = None) -> Config:
-    """Defaults, overridden by the TOML file at ``path`` when given."""
+TASK = "task"  # the section --task names
+
+
+def _task_table(task: str | Path) -> dict[str, Any]:
+    """The [task] table ``--task`` gives: a TOML file's (its [task] table, or its keys when it has none), or
+    ``name = task`` for a built-in task."""
+    presets = getattr(SECTIONS[TASK], "PRESETS", {})
+    path = Path(task)
+    if path.is_file():
+        try:
+            table = tomllib.loads(_config_text(path))
+        except OSError as exc:
+            raise ConfigError(f"cannot read task {str(path)!r}: {exc.strerror}") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"task {str(path)!r} is not valid TOML: {exc}") from None
+        table = table.get(TASK, table)
+        require(isinstance(table, dict), f"task {str(path)!r}: [task] must be a table")
+        return table
+    require(str(task) in presets, f"--task {str(task)!r} is neither a file nor a built-in task; built-in: "
+                                  f"{', '.join(presets)}")
+    return {"name": str(task)}
+
+
+def load_config(path: Path | None = None, *, task: str | Path | None = None) -> Config:
+    """Defaults, overridden by the TOML file at ``path`` when given, and its ``[task]`` by ``task`` (``--task``): a
+    built-in task's name, or a TOML file holding a ``[task]`` table (or the table's keys alone)."""
     defaults = _defaults()
     merged = defaults
+    user: dict[str, Any] = {}
     if path is not None:
         try:
             user = tomllib.loads(_config_text(Path(path)))
@@ -198,7 +223,11 @@ def load_config(path: Path | None = None) -> Config:
         require(not unknown, f"unknown section(s) in {str(path)!r}: {', '.join(unknown)}")
         for section, values in user.items():
             require(isinstance(values, dict), f"[{section}] must be a table")
-        merged = _merge(defaults, user)
+    if task is not None:
+        user = {**user, TASK: {**user.get(TASK, {}), **_task_table(task)}}
+    if user:
+        merged = _merge(defaults, {name: SECTIONS[name].preset(values) if name in SECTIONS else values
+                                   for name, values in user.items()})
     return Config(**{name: section.load(merged[name], name) for name, section in SECTIONS.items()},
                   severity=MappingProxyType(dict(merged.get("severity", {}))),
                   source=str(path) if path is not None else None)

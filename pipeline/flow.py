@@ -35,6 +35,7 @@ from pipeline.reporting.report import InputFile, Report
 from pipeline.kernel.stage import Context, Order, Outcome, Pass, Plan, Stage
 from pipeline.stages import STAGES
 from pipeline.kernel.calls import Chained, Link, Linked
+from schemas.catalogue import CHECKS, ERROR, STOPS
 from schemas.errors import StageError, require_validation
 from schemas.guard import trusted_chain
 from schemas.raw import ADMISSIONS, LABITEMS
@@ -92,6 +93,9 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
     """
     require_validation()
     progress = progress or NO_PROGRESS
+    refused = _refused_by_config(config, engine)
+    if refused is not None:
+        return refused
     located, problems = locate_tables(Path(data_dir))
     digests = _digests(located, problems) if cache else {}
     report_key = None
@@ -128,6 +132,20 @@ def validate(data_dir: Path, config: Config, *, show_values: bool = False, cache
     if report_key is not None and validation.exit_code != 2 and read_as_hashed:
         cache.put_report(report_key, validation.report)
     return validation
+
+
+def _refused_by_config(config: Config, engine: Engine | None) -> Validation | None:
+    """A run its config alone refuses, before any data is read: a stage's options say what no data can mend (a
+    task whose label window overlaps its observation window). Its report holds what the options say, and no
+    table."""
+    said = ORDER.options_findings(config)
+    if not any(CHECKS[finding.check].locked == STOPS and config.severity_of(finding.check) == ERROR
+               for finding in said):
+        return None
+    report = Report(inputs=[], stages=ORDER.colours)
+    report.add(said)
+    return Validation(report=report.with_severities(dict(config.severity)), tables=RawTables(),
+                      prepared=Prepared(order=ORDER), config=config, engine=engine or PANDAS)
 
 
 def summary_lines(validation: Validation, config: Config) -> list[tuple[str, str]]:
@@ -272,9 +290,12 @@ def _reported(prepared: Prepared, tables: RawTables, config: Config, ledger: Led
     max_lines = config.report.max_lines
     # The quarantine's findings first: the fates reuse its summary (one read of the records, not two).
     quarantined = quarantine_findings(prepared.quarantine, ORDER, max_lines=max_lines, names=ledger.names)
+    closing: list = []
     if prepared.edges is not None:
         prepared = replace(prepared, fates=admission_fates(tables, prepared, engine=engine))
-    findings = ledger.findings + quarantined + admission_findings(prepared, max_lines=max_lines)
+        ledgers, closing = ORDER.closing(prepared, config)
+        prepared = replace(prepared, ledgers=ledgers)
+    findings = ledger.findings + quarantined + admission_findings(prepared, max_lines=max_lines) + closing
     return replace(prepared, findings=tuple([*findings, attrition_finding(prepared)]))
 
 

@@ -67,6 +67,8 @@ class Ledger:
                              failure_cases=pd.DataFrame({"line": []}), table=step.table,
                              detail=f"{where} removed all {step.rows_in} rows",
                              advice="Nothing would reach the graphs; check the inputs and this step's settings")
+        if step.planned:
+            return
         check = ("step_removed_nearly_all" if removed > self.error_removed_fraction
                  else "step_removed_most" if removed > self.warn_removed_fraction else None)
         if check:
@@ -97,6 +99,7 @@ class Prepared:
     stopped_at: str | None = None
     read: int = 0
     fates: pd.DataFrame | None = None  # per ADMISSIONS line: HADM_ID, SPLIT, FATE (in_graphs or a dropped() check)
+    ledgers: Mapping[str, dict] = field(default_factory=dict)  # the stages' own ledgers (Stage.closes), by stage
     order: Order = field(default_factory=lambda: Order(()))  # the run's stages, in the report's order
 
     def saved_state(self) -> dict[str, Any]:
@@ -146,6 +149,7 @@ class Prepared:
         return {
             "LABEVENTS": self.ledger(),
             **({"ADMISSIONS": admissions} if admissions is not None else {}),
+            **dict(self.ledgers),
             "stopped_at": self.stopped_at,
             "steps": [step.as_json() for step in self.steps],
         }
@@ -165,7 +169,9 @@ def admission_fates(tables: RawTables, prepared: Prepared, *, engine: Engine = P
     lab_rows = engine.rows(tables.labevents, _admissions_of, columns=["HADM_ID"])["HADM_ID"].dropna().unique()
     edges = engine.rows(prepared.edges, _admissions_of, columns=["HADM_ID"])["HADM_ID"].unique()
     reasons = prepared.quarantine.by_reason()
-    drops = [(text, reason.drops.check) for text, reason in prepared.order.reasons.items() if reason.drops]
+    # A stage's own reasons, the latest stage's first: an admission whose rows two stages set aside for reasons that
+    # drop it (a task's window, then dedup's timesteps) is dropped for the later one, which took its last rows.
+    drops = [(text, reason.drops.check) for text, reason in reversed(prepared.order.reasons.items()) if reason.drops]
     dropped_by = [hadm.isin(np.concatenate([np.array([], dtype="int64"), *(
         s.admissions for (table, _, why), s in reasons.items() if table == "LABEVENTS" and why == text)])).to_numpy()
         for text, _ in drops]  # admissions a stage leaves out for a reason of its own (dedup: too few timesteps)

@@ -124,6 +124,10 @@ _BEFORE = [
               "EDREGTIME is optional, read only for where the ED stay began: this one is left empty (null) and its "
               "admission kept; the bucket stage then bounds its ED stay by [bucket] ed_hours. Re-export the time "
               "as ISO to use it."),
+    CheckInfo("deathtime_iso", "raw", WARNING, "a DEATHTIME that is not ISO 'YYYY-MM-DD HH:MM:SS'",
+              "DEATHTIME is optional, read only by a prediction task whose label is a death: this one is left "
+              "empty (null) and its admission kept, so such a task reads the patient as discharged alive. "
+              "Re-export the time as ISO."),
     # -- relations ----------------------------------------------------------------------
     CheckInfo("primary_key_unique", "raw", ERROR, "a key that appears more than once",
               "Each admission and lab item must appear once; drop the duplicated rows."),

@@ -238,6 +238,13 @@ def edregtime_iso(text: pd.Series) -> pd.Series:
 
 
 @extensions.register_check_method(check_type="vectorized")
+def deathtime_iso(text: pd.Series) -> pd.Series:
+    """DEATHTIME is a time by ``datetime_iso``'s grammar (anything else becomes null, and rejects no admission)."""
+    times, rows = parsed(text, ParsedTimes)
+    return _answer(text, times.values.notna().to_numpy()[rows])
+
+
+@extensions.register_check_method(check_type="vectorized")
 def flag_value(text: pd.Series) -> pd.Series:
     """FLAG is 'abnormal' or 'delta' (any case); empty means normal."""
     flags, rows = parsed(text, ParsedFlags)
@@ -250,6 +257,7 @@ PARSED_AS: dict[str, type[ParsedText]] = {
     "id_float_format": ParsedIds,
     "datetime_iso": ParsedTimes,
     "edregtime_iso": ParsedTimes,
+    "deathtime_iso": ParsedTimes,
     "valuenum_numeric": ParsedNumbers,
     "valuenum_finite": ParsedNumbers,
     "valuenum_bound": ParsedNumbers,

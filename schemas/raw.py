@@ -31,7 +31,8 @@ REQUIRED = {
     "LABEVENTS": ("HADM_ID", "ITEMID", "CHARTTIME", "VALUE", "FLAG"),
 }
 OPTIONAL = {
-    "ADMISSIONS": ("SUBJECT_ID", "EDREGTIME"),  # EDREGTIME: when the emergency department stay began
+    # EDREGTIME: when the emergency department stay began; DEATHTIME: an in-hospital death (a task's label)
+    "ADMISSIONS": ("SUBJECT_ID", "EDREGTIME", "DEATHTIME"),
     "D_LABITEMS": ("LABEL",),  # free text, but dictionary metadata: findings name items by it
     "LABEVENTS": ("SUBJECT_ID", "VALUENUM", "COMMENTS", "REF_RANGE_LOWER", "REF_RANGE_UPPER"),
 }
@@ -79,6 +80,7 @@ ABOUT = {
     "ADMITTIME": "when the admission began",
     "DISCHTIME": "when the admission ended",
     "EDREGTIME": "when the admission's emergency department stay began (null: none known)",
+    "DEATHTIME": "when the patient died in hospital (null: discharged alive)",
     "FLUID": "the lab item's fluid ('Blood', 'Urine')",
     "CATEGORY": "the lab item's category ('Chemistry', 'Hematology')",
     "LABEL": "the lab item's name",
@@ -108,6 +110,7 @@ class RawAdmissions(_Text):
     ADMITTIME: Series[str] = pa.Field(nullable=False, datetime_iso=())
     DISCHTIME: Series[str] = pa.Field(nullable=False, datetime_iso=())
     EDREGTIME: Series[str] = pa.Field(nullable=True, required=False, edregtime_iso=())
+    DEATHTIME: Series[str] = pa.Field(nullable=True, required=False, deathtime_iso=())
 
 
 class RawLabItems(_Text):
@@ -159,8 +162,8 @@ class _Typed(pa.DataFrameModel):
 
 
 class Admissions(_Typed):
-    """Parsed admissions; rows whose key or times failed are kept with ``REJECT`` naming the check. EDREGTIME,
-    when present, is metadata: null where it is empty or not a time, and never a reason to reject its row."""
+    """Parsed admissions; rows whose key or times failed are kept with ``REJECT`` naming the check. EDREGTIME and
+    DEATHTIME, when present, are metadata: null where it is empty or not a time, and never a reason to reject its row."""
 
     SUBJECT_ID: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0, required=False,
                                                  description=ABOUT["SUBJECT_ID"])
@@ -168,6 +171,7 @@ class Admissions(_Typed):
     ADMITTIME: Series[pa.DateTime] = pa.Field(nullable=True, description=ABOUT["ADMITTIME"])
     DISCHTIME: Series[pa.DateTime] = pa.Field(nullable=True, description=ABOUT["DISCHTIME"])
     EDREGTIME: Series[pa.DateTime] = pa.Field(nullable=True, required=False, description=ABOUT["EDREGTIME"])
+    DEATHTIME: Series[pa.DateTime] = pa.Field(nullable=True, required=False, description=ABOUT["DEATHTIME"])
     REJECT: Series[str] = pa.Field(nullable=True, description=ABOUT["REJECT"])
 
 

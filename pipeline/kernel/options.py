@@ -165,6 +165,12 @@ class Section:
         """Rules over several keys of the section (none by default)."""
 
     @classmethod
+    def preset(cls, table: Mapping[str, Any]) -> dict[str, Any]:
+        """The section's table as a file or the command line writes it, with what a name it gives stands for
+        (a built-in task's keys) put first: none by default."""
+        return dict(table)
+
+    @classmethod
     def load(cls, values: Any, name: str | None = None) -> "Section":
         """The section from its TOML table (``values``: the keys a file sets over the documented defaults)."""
         return cls(**typed(cls, values, name or cls.NAME))

@@ -33,6 +33,9 @@ class Step:
     clipped: int = 0  # rows kept with a value moved to a bound (a timestep to a stay's last, or to 0)
     table: str = "LABEVENTS"
     column: str | None = None  # the column its filter read (CHARTTIME, HADM_ID, ...), named in its findings
+    # The config asked for what it removes (a task's windows): how much it removes is the design, never a finding
+    # (an empty output still is an error).
+    planned: bool = False
 
     def as_json(self) -> dict[str, Any]:
         """The step as the report's attrition lists it (``Report.attrition_frame`` reads these keys)."""
@@ -66,10 +69,11 @@ def quarantine_frame(rows: pd.DataFrame, table: str, stage: str, reason: str | p
 
 
 def set_aside(frame: pd.DataFrame, filters: Sequence[tuple[str, pd.Series]], *, stage: str,
-              table: str = "LABEVENTS", columns: Mapping[str, str] | None = None) -> Kept:
+              table: str = "LABEVENTS", columns: Mapping[str, str] | None = None, planned: bool = False) -> Kept:
     """Apply ``(reason, mask)`` filters in order; a row goes to quarantine under the first reason that takes it.
 
-    ``columns`` names, per reason, the column its mask was computed from: its step carries it to the findings.
+    ``columns`` names, per reason, the column its mask was computed from: its step carries it to the findings;
+    ``planned``: the config asked for these cuts (:attr:`Step.planned`).
     """
     remaining = pd.Series(True, index=frame.index)
     keys = [key for key in KEYS if key in frame]  # all a quarantine record keeps of a row
@@ -80,7 +84,8 @@ def set_aside(frame: pd.DataFrame, filters: Sequence[tuple[str, pd.Series]], *, 
         parts.append(quarantine_frame(frame.loc[taken, keys], table, stage, reason))
         remaining &= ~taken
         steps.append(Step(stage=stage, step=reason, rows_in=rows_in, rows_out=int(remaining.sum()),
-                          quarantined=int(taken.sum()), table=table, column=(columns or {}).get(reason)))
+                          quarantined=int(taken.sum()), table=table, column=(columns or {}).get(reason),
+                          planned=planned))
     quarantine = pd.concat(parts) if parts else empty_quarantine()
     kept = frame if remaining.all() else frame[remaining]  # nothing taken: no copy of every column
     return Kept(frame=kept, quarantine=quarantine, steps=tuple(steps))

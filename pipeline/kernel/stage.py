@@ -92,6 +92,12 @@ class Stage:
     # Its state as a build saved it (stats.json's JSON) as one row per item and the notes the table rests on, for
     # ``badpoints inspect --items``.
     items: Callable[[Any], tuple[pd.DataFrame, list[str]]] | None = None
+    # Whether it does nothing with its options (no call, no fit, no table changed): the passes then go through it
+    # as if it were not declared, so a stage a config leaves unused costs no pass and moves no figure.
+    idle: Callable[[Any], bool] | None = None
+    # What it says of the finished run once every admission's fate is known (``pipeline.ledgers.Prepared``): its
+    # own ledger (plain JSON, in the report's attrition under its name; None: none) and its findings.
+    closes: Callable[[Any, Any], tuple[dict | None, list[Finding]]] | None = None
 
     @property
     def section(self) -> str | None:
@@ -101,6 +107,10 @@ class Stage:
     def options_in(self, config: Any) -> Any:
         """The config section this stage is handed as ``context.options`` (None: it reads none)."""
         return getattr(config, self.section) if self.section else None
+
+    def idle_in(self, config: Any) -> bool:
+        """Whether the stage does nothing with ``config`` (:attr:`idle`)."""
+        return self.idle is not None and bool(self.idle(self.options_in(config)))
 
     def shown(self, config: Any, *, read: Any, prepared: Any, report: Any, engine: Engine,
               names: Mapping[int, str], built: Any = None) -> Shown:
@@ -315,8 +325,21 @@ class Order:
         return [finding for stage in self.stages if stage.checks_options is not None
                 for finding in stage.checks_options(stage.options_in(config))]
 
+    def closing(self, prepared: Any, config: Any) -> tuple[dict[str, dict], list[Finding]]:
+        """What each stage that is not idle says of the finished run (:attr:`Stage.closes`): its ledger by its name,
+        and every finding, in flow order."""
+        ledgers, findings = {}, []
+        for stage in self.stages:
+            if stage.closes is not None and not stage.idle_in(config):
+                ledger, found = stage.closes(prepared, stage.options_in(config))
+                if ledger is not None:
+                    ledgers[stage.name] = ledger
+                findings.extend(found)
+        return ledgers, findings
+
     def passes(self, config: Any, fitted: Collection[str] = ()) -> list[Pass]:
-        return passes(self.prepare, config, fitted)
+        """The passes over the rows with ``config``: of the stages it does not leave idle (:attr:`Stage.idle`)."""
+        return passes([stage for stage in self.prepare if not stage.idle_in(config)], config, fitted)
 
     def splits_ahead(self, admissions: pd.DataFrame, config: Any) -> pd.DataFrame | None:
         """The split of every admission, as the stage that assigns them will (None: no stage can tell ahead)."""

@@ -162,17 +162,48 @@ class BuildOutputs:
     manifest: dict[str, Any]
 
 
+LABELS, LABEL_SPLITS = "labels.parquet", "label_splits.parquet"
+# labels.parquet as MEDS 0.4's label schema has it (meds.LabelSchema: no other column), and its rows' splits.
+LABEL_SCHEMA = pa.schema([pa.field("subject_id", pa.int64(), nullable=False),
+                          pa.field("prediction_time", pa.timestamp("us"), nullable=False),
+                          pa.field("boolean_value", pa.bool_(), nullable=False)])
+SPLIT_SCHEMA = pa.schema([pa.field("subject_id", pa.int64(), nullable=False),
+                          pa.field("prediction_time", pa.timestamp("us"), nullable=False),
+                          pa.field("split", pa.string(), nullable=False)])
+
+
+def label_files(labels: pd.DataFrame) -> dict[str, bytes]:
+    """``labels.parquet`` (MEDS' label schema) and ``label_splits.parquet`` (each label's split, row for row) of
+    ``labels``: subject_id, prediction_time, boolean_value and split per labelled admission, sorted by subject and
+    prediction time."""
+    rows = labels.sort_values(["subject_id", "prediction_time"], kind="stable", ignore_index=True)
+    times = pa.array(rows["prediction_time"].astype("datetime64[us]"), type=pa.timestamp("us"))
+    subjects = pa.array(rows["subject_id"].astype("int64"), type=pa.int64())
+    tables = {LABELS: pa.Table.from_arrays([subjects, times, pa.array(rows["boolean_value"].astype(bool))],
+                                           schema=LABEL_SCHEMA),
+              LABEL_SPLITS: pa.Table.from_arrays([subjects, times, pa.array(rows["split"].astype(str))],
+                                                 schema=SPLIT_SCHEMA)}
+    files = {}
+    for name, table in tables.items():
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd")
+        files[name] = sink.getvalue().to_pybytes()
+    return files
+
+
 def build_outputs(*, graphs: list[GraphFile], limits: GraphLimits, config: dict, inputs: list[dict],
                   fitted: dict, quarantine: Quarantine | StagedFile, index: pd.DataFrame, report: dict,
                   accounting: dict, splits: dict, memory: dict, features: dict[str, list[dict[str, Any]]],
-                  report_html: bytes | None = None, item_names: dict[int, str] | None = None) -> BuildOutputs:
+                  report_html: bytes | None = None, item_names: dict[int, str] | None = None,
+                  labels: pd.DataFrame | None = None) -> BuildOutputs:
     """Serialise every output and the manifest that names their hashes (pure: no I/O).
 
     ``accounting`` holds the ledgers by table (LABEVENTS rows, ADMISSIONS); ``features`` describes the columns of
     each feature tensor (``schemas.graph.FEATURES``), in order: name, kind, cardinality of a categorical column
     and the training statistics (:func:`pipeline.stages.graph.stats.feature_stats`, of the columns the tensors
     were built from); ``limits`` gives the last timestep; ``item_names`` how findings name the lab items the edges
-    carry (ITEMID -> 'NTproBNP (Blood)'). A graph already staged (a :class:`GraphFile` without its bytes: :func:`stage_file`) is
+    carry (ITEMID -> 'NTproBNP (Blood)'); ``labels`` a task's labels (:func:`label_files`, None: next_labs, whose
+    labels are the graphs' own). A graph already staged (a :class:`GraphFile` without its bytes: :func:`stage_file`) is
     listed by its hash; its bytes are not among ``files``, and so is a quarantine staged already
     (:func:`stage_quarantine`).
     """
@@ -183,6 +214,8 @@ def build_outputs(*, graphs: list[GraphFile], limits: GraphLimits, config: dict,
         quarantine_parquet(quarantine, sink)
         files[QUARANTINE] = sink.getvalue().to_pybytes()
     files["index.parquet"] = _parquet_bytes(index)
+    if labels is not None:
+        files.update(label_files(labels))
     files["report.json"] = json_bytes(report)
     if report_html is not None:
         files["report.html"] = report_html

@@ -40,10 +40,10 @@ STAGE = "raw"
 _TIMES = ("ADMITTIME", "DISCHTIME", "CHARTTIME")
 # Checks whose failing text cannot become a value: the typed column holds null there.
 _UNPARSEABLE = ("id_positive_integer", "datetime_iso", "valuenum_numeric", "valuenum_finite", "ref_range_numeric",
-                "edregtime_iso")
+                "edregtime_iso", "deathtime_iso")
 # Checks of metadata (MIMIC-IV's reference range bounds, the ED registration time): the failing text becomes null,
 # the row is never rejected.
-_METADATA = ("ref_range_numeric", "edregtime_iso")
+_METADATA = ("ref_range_numeric", "edregtime_iso", "deathtime_iso")
 
 
 RAW = Stage("raw", colour="#8c564b", gives=LabEvents)  # the raw checks and relations: in a lab run's order

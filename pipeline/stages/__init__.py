@@ -9,12 +9,13 @@ schema module in ``schemas/`` and one line here.
 
 from __future__ import annotations
 
-from pipeline.stages import bucket, clean, dedup, encode, fill, graph, meds_export, scale, split, text
+from pipeline.stages import bucket, clean, dedup, encode, fill, graph, meds_export, scale, split, task, text
 
 STAGES = (
     text.STAGE,
     clean.STAGE,
     split.STAGE,
+    task.STAGE,
     encode.STAGE,
     scale.STAGE,
     fill.STAGE,

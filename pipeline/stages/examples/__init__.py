@@ -133,13 +133,20 @@ def _dtype_of(column: str, dtypes: Mapping[str, Any]) -> Any:
 
 
 def _typed(values: list[str], dtype: Any, column: str) -> Any:
-    """CSV fields as one column of ``dtype`` (numbers parsed by Python, exactly; times as ISO 8601)."""
+    """CSV fields as one column of ``dtype`` (numbers parsed by Python, exactly; times as ISO 8601; booleans as true
+    or false)."""
     missing = [value == "" for value in values]
     if types.is_datetime64_any_dtype(dtype):
         return pd.to_datetime(pd.Series([None if m else v for v, m in zip(values, missing)], dtype="object"),
                               format="ISO8601").astype(dtype).to_numpy()
     if types.is_float_dtype(dtype):
         return pd.array([float("nan") if m else float(v) for v, m in zip(values, missing)], dtype=dtype)
+    if types.is_bool_dtype(dtype):
+        words = {"true": True, "false": False}
+        unknown = sorted({v for v, m in zip(values, missing) if not m and v not in words})
+        if unknown:
+            raise ValueError(f"{column}: {', '.join(unknown)} in a boolean column (true or false)")
+        return pd.array([None if m else words[v] for v, m in zip(values, missing)], dtype=dtype)
     if types.is_integer_dtype(dtype):
         if any(missing) and not isinstance(dtype, pd.api.extensions.ExtensionDtype):
             raise ValueError(f"{column}: an empty field in a column of {dtype}, which holds no null")

@@ -24,10 +24,12 @@ from pipeline.reporting.progress import Progress
 from pipeline.reporting.report import Report
 from pipeline.stages.encode import Vocabularies
 from pipeline.stages.graph.stats import EDGE_TENSORS, add_counts, count_frame, edge_counts, feature_stats
+from pipeline.stages.task import charted_after, charted_after_finding
 from pipeline.stages.graph.tensors import (GraphBatch, check_graphs, graph_columns, graph_limits, memory_estimate,
                                           stream_graphs)
 from schemas.graph import EDGE
 from schemas.split import SPLITS
+from schemas.task import LABEL, PREDICTION_TIME
 
 BUILDING, GUARDING = STEPS = ("graphs", "guard")  # its progress steps: the graphs built, then guarded and staged
 
@@ -95,6 +97,7 @@ def write_graphs(staged: Any, validation: Any, config: Any, progress: Progress, 
     graphs = _Graphs.of(made, staged)
     progress.step(GUARDING, rows=len(graphs.summaries), unit="graphs")
     graphs.findings.extend(_over_budget(graphs.memory, config))
+    graphs.findings.extend(_late_edges(prepared, engine, max_lines=config.report.max_lines))
     accounting = {"LABEVENTS": prepared.ledger(), "ADMISSIONS": prepared.admission_ledger()}
     check_built(graphs.summaries, accounting)
     # A report of its own: the validation's findings (severities applied) and the graphs', in a new list.
@@ -196,10 +199,33 @@ def _write(built: Build, staged: Any, graphs: _Graphs, config: Any, progress: Pr
         accounting=accounting, splits=splits,
         memory=graphs.memory, report_html=page.encode("utf-8"),
         features=features,
-        item_names=graphs.carried_names(prepared.labitems))
+        item_names=graphs.carried_names(prepared.labitems),
+        labels=_task_labels(prepared, index))
     progress.step("write", rows=len(outputs.manifest["outputs"]), unit="files")
     write.write_build(out, outputs, staged)
     progress.end()
+
+
+def _task_labels(prepared: Any, index: pd.DataFrame) -> pd.DataFrame | None:
+    """A task's label of every admission in the graphs, as ``labels.parquet`` holds it: its subject (the split's
+    group: SUBJECT_ID, or HADM_ID without one), prediction time, label and split (None without a task)."""
+    admissions = prepared.admissions
+    if LABEL not in admissions:
+        return None
+    asked = admissions.set_index("HADM_ID").loc[index["HADM_ID"].to_numpy("int64")]
+    group = prepared.splits.set_index("HADM_ID")["GROUP"].loc[index["HADM_ID"].to_numpy("int64")]
+    return pd.DataFrame({"subject_id": group.to_numpy("int64"), "prediction_time": asked[PREDICTION_TIME].to_numpy(),
+                         "boolean_value": asked[LABEL].astype(bool).to_numpy(), "split": index["split"].to_numpy()})
+
+
+def _late_edges(prepared: Any, engine: Engine, *, max_lines: int) -> list[Finding]:
+    """The edge rows charted after their admission's prediction time (a task's guard: the task stage set them
+    aside, so none; a stage after it that moved a later row in is a bug this names)."""
+    admissions = prepared.admissions
+    if PREDICTION_TIME not in admissions:
+        return []
+    late = engine.rows(prepared.edges, charted_after, admissions[["HADM_ID", PREDICTION_TIME]])
+    return charted_after_finding(late, max_lines=max_lines)
 
 
 def _train_counts(prepared: Any, index: pd.DataFrame, features: Mapping[str, Any], engine: Engine) -> dict:

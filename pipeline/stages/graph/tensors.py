@@ -20,6 +20,7 @@ from schemas.graph import (CATEGORICAL, EDGE, FEATURES, MARK, NUMERICAL, REVERSE
                            graph_problems, tensor_bytes)
 from schemas.raw import ADMISSION_CATEGORICALS
 from schemas.split import SPLITS, split_codes
+from schemas.task import LABEL
 
 if TYPE_CHECKING:  # torch and PyG load when graphs are built, not when the stages are declared
     import torch
@@ -169,7 +170,8 @@ def graph_batches(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Da
     item_x = torch.from_numpy(_block(items, columns["labitem.x"], "float32"))
     item_x_cat = torch.from_numpy(_block(items, columns["labitem.x_cat"], "int64"))
     numerical, categorical = columns["admission.x"], columns["admission.x_cat"]
-    by_hadm = admissions.set_index("HADM_ID").sort_index()[[*numerical, *categorical]]
+    asked = [LABEL] if LABEL in admissions else []  # a task's label (else the next-timestep target, if any)
+    by_hadm = admissions.set_index("HADM_ID").sort_index()[[*numerical, *categorical, *asked]]
 
     # Sorted once, as numpy columns (the frame's text columns are never gathered); dedup's output already
     # is in this order, which a stable sort keeps at little cost.
@@ -206,7 +208,21 @@ def graph_batches(edges: pd.DataFrame, admissions: pd.DataFrame, labitems: pd.Da
                 nodes=nodes, x=_block(admitted_rows, numerical, "float32"),
                 x_cat=_block(admitted_rows, categorical, "int64"), item_ids=item_ids, item_x=item_x,
                 item_x_cat=item_x_cat, source=local, target=item[e0:e1], attr=attr[e0:e1], attr_cat=attr_cat[e0:e1],
-                timestep=timestep[e0:e1], last=last[e0:e1], labels=labels))
+                timestep=timestep[e0:e1], last=last[e0:e1], labels=labels,
+                task=_task_labels(admitted_rows) if asked else None))
+
+
+def _task_labels(admitted: pd.DataFrame) -> np.ndarray:
+    """The task's label of each admission node, as a float32 column (an admission in a graph is labelled: the task
+    stage kept only its cohort's rows)."""
+    label = admitted[LABEL]
+    if label.isna().any():
+        raise StageError(stage=NAME, side="input", check="graph_label_range", column=LABEL,
+                         count=int(label.isna().sum()), failure_cases=pd.DataFrame({"line": []}), table="ADMISSIONS",
+                         detail=f"HADM_ID {', '.join(map(str, label.index[label.isna()][:5]))} in a graph without "
+                                "the task's label", advice="A bug in badpoints: the task stage keeps only labelled "
+                                                           "admissions' rows")
+    return label.astype(bool).to_numpy("float32").reshape(-1, 1)
 
 
 def _item_nodes(item_ids: np.ndarray, item_of_row: np.ndarray, lines: pd.Index) -> np.ndarray:
@@ -231,7 +247,7 @@ def _block(rows: pd.DataFrame, columns: list[str], dtype: str) -> np.ndarray:
 
 def _graph(*, nodes: np.ndarray, x: np.ndarray, x_cat: np.ndarray, item_ids: np.ndarray, item_x: torch.Tensor,
            item_x_cat: torch.Tensor, source: np.ndarray, target: np.ndarray, attr: np.ndarray, attr_cat: np.ndarray,
-           timestep: np.ndarray, last: np.ndarray, labels: bool) -> HeteroData:
+           timestep: np.ndarray, last: np.ndarray, labels: bool, task: np.ndarray | None = None) -> HeteroData:
     import torch
     from torch_geometric.data import HeteroData
 
@@ -258,7 +274,11 @@ def _graph(*, nodes: np.ndarray, x: np.ndarray, x_cat: np.ndarray, item_ids: np.
     data[REVERSE].edge_attr = edge_attr.clone()
     data[REVERSE].edge_attr_cat = edge_attr_cat.clone()
     data[REVERSE].timestep = steps.clone()
-    if labels:
+    if labels and task is not None:
+        # A task's label per admission ([N, 1]); every edge was charted by its admission's prediction time.
+        data["admission"].y = torch.from_numpy(np.ascontiguousarray(task))
+        data[EDGE].is_history = torch.ones(len(timestep), dtype=torch.bool)
+    elif labels:
         # Next-timestep target: the items measured at each admission's last timestep (multi-hot);
         # is_history marks the edges before it, the input a model may see when predicting it.
         at_last = timestep == last

@@ -58,11 +58,16 @@ def test_each_stage_takes_what_the_one_before_gives():
     assert [stage for stage in STAGES if stage.plan is None] == list(ORDER.targets.values())
 
 
-def test_progress_shows_the_declared_stages_in_order():
+@pytest.mark.parametrize("task", [None, "mortality_24h"])
+def test_progress_shows_the_declared_stages_in_order(task):
+    """Every stage the config does not leave idle, in flow order (the default task, next_labs, leaves the task
+    stage idle: it shows only when a task is asked)."""
+    config = load_config(task=task)
     names = {s.name for s in PREPARE}
-    validate_steps, build_steps = flow.steps(load_config()), flow.steps(load_config(), build="graphs")
+    validate_steps, build_steps = flow.steps(config), flow.steps(config, build="graphs")
     shown = [name for step in validate_steps for name in step.split("+") if name in names]
-    assert shown == [stage.name for stage in PREPARE]  # in passes of several stages: clean+split, encode+...
+    assert shown == [stage.name for stage in PREPARE if not stage.idle_in(config)]  # in passes: clean+split, ...
+    assert ("task" in shown) == (task is not None)
     assert build_steps[len(validate_steps):] == (
         *ORDER.targets["graphs"].steps, "report", "write")
 
