@@ -206,6 +206,13 @@ def _task_table(task: str | Path) -> dict[str, Any]:
     return {"name": str(task)}
 
 
+def _preset(name: str, values: Any) -> Any:
+    """A section's table as written, with what a name it gives stands for put first (a built-in task's keys:
+    :meth:`pipeline.kernel.options.Section.preset`)."""
+    preset = getattr(SECTIONS.get(name), "preset", None)
+    return preset(values) if preset is not None and isinstance(values, dict) else values
+
+
 def load_config(path: Path | None = None, *, task: str | Path | None = None) -> Config:
     """Defaults, overridden by the TOML file at ``path`` when given, and its ``[task]`` by ``task`` (``--task``): a
     built-in task's name, or a TOML file holding a ``[task]`` table (or the table's keys alone)."""
@@ -226,8 +233,7 @@ def load_config(path: Path | None = None, *, task: str | Path | None = None) -> 
     if task is not None:
         user = {**user, TASK: {**user.get(TASK, {}), **_task_table(task)}}
     if user:
-        merged = _merge(defaults, {name: SECTIONS[name].preset(values) if name in SECTIONS else values
-                                   for name, values in user.items()})
+        merged = _merge(defaults, {name: _preset(name, values) for name, values in user.items()})
     return Config(**{name: section.load(merged[name], name) for name, section in SECTIONS.items()},
                   severity=MappingProxyType(dict(merged.get("severity", {}))),
                   source=str(path) if path is not None else None)

@@ -426,6 +426,15 @@ def edregtime_text(d: Dataset) -> Expect:
 
 
 @case
+def deathtime_text(d: Dataset) -> Expect:
+    """A DEATHTIME that is not a time: null with a warning, its admission kept (DEATHTIME is optional metadata, read
+    by a task's death label)."""
+    row = d.first("ADMISSIONS", "DEATHTIME", lambda v: v != "")
+    line = d.set("ADMISSIONS", row, "DEATHTIME", CANARY)
+    return Expect(0, "deathtime_iso", "ADMISSIONS", "DEATHTIME", lines=(line,), severity="warning", secret=CANARY)
+
+
+@case
 def empty_charttime(d: Dataset) -> Expect:
     line = d.set("LABEVENTS", 27, "CHARTTIME", "")
     d.plant("LABEVENTS", 27, "VALUE")

@@ -78,11 +78,11 @@ def _cli(command: str, data: Path, config: str, out: Path | None = None, to: str
 
 
 @functools.cache
-def corpus(name: str) -> Run:
-    """``badpoints validate`` of a corpus case."""
+def corpus(name: str, config: str = "") -> Run:
+    """``badpoints validate`` of a corpus case (``config``: badpoints.toml)."""
     folder = Path(tempfile.mkdtemp(dir=ROOT, prefix=name))
     build(name, folder / "data")
-    return _cli("validate", folder / "data", "")
+    return _cli("validate", folder / "data", config)
 
 
 @functools.cache
@@ -416,6 +416,10 @@ def config(toml: str, count: int, *, command: str = "validate", **where) -> Fire
 
 
 AS_IS = functools.partial(sample, "")
+MORTALITY, LONG_STAY, READMISSION = (f'[task]\nname = "{name}"\n' for name in ("mortality_24h", "long_stay_3d",
+                                                                               "readmission_30d"))
+LEAKING_FEATURE = '[graph]\nadmission_features = ["ADMISSION_TYPE", "DISCHARGE_LOCATION"]\n'
+
 RAW_Z = "[scale.policy]\ndefault = \"none\"\n"  # today's raw z: the heavy tails the default bounds
 TURNED_ON = "[severity]\nhadm_id_missing = \"warning\"\ncharttime_outside_stay = \"warning\"\n"  # off by default
 FIRES: dict[str, Fires] = {
@@ -447,6 +451,7 @@ FIRES: dict[str, Fires] = {
     "datetime_missing": case("empty_charttime", 1, exit_code=1),
     "datetime_iso": case("two_digit_year", 1, exit_code=1),
     "edregtime_iso": case("edregtime_text", 1, exit_code=0),
+    "deathtime_iso": case("deathtime_text", 1, exit_code=0),
     "primary_key_unique": case("duplicate_admission", 2, exit_code=1),
     "foreign_key": case("unknown_itemid", 1, exit_code=1),
     "subject_mismatch": case("subject_mismatch", 1, exit_code=1),
@@ -516,6 +521,29 @@ FIRES: dict[str, Fires] = {
     "admission_rejected": case("negative_hadm_id", 1, exit_code=1),
     "admission_labs_quarantined": case("admission_labs_all_a_year_early", 1, exit_code=0),
     "admission_below_min_timesteps": config("[graph]\nmin_timesteps = 3\n", 9, exit_code=0),
+    # task: what the model is asked, and when (docs/tasks.md)
+    "task_window_geometry": config(f"{MORTALITY}label_window = [\"admit + 12h\", \"discharge\"]\n", 1, exit_code=1),
+    "task_needs_column": Fires(functools.partial(corpus, "admissions_without_subject_id", READMISSION), 120,
+                               exit_code=1),  # every admission: none has a SUBJECT_ID
+    "task_label_in_features": config(MORTALITY + LEAKING_FEATURE, 1, exit_code=1),
+    "task_feature_after_prediction": config(
+        READMISSION + 'prediction_time = "discharge - 24h"\nlabel_window = ["discharge", "discharge + 30d"]\n'
+        + LEAKING_FEATURE, 1, table="ADMISSIONS", exit_code=1),
+    # the stays of 24 to 48 h: decided at their discharge, after the prediction time
+    "task_selection_on_future": config(MORTALITY + "min_stay_hours = 48\n", 11, exit_code=1),
+    "task_criterion_removes_none": config(
+        LONG_STAY + 'admission_types = ["EMERGENCY", "ELECTIVE", "URGENT", "NEWBORN"]\n', 0, exit_code=0),
+    "task_criterion_removes_all": config(LONG_STAY + 'admission_types = ["TRAUMA"]\n', 120, exit_code=1),
+    "task_outside_cohort": config(LONG_STAY, 43),  # the rows of the one admission discharged within 24 h
+    "task_after_prediction": config(LONG_STAY, 8293),
+    "task_cohort": config(LONG_STAY, 119),
+    "task_prevalence": config(LONG_STAY, 85),
+    "task_few_positives": config(MORTALITY, 2, exit_code=1),  # val and test hold none of the sample's 9 deaths
+    "task_window_by_class": config(LONG_STAY + "class_tolerance = 1.01\n", 119, exit_code=0),
+    "task_excluded": config(LONG_STAY + 'admission_types = ["EMERGENCY"]\n', 29, exit_code=0),
+    "task_left_before_prediction": config(LONG_STAY, 1),
+    "task_label_censored": config(READMISSION, 1),  # the last discharge's 30 days run past the data's end
+    "task_no_observed_data": config(LONG_STAY + 'observation_window = ["prediction - 1h", "prediction"]\n', 107),
     "meds_export_shard": Fires(broken_meds_shard, 25, exit_code=1),  # held_out/0's glucose values
     "meds_export_unseen_codes": Fires(meds_build, 2, exit_code=0),  # two codes of one held_out row each
     # check: a user's table against a schema of theirs

@@ -21,13 +21,15 @@ rows (``rows``) and its findings (``findings``); here, its plan and declaration.
 
 from __future__ import annotations
 
-from pipeline.kernel.calls import Call
+from pipeline.kernel.calls import Call, Fit
 from pipeline.kernel.finding import Finding
 from pipeline.kernel.stage import Context, Plan, Shown, Stage
 from pipeline.reporting.findings import summary_finding
 from pipeline.stages.task.cohort import NAME, Cohort, geometry_failures, task_cohort
 from pipeline.stages.task.findings import (charted_after_finding, class_findings, closing, criteria_findings,
                                            feature_findings, listed)
+from pipeline.stages.task.labs import (TaskResults, add_results, count_results, fit_inputs, fit_results,
+                                       reads_results, results_from_counts)
 from pipeline.stages.task.options import LABELS, PRESETS, Options
 from pipeline.stages.task.rows import REASONS, WINDOW_COLUMNS, charted_after, observed_admissions, observed_rows
 from schemas.errors import StageError
@@ -68,7 +70,7 @@ def plan(context: Context) -> Plan:
     """The stage in flow: the cohort and labels from ADMISSIONS (with SPLIT), then every lab row outside the
     cohort or its observation window set aside; ADMISSIONS handed on with PREDICTION_TIME, LABEL and COHORT."""
     options, admissions = context.options, context.table(ADMISSIONS)
-    cohort = task_cohort(admissions, options)
+    cohort = task_cohort(admissions, options, context.fitted.get(NAME))
     _geometry_per_admission(cohort, options.windows().gap)
     handed = admissions.assign(**{column: cohort.frame[column] for column in (PREDICTION_TIME, LABEL, COHORT)})
     before = (*criteria_findings(cohort, admissions),
@@ -90,5 +92,7 @@ def summary(shown: Shown) -> list[tuple[str, str]]:
 
 
 STAGE = Stage(NAME, colour="#c5b0d5", plan=plan, options=Options, takes=SplitEvents, gives=TaskEvents,
+              fit=Fit(whole=fit_results, partial=count_results, combine=add_results, finish=results_from_counts,
+                      inputs=fit_inputs, rows=reads_results, state=TaskResults, saved_as="task"),
               reasons=REASONS, by_admission=True, filters=True, writes=(), idle=lambda options: options.idle,
               checks_options=geometry_findings, closes=closing, summary=summary)

@@ -5,6 +5,7 @@ its censoring. Pure and vectorized: no lab row is read here (a lab label's resul
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -119,10 +120,10 @@ def needed_columns(options: Options) -> tuple[str, ...]:
     return tuple(dict.fromkeys(NEEDS[options.label] + criteria))
 
 
-def task_cohort(admissions: pd.DataFrame, options: Options) -> Cohort:
+def task_cohort(admissions: pd.DataFrame, options: Options, results: Any = None) -> Cohort:
     """Each admission's place in the task (``admissions``: clean, with SPLIT): the criteria in order, then those
-    who ended by their prediction time, then the label (death, long stay, readmission) and its censoring; a lab
-    label's admissions are labelled by the stage from their results."""
+    who ended by their prediction time, then the label (death, long stay, readmission; a lab label from the
+    ``results`` the stage's fit read, :class:`pipeline.stages.task.labs.TaskResults`) and its censoring."""
     missing = [c for c in needed_columns(options) if c not in admissions or
                (c == "SUBJECT_ID" and admissions[c].isna().any())]
     if missing:
@@ -149,7 +150,7 @@ def task_cohort(admissions: pd.DataFrame, options: Options) -> Cohort:
         admissions["DISCHTIME"] <= asked
     ended = left | (death <= asked)
     cohort = cohort.mask(ended & (cohort == IN_COHORT), LEFT)
-    label, censored = _label(admissions, times, death, options)
+    label, censored = _label(admissions, times, death, options, results)
     cohort = cohort.mask(censored & (cohort == IN_COHORT), CENSORED)
     frame = pd.concat([admissions[["HADM_ID", "SPLIT"]], times], axis=1)
     frame[LABEL] = label.where(cohort == IN_COHORT).astype("boolean")
@@ -166,10 +167,10 @@ def _death(admissions: pd.DataFrame) -> pd.Series:
                                          admissions["DISCHTIME"].where(admissions["DEATHTIME"].notna()))
 
 
-def _label(admissions: pd.DataFrame, times: pd.DataFrame, death: pd.Series, options: Options
+def _label(admissions: pd.DataFrame, times: pd.DataFrame, death: pd.Series, options: Options, results: Any
            ) -> tuple[pd.Series, pd.Series]:
     """Each admission's label and whether it is censored (its record ends before the label window does, with no
-    event in it); a lab label is neither here (the stage reads its results)."""
+    event in it; a lab label's, also when its item has no result in the window and ``unmeasured`` excludes it)."""
     start, end = times["LABEL_START"], times["LABEL_END"]
     unbounded = end.isna()
     within = lambda at: at.notna() & (at > start) & (unbounded | (at <= end))  # noqa: E731
@@ -184,6 +185,12 @@ def _label(admissions: pd.DataFrame, times: pd.DataFrame, death: pd.Series, opti
         positive = within(following)
         # The data's record ends with its last discharge: a window past it, with no admission seen, is unknown.
         return positive, ~positive & ~unbounded & (end > admissions["DISCHTIME"].max())
+    if options.label == "lab":
+        hadm = admissions["HADM_ID"]
+        positive = hadm.isin(results.positive_ if results is not None else ())
+        measured = hadm.isin(results.measured_ if results is not None else ())
+        unknown = ~measured & (options.unmeasured == "exclude")
+        return positive, ~positive & (unknown | (~unbounded & (end > admissions["DISCHTIME"])))
     return no, no
 
 

@@ -17,21 +17,17 @@ PREDICTION_ANCHORS = ("admit", "discharge")  # what a prediction time is anchore
 WINDOW_ANCHORS = ("admit", "discharge", "prediction")
 UNMEASURED = ("exclude", "negative")  # a lab label with no result of its item in the label window
 
-# The built-in tasks, by name: the keys each sets (every other key keeps its default). A [task] table or a --task
-# file that names one takes its keys first, then its own.
+# The built-in tasks, by name: the keys each sets (every other key keeps its default: the observation window is
+# everything up to the prediction time, no gap, the label window from the prediction time to discharge). A [task]
+# table or a --task file that names one takes its keys first, then its own.
 PRESETS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
-    "next_labs": MappingProxyType({"label": "next_labs", "prediction_time": LAST_TIMESTEP}),
-    "mortality_24h": MappingProxyType({
-        "label": "death", "prediction_time": "admit + 24h", "observation_window": ["none", "prediction"],
-        "gap": "0h", "label_window": ["prediction", "discharge"]}),
-    "long_stay_3d": MappingProxyType({
-        "label": "long_stay", "prediction_time": "admit + 24h", "observation_window": ["none", "prediction"],
-        "gap": "0h", "label_window": ["prediction", "admit + 72h"]}),
-    "readmission_30d": MappingProxyType({
-        "label": "readmission", "prediction_time": "discharge", "observation_window": ["none", "prediction"],
-        "gap": "0h", "label_window": ["prediction", "prediction + 30d"]}),
+    "next_labs": MappingProxyType({}),  # the default keys
+    "mortality_24h": MappingProxyType({"label": "death", "prediction_time": "admit + 24h"}),
+    "long_stay_3d": MappingProxyType({"label": "long_stay", "prediction_time": "admit + 24h",
+                                      "label_window": ["prediction", "admit + 72h"]}),
+    "readmission_30d": MappingProxyType({"label": "readmission", "prediction_time": "discharge",
+                                         "label_window": ["prediction", "prediction + 30d"]}),
 })
-
 
 @dataclass(frozen=True)
 class Options(Section):
