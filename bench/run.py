@@ -29,6 +29,7 @@ psutil (its own process and its descendants apart too: a Dask client and its wor
   without polars);
 - ``validate``: ``badpoints validate`` with an empty cache (``BADPOINTS_CACHE_DIR``);
 - ``build``: ``badpoints build`` into a temporary folder, with another empty cache (a first build);
+- ``build_task``: the same build asked a prediction task (``--task mortality_24h``), with an empty cache of its own;
 - ``validate_warm``: ``badpoints validate`` again with the cache the first one filled;
 - ``dask``: ``badpoints build --engine dask`` (``--dask``) on a LocalCluster of 2 workers x 4 GB;
 - ``meds`` (``--meds``; ``make bench BENCH_FLAGS=--meds``): the same rows as MEDS, ``badpoints validate`` on them
@@ -58,7 +59,7 @@ from pathlib import Path
 
 from bench.shapes import shape_out, shapes_summary
 from bench.show import print_results, print_shapes
-from bench.steps import (DASK_MEMORY_LIMIT, DASK_WORKERS, MB, ROOT, STEP_INFO, BenchError, StepResult,
+from bench.steps import (BENCH_TASK, DASK_MEMORY_LIMIT, DASK_WORKERS, MB, ROOT, STEP_INFO, BenchError, StepResult,
                          badpoints_step, baseline_settings, dask_step, polars_missing, prepare_data, python_step)
 from bench.synth import LAYOUTS, SEED
 from bench.synth.shape import SHAPES
@@ -90,7 +91,8 @@ def run(*, rows: int, out: Path, data: Path | None = None, seed: int = SEED, das
         "data": str(data),
         "dataset": dataset,
         "edges": {name: by_name[name].result.get("edges", by_name[name].result.get("kept"))
-                  for name in ("baseline", "baseline_polars", "validate", "build", "dask") if by_name[name].result},
+                  for name in ("baseline", "baseline_polars", "validate", "build", "build_task", "dask")
+                  if by_name[name].result},
         "steps": [asdict(step) for step in steps],
         "targets": targets(by_name, rows=measured_rows, layout=layout, dask=dask, reference=reference_results),
         "reference": None if reference is None else str(Path(reference).resolve()),
@@ -128,6 +130,8 @@ def _measured_steps(data: Path, out: Path, *, dask: bool) -> list[StepResult]:
                             output_mb=round(sum(p.stat().st_size for p in files) / MB, 1))
         shutil.rmtree(graphs)
         steps.append(build)
+        steps.append(badpoints_step("build_task", ["build", str(data), "--out", str(graphs / "task"), "--task",
+                                                   BENCH_TASK], out, cache=cache / "build_task", fresh_cache=True))
         steps.append(badpoints_step("validate_warm", ["validate", str(data)], out, cache=cache / "validate",
                                     fresh_cache=False))
         steps.append(dask_step(data, out, cache / "dask") if dask else

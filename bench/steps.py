@@ -31,6 +31,7 @@ STEP_INFO = {
     "baseline_polars": "(b2) baseline: the same in polars",
     "validate": "(c) validate, cache cold",
     "build": "(d) build, cache cold",
+    "build_task": "(d2) build --task mortality_24h, cache cold",
     "validate_warm": "(e) validate, cache warm",
     "dask": "(f) build --engine dask",
     "meds_convert": "MEDS: bench.meds_convert (not compared)",
@@ -43,6 +44,7 @@ RSS_SAMPLE_SECONDS = 0.1  # how often a step's process tree is summed
 # --- Dask: a LocalCluster of the engine options' default workers and memory; the client's RSS apart from the workers'
 DASK_WORKERS = EngineOptions.workers
 DASK_MEMORY_LIMIT = EngineOptions.memory_limit
+BENCH_TASK = "mortality_24h"  # the task build_task asks: in-hospital death, 24 h after admission
 
 
 class BenchError(RuntimeError):

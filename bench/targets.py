@@ -18,6 +18,8 @@ MIMIC4_BUILD_RSS_GB = 4.0
 MIMIC4_SECONDS_PER_ROW = 1.5  # build's seconds per row against the 27.8M (MIMIC-III) reference run
 DASK_CLIENT_RSS_GB = 1.5
 WARM_PER_COLD = 0.1
+TASK_PER_BUILD = 1.15  # a build asked a prediction task, against the same build without one
+TASK_RSS_PER_BUILD = 1.1
 
 
 def targets(by_name: dict[str, StepResult], *, rows: int, layout: str = "mimic3", dask: bool = False,
@@ -47,6 +49,12 @@ def _mimic3_targets(by_name: dict[str, StepResult]) -> list[dict]:
                 note=f"all processes; max 1: {fmt(_gb(by_name.get('validate'), 'peak_rss_mb'))} GB"),
         _target("build peak RSS, GB", MIMIC3_SCALE, build, RSS_GB, "GB", build, *beside["GB"],
                 note=f"all processes; max 1: {fmt(_gb(by_name.get('build'), 'peak_rss_mb'))} GB"),
+        _target("build --task / build", ANY_SCALE, ratio(_seconds(by_name, "build_task"), seconds["build"]),
+                TASK_PER_BUILD, "s", _seconds(by_name, "build_task"), None, None, completed=by_name.get("build_task"),
+                note=f"build without a task: {fmt(seconds['build'])} s"),
+        _target("build --task peak RSS / build's", ANY_SCALE, ratio(_gb(by_name.get("build_task")), build),
+                TASK_RSS_PER_BUILD, "GB", _gb(by_name.get("build_task")), None, None,
+                completed=by_name.get("build_task"), note=f"build without a task: {fmt(build)} GB"),
         _target("2nd validate / 1st", ANY_SCALE, ratio(seconds["validate_warm"], seconds["validate"]), WARM_PER_COLD,
                 "s", seconds["validate_warm"], None, None, note=f"unchanged inputs; 1st: {fmt(seconds['validate'])} s"),
     ]

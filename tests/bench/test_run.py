@@ -32,8 +32,8 @@ def bench(tmp_path_factory) -> tuple[Path, dict, str]:
 def test_every_step_measured(bench):
     out, results, printed = bench
     steps = {step["name"]: step for step in results["steps"]}
-    assert list(steps) == ["generate", "floor", "baseline", "baseline_polars", "validate", "build", "validate_warm",
-                           "dask"]
+    assert list(steps) == ["generate", "floor", "baseline", "baseline_polars", "validate", "build", "build_task",
+                           "validate_warm", "dask"]
     for name in ("generate", *MEASURED):
         step = steps[name]
         assert step["seconds"] > 0 and step["cpu_seconds"] > 0 and step["peak_rss_mb"] > 10, step
@@ -48,12 +48,15 @@ def test_every_step_measured(bench):
     assert steps["dask"]["skipped"] and steps["dask"]["seconds"] is None
     assert steps["floor"]["ratio_floor"] == 1.0 and steps["baseline"]["ratio_baseline"] == 1.0
     assert steps["build"]["result"]["graph_files"] > 0
+    assert steps["build_task"]["exit_code"] in (0, 1) and steps["build_task"]["seconds"] > 0  # 1: few deaths
+    assert "--task" in steps["build_task"]["command"]
     assert results["rows"] == 5000 and results["dataset"]["rows"] == 5000 and results["layout"] == "mimic3"
     assert {"cpu_count", "memory_gb", "python", "pandas", "pyarrow", "polars", "load_average"} <= set(
         results["machine"])
     assert set(results["git"]) == {"commit", "dirty"}
     assert [t["target"] for t in results["targets"]] == [
-        "validate / baseline", "build / baseline", "validate peak RSS, GB", "build peak RSS, GB", "2nd validate / 1st"]
+        "validate / baseline", "build / baseline", "validate peak RSS, GB", "build peak RSS, GB",
+        "build --task / build", "build --task peak RSS / build's", "2nd validate / 1st"]
     assert all(isinstance(t["met"], bool) for t in results["targets"])
     validate_row = results["targets"][0]
     assert validate_row["measured"] == steps["validate"]["seconds"] and validate_row["baseline"] == steps["baseline"][
