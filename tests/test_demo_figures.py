@@ -68,6 +68,9 @@ class Runs:
     then_index: dict
     meds: Path
     meds_printed: str
+    task_printed: str  # docs/tasks.md's example: a build of the demo in MIMIC-IV's layout --task mortality_24h
+    task_report: dict
+    future_report: dict  # the same task with min_stay_hours = 48
 
 
 def _earlier_config(folder: Path):
@@ -94,9 +97,39 @@ def runs(mimic3demo, tmp_path_factory) -> Runs:
     made = runner.invoke(app, ["build", str(mimic3demo), "--out", str(root / "meds"), "--to", "meds", "--no-cache",
                                "-q"])
     assert made.exit_code == 0, made.output
+    asked = runner.invoke(app, ["build", str(layouts["mimic4"]), "--out", str(root / "task"), "--task", "mortality_24h",
+                                "--no-cache", "-q", "--json", str(root / "task.json")])
+    assert asked.exit_code == 0, asked.output
+    (root / "future.toml").write_text('[task]\nname = "mortality_24h"\nmin_stay_hours = 48\n')
+    future = runner.invoke(app, ["validate", str(layouts["mimic4"]), "--task", str(root / "future.toml"), "--no-cache",
+                                 "-q", "--json", str(root / "future.json")])
+    assert future.exit_code == 1, future.output
     return Runs(printed=done.stdout + done.stderr, report=json.loads((root / "validate.json").read_text()),
                 validation=validate(mimic3demo, load_config(None)), now=now, then=then, then_findings=then_findings,
-                then_index=then_index, meds=root / "meds", meds_printed=made.stdout)
+                then_index=then_index, meds=root / "meds", meds_printed=made.stdout, task_printed=asked.stdout,
+                task_report=json.loads((root / "task.json").read_text()),
+                future_report=json.loads((root / "future.json").read_text()))
+
+
+def task_summary(runs: Runs) -> tuple[str]:
+    """docs/tasks.md's summary lines: from the funnel to the task's line, as the build printed them."""
+    lines = runs.task_printed.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  funnel"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("  constant"))
+    return (" ".join("\n".join(lines[start:end]).split()),)
+
+
+def task_prose(runs: Runs) -> tuple:
+    ledger = runs.task_report["attrition"]["task"]
+    ended = {step["step"]: step["removed"] for step in ledger["steps"]}["ended by the prediction time"]
+    late = next(f["count"] for f in runs.task_report["findings"] if f["check"] == "task_after_prediction")
+    deaths = sum(s["positives"] for s in ledger["splits"].values())
+    return n(ledger["read"]), n(ended), n(ledger["labelled"]), n(deaths), n(late)
+
+
+def task_future(runs: Runs) -> tuple:
+    found = next(f for f in runs.future_report["findings"] if f["check"] == "task_selection_on_future")
+    return n(found["count"]), ", ".join(map(str, sorted(found["items"])))
 
 
 # -- what the runs say, as the pages write it --------------------------------------------------------------------
@@ -339,6 +372,12 @@ PINS = {
                                 r"events; MEDS-Transforms 0\.7's normalization then gives (\d+) NaN or inf z, and the "
                                 r"largest \|z\| is ([\d.]+) \(the build's bound, (\d+)\)\. It drops ([\d,]+) rows of "
                                 r"([\d,]+) codes never seen in train", meds_build),
+    "task_summary": Pin("docs/tasks.md", r"(  funnel    read [^`]*?)\n```", task_summary),
+    "task_prose": Pin("docs/tasks.md", r"Of the (\d+) admissions, (\d+) ended \(died or left\) within 24 h and are not "
+                                       r"asked; the other (\d+) are labelled, (\d+) of them deaths\. ([\d,]+) lab rows",
+                      task_prose),
+    "task_future": Pin("docs/tasks.md", r"removes (\d+) admissions for what happens after their prediction time: HADM_ID "
+                                        r"([\d, ]+)\. Selection", task_future),
     "meds_summary": Pin("docs/meds.md", r"(  MEDS      MEDS-Transforms' normalization will drop [^`]*? JSON report)",
                         meds_summary),
 }

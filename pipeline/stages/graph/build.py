@@ -104,7 +104,8 @@ def write_graphs(staged: Any, validation: Any, config: Any, progress: Progress, 
     report = validation.report
     graph_findings = Report(findings=graphs.findings).with_severities(dict(config.severity)).findings
     report = Report(inputs=list(report.inputs), findings=[*report.findings, *graph_findings],
-                    overrides=dict(report.overrides), attrition=report.attrition, stages=report.stages)
+                    overrides=dict(report.overrides), attrition=report.attrition, stages=report.stages,
+                    summary=list(report.summary))
     if report.exit_code:
         progress.end()
         return Build(validation=validation, report=report, out_dir=None, graphs=graphs.summaries)

@@ -167,7 +167,7 @@ def test_no_edge_comes_from_a_row_charted_after_its_prediction_time(folder, name
     assert set(set_aside["STAGE"]) <= {"clean", "task"}  # the task's, or (a raw check's row) clean's before it
 
 
-@pytest.mark.skipif(not MEDS_PYTHON.is_file(), reason=f"the MEDS tools' environment not found at {MEDS_PYTHON}: "
+@pytest.mark.skipif(not MEDS_PYTHON.is_file(), reason=f"MEDS-Transforms' environment not found at {MEDS_PYTHON}: "
                                                       "run `make meds-env` (or set BADPOINTS_MEDS_PYTHON)")
 def test_labels_parquet_is_meds_label_schema_in_the_meds_tools_own_environment(tmp_path):
     """meds.LabelSchema.validate, run where MEDS-Transforms is installed; a file with a column it does not allow is
