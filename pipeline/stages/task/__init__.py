@@ -21,9 +21,12 @@ rows (``rows``) and its findings (``findings``); here, its plan and declaration.
 
 from __future__ import annotations
 
+from html import escape
+
 from pipeline.kernel.calls import Call, Fit
 from pipeline.kernel.finding import Finding
 from pipeline.kernel.stage import Context, Plan, Shown, Stage
+from pipeline.reporting import page
 from pipeline.reporting.findings import summary_finding
 from pipeline.stages.task.cohort import NAME, Cohort, geometry_failures, task_cohort
 from pipeline.stages.task.findings import (charted_after_finding, class_findings, closing, criteria_findings,
@@ -91,8 +94,25 @@ def summary(shown: Shown) -> list[tuple[str, str]]:
                      f"admissions, {ledger['labelled']} labelled: {splits}")]
 
 
+def sections(shown: Shown) -> list[str]:
+    """The task's section of the HTML report: what it asks, its ledger step by step, and its labels per split."""
+    ledger = getattr(shown.prepared, "ledgers", {}).get(NAME)
+    if ledger is None:
+        return []
+    steps = page.table(["admissions left out", "removed"], [[step["step"], page.n(step["removed"])]
+                                                            for step in ledger["steps"]], numeric={1})
+    splits = page.table(["split", "labelled", "positive", "share"], [
+        [name, page.n(s["admissions"]), page.n(s["positives"]),
+         f"{s['positives'] / s['admissions']:.1%}" if s["admissions"] else "-"] for name, s in ledger["splits"].items()],
+        numeric={1, 2, 3})
+    return [f'<section id="task"><h2>Task: {escape(ledger["task"])}</h2><p>{escape(ledger["label"])}, asked at '
+            f'{escape(ledger["prediction_time"])}: of {page.n(ledger["read"])} admissions read, '
+            f'{page.n(ledger["labelled"])} labelled in the graphs. The features read only the lab rows charted by '
+            f'each admission\'s prediction time.</p>{steps}{splits}</section>']
+
+
 STAGE = Stage(NAME, colour="#c5b0d5", plan=plan, options=Options, takes=SplitEvents, gives=TaskEvents,
               fit=Fit(whole=fit_results, partial=count_results, combine=add_results, finish=results_from_counts,
                       inputs=fit_inputs, rows=reads_results, state=TaskResults, saved_as="task"),
               reasons=REASONS, by_admission=True, filters=True, writes=(), idle=lambda options: options.idle,
-              checks_options=geometry_findings, closes=closing, summary=summary)
+              checks_options=geometry_findings, closes=closing, summary=summary, sections=sections)

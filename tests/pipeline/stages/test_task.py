@@ -337,3 +337,26 @@ def test_a_lab_label_is_an_abnormal_result_of_its_item_in_the_label_window(sampl
     state = validation.prepared.fitted["task"].as_json()
     assert state == {"name": "creatinine", "label": "lab", "item": 50912, "measured": len(measured & set(adm.index)),
                      "positive": len(positive & set(adm.index))}
+
+
+def test_the_fit_of_a_lab_label_in_parts_is_its_fit_of_all_the_rows(split_admissions):
+    """count_results per part, add_results and results_from_counts give fit_results of all the rows, parts cut by
+    admission in any order."""
+    from pipeline.stages.task.labs import add_results, count_results, fit_results, results_from_counts
+    from pipeline.stages.task.cohort import admission_times
+
+    lab = options("creatinine", label="lab", item=50912, prediction_time="admit + 24h",
+                  label_window=["prediction", "prediction + 24h"])
+    times = admission_times(split_admissions, lab.windows())
+    windows = pd.DataFrame({"HADM_ID": split_admissions["HADM_ID"], "LABEL_START": times["LABEL_START"],
+                            "LABEL_END": times["LABEL_END"]})
+    kwargs = dict(name=lab.name, label=lab.label, item=lab.item, flag=lab.flag, low=lab.low, high=lab.high)
+    events = sample_stages().split_events
+    whole = fit_results(events, windows, **kwargs)
+    groups = events["HADM_ID"] % 4
+    parts = [count_results(events[groups == g], windows, **kwargs) for g in (3, 0, 2, 1)]
+    assert results_from_counts(add_results([add_results(parts[:2]), add_results(parts[2:])]), windows,
+                               **kwargs) == whole
+    assert whole.measured_ and set(whole.positive_) < set(whole.measured_)
+    assert fit_results(None, None, **{**kwargs, "label": "death"}).as_json() == {"name": "creatinine",
+                                                                                 "label": "death"}
