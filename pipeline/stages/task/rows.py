@@ -46,17 +46,17 @@ def observed_rows(events: pd.DataFrame, windows: pd.DataFrame) -> Kept:
     (``windows``: per admission HADM_ID, COHORT, SINCE and UNTIL, as the stage's cohort gives them). The rest are
     quarantined, each with the reason that took it: its admission's (excluded, ended, censored) or its time's."""
     at = pd.Index(windows["HADM_ID"]).get_indexer(events["HADM_ID"])
-    cohort = pd.Series(np.append(windows[COHORT].to_numpy(object), None)[at], index=events.index)
+    # Each admission's place as a small code (0: in the cohort; an unknown admission is excluded), read per row.
+    place = np.select([windows[COHORT].eq(IN_COHORT), windows[COHORT].eq(LEFT), windows[COHORT].eq(CENSORED)],
+                      [0, 2, 3], default=1).astype("int8")
+    cohort = np.append(place, np.int8(1))[at]
     since = np.append(_seconds(windows["SINCE"]), np.nan)[at]
     until = np.append(_seconds(windows["UNTIL"]), np.nan)[at]
     charted = _seconds(events["CHARTTIME"])
-    return set_aside(events, [
-        (EXCLUDED, ~cohort.isin([IN_COHORT, LEFT, CENSORED])),
-        (ENDED, cohort == LEFT),
-        (UNLABELLED, cohort == CENSORED),
-        (AFTER, pd.Series(charted > until, index=events.index)),
-        (BEFORE, pd.Series(charted < since, index=events.index)),
-    ], stage=NAME, columns=COLUMNS, planned=True)
+    masks = {EXCLUDED: cohort == 1, ENDED: cohort == 2, UNLABELLED: cohort == 3, AFTER: charted > until,
+             BEFORE: charted < since}
+    return set_aside(events, [(reason, pd.Series(mask, index=events.index)) for reason, mask in masks.items()],
+                     stage=NAME, columns=COLUMNS, planned=True)
 
 
 @reads("HADM_ID")
