@@ -23,7 +23,7 @@ STAGING = ".badpoints-staging"  # new files are written here, then renamed into 
 PREVIOUS = "previous-manifest.json"  # in STAGING while files are switched: the replaced build's list
 # The names a build writes, of either target: only these, and only when a previous manifest lists them, does a
 # rebuild remove (a build to graphs removes the MEDS files a build to MEDS left, and the other way round).
-OUTPUT_NAME = re.compile(r"(stats|report)\.json|report\.html|(index|quarantine)\.parquet"
+OUTPUT_NAME = re.compile(r"(stats|report)\.json|report\.html|(index|quarantine|labels|label_splits)\.parquet"
                          r"|graphs/[A-Za-z0-9_-]+/batch_\d{5}\.pt"
                          r"|data/[A-Za-z0-9_-]+/\d+\.parquet"
                          r"|metadata/(codes|subject_splits)\.parquet|metadata/dataset\.json")

@@ -51,6 +51,7 @@ from pipeline.reporting.findings import LISTED, finding_from_error, format_items
 from pipeline.reporting.progress import Progress
 from pipeline.reporting.report import as_shown
 from pipeline.stages.scale.fit import ZScoreStats
+from pipeline.stages.task import task_labels
 from schemas.dedup import EdgeRows
 from schemas.errors import StageError
 from schemas.guard import check_frame
@@ -391,6 +392,10 @@ def _write(built: Build, staged: Any, config: Any, progress: Progress, *, files:
              staged.add("report.html", as_shown(html.render(built, config, engine=engine)).encode("utf-8")),
              staged.add("report.json", write.json_bytes(report.without_samples().as_json())),
              staged.add("stats.json", write.json_bytes(prepared.saved_state()))]
+    people = subjects(prepared.fates, prepared.splits, accounting["LABEVENTS"]["kept"])
+    labels = task_labels(prepared.admissions, prepared.splits, people["HADM_ID"], people["split"])
+    if labels is not None:  # a task's labels beside the dataset, in MEDS' label schema (its splits: subject_splits)
+        files.append(staged.add(write.LABELS, write.label_files(labels)[write.LABELS]))
     splits = {name: {"admissions": sum(s["admissions"] for s in built.shards if s["split"] == name),
                      "shards": sum(s["split"] == name for s in built.shards),
                      "events": sum(s["events"] for s in built.shards if s["split"] == name)} for name in SPLITS}

@@ -24,12 +24,12 @@ from pipeline.reporting.progress import Progress
 from pipeline.reporting.report import Report
 from pipeline.stages.encode import Vocabularies
 from pipeline.stages.graph.stats import EDGE_TENSORS, add_counts, count_frame, edge_counts, feature_stats
-from pipeline.stages.task import charted_after, charted_after_finding
+from pipeline.stages.task import charted_after, charted_after_finding, task_labels
 from pipeline.stages.graph.tensors import (GraphBatch, check_graphs, graph_columns, graph_limits, memory_estimate,
                                           stream_graphs)
 from schemas.graph import EDGE
 from schemas.split import SPLITS
-from schemas.task import LABEL, PREDICTION_TIME
+from schemas.task import PREDICTION_TIME
 
 BUILDING, GUARDING = STEPS = ("graphs", "guard")  # its progress steps: the graphs built, then guarded and staged
 
@@ -201,22 +201,10 @@ def _write(built: Build, staged: Any, graphs: _Graphs, config: Any, progress: Pr
         memory=graphs.memory, report_html=page.encode("utf-8"),
         features=features,
         item_names=graphs.carried_names(prepared.labitems),
-        labels=_task_labels(prepared, index))
+        labels=task_labels(prepared.admissions, prepared.splits, index["HADM_ID"], index["split"]))
     progress.step("write", rows=len(outputs.manifest["outputs"]), unit="files")
     write.write_build(out, outputs, staged)
     progress.end()
-
-
-def _task_labels(prepared: Any, index: pd.DataFrame) -> pd.DataFrame | None:
-    """A task's label of every admission in the graphs, as ``labels.parquet`` holds it: its subject (the split's
-    group: SUBJECT_ID, or HADM_ID without one), prediction time, label and split (None without a task)."""
-    admissions = prepared.admissions
-    if LABEL not in admissions:
-        return None
-    asked = admissions.set_index("HADM_ID").loc[index["HADM_ID"].to_numpy("int64")]
-    group = prepared.splits.set_index("HADM_ID")["GROUP"].loc[index["HADM_ID"].to_numpy("int64")]
-    return pd.DataFrame({"subject_id": group.to_numpy("int64"), "prediction_time": asked[PREDICTION_TIME].to_numpy(),
-                         "boolean_value": asked[LABEL].astype(bool).to_numpy(), "split": index["split"].to_numpy()})
 
 
 def _late_edges(prepared: Any, engine: Engine, *, max_lines: int) -> list[Finding]:

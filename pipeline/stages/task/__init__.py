@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from html import escape
 
+import pandas as pd
+
 from pipeline.kernel.calls import Call, Fit
 from pipeline.kernel.finding import Finding
 from pipeline.kernel.stage import Context, Plan, Shown, Stage
@@ -42,7 +44,7 @@ from schemas.task import COHORT, LABEL, PREDICTION_TIME, TaskEvents
 from schemas.windows import geometry_problems
 
 __all__ = ["LABELS", "NAME", "PRESETS", "STAGE", "Cohort", "Options", "charted_after", "charted_after_finding",
-           "observed_rows", "task_cohort"]
+           "observed_rows", "task_cohort", "task_labels"]
 
 
 def geometry_findings(options: Options) -> list[Finding]:
@@ -92,6 +94,20 @@ def summary(shown: Shown) -> list[tuple[str, str]]:
     splits = ", ".join(f"{name} {s['admissions']} ({s['positives']} positive)" for name, s in ledger["splits"].items())
     return [("task", f"{ledger['task']} ({ledger['label']} at {ledger['prediction_time']}): of {ledger['read']} "
                      f"admissions, {ledger['labelled']} labelled: {splits}")]
+
+
+def task_labels(admissions: pd.DataFrame, splits: pd.DataFrame, hadm: pd.Series, split: pd.Series
+                ) -> pd.DataFrame | None:
+    """A task's label of each admission ``hadm`` (those a build holds, with their ``split`` as it names them), as
+    ``labels.parquet`` holds them: its subject (the split's group: SUBJECT_ID, or HADM_ID without one), prediction
+    time, label and split; None without a task (next_labs' labels are the graphs' own)."""
+    if LABEL not in admissions:
+        return None
+    held = hadm.to_numpy("int64")
+    asked = admissions.set_index("HADM_ID").loc[held]
+    group = splits.set_index("HADM_ID")["GROUP"].loc[held]
+    return pd.DataFrame({"subject_id": group.to_numpy("int64"), "prediction_time": asked[PREDICTION_TIME].to_numpy(),
+                         "boolean_value": asked[LABEL].astype(bool).to_numpy(), "split": split.to_numpy()})
 
 
 def sections(shown: Shown) -> list[str]:

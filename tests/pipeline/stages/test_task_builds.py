@@ -212,3 +212,19 @@ def test_a_lab_label_build_is_the_same_on_the_parts_engine(tmp_path):
     state = json.loads((tmp_path / "whole" / "stats.json").read_text())["task"]
     assert state["label"] == "lab" and state["measured"] > state["positive"] > 0
     assert 0 < graph_labels(tmp_path / "whole").sum() <= state["positive"]  # the positives the graphs keep
+
+
+def test_a_rebuild_without_the_task_removes_its_labels_and_a_meds_build_writes_them(tmp_path):
+    """labels.parquet is a task build's: a rebuild of the same folder without a task leaves none behind (no stale
+    labels beside graphs of another task); a build written as MEDS holds it too, its subjects the shards'."""
+    out = tmp_path / "out"
+    assert build(SAMPLE, out, config_of("long_stay_3d")).exit_code == 0
+    assert (out / "labels.parquet").is_file() and (out / "label_splits.parquet").is_file()
+    assert build(SAMPLE, out, load_config()).exit_code == 0
+    assert not (out / "labels.parquet").exists() and not (out / "label_splits.parquet").exists()
+    meds = build(SAMPLE, tmp_path / "meds", config_of("long_stay_3d"), to="meds")
+    labels = pq.read_table(tmp_path / "meds" / "labels.parquet").to_pandas()
+    events = pd.read_parquet(tmp_path / "meds" / "data")
+    assert meds.exit_code == 0 and len(labels) == built("sample", "long_stay_3d").report.attrition["task"]["labelled"]
+    assert set(labels["subject_id"]) <= set(events["subject_id"])
+    assert labels.equals(pq.read_table(built("sample", "long_stay_3d").out_dir / "labels.parquet").to_pandas())
