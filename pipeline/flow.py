@@ -293,7 +293,7 @@ def _reported(prepared: Prepared, tables: RawTables, config: Config, ledger: Led
     closing: list = []
     if prepared.edges is not None:
         prepared = replace(prepared, fates=admission_fates(tables, prepared, engine=engine))
-        ledgers, closing = ORDER.closing(prepared, config)
+        ledgers, closing = ORDER.closing(prepared, config, engine, max_lines=max_lines)
         prepared = replace(prepared, ledgers=ledgers)
     findings = ledger.findings + quarantined + admission_findings(prepared, max_lines=max_lines) + closing
     return replace(prepared, findings=tuple([*findings, attrition_finding(prepared)]))

@@ -95,9 +95,10 @@ class Stage:
     # Whether it does nothing with its options (no call, no fit, no table changed): the passes then go through it
     # as if it were not declared, so a stage a config leaves unused costs no pass and moves no figure.
     idle: Callable[[Any], bool] | None = None
-    # What it says of the finished run once every admission's fate is known (``pipeline.ledgers.Prepared``): its
-    # own ledger (plain JSON, in the report's attrition under its name; None: none) and its findings.
-    closes: Callable[[Any, Any], tuple[dict | None, list[Finding]]] | None = None
+    # What it says of the finished run once every admission's fate is known (``pipeline.ledgers.Prepared``, its
+    # options, the engine that holds the rows, how many lines a finding lists): its own ledger (plain JSON, in the
+    # report's attrition under its name; None: none) and its findings.
+    closes: Callable[[Any, Any, Engine, int], tuple[dict | None, list[Finding]]] | None = None
 
     @property
     def section(self) -> str | None:
@@ -325,13 +326,14 @@ class Order:
         return [finding for stage in self.stages if stage.checks_options is not None
                 for finding in stage.checks_options(stage.options_in(config))]
 
-    def closing(self, prepared: Any, config: Any) -> tuple[dict[str, dict], list[Finding]]:
+    def closing(self, prepared: Any, config: Any, engine: Engine, *, max_lines: int
+                ) -> tuple[dict[str, dict], list[Finding]]:
         """What each stage that is not idle says of the finished run (:attr:`Stage.closes`): its ledger by its name,
         and every finding, in flow order."""
         ledgers, findings = {}, []
         for stage in self.stages:
             if stage.closes is not None and not stage.idle_in(config):
-                ledger, found = stage.closes(prepared, stage.options_in(config))
+                ledger, found = stage.closes(prepared, stage.options_in(config), engine, max_lines)
                 if ledger is not None:
                     ledgers[stage.name] = ledger
                 findings.extend(found)

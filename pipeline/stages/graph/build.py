@@ -24,12 +24,11 @@ from pipeline.reporting.progress import Progress
 from pipeline.reporting.report import Report
 from pipeline.stages.encode import Vocabularies
 from pipeline.stages.graph.stats import EDGE_TENSORS, add_counts, count_frame, edge_counts, feature_stats
-from pipeline.stages.task import charted_after, charted_after_finding, task_labels
+from pipeline.stages.task import task_labels
 from pipeline.stages.graph.tensors import (GraphBatch, check_graphs, graph_columns, graph_limits, memory_estimate,
                                           stream_graphs)
 from schemas.graph import EDGE
 from schemas.split import SPLITS
-from schemas.task import PREDICTION_TIME
 
 BUILDING, GUARDING = STEPS = ("graphs", "guard")  # its progress steps: the graphs built, then guarded and staged
 
@@ -97,7 +96,6 @@ def write_graphs(staged: Any, validation: Any, config: Any, progress: Progress, 
     graphs = _Graphs.of(made, staged)
     progress.step(GUARDING, rows=len(graphs.summaries), unit="graphs")
     graphs.findings.extend(_over_budget(graphs.memory, config))
-    graphs.findings.extend(_late_edges(prepared, engine, max_lines=config.report.max_lines))
     accounting = {"LABEVENTS": prepared.ledger(), "ADMISSIONS": prepared.admission_ledger()}
     check_built(graphs.summaries, accounting)
     # A report of its own: the validation's findings (severities applied) and the graphs', in a new list.
@@ -205,16 +203,6 @@ def _write(built: Build, staged: Any, graphs: _Graphs, config: Any, progress: Pr
     progress.step("write", rows=len(outputs.manifest["outputs"]), unit="files")
     write.write_build(out, outputs, staged)
     progress.end()
-
-
-def _late_edges(prepared: Any, engine: Engine, *, max_lines: int) -> list[Finding]:
-    """The edge rows charted after their admission's prediction time (a task's guard: the task stage set them
-    aside, so none; a stage after it that moved a later row in is a bug this names)."""
-    admissions = prepared.admissions
-    if PREDICTION_TIME not in admissions:
-        return []
-    late = engine.rows(prepared.edges, charted_after, admissions[["HADM_ID", PREDICTION_TIME]])
-    return charted_after_finding(late, max_lines=max_lines)
 
 
 def _train_counts(prepared: Any, index: pd.DataFrame, features: Mapping[str, Any], engine: Engine) -> dict:

@@ -14,6 +14,7 @@ from pipeline.kernel.finding import Finding
 from pipeline.reporting.findings import LISTED, summary_finding
 from pipeline.stages.task.cohort import CENSORED, LEFT, NAME, Cohort, criterion_keys
 from pipeline.stages.task.options import Options
+from pipeline.stages.task.rows import charted_after
 from schemas.raw import KNOWN_AFTER_ADMISSION
 from schemas.split import SPLITS
 from schemas.task import COHORT, IN_COHORT, LABEL, LABEL_COLUMNS, PREDICTION_TIME
@@ -140,11 +141,13 @@ def cohort_ledger(prepared: Any, options: Options) -> dict:
             "labelled": int(len(labelled)), "splits": splits}
 
 
-def closing(prepared: Any, options: Options) -> tuple[dict | None, list[Finding]]:
-    """The task's ledger and what it says once every admission's fate is known (:attr:`Stage.closes`): the cohort
-    criterion by criterion, the prevalence per split, and the splits below ``min_positives`` of either label."""
+def closing(prepared: Any, options: Options, engine: Any, max_lines: int) -> tuple[dict | None, list[Finding]]:
+    """The task's ledger and what it says once every admission's fate is known (:attr:`Stage.closes`): every edge
+    row held to its admission's prediction time (where the engine holds them), the cohort criterion by criterion,
+    the prevalence per split, and the splits below ``min_positives`` of either label."""
     if prepared.fates is None or prepared.admissions is None or COHORT not in prepared.admissions:
         return None, []
+    late = engine.rows(prepared.edges, charted_after, prepared.admissions[["HADM_ID", PREDICTION_TIME]])
     ledger = cohort_ledger(prepared, options)
     removed = "; ".join(f"{s['step']} -{s['removed']}" for s in ledger["steps"] if s["removed"])
     found = [summary_finding(
@@ -165,7 +168,7 @@ def closing(prepared: Any, options: Options) -> tuple[dict | None, list[Finding]
             stage=NAME, check="task_few_positives", table="ADMISSIONS", column=None, count=len(few),
             message="; ".join(f"{name} has {n} {kind} label{'s' if n != 1 else ''}" for name, kind, n in few)
                     + f", fewer than [task] min_positives {options.min_positives}"))
-    return ledger, found
+    return ledger, [*charted_after_finding(late, max_lines=max_lines), *found]
 
 
 __all__ = ["PREDICTION_TIME", "charted_after_finding", "class_findings", "closing", "cohort_ledger",

@@ -360,3 +360,24 @@ def test_the_fit_of_a_lab_label_in_parts_is_its_fit_of_all_the_rows(split_admiss
     assert whole.measured_ and set(whole.positive_) < set(whole.measured_)
     assert fit_results(None, None, **{**kwargs, "label": "death"}).as_json() == {"name": "creatinine",
                                                                                  "label": "death"}
+
+
+def test_a_run_whose_edges_hold_a_row_charted_after_its_prediction_time_is_an_error_naming_it(sample_dir):
+    """The task's closing guard, on a finished run's edge rows: none in a real run; one planted (a row moved past
+    its admission's prediction time, as only a stage after the task could) is named with its admission and item."""
+    from dataclasses import replace
+
+    from pipeline.engines.pandas import PANDAS
+    from pipeline.stages.task.findings import closing
+
+    validation = validate(sample_dir, load_config(task="long_stay_3d"))
+    prepared, config = validation.prepared, validation.config
+    _, found = closing(prepared, config.task, PANDAS, 20)
+    assert "task_feature_after_prediction" not in {f.check for f in found}
+    edges = prepared.edges.copy()
+    line = edges.index[10]
+    edges.loc[line, "CHARTTIME"] += 72 * HOUR
+    _, found = closing(replace(prepared, edges=edges), config.task, PANDAS, 20)
+    (late,) = [f for f in found if f.check == "task_feature_after_prediction"]
+    assert late.severity == "error" and late.lines == [line] and late.items == [int(edges.loc[line, "ITEMID"])]
+    assert f"HADM_ID {edges.loc[line, 'HADM_ID']}" in late.message
