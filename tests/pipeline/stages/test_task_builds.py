@@ -57,8 +57,8 @@ def built(folder: str, name: str, engine: str = "pandas", partitions: int = 1, r
     out = OUT / f"{folder}-{name}-{engine}-{partitions}-{run}"
     if engine == "pandas":
         return build(data(folder), out, config_of(name))
-    if engine == "parts":
-        with parts_engine(partitions=partitions, workers=2) as parts:
+    if engine == "parts":  # in this process: the Dask cluster's two workers are the other processes compared
+        with parts_engine(partitions=partitions, workers=1) as parts:
             return build(data(folder), out, config_of(name), engine=parts)
     from pipeline.engines.dask import dask_engine
     with dask_engine(workers=2, memory_limit="1GB", partitions=partitions) as cluster:
@@ -204,7 +204,7 @@ def test_a_lab_label_build_is_the_same_on_the_parts_engine(tmp_path):
     path.write_text('[task]\nname = "creatinine"\nlabel = "lab"\nitem = 50912\nprediction_time = "admit + 24h"\n'
                     'label_window = ["prediction", "prediction + 24h"]\n')
     whole = build(SAMPLE, tmp_path / "whole", load_config(path))
-    with parts_engine(partitions=4, workers=2) as parts:
+    with parts_engine(partitions=4, workers=1) as parts:
         parted = build(SAMPLE, tmp_path / "parts", load_config(path), engine=parts)
     assert whole.exit_code == parted.exit_code == 0
     assert parted.report.as_json() == whole.report.as_json()
