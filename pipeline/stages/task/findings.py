@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.kernel.finding import Finding
+from pipeline.ledgers import IN_GRAPHS
 from pipeline.reporting.findings import LISTED, summary_finding
 from pipeline.stages.task.cohort import CENSORED, LEFT, NAME, Cohort, criterion_keys
 from pipeline.stages.task.options import Options
@@ -20,7 +21,6 @@ from schemas.split import SPLITS
 from schemas.task import COHORT, IN_COHORT, LABEL, LABEL_COLUMNS, PREDICTION_TIME
 from schemas.windows import Point, relation
 
-IN_GRAPHS = "in_graphs"  # an admission's fate when it has a graph node (pipeline.ledgers names it so)
 NO_DATA = ("admission_no_labs", "task_no_observed_data")  # the fates of an admission with nothing observed
 
 
