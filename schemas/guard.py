@@ -223,7 +223,8 @@ def guarded(*, stage: str, takes: type[pa.DataFrameModel] | None = None,
     A stage that returns an object with a ``frame`` attribute (such as
     :class:`pipeline.kernel.quarantine.Kept`) has that frame validated. A fit, which reads some columns of what
     its stage takes and returns a state, declares them in ``reads``: its input is validated on those
-    (:func:`reading`). An error names the function as ``<stage>.<name>``, the way a notebook calls it.
+    (:func:`reading`); a fit that reads no rows (handed ``None``) has nothing to validate. An error names the
+    function as ``<stage>.<name>``, the way a notebook calls it.
     """
 
     def decorate(function: F) -> F:
@@ -231,7 +232,7 @@ def guarded(*, stage: str, takes: type[pa.DataFrameModel] | None = None,
 
         @functools.wraps(function)
         def wrapper(frame: pd.DataFrame, *args: Any, **kwargs: Any) -> Any:
-            if takes is not None and not _passed_as_output(frame, takes):
+            if takes is not None and frame is not None and not _passed_as_output(frame, takes):
                 check_frame(takes, frame, stage=stage, side="input", caller=caller, reads=reads)
             result = function(frame, *args, **kwargs)
             if gives is not None:

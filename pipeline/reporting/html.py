@@ -340,10 +340,10 @@ def _attrition(report: Report) -> str:
 
 
 def _admissions(ledger: dict | None) -> str:
-    """The ADMISSIONS ledger: read = in graphs + dropped, per split, with the reason of every drop."""
+    """The ADMISSIONS ledger: read = in graphs + dropped, per split, with a column per reason that dropped any."""
     if not ledger:
         return ""
-    reasons = list(ledger["dropped_by"])
+    reasons = [reason for reason, n in ledger["dropped_by"].items() if n]  # the reasons that dropped any admission
     equation = (f'<p class="ledger">ADMISSIONS: read {ledger["read"]:,} = in graphs {ledger["in_graphs"]:,} + '
                 f'dropped {ledger["dropped"]:,}</p>')
     rows = [[name, page.n(split["read"]), page.n(split["in_graphs"]), page.n(split["dropped"]),

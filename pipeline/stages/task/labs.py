@@ -15,10 +15,13 @@ import pandas as pd
 from pipeline.kernel.calls import reads
 from pipeline.kernel.stage import Context
 from pipeline.stages.task.cohort import admission_times
-from pipeline.stages.task.options import Options
+from pipeline.stages.task.options import NAME, Options
+from schemas.guard import guarded
 from schemas.raw import ADMISSIONS
+from schemas.split import SplitEvents
 
 RESULT_COLUMNS = ["HADM_ID", "POSITIVE"]
+READS = ("HADM_ID", "ITEMID", "CHARTTIME", "FLAG", "VALUENUM")  # the columns of the rows a lab label reads
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,9 @@ def fit_inputs(events: Any, context: Context) -> tuple[Any, tuple, dict]:
     return events, (windows,), kwargs
 
 
-@reads("HADM_ID", "ITEMID", "CHARTTIME", "VALUENUM", "FLAG")
-def count_results(events: pd.DataFrame | None, windows: pd.DataFrame | None, *, name: str = Options.name,
+@reads(*READS)
+@guarded(stage=NAME, takes=SplitEvents, reads=READS)
+def count_results(events: pd.DataFrame | None, windows: pd.DataFrame | None = None, *, name: str = Options.name,
                   label: str = Options.label, item: int = Options.item, flag: str = Options.flag,
                   low: float | str = Options.low, high: float | str = Options.high) -> pd.DataFrame:
     """A part's admissions with a result of ``item`` in their label window, and whether one makes the label:
@@ -101,6 +105,7 @@ def results_from_counts(found: pd.DataFrame, windows: pd.DataFrame | None = None
                        positive_=tuple(int(h) for h in found.loc[found["POSITIVE"], "HADM_ID"]))
 
 
+@guarded(stage=NAME, takes=SplitEvents, reads=READS)
 def fit_results(events: pd.DataFrame | None, windows: pd.DataFrame | None = None, **options: Any) -> TaskResults:
     """:func:`results_from_counts` of :func:`count_results` of all the rows."""
     return results_from_counts(add_results([count_results(events, windows, **options)]), windows, **options)
