@@ -116,8 +116,8 @@ def subjects(combined: Combined, assigned: pd.Series | None) -> list[Finding]:
     places = combined.subjects
     expected = places.index.map(assigned) if assigned is not None else places["split"]
     table = pd.DataFrame({"shards": places["shards"].astype(np.int64), "splits": places["splits"].astype(np.int64),
-                          "split": places["split"].astype(str),
-                          "expected": pd.Series(expected, index=places.index, dtype=object),
+                          "split": places["split"].astype("str"),
+                          "expected": pd.Series(expected, index=places.index, dtype="str"),  # typed with no subject too
                           "out_of_order": places["out_of_order"].astype(bool)}, index=places.index)
     failed, found = failing(MedsSubjects, table), []
     spread = places[failed("meds_subject_shards")]
