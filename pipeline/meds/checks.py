@@ -80,10 +80,11 @@ def metadata(problems: Iterable[Problem]) -> list[Finding]:
             for p in problems]
 
 
-def schema(partials: Iterable[ShardPartial]) -> list[Finding]:
-    """``meds_schema``: each shard meds' DataSchema refuses."""
-    return [_finding("meds_schema", p.name, None, p.schema_rows, f"{p.schema_rows:,} of {p.rows:,} rows fail "
-                     f"meds.DataSchema: {p.schema}") for p in partials if p.schema is not None]
+def schema(partials: Iterable[ShardPartial], *, side: str = "") -> list[Finding]:
+    """``meds_schema``: each shard meds' DataSchema refuses, named as its input is (``side``: ``'before '`` for
+    the folder ``--compare`` reads)."""
+    return [_finding("meds_schema", f"{side}{p.name}", None, p.schema_rows, f"{p.schema_rows:,} of {p.rows:,} rows "
+                     f"fail meds.DataSchema: {p.schema}") for p in partials if p.schema is not None]
 
 
 def empty(partials: list[ShardPartial], assigned: pd.Series | None) -> list[Finding]:

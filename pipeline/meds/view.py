@@ -25,7 +25,9 @@ def summary(shown: Shown) -> list[tuple[str, str]]:
                           f"{s['subjects_after']:,} subjects" for split, s in compared["splits"].items())
         dropped = compared["codes_dropped"]
         gone = f"; {len(dropped)} code(s) dropped ({sum(dropped.values()):,} rows)" if dropped else ""
-        lines.append(("MEDS compare", f"{text}{gone}"))
+        left_out = compared.get("shards_left_out")
+        refused = f"; refused, left out: {', '.join(left_out)}" if left_out else ""
+        lines.append(("MEDS compare", f"{text}{gone}{refused}"))
     return lines
 
 
