@@ -13,6 +13,7 @@ import pytest
 
 from pipeline.config import load_config
 from pipeline.meds import validate_meds
+from pipeline.reporting.html import render
 from tests.meds import write_meds
 
 
@@ -40,3 +41,4 @@ def test_a_shard_refused_on_either_side_is_named_and_left_out_of_the_comparison(
     assert ledger["rows"] == {"before": 840 - 140, "after": 840 - 140}
     (line,) = [text for label, text in run.report.summary if label == "MEDS compare"]
     assert line.endswith("; refused, left out: held_out/0")
+    assert "(stages run: none marked in .logs/); refused, left out: held_out/0</p>" in render(run, load_config())
