@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.cache import ENTRY, FOLDERS, MAX_BYTES, TAG, TEMPORARY, CacheError, recognised, tag_of, write_tag
+from schemas.graph import size_text
 
 
 @dataclass(frozen=True)
@@ -95,13 +96,6 @@ def cleared_lines(removed: Contents) -> list[str]:
     marked = f"marked as a cache (its damaged {TAG} written again)" if removed.damaged_tag else "marked as a cache"
     return [f"cache: {removed.root}", f"  removed {removed.entries}; the folder stays, {marked}",
             *_left(removed)]
-
-
-def size_text(size: int) -> str:
-    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("kB", 2**10)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size} bytes"
 
 
 def _count(n: int, noun: str) -> str:

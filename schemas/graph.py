@@ -226,7 +226,7 @@ def tensor_bytes(data: Data | HeteroData) -> int:
 
 
 def size_text(count: int) -> str:
-    """Bytes as people read them: '512 B', '3.2 MiB'."""
+    """Bytes in binary units, the one way badpoints writes a size (tensors, the cache): '512 B', '3.2 MiB'."""
     size, unit = float(count), "B"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if size < 1024 or unit == "TiB":

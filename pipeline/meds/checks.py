@@ -80,10 +80,11 @@ def metadata(problems: Iterable[Problem]) -> list[Finding]:
             for p in problems]
 
 
-def schema(partials: Iterable[ShardPartial]) -> list[Finding]:
-    """``meds_schema``: each shard meds' DataSchema refuses."""
-    return [_finding("meds_schema", p.name, None, p.schema_rows, f"{p.schema_rows:,} of {p.rows:,} rows fail "
-                     f"meds.DataSchema: {p.schema}") for p in partials if p.schema is not None]
+def schema(partials: Iterable[ShardPartial], *, side: str = "") -> list[Finding]:
+    """``meds_schema``: each shard meds' DataSchema refuses, named as its input is (``side``: ``'before '`` for
+    the folder ``--compare`` reads)."""
+    return [_finding("meds_schema", f"{side}{p.name}", None, p.schema_rows, f"{p.schema_rows:,} of {p.rows:,} rows "
+                     f"fail meds.DataSchema: {p.schema}") for p in partials if p.schema is not None]
 
 
 def empty(partials: list[ShardPartial], assigned: pd.Series | None) -> list[Finding]:
@@ -116,8 +117,8 @@ def subjects(combined: Combined, assigned: pd.Series | None) -> list[Finding]:
     places = combined.subjects
     expected = places.index.map(assigned) if assigned is not None else places["split"]
     table = pd.DataFrame({"shards": places["shards"].astype(np.int64), "splits": places["splits"].astype(np.int64),
-                          "split": places["split"].astype(str),
-                          "expected": pd.Series(expected, index=places.index, dtype=object),
+                          "split": places["split"].astype("str"),
+                          "expected": pd.Series(expected, index=places.index, dtype="str"),  # typed with no subject too
                           "out_of_order": places["out_of_order"].astype(bool)}, index=places.index)
     failed, found = failing(MedsSubjects, table), []
     spread = places[failed("meds_subject_shards")]

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.meds.formula import Fitted, reduce_shards
-from pipeline.meds.shards import CODE_COLUMNS, SUBJECT_COLUMNS, ShardPartial
+from pipeline.meds.shards import CODE_COLUMNS, SUBJECT_COLUMNS, ShardPartial, no_rows
 
 _COUNTS = ["rows", "numeric", "nan", "inf", "beyond", "text_only"]
 
@@ -36,7 +36,7 @@ def combine(partials: Iterable[ShardPartial]) -> Combined:
     shards = {p.name: p for p in sorted(partials, key=lambda p: p.name) if p.unreadable is None and p.schema is None}
     frames = [p.codes.assign(split=p.split, shard=p.name) for p in shards.values() if len(p.codes)]
     rows = (pd.concat(frames).rename_axis("code").reset_index() if frames
-            else pd.DataFrame(columns=["code", "split", "shard", *CODE_COLUMNS]))
+            else no_rows({"code": "str", "split": "str", "shard": "str"} | CODE_COLUMNS))
     by_split = rows.groupby(["split", "code"], sort=True)[_COUNTS].sum()
     codes = rows.groupby("code", sort=True).agg(**{c: (c, "sum") for c in _COUNTS}, min=("min", "min"),
                                                  max=("max", "max"))
@@ -54,7 +54,7 @@ def reference(rows: pd.DataFrame) -> pd.DataFrame:
     totals = parts.groupby("code", sort=True)[["n", "sum", "m2"]].sum()
     with np.errstate(invalid="ignore", divide="ignore"):
         totals["mean64"] = totals["sum"] / totals["n"]
-        spread = (mean - rows["code"].map(totals["mean64"]).to_numpy()) ** 2 * n
+        spread = (mean - rows["code"].map(totals["mean64"]).to_numpy(np.float64)) ** 2 * n
         totals["m2"] += spread.groupby(rows["code"]).sum()
         totals["std64"] = np.sqrt(totals["m2"] / totals["n"])
     return totals.assign(fit_n=totals["n"].astype(np.int64))[["fit_n", "mean64", "std64"]]
@@ -64,10 +64,8 @@ def subject_places(shards: Iterable[ShardPartial]) -> pd.DataFrame:
     """Per subject: rows, first and last time, out of order in any shard, how many shards and splits hold its
     rows and the first and last of each by name."""
     frames = [p.subjects.assign(shard=p.name, split=p.split) for p in shards if len(p.subjects)]
-    if not frames:
-        return pd.DataFrame(columns=[*SUBJECT_COLUMNS, "shards", "shard", "last_shard", "splits", "split",
-                                     "last_split"]).set_index("subject_id")
-    spans = pd.concat(frames, ignore_index=True)
+    spans = (pd.concat(frames, ignore_index=True) if frames
+             else no_rows(SUBJECT_COLUMNS | {"shard": "str", "split": "str"}))
     groups = spans.groupby("subject_id", sort=True)
     return groups.agg(rows=("rows", "sum"), first_time=("first_time", "min"), last_time=("last_time", "max"),
                       out_of_order=("out_of_order", "any"),

@@ -2,7 +2,8 @@
 rows, as a ledger like a MIMIC run's attrition: rows in and out per split and per shard (where a shard of the same
 name is on both sides), subjects in and out per split, and the codes present before and absent after with their
 rows. Both sides are read as :func:`pipeline.meds.validate_meds` reads a folder (a normalized folder's codes
-named through its vocabulary), so the codes compare as strings."""
+named through its vocabulary), so the codes compare as strings. A shard refused on either side (``meds_schema``,
+each side's finding) is left out of both: its rows were not checked, so they are neither counted nor gone."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.meds.combine import Combined
 from pipeline.meds.shards import ShardPartial
 
 
@@ -20,7 +20,8 @@ from pipeline.meds.shards import ShardPartial
 class Comparison:
     """``splits``: per split ``rows_before``, ``rows_after``, ``subjects_before``, ``subjects_after``;
     ``shards``: per shard name on both sides its rows before and after; ``dropped``: per code present before and
-    absent after, its rows before; ``stages``: the stages ``AFTER/.logs/*.done`` marks done (sorted)."""
+    absent after, its rows before; ``stages``: the stages ``AFTER/.logs/*.done`` marks done (sorted);
+    ``left_out``: the shard names refused on either side, left out of the rest (sorted)."""
 
     before: str
     after: str
@@ -28,11 +29,14 @@ class Comparison:
     shards: pd.DataFrame
     dropped: pd.Series
     stages: tuple[str, ...]
+    left_out: tuple[str, ...] = ()
 
 
-def compare(before: Path, after: Path, read_before: list[ShardPartial], read_after: list[ShardPartial],
-            combined_before: Combined, combined_after: Combined) -> Comparison:
-    """The ledger of BEFORE -> AFTER from both sides' partials and combined codes."""
+def compare(before: Path, after: Path, read_before: list[ShardPartial], read_after: list[ShardPartial]) -> Comparison:
+    """The ledger of BEFORE -> AFTER from both sides' partials, those of a shard name refused on either side left
+    out."""
+    left_out = sorted({p.name for p in (*read_before, *read_after) if p.schema is not None})
+    read_before, read_after = ([p for p in side if p.name not in left_out] for side in (read_before, read_after))
     sides = {"before": per_split(read_before), "after": per_split(read_after)}
     splits = pd.concat({f"{what}_{side}": frame[what] for side, frame in sides.items()
                         for what in ("rows", "subjects")}, axis=1).fillna(0).astype(np.int64)
@@ -40,10 +44,16 @@ def compare(before: Path, after: Path, read_before: list[ShardPartial], read_aft
     shards = pd.DataFrame({"rows_before": pd.Series({p.name: p.rows for p in read_before}, dtype=np.int64),
                            "rows_after": pd.Series({p.name: p.rows for p in read_after}, dtype=np.int64)})
     shards = shards.dropna().astype(np.int64).sort_index()
-    rows_before = combined_before.codes["rows"]
-    gone = ~rows_before.index.isin(combined_after.codes.index[combined_after.codes["rows"] > 0])
-    dropped = rows_before[gone & (rows_before > 0)].astype(np.int64)
-    return Comparison(str(before), str(after), splits, shards, dropped, done_stages(after))
+    rows_before, rows_after = code_rows(read_before), code_rows(read_after)
+    gone = ~rows_before.index.isin(rows_after.index[rows_after > 0])
+    dropped = rows_before[gone & (rows_before > 0)]
+    return Comparison(str(before), str(after), splits, shards, dropped, done_stages(after), tuple(left_out))
+
+
+def code_rows(partials: list[ShardPartial]) -> pd.Series:
+    """Per code (sorted): its rows over the shards read."""
+    rows = [p.codes["rows"] for p in partials if p.unreadable is None and len(p.codes)]
+    return (pd.concat(rows).groupby(level=0, sort=True).sum() if rows else pd.Series(dtype=np.int64)).astype(np.int64)
 
 
 def per_split(partials: list[ShardPartial]) -> pd.DataFrame:
@@ -71,7 +81,8 @@ def ledger(comparison: Comparison) -> dict:
                      "after": int(comparison.splits["rows_after"].sum())},
             "splits": {split: {k: int(v) for k, v in row.items()} for split, row in comparison.splits.iterrows()},
             "shards": {name: {k: int(v) for k, v in row.items()} for name, row in comparison.shards.iterrows()},
-            "codes_dropped": {code: int(n) for code, n in comparison.dropped.sort_index().items()}}
+            "codes_dropped": {code: int(n) for code, n in comparison.dropped.sort_index().items()},
+            "shards_left_out": list(comparison.left_out)}
 
 
 def summary(comparison: Comparison) -> list[tuple[str, str]]:

@@ -166,9 +166,8 @@ def _checked(report: Report, folder: Folder, earlier: Folder | None, config: Any
                     *checks.normalized(combined, config.scale.warn_bound)])
     report.attrition = ledger(folder.partials, folder.assigned)
     if earlier is not None:
-        comparison = compared(earlier.root, folder.root, earlier.partials, folder.partials, earlier.combined,
-                              combined)
-        report.add(checks.compared(comparison))
+        comparison = compared(earlier.root, folder.root, earlier.partials, folder.partials)
+        report.add([*checks.schema(earlier.partials, side="before "), *checks.compared(comparison)])
         report.attrition["MEDS compare"] = compare_ledger(comparison)
     return Made(folder, earlier, ready, comparison)
 

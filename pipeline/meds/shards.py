@@ -22,9 +22,17 @@ from pipeline.reading.arrow import NotRegular, opened
 from pipeline.reporting.report import as_shown
 from schemas.errors import out_of_memory
 
-CODE_COLUMNS = ["rows", "numeric", "nan", "inf", "beyond", "text_only", "min", "max",
-                "fit_n", "fit_mean", "fit_m2"]
-SUBJECT_COLUMNS = ["subject_id", "rows", "first_time", "last_time", "out_of_order"]
+CODE_COLUMNS = {"rows": np.int64, "numeric": np.int64, "nan": np.int64, "inf": np.int64, "beyond": np.int64,
+                "text_only": np.int64, "min": np.float64, "max": np.float64, "fit_n": np.int64,
+                "fit_mean": np.float64, "fit_m2": np.float64}
+SUBJECT_COLUMNS = {"subject_id": np.int64, "rows": np.int64, "first_time": np.int64, "last_time": np.int64,
+                   "out_of_order": bool}
+
+
+def no_rows(columns: dict[str, type | str]) -> pd.DataFrame:
+    """A frame of ``columns`` (name -> dtype) with no row, typed as one with rows is: a shard refused, a shard of
+    no row and a folder with neither give the checks tables of the types their models declare."""
+    return pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in columns.items()})
 
 
 @dataclass(frozen=True)
@@ -43,9 +51,9 @@ class ShardPartial:
     unreadable: str | None = None
     schema: str | None = None
     schema_rows: int = 0
-    codes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CODE_COLUMNS))
+    codes: pd.DataFrame = field(default_factory=lambda: no_rows(CODE_COLUMNS))
     fitted: Fitted | None = None
-    subjects: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SUBJECT_COLUMNS))
+    subjects: pd.DataFrame = field(default_factory=lambda: no_rows(SUBJECT_COLUMNS))
 
 
 def shard_name(data: Path, path: Path) -> str:
@@ -153,7 +161,7 @@ def code_sums(frame: pd.DataFrame, fitted: np.ndarray, bound: float) -> pd.DataF
     centred = parts["fit_x"] - parts["code"].map(sums["fit_mean"]).astype(np.float64)
     sums["fit_m2"] = (centred * centred).groupby(parts["code"], observed=True).sum()
     sums.index = sums.index.astype(str)
-    return sums[CODE_COLUMNS].astype({c: np.int64 for c in CODE_COLUMNS[:6]} | {"fit_n": np.int64})
+    return sums[list(CODE_COLUMNS)].astype(CODE_COLUMNS)
 
 
 def subject_spans(frame: pd.DataFrame) -> pd.DataFrame:
@@ -169,4 +177,4 @@ def subject_spans(frame: pd.DataFrame) -> pd.DataFrame:
     spans = groups.agg(rows=("position", "size"), first=("position", "min"), last=("position", "max"),
                        first_time=("time", "min"), last_time=("time", "max"), backwards=("backwards", "any"))
     spans["out_of_order"] = spans["backwards"] | (spans["last"] - spans["first"] + 1 != spans["rows"])
-    return spans.reset_index()[SUBJECT_COLUMNS]
+    return spans.reset_index()[list(SUBJECT_COLUMNS)]

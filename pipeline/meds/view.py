@@ -25,7 +25,9 @@ def summary(shown: Shown) -> list[tuple[str, str]]:
                           f"{s['subjects_after']:,} subjects" for split, s in compared["splits"].items())
         dropped = compared["codes_dropped"]
         gone = f"; {len(dropped)} code(s) dropped ({sum(dropped.values()):,} rows)" if dropped else ""
-        lines.append(("MEDS compare", f"{text}{gone}"))
+        left_out = compared.get("shards_left_out")
+        refused = f"; refused, left out: {', '.join(left_out)}" if left_out else ""
+        lines.append(("MEDS compare", f"{text}{gone}{refused}"))
     return lines
 
 
@@ -45,8 +47,10 @@ def ledgers(shown: Shown) -> list[str]:
         splits = [[split, page.n(e["rows_before"]), page.n(e["rows_after"]), page.n(e["subjects_before"]),
                    page.n(e["subjects_after"])] for split, e in compared["splits"].items()]
         dropped = [[code, page.n(n)] for code, n in sorted(compared["codes_dropped"].items(), key=lambda kv: -kv[1])]
+        left_out = compared.get("shards_left_out")
+        refused = f'; refused, left out: {escape(", ".join(left_out))}' if left_out else ""
         body += (f'<h3>Compared with {escape(compared["before"])}</h3><p class="ledger">rows {before:,} &rarr; '
-                 f'{after:,} (stages run: {escape(stages)})</p>'
+                 f'{after:,} (stages run: {escape(stages)}){refused}</p>'
                  + page.table(["split", "rows before", "rows after", "subjects before", "subjects after"], splits,
                               numeric={1, 2, 3, 4})
                  + (page.details(f"codes with rows before and none after ({len(dropped)})",

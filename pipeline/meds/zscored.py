@@ -6,8 +6,9 @@
 checked with :func:`schema_problem` instead, and its codes are named through the vocabulary (:func:`name_codes`)
 so that every finding names a code as the dataset before the stage did.
 
-How a folder is known to be normalized (:func:`is_normalized`): its shards' ``code`` is an integer, read from the
-Parquet footers only. The data decide, not the run's markers: MEDS' own schema has a string code and the only
+How a folder is known to be normalized (:func:`is_normalized`): most of its shards' ``code`` is an integer, read
+from the Parquet footers only; a shard of the other kind is then that shard's ``meds_schema`` finding, not the
+folder's kind. The data decide, not the run's markers: MEDS' own schema has a string code and the only
 MEDS-Transforms stage that writes an integer one into ``data/`` is ``normalization``; a ``data/`` folder copied
 without ``.logs/normalization.done`` is still normalized, and a folder with the marker but string codes is not.
 """
@@ -24,16 +25,21 @@ from schemas.errors import out_of_memory
 
 
 def is_normalized(paths: list[Path]) -> bool:
-    """Whether the first shard whose footer can be read has an integer ``code``: normalization's output."""
-    for path in paths:
-        try:
-            schema = parquet_schema(path)
-        except (OSError, pa.ArrowException) as exc:  # not Parquet, or not a regular file (never opened)
-            if out_of_memory(exc):
-                raise
-            continue
-        return "code" in schema.names and pa.types.is_integer(schema.field("code").type)
-    return False
+    """Whether most of the shards whose footer can be read have an integer ``code``: normalization's output (a
+    tie is a MEDS dataset, whose schema is meds' own)."""
+    kinds = [kind for kind in map(_integer_code, paths) if kind is not None]
+    return 2 * sum(kinds) > len(kinds)
+
+
+def _integer_code(path: Path) -> bool | None:
+    """Whether the shard's footer declares an integer ``code``; None where it cannot be read."""
+    try:
+        schema = parquet_schema(path)
+    except (OSError, pa.ArrowException) as exc:  # not Parquet, or not a regular file (never opened)
+        if out_of_memory(exc):
+            raise
+        return None
+    return "code" in schema.names and pa.types.is_integer(schema.field("code").type)
 
 
 def unnamed(index: int) -> str:

@@ -549,7 +549,7 @@ def test_cache_shows_where_it_is_what_it_holds_and_its_size(data, tmp_path):
     assert shown.exit_code == 0, shown.output
     assert shown.stdout.splitlines() == [
         f"cache: {cache_dir}",
-        f"  holds 3 tables and 1 report, {size / 1024:.1f} kB (at most 8.0 GB: the least recently used go first)",
+        f"  holds 3 tables and 1 report, {size / 1024:.1f} KiB (at most 8.0 GiB: the least recently used go first)",
         "  mode 0700: private to you",
         "  parsed copies of the tables: badpoints cache --clear removes them; --no-cache keeps none"]
 
@@ -570,10 +570,10 @@ def test_clear_empties_the_cache_and_a_later_run_fills_it_again(data, tmp_path):
 
     assert cleared.exit_code == 0, cleared.output
     assert cleared.stdout.splitlines() == [
-        f"cache: {cache_dir}", f"  removed 3 tables and 1 report, {size / 1024:.1f} kB; the folder stays, marked as "
+        f"cache: {cache_dir}", f"  removed 3 tables and 1 report, {size / 1024:.1f} KiB; the folder stays, marked as "
                                "a cache"]
     assert list(cache_dir.glob("*/*")) == [] and (cache_dir / "CACHEDIR.TAG").is_file()
-    assert "holds 0 tables and 0 reports, 0 bytes" in RUNNER.invoke(app, ["cache", "--cache-dir", str(cache_dir)]).stdout
+    assert "holds 0 tables and 0 reports, 0 B" in RUNNER.invoke(app, ["cache", "--cache-dir", str(cache_dir)]).stdout
     again = _validate(data, cache_dir, "--json", str(tmp_path / "again.json"))
     assert cold.exit_code == again.exit_code == 0
     assert "report reused" not in again.stderr and "badpoints: cache:" not in again.stderr  # rebuilt, not re-announced
