@@ -259,14 +259,17 @@ def label_times(labels: pd.DataFrame, shards: list[ShardTimes], assigned: pd.Ser
     if assigned is not None:  # subject_splits.parquet's split, for the subjects labelled
         named = assigned[assigned.index.isin(labels["subject_id"])]
         places.append(pd.DataFrame({"subject_id": named.index.to_numpy(np.int64), "split": named.to_numpy(str)}))
-    where = pd.concat(places, ignore_index=True).drop_duplicates()
-    splits = where.groupby("subject_id")["split"].agg(lambda s: ", ".join(sorted(s)))
+    where = pd.concat(places, ignore_index=True).drop_duplicates().sort_values(["subject_id", "split"])
+    count = where.groupby("subject_id").size()
+    split = where.groupby("subject_id")["split"].first()
+    spread = where[where["subject_id"].isin(count.index[count > 1])]  # few: their splits said by name
+    split.update(spread.groupby("subject_id")["split"].agg(", ".join))
     times = labels[["subject_id", "prediction_time"]].join(subjects, on="subject_id")
     times["events"] = times["events"].fillna(0).astype(np.int64)
     for column in ("first_time", "last_time", "label_code_time"):
         times[column] = times[column].astype("Int64")
-    times["split"] = times["subject_id"].map(splits)
-    times["splits"] = times["split"].str.count(", ").add(1).fillna(0).astype(np.int64)
+    times["split"] = times["subject_id"].map(split)
+    times["splits"] = times["subject_id"].map(count).fillna(0).astype(np.int64)
     return times
 
 
