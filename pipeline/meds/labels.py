@@ -243,8 +243,9 @@ def _missing(labels: Path, root: Path) -> list[Finding]:
 
 
 def _partial(shard: ShardTimes) -> ShardPartial:
-    """What the MEDS ledger reads of a shard: its name, split and rows."""
-    return ShardPartial(shard.name, shard.path, shard.split, shard.sha256, shard.rows)
+    """What the MEDS ledger reads of a shard: its name, split, rows and subjects; an unreadable shard is one."""
+    return ShardPartial(shard.name, shard.path, shard.split, shard.sha256, shard.rows, unreadable=shard.unreadable,
+                        subjects=shard.subjects[["subject_id"]])
 
 
 def label_times(labels: pd.DataFrame, shards: list[ShardTimes], assigned: pd.Series | None) -> pd.DataFrame:

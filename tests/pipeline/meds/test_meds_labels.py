@@ -82,6 +82,15 @@ def test_every_planted_leak_at_once_is_one_finding_per_check(tmp_path):
     assert late.items == [f"{LATE} at 2130-01-05T10:00:00"] and late.lines == [row]
 
 
+def test_without_subject_splits_a_labels_split_is_the_split_of_its_subjects_shards(tmp_path):
+    fixture = write_labels(tmp_path, ["split"])
+    (fixture.meds / meds.subject_splits_filepath).unlink()
+    run = checked(fixture)
+    (finding,) = run.report.findings
+    assert (finding.check, finding.items) == ("meds_label_split", [SPLIT_SPLIT_SUBJECT])
+    assert run.report.attrition["MEDS"]["splits"]["train"]["subjects"] == 40
+
+
 def test_a_label_file_under_another_split_than_its_subject_is_a_split_finding(tmp_path):
     fixture = write_labels(tmp_path)
     folder = tmp_path / "labels"
