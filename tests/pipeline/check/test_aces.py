@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from pipeline.check.aces import check_task_config, read_task_config, task_problems
 from pipeline.cli import app
 from pipeline.config import ConfigError, load_config
-from schemas.windows import OPEN, Point, parse_duration, relation
+from schemas.windows import Point, parse_duration, relation
 
 CONFIGS = Path(__file__).resolve().parents[2] / "data" / "aces"
 runner = CliRunner()
@@ -141,8 +141,9 @@ def test_the_cli_checks_an_aces_config_with_the_exit_codes_of_every_check(tmp_pa
     assert sound.exit_code == 0, sound.output
     assert "prediction time input.end (trigger)" in sound.output
     leaky = runner.invoke(app, ["check", str(CONFIGS / "leaky_mortality.yaml"), "--json", str(tmp_path / "r.json"),
-                                "--junit", str(tmp_path / "j.xml")])
+                                "--junit", str(tmp_path / "j.xml"), "--html", str(tmp_path / "r.html")])
     assert leaky.exit_code == 1
+    assert "task_window_geometry" in (tmp_path / "r.html").read_text()
     report = json.loads((tmp_path / "r.json").read_text())
     assert [f["check"] for f in report["findings"]] == ["task_window_geometry"]
     assert 'name="task_window_geometry"' in (tmp_path / "j.xml").read_text()
@@ -150,4 +151,3 @@ def test_the_cli_checks_an_aces_config_with_the_exit_codes_of_every_check(tmp_pa
     broken.write_text("windows: [1, 2\n")
     unreadable = runner.invoke(app, ["check", str(broken)])
     assert unreadable.exit_code == 2 and "cannot run" in unreadable.output
-    assert Point(OPEN).open
