@@ -302,6 +302,28 @@ _NUM_CLASSES = typer.Option("--num-classes", min=1, help="Graphs only: each grap
                                                          "[0, NUM_CLASSES).")
 
 
+_MEDS = typer.Option("--meds", help="Check TABLE as a MEDS label file (or a folder of them) against this MEDS "
+                                    "dataset (data/ and metadata/): prediction times, splits, the label in the "
+                                    "features.", metavar="MEDS_DIR")
+_LABEL_CODE = typer.Option("--label-code", help="With --meds: the code that makes the label (MEDS_DEATH); an event "
+                                                "of it at or before a prediction time is an error. Repeat for more.")
+
+
+def _checked_task(err: Console, path: Path, settings: Config, meds_dir: Optional[Path], codes: Optional[list[str]],
+                  *, engine: EngineName, workers: int) -> Any:
+    """``badpoints check`` of a task defined elsewhere: a label file against ``meds_dir``, or an ACES config."""
+    if meds_dir is None:
+        from pipeline.check.aces import check_task_config
+
+        return guarded_run(err, lambda: check_task_config(path, settings))
+    from pipeline.meds.labels import check_labels
+
+    options = guarded_run(err, lambda: EngineOptions(workers=workers))
+    with _opened(err, engine, options, meds_size(meds_dir)) as running:
+        return guarded_run(err, lambda: check_labels(path, meds_dir, settings, codes=tuple(codes or ()),
+                                                     engine=running))
+
+
 @app.command(cls=_Command)
 def check(
     table: Annotated[Path, typer.Argument(help="A CSV (.csv, .csv.gz) or Parquet file, or a folder of them; or "
@@ -317,10 +339,13 @@ def check(
     quiet: Annotated[bool, _QUIET] = False,
     engine: Annotated[EngineName, _CHECK_ENGINE] = EngineName(AUTO),
     workers: Annotated[int, _WORKERS] = EngineOptions.workers,
+    meds_dir: Annotated[Optional[Path], _MEDS] = None,
+    label_code: Annotated[Optional[list[str]], _LABEL_CODE] = None,
 ) -> None:
-    """Check a table your own pipeline wrote against a schema of yours, in blocks of bounded memory, or the PyG
-    graphs it saved, and report every finding at once (exit 0, 1 on an error, 2 when it cannot run), as validate
-    does."""
+    """Check a table your own pipeline wrote against a schema of yours, in blocks of bounded memory, the PyG graphs
+    it saved, a task defined elsewhere (a MEDS label file against its MEDS dataset, an ACES task config), and
+    report every finding at once (exit 0, 1 on an error, 2 when it cannot run), as validate does."""
+    from pipeline.check.aces import is_task_config
     from pipeline.check.run import check_graphs, check_table, is_graphs, table_size, tables_in
     from pipeline.check.schema import infer as infer_schema
     from pipeline.check.schema import load_schema
@@ -328,8 +353,10 @@ def check(
 
     console, err = _consoles()
     settings = guarded_run(err, lambda: load_config(config))
-    if is_graphs(table) and schema is None and infer is None:
-        result = guarded_run(err, lambda: check_graphs(table, settings, num_classes=num_classes))
+    task = meds_dir is not None or (is_task_config(table) and schema is None and infer is None)  # made elsewhere
+    if task or (is_graphs(table) and schema is None and infer is None):
+        result = _checked_task(err, table, settings, meds_dir, label_code, engine=engine, workers=workers) if task \
+            else guarded_run(err, lambda: check_graphs(table, settings, num_classes=num_classes))
         _reported(console, err, result, settings, quiet=quiet, json_path=json_path, html_path=html_path,
                   junit_path=junit_path, show_values=show_values)
         raise typer.Exit(result.exit_code)

@@ -23,7 +23,8 @@ CHECKS = (  # what the task stage finds (schemas.checks puts them into the catal
     CheckInfo("task_window_geometry", "task", ERROR, "a task whose label window can see the features",
               "The label window must start at or after the prediction time (plus the gap) and after the "
               "observation window, which ends at or before the prediction time. Fix [task] observation_window, "
-              "gap or label_window; a run refuses such a task before it reads any data.", locked=STOPS),
+              "gap or label_window (an ACES config: its windows' start and end); a run refuses such a task before "
+              "it reads any data.", locked=STOPS),
     CheckInfo("task_needs_column", "task", ERROR, "a task that reads a column the data lacks",
               "A readmission needs ADMISSIONS' SUBJECT_ID, a death its DEATHTIME, [task] admission_types its "
               "ADMISSION_TYPE: add the column to the export, or choose another task.", locked=STOPS),

@@ -17,14 +17,20 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
 
-UNITS = {"s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0, "hr": 3600.0, "d": 86_400.0, "day": 86_400.0,
-         "days": 86_400.0, "w": 604_800.0}
-_TERM = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|sec|min|hr|h|days|day|d|w)\s*")
+_SIZES = {1.0: ("s", "sec", "secs", "second", "seconds"), 60.0: ("m", "min", "mins", "minute", "minutes"),
+          3600.0: ("h", "hr", "hrs", "hour", "hours"), 86_400.0: ("d", "day", "days"),
+          604_800.0: ("w", "wk", "week", "weeks")}
+UNITS = {unit: size for size, units in _SIZES.items() for unit in units}  # ACES' (pytimeparse's) spellings too
+# A term: a number and a unit (the longest spelling first), terms apart by spaces or a comma ("1 day, 12 hours").
+_TERM = re.compile(r"\s*,?\s*(\d+(?:\.\d+)?)\s*(" + "|".join(sorted(UNITS, key=len, reverse=True)) + r")(?![A-Za-z])\s*")
 OPEN = "none"  # an open end: the record's start, or its end
-# Anchors whose order is known whatever the stay: each pair (earlier, later) holds for every admission.
+# Anchors whose order is known whatever the stay: each pair (earlier, later) holds for every admission. A mapping
+# of pairs to seconds says more: the later anchor is at least that long after the earlier one (an ACES window end
+# "start -> discharge" is at or after its start).
 KNOWN_ORDER = frozenset({("admit", "discharge")})
+Known = frozenset[tuple[str, str]] | Mapping[tuple[str, str], float]
 
 
 class WindowError(ValueError):
@@ -33,7 +39,7 @@ class WindowError(ValueError):
 
 def parse_duration(text: str) -> float:
     """Seconds in ``text``: one or more terms of a number and a unit (``24h``, ``30d``, ``1d12h``, ``90min``,
-    ``0h``; units s, min, h, d, w)."""
+    ``0h``; units s, min, h, d, w, also spelled as ACES writes them: ``30 days``, ``2 hours``, ``1 day, 12 hours``)."""
     source = str(text).strip()
     at, seconds = 0, 0.0
     while at < len(source):
@@ -95,17 +101,26 @@ def resolved(point: Point, prediction: Point) -> Point:
     return prediction.plus(point.offset) if point.anchor == "prediction" else point
 
 
-def relation(a: Point, b: Point, known: frozenset[tuple[str, str]] = KNOWN_ORDER) -> int | None:
+def _least_gap(known: Known, first: str, later: str) -> float | None:
+    """How long ``later`` is at least after ``first`` for every record (0 for a pair of a set), or None."""
+    if isinstance(known, Mapping):
+        return known.get((first, later))
+    return 0.0 if (first, later) in known else None
+
+
+def relation(a: Point, b: Point, known: Known = KNOWN_ORDER) -> int | None:
     """-1 when ``a`` is before ``b`` for every record, 0 when they are the same time, 1 when ``a`` is after; None
     when it depends on the record (two anchors of no known order, or ``admit + 72h`` against ``discharge``)."""
     if a.open or b.open:
         return None
     if a.anchor == b.anchor:
         return (a.offset > b.offset) - (a.offset < b.offset)
-    if (a.anchor, b.anchor) in known and a.offset <= b.offset:  # a's anchor comes first: a is no later than b
-        return -1 if a.offset < b.offset else None  # equal offsets: the same time only for a stay of no length
-    if (b.anchor, a.anchor) in known and a.offset >= b.offset:
-        return 1 if a.offset > b.offset else None
+    gap = _least_gap(known, a.anchor, b.anchor)  # b's anchor is at least gap after a's: a is no later than b
+    if gap is not None and a.offset <= b.offset + gap:
+        return -1 if a.offset < b.offset + gap else None  # no later, maybe the same time (a stay of no length)
+    gap = _least_gap(known, b.anchor, a.anchor)
+    if gap is not None and a.offset + gap >= b.offset:
+        return 1 if a.offset + gap > b.offset else None
     return None
 
 
@@ -123,7 +138,7 @@ class Windows:
         return resolved(point, self.prediction)
 
 
-def geometry_problems(windows: Windows, known: frozenset[tuple[str, str]] = KNOWN_ORDER) -> list[str]:
+def geometry_problems(windows: Windows, known: Known = KNOWN_ORDER) -> list[str]:
     """What the windows get wrong for every record, each said with the points that show it (empty: nothing, or
     nothing the windows alone can tell). The label window must start at or after the prediction time plus the gap,
     after the observation window, and end after it starts; the observation window must end at or before the

@@ -46,6 +46,7 @@ from schemas.split import SplitAssignment
 from tests.corpus import Dataset, build
 from tests.meds import CASES as MEDS_CASES
 from tests.meds import PLANTED_CASES, write_meds, write_normalized
+from tests.meds_labels import DEATH, LABEL_CASES, write_labels
 from tests.pipeline.stages.sample import sample_stages
 
 runner = CliRunner()
@@ -139,6 +140,21 @@ def meds_stage_run(stage: str, config: str = "") -> Run:
     result = runner.invoke(app, args + (["--config", str(folder / "badpoints.toml")] if config else []))
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     return Run(result.exit_code, tuple(json.loads((folder / "validate.json").read_text())["findings"]), None)
+
+
+@functools.cache
+def meds_labels_run(cases: tuple[str, ...]) -> Run:
+    """``badpoints check LABELS --meds MEDS_DIR --label-code MEDS_DEATH`` of tests/meds_labels.py's fixture with
+    ``cases`` planted."""
+    folder = Path(tempfile.mkdtemp(dir=ROOT, prefix="meds_labels"))
+    fixture = write_labels(folder, cases)
+    result = runner.invoke(app, ["check", str(fixture.labels), "--meds", str(fixture.meds), "--label-code", DEATH,
+                                 "--json", str(folder / "check.json")])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return Run(result.exit_code, tuple(json.loads((folder / "check.json").read_text())["findings"]), None)
+
+
+LABEL_LEAKS = tuple(case for case in LABEL_CASES if case != "schema")  # all at once: one finding of each
 
 
 def clean_dataset() -> Dataset:
@@ -610,6 +626,13 @@ FIRES: dict[str, Fires] = {
     # tuning's 10 subjects x 14 rows
     "meds_compare_split_emptied": Fires(functools.partial(meds_stage_run, "filter"), 140, exit_code=1),
     "meds_compare_codes_dropped": Fires(functools.partial(meds_stage_run, "normalization"), 3),  # HELD_OUT_ONLY
+    # a task defined elsewhere: a MEDS label file against its dataset (tests/meds_labels.py's plants, one label each)
+    "meds_label_schema": Fires(functools.partial(meds_labels_run, ("schema",)), 1, exit_code=1),
+    "meds_label_subject_unknown": Fires(functools.partial(meds_labels_run, LABEL_LEAKS), 1, exit_code=1),
+    "meds_label_after_last_event": Fires(functools.partial(meds_labels_run, LABEL_LEAKS), 1),
+    "meds_label_no_history": Fires(functools.partial(meds_labels_run, LABEL_LEAKS), 1),
+    "meds_label_split": Fires(functools.partial(meds_labels_run, LABEL_LEAKS), 1),  # one subject
+    "meds_label_code_seen": Fires(functools.partial(meds_labels_run, LABEL_LEAKS), 1),
 }
 
 
