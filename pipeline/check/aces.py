@@ -53,6 +53,7 @@ class AcesWindow:
     end_inclusive: bool
     label: str | None = None
     index_timestamp: str | None = None
+    has: tuple[str, ...] = ()  # its constraints, "predicate: (min, max)": a record without them is left out
 
 
 @dataclass(frozen=True)
@@ -104,9 +105,18 @@ def task_problems(task: AcesTask) -> list[str]:
     return problems
 
 
+def future_selections(task: AcesTask) -> list[AcesWindow]:
+    """The windows whose ``has`` constraints keep or drop a record for what happens after its prediction time: each
+    that may end after it (an end left open is the record's end; an event-bound one may come later)."""
+    prediction = task.prediction
+    return [w for w in task.windows.values() if w.has
+            and (w.end.open or relation(w.end, prediction, task.known) not in (-1, 0))]
+
+
 def check_task_config(path: Path, config: Any) -> CheckRun:
     """``badpoints check TASK.yaml``: the config read (:func:`read_task_config`; one that cannot be read is a
-    :class:`~pipeline.config.ConfigError`, exit 2) and ``task_window_geometry`` for what its windows get wrong."""
+    :class:`~pipeline.config.ConfigError`, exit 2), ``task_window_geometry`` for what its windows get wrong and
+    ``task_selection_on_future`` for the constraints it reads after the prediction time."""
     path = Path(path)
     task = read_task_config(path)
     report = Report(stages=ORDER.colours)
@@ -117,6 +127,14 @@ def check_task_config(path: Path, config: Any) -> CheckRun:
         report.add([summary_finding(stage=STAGE, check="task_window_geometry", table=path.name,
                                     column=f"windows.{task.label_window.name}", count=len(problems),
                                     message=f"ACES task {task.name!r}: " + "; ".join(problems))])
+    future = future_selections(task)
+    if future:
+        said = "; ".join(f"window {w.name} ({w.start} .. {w.end}) has {', '.join(w.has)}" for w in future)
+        report.add([summary_finding(stage=STAGE, check="task_selection_on_future", table=path.name,
+                                    column=f"windows.{future[0].name}.has", count=len(future),
+                                    message=f"ACES task {task.name!r}: {said}, read after the prediction time "
+                                            f"{task.prediction}: a record is kept or left out for what happens "
+                                            "after the question is asked")])
     checked = report.with_severities(dict(config.severity))
     checked.summary = [("task", summary_line(task))]
     return CheckRun(checked, config=config)
@@ -190,9 +208,13 @@ class _Resolver:
             raise self.error(f"{name}.label", f"{label!r} is not a predicate of the config")
         if index is not None and index not in EDGES:
             raise self.error(f"{name}.index_timestamp", f"{index!r}: write start or end")
+        has = spec.get("has") or {}
+        if not isinstance(has, dict):
+            raise self.error(f"{name}.has", "has is a mapping of predicates to (min, max) counts")
         return AcesWindow(name, self.edge(name, "start"), self.edge(name, "end"),
                           _flag(spec, "start_inclusive", True), _flag(spec, "end_inclusive", True),
-                          None if label is None else str(label), index)
+                          None if label is None else str(label), index,
+                          tuple(f"{predicate}: {bounds}" for predicate, bounds in has.items()))
 
     def edge(self, window: str, edge: str) -> Point:
         """The point of ``window``'s ``edge``, resolved once (its references first)."""

@@ -108,6 +108,29 @@ def test_each_planted_leak_is_named_by_the_geometry_check(tmp_path, windows, sai
     assert said in finding.message
 
 
+@pytest.mark.parametrize("gap, future", [
+    ('gap: {start: input.end, end: start + 48h, has: {death: "(None, 0)"}}', ["gap"]),
+    ('gap: {start: input.end, end: start -> discharge, has: {death: "(None, 0)"}}', ["gap"]),
+    ('gap: {start: input.start, end: input.end, has: {death: "(None, 0)"}}', []),
+], ids=["a_gap_that_must_hold_no_death", "up_to_an_event_after_it", "within_the_observation_window"])
+def test_a_constraint_read_after_the_prediction_time_is_selection_on_the_future(tmp_path, gap, future):
+    """A window's ``has`` that may end after the prediction time keeps a record for what happens after the question
+    is asked (the 48 h gap that must hold no death keeps only those who live): ``task_selection_on_future``; one
+    within the observation window reads the past and passes."""
+    windows = f"""\
+     input: {{start: trigger, end: start + 24h, index_timestamp: end}}
+     {gap}
+     target: {{start: input.end, end: start + 30 days, start_inclusive: False, label: death}}
+     """
+    run = check_task_config(config(tmp_path, windows), load_config())
+    found = [f for f in run.report.findings if f.check == "task_selection_on_future"]
+    assert [f.column for f in found] == [f"windows.{name}.has" for name in future]
+    assert run.exit_code == (1 if future else 0) and [f.check for f in run.report.findings] == [f.check for f in found]
+    if future:
+        assert found[0].severity == "error" and "window gap (" in found[0].message
+        assert "has death: (None, 0), read after the prediction time trigger + 24h" in found[0].message
+
+
 def test_a_label_window_bound_to_an_event_that_may_come_first_is_not_called_a_leak(tmp_path):
     """The order of a discharge and trigger + 24h depends on the record: the config alone cannot tell (the labels
     it made can: ``badpoints check LABELS --meds``)."""
