@@ -23,6 +23,7 @@ import pandera.pandas as pa
 
 from pipeline.check.stage import (ORDER, STAGE, Failures, SchemaSource, check_spilled, checked_block, prepared,
                                   read_block, table_fits)
+from pipeline.check.schema import usable
 from pipeline.check.table import TableBlocks, is_table, number_columns
 from pipeline.reading.load import BLOCK_BYTES
 from pipeline.engines import PANDAS
@@ -81,7 +82,7 @@ def check_table(path: Path, schema: pa.DataFrameSchema | str, config: Any, *, en
     ``block_bytes`` of its text at a time."""
     require_validation()
     source = SchemaSource(spec=str(schema)) if isinstance(schema, (str, Path)) else SchemaSource(schema=schema)
-    loaded = source.load()
+    loaded = usable(source.load())
     engine, progress = engine or PANDAS, progress or NO_PROGRESS
     report = Report(stages=ORDER.colours)
     paths = tables_in(path) if Path(path).exists() else []
@@ -130,7 +131,7 @@ def _check_one(report: Report, table: TableBlocks, source: SchemaSource, schema:
     schema with table checks takes two passes: the first types every block, takes the checks' partials and writes
     the typed rows aside; the second checks them with the whole table's state. Without, one pass checks each
     block as it is read."""
-    settings = dict(source=source, max_lines=config.report.max_lines, show_values=show_values)
+    settings = dict(source=source, max_lines=config.report.max_lines, show_values=show_values, table=table.name)
     fits = bool(table_fits(schema))
     try:
         with tempfile.TemporaryDirectory(prefix="badpoints-check-") as spill:
@@ -150,8 +151,12 @@ def _check_one(report: Report, table: TableBlocks, source: SchemaSource, schema:
         failures, states = Failures.none(), {}  # a header and no row: what the schema says of an empty table
     if not table.rows:
         empty, _ = prepared(_no_rows(schema), schema, max_lines=config.report.max_lines)
-        failures = checked_block(empty, schema=schema, states=states, max_lines=config.report.max_lines,
-                                 show_values=show_values)
+        try:
+            failures = checked_block(empty, schema=schema, states=states, max_lines=config.report.max_lines,
+                                     show_values=show_values, table=table.name)
+        except StageError as problem:  # a check that cannot run on the table's columns
+            report.add([finding_from_error(problem)])
+            return
     report.inputs.append(InputFile(table.name, str(table.path), table.sha256, table.rows))
     report.add(failures.findings(table.name, max_lines=config.report.max_lines))
 

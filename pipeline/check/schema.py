@@ -7,10 +7,11 @@ the data calls for them (:mod:`schemas.registered`), for the user to edit.
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -31,13 +32,86 @@ def schema_problem(detail: str, advice: str, *, where: str) -> StageError:
                       detail=detail, advice=advice, whole_file=True)
 
 
+# -- checks that cannot run -------------------------------------------------------------------------------------
+BADPOINTS_CHECKS = {info.id for info in _registered.CHECKS} - {"table_schema"}
+NAMING = ("column", "values", "by")  # the arguments of a table check that name one of the table's columns
+EXAMPLES = {"bound": "1000", "min_ratio": "0.001", "column": "Z", "values": "VALUENUM", "by": "ITEMID",
+            "columns": "[HADM_ID, ITEMID]", "n": "the vocabulary's size", "num_classes": "the class count",
+            "low": "0", "high": "1", "rows_in": "the rows it was made from", "at_least": "0.5", "at_most": "0"}
+"""What each argument of badpoints' checks may be, as the edit a refusal names."""
+
+
+def label(check: pa.Check) -> str:
+    """A check as its findings name it: its name and arguments (``z_within(column=z, by=itemid)``)."""
+    return str(check.error or check.name)
+
+
+def usable(schema: pa.DataFrameSchema, *, where: str = "schema") -> pa.DataFrameSchema:
+    """``schema``, refused when one of badpoints' checks in it lacks an argument it needs to run (a ``z_within``
+    without its ``bound``; a table's check without the ``column`` it reads): a schema that cannot be used, named
+    with the argument and the edit, rather than a failure of the rows."""
+    for check, whole in _badpoints_checks(schema):
+        missing = _missing(check, whole)
+        if missing:
+            edits = ", ".join(f"{name}: {EXAMPLES.get(name, '...')}" for name in missing)
+            arguments = f"argument{'s' * (len(missing) > 1)} {', '.join(missing)}"
+            raise schema_problem(
+                f"the {'table ' if whole else ''}check {label(check)} lacks its {arguments}, without which it "
+                f"cannot run", f"Give it: {edits} (in YAML beside its other arguments; in Python "
+                f"pa.Check.{check.name}({', '.join(f'{name}=...' for name in missing)})); docs/check.md lists "
+                "every check's arguments", where=where)
+    return schema
+
+
+def runnable(schema: pa.DataFrameSchema, block: pd.DataFrame, *, where: str) -> None:
+    """Refused (a schema that cannot be used) when a table check of ``schema`` names a column that ``block``
+    lacks and the schema does not declare (one it declares is pandera's to name missing)."""
+    for check, whole in _badpoints_checks(schema):
+        statistics = check.statistics or {}
+        named = [statistics.get(name) for name in NAMING] + list(statistics.get("columns") or ())
+        for column in (c for c in named if whole and c is not None):
+            if column not in block.columns and column not in schema.columns:
+                raise schema_problem(
+                    f"the table check {label(check)} names the column {column}, which {where} lacks (its columns: "
+                    f"{', '.join(map(str, block.columns))})", "Name one of the table's columns in it, or give the "
+                    "table that column", where=where)
+
+
+def could_not_run(check: pa.Check, reason: str, *, where: str) -> StageError:
+    """A check that raised as it ran (pandera's ``CHECK_ERROR``): the schema cannot be used as it is."""
+    return schema_problem(f"the check {label(check)} could not run ({reason[:200]})",
+                          "Fix its arguments: docs/check.md lists every check's, and what each must be",
+                          where=where)
+
+
+def _badpoints_checks(schema: pa.DataFrameSchema) -> Iterator[tuple[pa.Check, bool]]:
+    """badpoints' checks of ``schema``: each column's, then the table's (``True``)."""
+    for column in schema.columns.values():
+        yield from ((check, False) for check in column.checks if check.name in BADPOINTS_CHECKS)
+    yield from ((check, True) for check in schema.checks if check.name in BADPOINTS_CHECKS)
+
+
+def _missing(check: pa.Check, whole: bool) -> list[str]:
+    """The arguments ``check`` needs and was not given: its function's keyword-only ones without a default, and
+    a table check's ``column`` (a column's check reads its own)."""
+    function = getattr(getattr(check, "_check_fn", None), "func", None)
+    if function is None:
+        return []
+    parameters = inspect.signature(function).parameters
+    needed = [name for name, p in parameters.items() if p.kind is p.KEYWORD_ONLY and p.default is p.empty]
+    if whole and "column" in parameters and "column" not in needed:
+        needed.insert(0, "column")
+    statistics = check.statistics or {}
+    return [name for name in needed if statistics.get(name) is None]
+
+
 def load_schema(spec: str | Path) -> pa.DataFrameSchema:
     """The schema ``spec`` names: a YAML file pandera wrote (``DataFrameSchema.to_yaml``), or ``module:Class`` of a
     ``DataFrameModel`` or ``DataFrameSchema`` (the module found from the current folder too)."""
     text = str(spec)
     match = MODULE_CLASS.match(text)
     if match and not Path(text).exists():
-        return _from_module(match["module"], match["name"], text)
+        return usable(_from_module(match["module"], match["name"], text), where=text)
     path = Path(text)
     if not path.is_file():
         raise schema_problem(f"the schema {text!r} is neither a file nor module:Class",
@@ -49,7 +123,7 @@ def load_schema(spec: str | Path) -> pa.DataFrameSchema:
         raise schema_problem(f"the schema file could not be read as pandera YAML ({type(exc).__name__}: "
                              f"{str(exc)[:200]})", "Write it with DataFrameSchema.to_yaml, or check its checks' "
                              "names (badpoints checks are registered by name)", where=text) from None
-    return schema
+    return usable(schema, where=text)
 
 
 def _from_module(module: str, name: str, where: str) -> pa.DataFrameSchema:

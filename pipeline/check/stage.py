@@ -19,7 +19,9 @@ import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 import pyarrow as pa_arrow
+from pandera.errors import SchemaErrorReason
 
+from pipeline.check.schema import could_not_run, load_schema, runnable
 from pipeline.check.table import typed
 from pipeline.kernel.calls import Fit
 from pipeline.kernel.finding import Finding
@@ -133,16 +135,29 @@ def prepared(block: pd.DataFrame, schema: pa.DataFrameSchema, *, max_lines: int)
 
 
 def checked_block(block: pd.DataFrame, *, schema: pa.DataFrameSchema, states: Mapping[Any, Any], max_lines: int,
-                  show_values: bool, inplace: bool = True) -> Failures:
+                  show_values: bool, inplace: bool = True, table: str = "the table") -> Failures:
     """The call on one typed block: validated by pandera (lazily, the table checks reading the whole table's
     ``states``), and what fails kept small. ``inplace``: pandera may coerce the block itself rather than a copy
-    (the check's own blocks; a frame of the user's is validated as a copy where the schema would change it)."""
+    (the check's own blocks; a frame of the user's is validated as a copy where the schema would change it).
+    A check that cannot run on ``table`` (it names a column neither there nor in the schema, or it raised as it
+    ran) is a schema that cannot be used (:func:`pipeline.check.schema.could_not_run`), not rows that fail."""
+    runnable(schema, block, where=table)
     try:
         with fitted_on(states):
             schema.validate(block, lazy=True, inplace=inplace)
     except pa.errors.SchemaErrors as errors:
+        for error in errors.schema_errors:
+            if error.reason_code == SchemaErrorReason.CHECK_ERROR and not _lacks_a_column(error.check, block):
+                raise could_not_run(error.check, str(error.failure_cases), where=table) from None
         return Failures(_failed(errors.failure_cases, schema, block, max_lines, show_values))
     return Failures.none()
+
+
+def _lacks_a_column(check: pa.Check | None, block: pd.DataFrame) -> bool:
+    """Whether ``check`` names a column ``block`` lacks (pandera names the schema's columns missing)."""
+    statistics = dict(check.statistics or {}) if check is not None else {}
+    named = [statistics.get(name) for name in ("column", "values", "by")] + list(statistics.get("columns") or ())
+    return any(column is not None and column not in block.columns for column in named)
 
 
 def _no_groups() -> pd.Series:
@@ -169,7 +184,7 @@ def _failed(cases: pd.DataFrame, schema: pa.DataFrameSchema, block: pd.DataFrame
         key = (name if name in CHECKS and CHECKS[name].stage == NAME else SCHEMA_CHECK, what,
                None if column is None or pd.isna(column) else str(column))
         index = pd.to_numeric(rows["index"], errors="coerce").dropna().astype("int64").unique()
-        by = statistics.get("by") if name in GROUPED else None
+        by = statistics.get("by") if name in GROUPED and statistics.get("by") in block.columns else None
         groups = (block.loc[index, by].value_counts() if by is not None and len(index) else _no_groups())
         samples = tuple(map(str, rows["failure_case"].head(max_lines))) if show_values and len(index) else ()
         part = Failed(len(index), np.sort(index)[:max_lines], groups.astype("int64"), samples)
@@ -208,8 +223,6 @@ class SchemaSource:
 
 @functools.lru_cache(maxsize=4)
 def _loaded(spec: str) -> pa.DataFrameSchema:
-    from pipeline.check.schema import load_schema
-
     return load_schema(spec)
 
 
@@ -225,25 +238,27 @@ class Read:
 
 
 def read_block(block: pd.DataFrame, *, source: SchemaSource, spill: Path | None, max_lines: int,
-               show_values: bool) -> Read:
+               show_values: bool, table: str = "the table") -> Read:
     """The first pass's call on one block of text: typed as the schema says; with table checks, their partial
     taken and the typed rows written to ``spill`` (one file a block) for the second pass; without, checked at once."""
     schema = source.load()
     block, failures = prepared(block, schema, max_lines=max_lines)
     if spill is None:
         return Read(None, failures + checked_block(block, schema=schema, states={}, max_lines=max_lines,
-                                                   show_values=show_values), {})
+                                                   show_values=show_values, table=table), {})
+    runnable(schema, block, where=table)  # before the table checks' partials read the columns they name
     path = spill / f"{block.index[0] if len(block) else 0:012d}-{uuid.uuid4().hex}.arrow"
     write_part(block, path)
     return Read(path, failures, fit_partial(block, schema))
 
 
 def check_spilled(path: Path, *, source: SchemaSource, states: Mapping[Any, Any], max_lines: int,
-                  show_values: bool) -> Failures:
+                  show_values: bool, table: str = "the table") -> Failures:
     """The second pass's call on one typed block the first wrote (:func:`read_block`)."""
     with pa_arrow.OSFile(str(path)) as handle:
         block = pa_arrow.ipc.open_file(handle).read_all().to_pandas()
-    return checked_block(block, schema=source.load(), states=states, max_lines=max_lines, show_values=show_values)
+    return checked_block(block, schema=source.load(), states=states, max_lines=max_lines, show_values=show_values,
+                         table=table)
 
 
 STAGE = Stage(NAME, colour="#393b79", progress=("fit", "check"),

@@ -21,6 +21,7 @@ from pipeline.check.run import check_table
 from pipeline.check.schema import load_schema
 from pipeline.cli import app
 from pipeline.config import load_config
+from schemas.errors import StageError
 
 ROOT = Path(__file__).resolve().parents[3]
 runner = CliRunner()
@@ -219,3 +220,87 @@ def test_the_page_s_report_of_a_user_s_pipeline_on_the_mimic_iii_demo_is_what_ch
     assert result.exit_code == 1, result.output
     shown = re.search(r"```\n(read LABEVENTS_PREPROCESSED\.csv.*?)```", text, flags=re.S).group(1)
     assert result.stdout == shown
+
+
+def newcomer(labevents: pd.DataFrame) -> pd.DataFrame:
+    """A newcomer's MIMIC-IV preprocessing: log(x) on a skewed item, then z per item with mean and std fitted on
+    the train admissions and guarded with ``std + 1e-7``."""
+    with np.errstate(divide="ignore"):
+        x = labevents["valuenum"].where(labevents["itemid"] != SKEWED, np.log(labevents["valuenum"]))  # log(0): -inf
+    train = labevents["hadm_id"] % 10 < 7
+    fitted = x[train].groupby(labevents["itemid"][train]).agg(["mean", "std"])
+    mean, std = labevents["itemid"].map(fitted["mean"]), labevents["itemid"].map(fitted["std"])
+    return labevents.assign(z=(x - mean) / (std + 1e-7))
+
+
+SKEWED, CONSTANT = 50889, 50983  # C-reactive protein (log-scaled); an item whose train rows are all equal
+
+
+@pytest.fixture
+def mimic4_table(tmp_path) -> tuple[Path, pd.DataFrame]:
+    """The newcomer's table (``hadm_id, itemid, valuenum, z``) as a CSV: creatinine as it should be; CRP whose
+    test rows of 0 became log(0) = -inf and z = -inf; an item equal in every train row, so std + 1e-7 made its
+    other rows' z 3e11."""
+    hadm = np.repeat(np.arange(20_000_000, 20_000_040), 3)
+    items = np.tile([50912, SKEWED, CONSTANT], 40)
+    creatinine = 0.7 + 0.05 * (np.arange(len(hadm)) % 9)
+    crp = np.where(hadm % 10 == 9, 0.0, 2.0 + np.arange(len(hadm)) % 7)
+    constant = np.where(hadm % 10 < 7, 0.0, 30_000.0)
+    valuenum = np.select([items == 50912, items == SKEWED], [creatinine, crp], constant)
+    frame = newcomer(pd.DataFrame({"hadm_id": hadm, "itemid": items, "valuenum": valuenum}))
+    path = tmp_path / "labevents_preprocessed.csv"
+    frame.to_csv(path, index=False)
+    return path, frame
+
+
+def yaml_schema(path: Path, table_checks: str) -> Path:
+    """A pandera YAML schema of the newcomer's table with ``table_checks`` under ``checks:``."""
+    path.write_text("schema_type: dataframe\ncolumns:\n  hadm_id: {dtype: int64}\n  itemid: {dtype: int64}\n"
+                    "  valuenum: {dtype: float64}\n  z: {dtype: float64}\nchecks:\n" + table_checks)
+    return path
+
+
+def test_a_registered_check_without_an_argument_it_needs_cannot_run_and_says_which(mimic4_table, tmp_path):
+    """A z_within with no bound is a schema error, refused before the table is read: exit 2, naming the check,
+    the argument and the edit; not a finding about the data."""
+    path, _ = mimic4_table
+    schema = yaml_schema(tmp_path / "s.yaml", "  - column: z\n    by: itemid\n    options: {check_name: z_within}\n")
+    done = runner.invoke(app, ["check", str(path), "--schema", str(schema), "--json", str(tmp_path / "r.json")])
+    assert done.exit_code == 2, done.output
+    said = " ".join(done.output.split())
+    assert "cannot run" in said and "z_within(column=z, by=itemid)" in said and "lacks its argument bound" in said
+    assert "bound: 1000" in said and "No real measurement" not in said
+    assert not (tmp_path / "r.json").exists()  # nothing was checked
+
+
+def test_a_schema_object_whose_check_lacks_an_argument_is_refused_before_any_row_is_read(mimic4_table):
+    path, _ = mimic4_table
+    schema = pa.DataFrameSchema({"z": pa.Column(float)}, checks=[pa.Check.z_explained(column="z", by="itemid")])
+    with pytest.raises(StageError) as refused:
+        check_table(path, schema, load_config())
+    assert "z_explained(column=z, by=itemid) lacks its argument values" in str(refused.value)
+
+
+def test_a_check_naming_a_column_the_table_lacks_cannot_run_and_names_the_table_s_columns(mimic4_table, tmp_path):
+    """A check whose group column is neither the schema's nor the table's cannot run (exit 2): the run says which
+    column and which the table has, rather than failing rows or crashing."""
+    path, _ = mimic4_table
+    schema = yaml_schema(tmp_path / "s.yaml", "  - column: z\n    by: item\n    bound: 1000\n"
+                                              "    options: {check_name: z_within}\n")
+    run = check_table(path, str(schema), load_config())
+    assert run.exit_code == 2
+    [finding] = run.report.findings
+    assert ("z_within(column=z, by=item, bound=1000) names the column item, which labevents_preprocessed.csv "
+            "lacks (its columns: hadm_id, itemid, valuenum, z)") in finding.message
+
+
+def test_a_check_that_fails_to_run_on_the_table_cannot_run_and_names_pandera_s_reason(mimic4_table, tmp_path):
+    """A check with every argument that still cannot run (a bound that is text) ends the run as one that cannot
+    run (exit 2) with pandera's reason, not as rows that fail."""
+    path, _ = mimic4_table
+    schema = yaml_schema(tmp_path / "s.yaml", "  - column: z\n    by: itemid\n    bound: a lot\n"
+                                              "    options: {check_name: z_within}\n")
+    run = check_table(path, str(schema), load_config())
+    assert run.exit_code == 2
+    [finding] = run.report.findings
+    assert "z_within(column=z, by=itemid, bound=a lot) could not run (UFuncTypeError" in finding.message
