@@ -341,9 +341,11 @@ def check(
         if infer is not None:
             inferred = guarded_run(err, lambda: infer_schema(
                 lambda: (block for path in tables_in(table) for block in TableBlocks(path, path.name))))
-            text = inferred.to_yaml().rstrip("\n") + "\n"
+            text = inferred.to_yaml()
             _write_file(err, infer, lambda: infer.write_text(text, encoding="utf-8"))
-            err.print(f"wrote a starter schema of {len(inferred.columns)} columns to {escape(str(infer))}")
+            err.print(f"wrote a starter schema of {len(inferred.schema.columns)} columns to {escape(str(infer))}")
+            for line in inferred.seen:  # what no real table holds: the schema passes it; the line says the edit
+                err.print(f"[yellow]badpoints: warning:[/] {escape(line)}")
             raise typer.Exit(0)
         load_schema(schema)  # refused here, before any table is read, when it cannot be used
     except StageError as problem:  # a schema or a table that cannot be read: nothing was checked

@@ -11,7 +11,8 @@ import inspect
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -143,26 +144,107 @@ def _from_module(module: str, name: str, where: str) -> pa.DataFrameSchema:
 
 
 # -- inference --------------------------------------------------------------------------------------------------
-def infer(read: Callable[[], Iterable[pd.DataFrame]]) -> pa.DataFrameSchema:
+Z_BOUND = 1000.0  # no real measurement is further out: a |z| beyond is a bug --infer names, not a range to keep
+Z_NAME = re.compile(r"(^|_)Z($|_)|Z_?SCORE")  # a z column, by its name (upper case, '-' as '_')
+
+
+@dataclass(frozen=True)
+class Inferred:
+    """A starter schema the table passes as it is, and what the table holds that no real one does (``seen``: one
+    line each, naming the column and the edit to make once the step that wrote it is fixed)."""
+
+    schema: pa.DataFrameSchema
+    seen: tuple[str, ...] = ()
+
+    def to_yaml(self) -> str:
+        """The schema as pandera's YAML, ``seen`` atop it as comments."""
+        head = "".join(f"# {line}\n" for line in self.seen)
+        if head:
+            head = "# What no real table holds, each with the edit to make:\n" + head
+        return head + self.schema.to_yaml().rstrip("\n") + "\n"
+
+
+def infer(read: Callable[[], Iterable[pd.DataFrame]]) -> Inferred:
     """A schema every block of the table passes (``read()`` gives the blocks, twice): each text column's type from
     every block (a number where every value is one, whole or not; a time where every value is an ISO time; else
     text), then pandera's inference of each typed block (types, nullability, numeric ranges), put together (a
     column's range over every block, nullable where any block has a null), plus badpoints' checks the data calls
     for: ``finite()`` on a float column whose values are all finite, ``code_in_range(n)`` on a column of whole
     codes ``0..n-1`` (a code column, by its name), ``z_within(bound)`` on a z column (by its name) with the bound
-    its largest |z| rounds up to."""
+    its largest |z| rounds up to. A column with inf in it keeps its range as ``values_within`` (the infs are
+    ``finite``'s to name, not a range's). What it saw that no real table holds is in ``seen``: non-finite values,
+    a |z| beyond :data:`Z_BOUND`, a z that is no z-score of its values within a group (``z_explained``'s rule,
+    with the values and group columns found by name)."""
     kinds: dict[str, str] = {}
     for block in read():
         for name in block.columns:
             kinds[name] = _kind(block[name], kinds.get(name))
     typing = pa.DataFrameSchema({name: pa.Column(kind, name=name, nullable=True) for name, kind in kinds.items()
                                  if kind != "str"})
+    explained = _explained_by(kinds)
+    fit = _registered.TABLE_FITS["z_explained"]
     merged: dict[str, dict[str, Any]] = {}
+    partials: dict[str, list] = {column: [] for column in explained}
     for block in read():
         block, _ = typed(block, typing)
         for name, column in pa.infer_schema(block).columns.items():
             merged[name] = _merge(merged.get(name), column, block[name])
-    return pa.DataFrameSchema({name: _column(name, merged[name]) for name in kinds if name in merged}, coerce=False)
+        for column, statistics in explained.items():
+            partials[column].append(fit.partial(block, **statistics))
+    degenerate = {column: sorted(fit.finish(fit.combine(partials[column]), **statistics))
+                  for column, statistics in explained.items()}
+    schema = pa.DataFrameSchema({name: _column(name, merged[name]) for name in kinds if name in merged}, coerce=False)
+    seen = [line for name in kinds if name in merged for line in _seen(name, merged[name])]
+    seen += [_unexplained(statistics, groups) for column, statistics in explained.items()
+             if (groups := degenerate[column])]
+    return Inferred(schema, tuple(seen))
+
+
+def _explained_by(kinds: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """Each float z column's ``z_explained`` arguments, where the table has columns to read them from: its values
+    (the z column's name without its z part, else ``VALUENUM`` or ``VALUE``) and its groups (a whole-number column
+    naming an item)."""
+    upper = {name.upper().replace("-", "_"): name for name in kinds}
+    groups = [name for name, kind in kinds.items() if kind == "int64" and "ITEM" in name.upper()]
+    found = {}
+    for name, kind in kinds.items():
+        named = name.upper().replace("-", "_")
+        if kind != "float64" or not Z_NAME.search(named) or not groups:
+            continue
+        stem = re.sub(r"_?Z(_?SCORED?)?$", "", named)
+        values = next((upper[v] for v in (stem, "VALUENUM", "VALUE") if v and v != named and v in upper
+                       and kinds[upper[v]] in ("float64", "int64")), None)
+        if values is not None:
+            found[name] = {"column": name, "values": values, "by": groups[0]}
+    return found
+
+
+def _seen(name: str, seen: Mapping[str, Any]) -> list[str]:
+    """What one column holds that no real table does, each with its edit."""
+    lines = []
+    if seen.get("infinite"):
+        signs = " or ".join(sign for sign, count in (("inf", seen["positive"]), ("-inf", seen["negative"])) if count)
+        lines.append(f"{name}: {seen['infinite']:,} values are {signs}: the schema lets them pass; add finite to its "
+                     f"checks (- options: {{check_name: finite}}) once the step that wrote them is fixed")
+    top = max(abs(seen.get("low") or 0.0), abs(seen.get("high") or 0.0))
+    if _is_z(name, seen) and top > Z_BOUND:
+        lines.append(f"{name}: |z| up to {top:.1e}, beyond {Z_BOUND:,.0f}, which no real measurement is: the "
+                     f"inferred bound lets it pass; set z_within's bound to {Z_BOUND:.0f} once its scaling is fixed"
+                     .replace("e+", "e"))
+    return lines
+
+
+def _unexplained(statistics: Mapping[str, str], groups: list) -> str:
+    column, values, by = statistics["column"], statistics["values"], statistics["by"]
+    named = ", ".join(map(str, groups[:5])) + (f" +{len(groups) - 5} more" if len(groups) > 5 else "")
+    return (f"{column}: in {len(groups):,} {by} group{'s' * (len(groups) != 1)} ({named}) it is no z-score of "
+            f"{values}: it varies where {values} does not, or over {1 / _registered.MIN_RATIO:,.0f} times more (a "
+            f"std of zero or tiny, as std + 1e-7 makes); add the table check z_explained (column: {column}, values: "
+            f"{values}, by: {by}) once its scaling is fixed")
+
+
+def _is_z(name: str, seen: Mapping[str, Any]) -> bool:
+    return "float" in seen["dtype"] and bool(Z_NAME.search(name.upper().replace("-", "_")))
 
 
 def _kind(values: pd.Series, known: str | None) -> str:
@@ -193,10 +275,13 @@ def _merge(known: dict[str, Any] | None, column: pa.Column, values: pd.Series) -
     numbers = pd.to_numeric(values, errors="coerce") if pd.api.types.is_numeric_dtype(values) else None
     seen: dict[str, Any] = {"dtype": str(column.dtype), "nullable": bool(values.isna().any())}
     if numbers is not None:
-        finite = numbers[np.isfinite(numbers.to_numpy("float64", na_value=np.nan))]
+        floats = numbers.to_numpy("float64", na_value=np.nan)
+        finite = numbers[np.isfinite(floats)]
         seen.update(low=float(finite.min()) if len(finite) else None, high=float(finite.max()) if len(finite) else None,
                     all_finite=bool(np.isfinite(numbers.dropna().to_numpy("float64")).all()),
-                    whole=bool((finite == np.round(finite)).all()))
+                    whole=bool((finite == np.round(finite)).all()), positive=int(np.count_nonzero(floats == np.inf)),
+                    negative=int(np.count_nonzero(floats == -np.inf)))
+        seen["infinite"] = seen["positive"] + seen["negative"]
     if known is None:
         return seen
     if known["dtype"] != seen["dtype"]:
@@ -205,7 +290,8 @@ def _merge(known: dict[str, Any] | None, column: pa.Column, values: pd.Series) -
         lows = [v for v in (known["low"], seen["low"]) if v is not None]
         highs = [v for v in (known["high"], seen["high"]) if v is not None]
         seen.update(low=min(lows) if lows else None, high=max(highs) if highs else None,
-                    all_finite=known["all_finite"] and seen["all_finite"], whole=known["whole"] and seen["whole"])
+                    all_finite=known["all_finite"] and seen["all_finite"], whole=known["whole"] and seen["whole"],
+                    **{count: known[count] + seen[count] for count in ("positive", "negative", "infinite")})
     seen["nullable"] = known["nullable"] or seen["nullable"]
     return seen
 
@@ -214,12 +300,14 @@ def _column(name: str, seen: dict[str, Any]) -> pa.Column:
     checks = []
     low, high = seen.get("low"), seen.get("high")
     if low is not None and high is not None:
-        checks.append(pa.Check.in_range(low, high))
+        # inf fails in_range: a column with infs keeps its range as values_within, which leaves them to finite
+        checks.append(pa.Check.values_within(low=low, high=high) if seen.get("infinite") else
+                      pa.Check.in_range(low, high))
         if "float" in seen["dtype"] and seen["all_finite"]:
             checks.append(pa.Check.finite())
         named = name.upper().replace("-", "_")
         if seen["whole"] and low >= 0 and (named.endswith("CODE") or named.endswith("_CODE")):
             checks.append(pa.Check.code_in_range(n=int(high) + 1))
-        if "float" in seen["dtype"] and re.search(r"(^|_)Z($|_)|Z_?SCORE", named):
+        if _is_z(name, seen):
             checks.append(pa.Check.z_within(bound=float(np.ceil(max(abs(low), abs(high))))))
     return pa.Column(seen["dtype"], checks=checks, nullable=seen["nullable"], name=name)

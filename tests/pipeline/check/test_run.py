@@ -304,3 +304,24 @@ def test_a_check_that_fails_to_run_on_the_table_cannot_run_and_names_pandera_s_r
     assert run.exit_code == 2
     [finding] = run.report.findings
     assert "z_within(column=z, by=itemid, bound=a lot) could not run (UFuncTypeError" in finding.message
+
+
+def test_an_inferred_schema_passes_on_a_table_with_infs_and_says_what_no_real_table_holds(mimic4_table, tmp_path):
+    """--infer on the newcomer's table writes a schema the table passes as it is (its -inf left to finite, not
+    failed as out of range), and says, on the terminal and atop the file, what no real table holds: the -inf, a
+    |z| of 3e11 its z_within bound now allows, an item whose z varies where its values do not; each with its edit."""
+    path, frame = mimic4_table
+    written = tmp_path / "inferred.yaml"
+    done = runner.invoke(app, ["check", str(path), "--infer", str(written)])
+    assert done.exit_code == 0, done.output
+    said = " ".join(done.output.split())
+    infs = int(np.isinf(frame["z"]).sum())
+    assert infs == 4
+    assert f"z: {infs} values are -inf" in said and "add finite to its checks" in said
+    assert "|z| up to 3.0e11" in said and "set z_within's bound to 1000" in said
+    assert ("z: in 1 itemid group (50983) it is no z-score of valuenum: it varies where valuenum does not, or over "
+            "1,000 times more") in said
+    assert "add the table check z_explained (column: z, values: valuenum, by: itemid)" in said
+    assert "# z: 4 values are -inf" in written.read_text()
+    again = runner.invoke(app, ["check", str(path), "--schema", str(written), "-q"])
+    assert again.exit_code == 0, again.output
