@@ -23,7 +23,7 @@ import pandera.pandas as pa
 
 from pipeline.check.stage import (ORDER, STAGE, Failures, SchemaSource, check_spilled, checked_block, prepared,
                                   read_block, table_fits)
-from pipeline.check.schema import usable
+from pipeline.check.schema import checks_run, usable
 from pipeline.check.table import TableBlocks, is_table, number_columns
 from pipeline.reading.load import BLOCK_BYTES
 from pipeline.engines import PANDAS
@@ -33,6 +33,12 @@ from pipeline.reporting.findings import finding_from_error, summary_finding
 from pipeline.reporting.progress import NO_PROGRESS, Progress
 from pipeline.reporting.report import InputFile, Report
 from schemas.errors import StageError, require_validation
+
+
+GRAPH_FILE_CHECKS = ("graph_unsafe", "graph_finite", "graph_edge_index", "graph_index_bounds", "graph_edge_rows",
+                     "graph_node_rows", "graph_isolated_nodes", "graph_bytes", "graph_pyg")
+"""The guard's checks of a graph file (:func:`check_graphs`), ``graph_label_range`` besides when the labels' class
+count is given; a build's own (its batches' memory, its manifest, its node and edge rules) are not run."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,7 @@ class CheckRun:
     tables: Any = None
     prepared: Any = None
     names: dict = field(default_factory=dict)
+    checks: tuple[str, ...] = ()  # the checks the run ran, by id: what its JUnit lists
 
     @property
     def exit_code(self) -> int:
@@ -95,7 +102,8 @@ def check_table(path: Path, schema: pa.DataFrameSchema | str, config: Any, *, en
         _check_one(report, TableBlocks(table, table.name, block_bytes=block_bytes, numbers=number_columns(loaded)),
                    source, loaded, config, engine=engine, progress=progress, show_values=show_values)
     progress.end()
-    return CheckRun(report.with_severities(dict(config.severity)), config=config, engine=engine)
+    return CheckRun(report.with_severities(dict(config.severity)), config=config, engine=engine,
+                    checks=checks_run(loaded))
 
 
 def is_graphs(path: Path) -> bool:
@@ -122,7 +130,8 @@ def check_graphs(path: Path, config: Any, *, num_classes: int | None = None, lab
     else:
         report.inputs.extend(found.inputs)
         report.add(found.findings)
-    return CheckRun(report.with_severities(dict(config.severity)), config=config)
+    checks = GRAPH_FILE_CHECKS + (("graph_label_range",) if num_classes is not None else ())
+    return CheckRun(report.with_severities(dict(config.severity)), config=config, checks=checks)
 
 
 def _check_one(report: Report, table: TableBlocks, source: SchemaSource, schema: pa.DataFrameSchema, config: Any,

@@ -85,6 +85,12 @@ def could_not_run(check: pa.Check, reason: str, *, where: str) -> StageError:
                           where=where)
 
 
+def checks_run(schema: pa.DataFrameSchema) -> tuple[str, ...]:
+    """The checks a check run of ``schema`` runs, by id: ``table_schema`` (pandera's own: the types, the nulls, its
+    checks) and each of badpoints' it uses, once, in the schema's order."""
+    return ("table_schema", *dict.fromkeys(check.name for check, _ in _badpoints_checks(schema)))
+
+
 def _badpoints_checks(schema: pa.DataFrameSchema) -> Iterator[tuple[pa.Check, bool]]:
     """badpoints' checks of ``schema``: each column's, then the table's (``True``)."""
     for column in schema.columns.values():

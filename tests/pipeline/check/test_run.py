@@ -325,3 +325,42 @@ def test_an_inferred_schema_passes_on_a_table_with_infs_and_says_what_no_real_ta
     assert "# z: 4 values are -inf" in written.read_text()
     again = runner.invoke(app, ["check", str(path), "--schema", str(written), "-q"])
     assert again.exit_code == 0, again.output
+
+
+def test_a_check_run_s_reports_name_it_and_list_the_checks_that_ran(mimic4_table, tmp_path):
+    """JUnit's suites are "badpoints check", with a case for each check of the schema (pandera's own as
+    table_schema) and none for the checks of a MIMIC run; the HTML page's title says check."""
+    path, _ = mimic4_table
+    schema = yaml_schema(tmp_path / "s.yaml", "  - column: z\n    by: itemid\n    bound: 1000\n"
+                                              "    options: {check_name: z_within}\n")
+    done = runner.invoke(app, ["check", str(path), "--schema", str(schema), "--junit", str(tmp_path / "r.xml"),
+                               "--html", str(tmp_path / "r.html"), "-q"])
+    assert done.exit_code == 1, done.output
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(tmp_path / "r.xml").getroot()
+    cases = {case.get("name"): case for case in root.iter("testcase")}
+    assert root.get("name") == "badpoints check" and set(cases) == {"table_schema", "z_within"}
+    assert cases["z_within"].find("failure") is not None and cases["table_schema"].find("failure") is None
+    assert re.search(r"<title>badpoints check: errors</title>", (tmp_path / "r.html").read_text())
+
+
+def test_a_graph_check_run_s_junit_lists_the_graph_checks_that_ran(tmp_path):
+    """Saved graphs checked with --num-classes: JUnit's cases are the guard's checks of a graph file (its labels'
+    among them), the bad graph's failing; no case of a MIMIC run's stages."""
+    import xml.etree.ElementTree as ET
+
+    import torch
+    from torch_geometric.data import Data
+
+    torch.save(Data(x=torch.tensor([[float("nan")]]), edge_index=torch.tensor([[0], [0]]),
+                    y=torch.tensor([3])).to_dict(), tmp_path / "bad.pt")
+    done = runner.invoke(app, ["check", str(tmp_path / "bad.pt"), "--num-classes", "2", "--junit",
+                               str(tmp_path / "r.xml"), "-q"])
+    assert done.exit_code == 1, done.output
+    root = ET.parse(tmp_path / "r.xml").getroot()
+    cases = {case.get("name"): case for case in root.iter("testcase")}
+    assert root.get("name") == "badpoints check" and {"graph_finite", "graph_label_range", "graph_pyg"} <= set(cases)
+    assert all(name.startswith("graph_") for name in cases) and "graph_manifest" not in cases
+    assert {name for name, case in cases.items() if case.find("failure") is not None} == {"graph_finite",
+                                                                                           "graph_label_range"}
