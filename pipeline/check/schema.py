@@ -37,8 +37,8 @@ def schema_problem(detail: str, advice: str, *, where: str) -> StageError:
 BADPOINTS_CHECKS = {info.id for info in _registered.CHECKS} - {"table_schema"}
 NAMING = ("column", "values", "by")  # the arguments of a table check that name one of the table's columns
 EXAMPLES = {"bound": "1000", "min_ratio": "0.001", "column": "Z", "values": "VALUENUM", "by": "ITEMID",
-            "columns": "[HADM_ID, ITEMID]", "n": "the vocabulary's size", "num_classes": "the class count",
-            "low": "0", "high": "1", "rows_in": "the rows it was made from", "at_least": "0.5", "at_most": "0"}
+            "columns": "[HADM_ID, ITEMID]", "n": "<the vocabulary's size>", "num_classes": "<the class count>",
+            "low": "0", "high": "1", "rows_in": "<the rows it was made from>", "at_least": "0.5", "at_most": "0"}
 """What each argument of badpoints' checks may be, as the edit a refusal names."""
 
 
@@ -54,13 +54,13 @@ def usable(schema: pa.DataFrameSchema, *, where: str = "schema") -> pa.DataFrame
     for check, whole in _badpoints_checks(schema):
         missing = _missing(check, whole)
         if missing:
-            edits = ", ".join(f"{name}: {EXAMPLES.get(name, '...')}" for name in missing)
             arguments = f"argument{'s' * (len(missing) > 1)} {', '.join(missing)}"
+            yaml = ", ".join(f"{name}: {EXAMPLES.get(name, '<...>')}" for name in missing)
+            python = ", ".join(f"{name}={EXAMPLES.get(name, '<...>')}" for name in missing)
             raise schema_problem(
                 f"the {'table ' if whole else ''}check {label(check)} lacks its {arguments}, without which it "
-                f"cannot run", f"Give it: {edits} (in YAML beside its other arguments; in Python "
-                f"pa.Check.{check.name}({', '.join(f'{name}=...' for name in missing)})); docs/check.md lists "
-                "every check's arguments", where=where)
+                f"cannot run", f"Add {yaml} beside its other arguments in the YAML (in Python: "
+                f"pa.Check.{check.name}({python}, ...)); docs/check.md lists every check's arguments", where=where)
     return schema
 
 

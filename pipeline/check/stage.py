@@ -21,7 +21,7 @@ import pandera.pandas as pa
 import pyarrow as pa_arrow
 from pandera.errors import SchemaErrorReason
 
-from pipeline.check.schema import could_not_run, load_schema, runnable
+from pipeline.check.schema import could_not_run, load_schema, runnable, usable
 from pipeline.check.table import typed
 from pipeline.kernel.calls import Fit
 from pipeline.kernel.finding import Finding
@@ -135,12 +135,14 @@ def prepared(block: pd.DataFrame, schema: pa.DataFrameSchema, *, max_lines: int)
 
 
 def checked_block(block: pd.DataFrame, *, schema: pa.DataFrameSchema, states: Mapping[Any, Any], max_lines: int,
-                  show_values: bool, inplace: bool = True, table: str = "the table") -> Failures:
+                  show_values: bool, inplace: bool = True, table: str = "schema") -> Failures:
     """The call on one typed block: validated by pandera (lazily, the table checks reading the whole table's
     ``states``), and what fails kept small. ``inplace``: pandera may coerce the block itself rather than a copy
     (the check's own blocks; a frame of the user's is validated as a copy where the schema would change it).
     A check that cannot run on ``table`` (it names a column neither there nor in the schema, or it raised as it
-    ran) is a schema that cannot be used (:func:`pipeline.check.schema.could_not_run`), not rows that fail."""
+    ran; a check of badpoints' lacks an argument it needs) is a schema that cannot be used
+    (:func:`pipeline.check.schema.usable`), not rows that fail."""
+    usable(schema, where=table)
     runnable(schema, block, where=table)
     try:
         with fitted_on(states):
@@ -238,7 +240,7 @@ class Read:
 
 
 def read_block(block: pd.DataFrame, *, source: SchemaSource, spill: Path | None, max_lines: int,
-               show_values: bool, table: str = "the table") -> Read:
+               show_values: bool, table: str = "schema") -> Read:
     """The first pass's call on one block of text: typed as the schema says; with table checks, their partial
     taken and the typed rows written to ``spill`` (one file a block) for the second pass; without, checked at once."""
     schema = source.load()
@@ -253,7 +255,7 @@ def read_block(block: pd.DataFrame, *, source: SchemaSource, spill: Path | None,
 
 
 def check_spilled(path: Path, *, source: SchemaSource, states: Mapping[Any, Any], max_lines: int,
-                  show_values: bool, table: str = "the table") -> Failures:
+                  show_values: bool, table: str = "schema") -> Failures:
     """The second pass's call on one typed block the first wrote (:func:`read_block`)."""
     with pa_arrow.OSFile(str(path)) as handle:
         block = pa_arrow.ipc.open_file(handle).read_all().to_pandas()
