@@ -269,7 +269,7 @@ def test_a_registered_check_without_an_argument_it_needs_cannot_run_and_says_whi
     assert done.exit_code == 2, done.output
     said = " ".join(done.output.split())
     assert "cannot run" in said and "z_within(column=z, by=itemid)" in said and "lacks its argument bound" in said
-    assert "bound: 1000" in said and "No real measurement" not in said
+    assert "Add bound: 1000 beside its other arguments" in said and "No real measurement" not in said
     assert not (tmp_path / "r.json").exists()  # nothing was checked
 
 
@@ -364,3 +364,36 @@ def test_a_graph_check_run_s_junit_lists_the_graph_checks_that_ran(tmp_path):
     assert all(name.startswith("graph_") for name in cases) and "graph_manifest" not in cases
     assert {name for name, case in cases.items() if case.find("failure") is not None} == {"graph_finite",
                                                                                            "graph_label_range"}
+
+
+def _page_block(starting: str) -> str:
+    """docs/check.md's output block that starts with ``starting``, its lines joined as one text."""
+    block = re.search(rf"```\n({re.escape(starting)}.*?)```", CHECK_PAGE.read_text(), flags=re.S).group(1)
+    return " ".join(block.split())
+
+
+def test_the_page_s_schema_without_its_bound_cannot_run_as_the_page_prints(tmp_path, monkeypatch):
+    """docs/check.md's refusal of its own schema with `bound: 1000` taken out is what check prints."""
+    assert "    bound: 1000\n" in SCHEMA
+    (tmp_path / "lab_schema.yaml").write_text(SCHEMA.replace("    bound: 1000\n", ""))
+    (tmp_path / "LABEVENTS_PREPROCESSED.csv").write_text("HADM_ID,ITEMID,VALUENUM,VALUENUM_Z-SCORED\n1,50912,1.0,0.5\n")
+    monkeypatch.chdir(tmp_path)
+    done = runner.invoke(app, ["check", "LABEVENTS_PREPROCESSED.csv", "--schema", "lab_schema.yaml"])
+    assert done.exit_code == 2
+    assert " ".join(done.output.split()) == _page_block("badpoints: cannot run:")
+
+
+def test_the_page_s_infer_of_a_user_s_pipeline_on_the_mimic_iii_demo_is_what_check_prints(mimic3demo, tmp_path,
+                                                                                           monkeypatch):
+    """docs/check.md's --infer of its own std + 1e-7 script's table on the MIMIC-III demo prints the page's lines:
+    the |z| of 1.4e10 and the 23 items whose z no z-score of their values is (those the page's z_explained names)."""
+    namespace: dict = {}
+    exec(re.findall(r"```python\n(.*?)```", CHECK_PAGE.read_text(), flags=re.S)[1].split("\nwritten = ")[0],  # noqa: S102
+         namespace)
+    labevents = pd.read_csv(mimic3demo / "LABEVENTS.csv")
+    labevents["VALUENUM"] = pd.to_numeric(labevents["VALUE"], errors="coerce")
+    namespace["preprocess"](labevents).to_csv(tmp_path / "LABEVENTS_PREPROCESSED.csv", index=False)
+    monkeypatch.chdir(tmp_path)
+    done = runner.invoke(app, ["check", "LABEVENTS_PREPROCESSED.csv", "--infer", "lab_schema.yaml"])
+    assert done.exit_code == 0, done.output
+    assert " ".join(done.output.split()) == _page_block("wrote a starter schema")
