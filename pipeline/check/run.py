@@ -147,12 +147,13 @@ def _check_one(report: Report, table: TableBlocks, source: SchemaSource, schema:
             progress.step(f"{STAGE.steps[0 if fits else 1]} {table.name}")
             read = list(engine.blocks(read_block, _blocks(table, progress), spill=Path(spill) if fits else None,
                                       **settings))
-            failures = sum((r.failures for r in read), Failures.none())
+            failures = sum((r.failures for r in read), Failures.none()).raise_refused()
             states = STAGE.fit.finish(STAGE.fit.combine([r.partial for r in read]), schema) if fits else {}
             if fits:
                 progress.step(f"{STAGE.steps[1]} {table.name}", rows=table.rows)
                 for part in engine.each(check_spilled, [r.path for r in read], states=states, **settings):
                     failures = failures + part
+                failures.raise_refused()
     except StageError as problem:
         if problem.check != "table_empty":
             report.add([finding_from_error(problem)])

@@ -23,6 +23,7 @@ from pandera.errors import SchemaErrorReason
 
 from pipeline.check.schema import could_not_run, load_schema, runnable, usable
 from pipeline.check.table import typed
+from pipeline.engines.base import error_as_data
 from pipeline.kernel.calls import Fit
 from pipeline.kernel.finding import Finding
 from pipeline.kernel.handed import write_part
@@ -30,6 +31,7 @@ from pipeline.kernel.stage import Order, Stage
 from pipeline.reading.locate import LOAD
 from pipeline.reporting.findings import format_items, summary_finding
 from schemas.catalogue import CHECKS
+from schemas.errors import StageError
 from schemas.registered import GROUPED, STAGE as NAME, TABLE_FITS, fitted_on, key_of
 
 SCHEMA_CHECK = "table_schema"  # a check of the schema that is not one of badpoints' own: pandera's, or a dtype
@@ -47,8 +49,16 @@ def _statistics(check: pa.Check) -> dict[str, Any]:
 
 def fit_partial(block: pd.DataFrame, schema: pa.DataFrameSchema) -> dict:
     """One typed block's partial of every table check of ``schema``."""
-    return {key_of(check.name, _statistics(check)): TABLE_FITS[check.name].partial(block, **_statistics(check))
+    return {key_of(check.name, _statistics(check)): _fitting(check, TABLE_FITS[check.name].partial, block)
             for check in table_fits(schema)}
+
+
+def _fitting(check: pa.Check, step: Any, *args: Any) -> Any:
+    """A step of ``check``'s fit; one that raises is a check that cannot run, as pandera's ``CHECK_ERROR`` is."""
+    try:
+        return step(*args, **_statistics(check))
+    except Exception as exc:  # noqa: BLE001 - whatever a check's arguments make its fit raise
+        raise could_not_run(check, f"{type(exc).__name__}: {exc}", where="schema") from None
 
 
 def fit_combine(partials: list[dict]) -> dict:
@@ -69,7 +79,7 @@ def fit_finish(gathered: dict, schema: pa.DataFrameSchema) -> dict:
     states = {}
     for check in table_fits(schema):
         key, fit = key_of(check.name, _statistics(check)), TABLE_FITS[check.name]
-        states[key] = fit.finish(fit.combine(list(gathered.get(key, []))), **_statistics(check))
+        states[key] = _fitting(check, fit.finish, fit.combine(list(gathered.get(key, []))))
     return states
 
 
@@ -98,16 +108,28 @@ class Failures:
     """Every (check id, what, column) that fails, as :class:`Failed`; they add up over blocks."""
 
     failed: Mapping[tuple[str, str, str | None], Failed] = field(default_factory=dict)
+    refused: dict | None = None  # a schema that cannot run, as a worker hands it back (error_as_data)
 
     @classmethod
     def none(cls) -> "Failures":
         return cls({})
 
+    @classmethod
+    def refusing(cls, error: StageError) -> "Failures":
+        """What a worker hands back of a schema that cannot run: the error as data, never raised across processes."""
+        return cls({}, {**error_as_data(error), "whole_file": error.whole_file})
+
     def __add__(self, other: "Failures") -> "Failures":
         merged = dict(self.failed)
         for key, failed in other.failed.items():
             merged[key] = merged[key] + failed if key in merged else failed
-        return Failures(merged)
+        return Failures(merged, self.refused or other.refused)
+
+    def raise_refused(self) -> "Failures":
+        """These failures; a schema that could not run on a block is raised here, where the run is."""
+        if self.refused is not None:
+            raise StageError(**self.refused)
+        return self
 
     def findings(self, table: str, *, max_lines: int, stage: str = NAME) -> list[Finding]:
         """One finding per (check, column): its rows, the first lines, the groups named (all of them in the
@@ -243,15 +265,19 @@ def read_block(block: pd.DataFrame, *, source: SchemaSource, spill: Path | None,
                show_values: bool, table: str = "schema") -> Read:
     """The first pass's call on one block of text: typed as the schema says; with table checks, their partial
     taken and the typed rows written to ``spill`` (one file a block) for the second pass; without, checked at once."""
-    schema = source.load()
-    block, failures = prepared(block, schema, max_lines=max_lines)
-    if spill is None:
-        return Read(None, failures + checked_block(block, schema=schema, states={}, max_lines=max_lines,
-                                                   show_values=show_values, table=table), {})
-    runnable(schema, block, where=table)  # before the table checks' partials read the columns they name
+    try:
+        schema = source.load()
+        block, failures = prepared(block, schema, max_lines=max_lines)
+        if spill is None:
+            return Read(None, failures + checked_block(block, schema=schema, states={}, max_lines=max_lines,
+                                                       show_values=show_values, table=table), {})
+        runnable(schema, block, where=table)  # before the table checks' partials read the columns they name
+        partial = fit_partial(block, schema)
+    except StageError as refused:  # carried back as data: it may be a worker's
+        return Read(None, Failures.refusing(refused), {})
     path = spill / f"{block.index[0] if len(block) else 0:012d}-{uuid.uuid4().hex}.arrow"
     write_part(block, path)
-    return Read(path, failures, fit_partial(block, schema))
+    return Read(path, failures, partial)
 
 
 def check_spilled(path: Path, *, source: SchemaSource, states: Mapping[Any, Any], max_lines: int,
@@ -259,8 +285,11 @@ def check_spilled(path: Path, *, source: SchemaSource, states: Mapping[Any, Any]
     """The second pass's call on one typed block the first wrote (:func:`read_block`)."""
     with pa_arrow.OSFile(str(path)) as handle:
         block = pa_arrow.ipc.open_file(handle).read_all().to_pandas()
-    return checked_block(block, schema=source.load(), states=states, max_lines=max_lines, show_values=show_values,
-                         table=table)
+    try:
+        return checked_block(block, schema=source.load(), states=states, max_lines=max_lines,
+                             show_values=show_values, table=table)
+    except StageError as refused:  # carried back as data: it may be a worker's
+        return Failures.refusing(refused)
 
 
 STAGE = Stage(NAME, colour="#393b79", progress=("fit", "check"),

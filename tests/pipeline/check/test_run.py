@@ -397,3 +397,21 @@ def test_the_page_s_infer_of_a_user_s_pipeline_on_the_mimic_iii_demo_is_what_che
     done = runner.invoke(app, ["check", "LABEVENTS_PREPROCESSED.csv", "--infer", "lab_schema.yaml"])
     assert done.exit_code == 0, done.output
     assert " ".join(done.output.split()) == _page_block("wrote a starter schema")
+
+
+@pytest.mark.parametrize(("checks", "said"), [
+    ("  - column: z\n    by: item\n    bound: 1000\n    options: {check_name: z_within}\n", "names the column item"),
+    ("  - column: z\n    values: valuenum\n    by: itemid\n    min_ratio: tiny\n    options: {check_name: z_explained}\n",
+     "could not run"),
+])
+def test_a_check_that_cannot_run_in_worker_processes_cannot_run_as_it_does_here(mimic4_table, tmp_path, checks,
+                                                                                said):
+    """Checked in two worker processes (--engine parts), a schema that cannot run on the table's blocks ends the
+    run with exit 2 and the same words as in this process, carried back from the worker."""
+    path, _ = mimic4_table
+    schema = yaml_schema(tmp_path / "s.yaml", checks)
+    here = runner.invoke(app, ["check", str(path), "--schema", str(schema), "-q"])
+    there = runner.invoke(app, ["check", str(path), "--schema", str(schema), "-q", "--engine", "parts", "--workers",
+                                "2"])
+    assert here.exit_code == there.exit_code == 2, there.output
+    assert said in " ".join(there.output.split()) and there.stdout == here.stdout
