@@ -21,9 +21,9 @@ from typing import Any, Iterator
 import pandas as pd
 import pandera.pandas as pa
 
+from pipeline.check.schema import checks_run, usable
 from pipeline.check.stage import (ORDER, STAGE, Failures, SchemaSource, check_spilled, checked_block, prepared,
                                   read_block, table_fits)
-from pipeline.check.schema import checks_run, usable
 from pipeline.check.table import TableBlocks, is_table, number_columns
 from pipeline.reading.load import BLOCK_BYTES
 from pipeline.engines import PANDAS

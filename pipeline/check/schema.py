@@ -10,8 +10,8 @@ import importlib
 import inspect
 import re
 import sys
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
@@ -68,14 +68,19 @@ def runnable(schema: pa.DataFrameSchema, block: pd.DataFrame, *, where: str) -> 
     """Refused (a schema that cannot be used) when a table check of ``schema`` names a column that ``block``
     lacks and the schema does not declare (one it declares is pandera's to name missing)."""
     for check, whole in _badpoints_checks(schema):
-        statistics = check.statistics or {}
-        named = [statistics.get(name) for name in NAMING] + list(statistics.get("columns") or ())
-        for column in (c for c in named if whole and c is not None):
-            if column not in block.columns and column not in schema.columns:
-                raise schema_problem(
-                    f"the table check {label(check)} names the column {column}, which {where} lacks (its columns: "
-                    f"{', '.join(map(str, block.columns))})", "Name one of the table's columns in it, or give the "
-                    "table that column", where=where)
+        absent = [c for c in named_columns(check) if c not in block.columns and c not in schema.columns]
+        if whole and absent:
+            raise schema_problem(
+                f"the table check {label(check)} names the column {absent[0]}, which {where} lacks (its columns: "
+                f"{', '.join(map(str, block.columns))})", "Name one of the table's columns in it, or give the "
+                "table that column", where=where)
+
+
+def named_columns(check: pa.Check | None) -> list[str]:
+    """The columns a check's arguments name (``column``, ``values``, ``by``, ``columns``)."""
+    statistics = dict(check.statistics or {}) if check is not None else {}
+    named = [statistics.get(name) for name in NAMING] + list(statistics.get("columns") or ())
+    return [column for column in named if column is not None]
 
 
 def could_not_run(check: pa.Check, reason: str, *, where: str) -> StageError:

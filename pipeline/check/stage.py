@@ -21,7 +21,7 @@ import pandera.pandas as pa
 import pyarrow as pa_arrow
 from pandera.errors import SchemaErrorReason
 
-from pipeline.check.schema import could_not_run, load_schema, runnable, usable
+from pipeline.check.schema import could_not_run, load_schema, named_columns, runnable, usable
 from pipeline.check.table import typed
 from pipeline.engines.base import error_as_data
 from pipeline.kernel.calls import Fit
@@ -179,9 +179,7 @@ def checked_block(block: pd.DataFrame, *, schema: pa.DataFrameSchema, states: Ma
 
 def _lacks_a_column(check: pa.Check | None, block: pd.DataFrame) -> bool:
     """Whether ``check`` names a column ``block`` lacks (pandera names the schema's columns missing)."""
-    statistics = dict(check.statistics or {}) if check is not None else {}
-    named = [statistics.get(name) for name in ("column", "values", "by")] + list(statistics.get("columns") or ())
-    return any(column is not None and column not in block.columns for column in named)
+    return any(column not in block.columns for column in named_columns(check))
 
 
 def _no_groups() -> pd.Series:

@@ -46,10 +46,9 @@ def junit_tree(report: Report, *, name: str = "badpoints", checks: Sequence[str]
     by_check: dict[str, list[Finding]] = {}
     for finding in sorted(report.findings, key=lambda f: (f.stage, f.table or "", f.column or "", f.message)):
         by_check.setdefault(finding.check, []).append(finding)
-    ran = set(CHECKS) if checks is None else set(checks) & set(CHECKS)
+    listed = set(CHECKS) if checks is None else set(checks) | set(by_check)
     stages: dict[str, list[str]] = {}
-    for info in in_flow_order([CHECKS[check] for check in CHECKS if check in ran | set(by_check)],
-                              list(report.stages)):
+    for info in in_flow_order([info for check, info in CHECKS.items() if check in listed], list(report.stages)):
         stages.setdefault(info.stage, []).append(info.id)
     for check in sorted(set(by_check) - set(CHECKS)):  # a check the catalogue does not know still shows
         stages.setdefault(by_check[check][0].stage, []).append(check)
