@@ -201,16 +201,23 @@ def test_check_on_saved_graphs_names_each_bad_graph_and_passes_the_good_one(tmp_
     assert result.exit_code == 0, result.output
 
 
+def page_preprocessed(mimic3demo: Path) -> pd.DataFrame:
+    """The table docs/check.md's own ``preprocess`` (its std + 1e-7 script) writes of the MIMIC-III demo's LABEVENTS
+    (VALUENUM read from VALUE)."""
+    namespace: dict = {}
+    script = re.findall(r"```python\n(.*?)```", CHECK_PAGE.read_text(), flags=re.S)[1].split("\nwritten = ")[0]
+    exec(script, namespace)  # noqa: S102
+    labevents = pd.read_csv(mimic3demo / "LABEVENTS.csv")
+    labevents["VALUENUM"] = pd.to_numeric(labevents["VALUE"], errors="coerce")
+    return namespace["preprocess"](labevents)
+
+
 def test_the_page_s_report_of_a_user_s_pipeline_on_the_mimic_iii_demo_is_what_check_prints(mimic3demo, tmp_path,
                                                                                            monkeypatch):
     """docs/check.md's terminal report is a real run: the page's own ``preprocess`` (its std + 1e-7 script) on the
     MIMIC-III demo's LABEVENTS, checked with the page's schema, prints the page's block, figure for figure."""
     text = CHECK_PAGE.read_text()
-    namespace: dict = {}
-    exec(re.findall(r"```python\n(.*?)```", text, flags=re.S)[1].split("\nwritten = ")[0], namespace)  # noqa: S102
-    labevents = pd.read_csv(mimic3demo / "LABEVENTS.csv")
-    labevents["VALUENUM"] = pd.to_numeric(labevents["VALUE"], errors="coerce")
-    preprocessed = namespace["preprocess"](labevents)
+    preprocessed = page_preprocessed(mimic3demo)
     top = f"{preprocessed['VALUENUM_Z-SCORED'].abs().max():.1e}".replace("e+", "e")
     assert re.search(r"it wrote z-scores up to (\S+);", text).group(1) == top  # the page's words on that script
     preprocessed.to_csv(tmp_path / "LABEVENTS_PREPROCESSED.csv", index=False)
@@ -387,12 +394,7 @@ def test_the_page_s_infer_of_a_user_s_pipeline_on_the_mimic_iii_demo_is_what_che
                                                                                            monkeypatch):
     """docs/check.md's --infer of its own std + 1e-7 script's table on the MIMIC-III demo prints the page's lines:
     the |z| of 1.4e10 and the 23 items whose z no z-score of their values is (those the page's z_explained names)."""
-    namespace: dict = {}
-    exec(re.findall(r"```python\n(.*?)```", CHECK_PAGE.read_text(), flags=re.S)[1].split("\nwritten = ")[0],  # noqa: S102
-         namespace)
-    labevents = pd.read_csv(mimic3demo / "LABEVENTS.csv")
-    labevents["VALUENUM"] = pd.to_numeric(labevents["VALUE"], errors="coerce")
-    namespace["preprocess"](labevents).to_csv(tmp_path / "LABEVENTS_PREPROCESSED.csv", index=False)
+    page_preprocessed(mimic3demo).to_csv(tmp_path / "LABEVENTS_PREPROCESSED.csv", index=False)
     monkeypatch.chdir(tmp_path)
     done = runner.invoke(app, ["check", "LABEVENTS_PREPROCESSED.csv", "--infer", "lab_schema.yaml"])
     assert done.exit_code == 0, done.output
@@ -401,8 +403,8 @@ def test_the_page_s_infer_of_a_user_s_pipeline_on_the_mimic_iii_demo_is_what_che
 
 @pytest.mark.parametrize(("checks", "said"), [
     ("  - column: z\n    by: item\n    bound: 1000\n    options: {check_name: z_within}\n", "names the column item"),
-    ("  - column: z\n    values: valuenum\n    by: itemid\n    min_ratio: tiny\n    options: {check_name: z_explained}\n",
-     "could not run"),
+    ("  - column: z\n    values: valuenum\n    by: itemid\n    min_ratio: tiny\n"
+     "    options: {check_name: z_explained}\n", "could not run"),
 ])
 def test_a_check_that_cannot_run_in_worker_processes_cannot_run_as_it_does_here(mimic4_table, tmp_path, checks,
                                                                                 said):
