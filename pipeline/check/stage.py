@@ -21,7 +21,7 @@ import pandera.pandas as pa
 import pyarrow as pa_arrow
 from pandera.errors import SchemaErrorReason
 
-from pipeline.check.schema import could_not_run, load_schema, named_columns, runnable, usable
+from pipeline.check.schema import could_not_run, label, load_schema, named_columns, runnable, usable
 from pipeline.check.table import typed
 from pipeline.engines.base import error_as_data
 from pipeline.kernel.calls import Fit
@@ -48,9 +48,10 @@ def _statistics(check: pa.Check) -> dict[str, Any]:
 
 
 def fit_partial(block: pd.DataFrame, schema: pa.DataFrameSchema) -> dict:
-    """One typed block's partial of every table check of ``schema``."""
+    """One typed block's partial of every table check of ``schema`` (none of one that names a column the block
+    lacks: pandera names it missing)."""
     return {key_of(check.name, _statistics(check)): _fitting(check, TABLE_FITS[check.name].partial, block)
-            for check in table_fits(schema)}
+            for check in table_fits(schema) if not _lacks_a_column(check, block)}
 
 
 def _fitting(check: pa.Check, step: Any, *args: Any) -> Any:
@@ -170,10 +171,13 @@ def checked_block(block: pd.DataFrame, *, schema: pa.DataFrameSchema, states: Ma
         with fitted_on(states):
             schema.validate(block, lazy=True, inplace=inplace)
     except pa.errors.SchemaErrors as errors:
-        for error in errors.schema_errors:
-            if error.reason_code == SchemaErrorReason.CHECK_ERROR and not _lacks_a_column(error.check, block):
+        unrun = [error for error in errors.schema_errors if error.reason_code == SchemaErrorReason.CHECK_ERROR]
+        for error in unrun:
+            if not _lacks_a_column(error.check, block):
                 raise could_not_run(error.check, str(error.failure_cases), where=table) from None
-        return Failures(_failed(errors.failure_cases, schema, block, max_lines, show_values))
+        cases = errors.failure_cases  # a check that read a missing column: the column's missing is the finding
+        unread = cases["check"].astype(str).isin({label(error.check) for error in unrun}) & cases["index"].isna()
+        return Failures(_failed(cases[~unread], schema, block, max_lines, show_values))
     return Failures.none()
 
 

@@ -417,3 +417,17 @@ def test_a_check_that_cannot_run_in_worker_processes_cannot_run_as_it_does_here(
                                 "2"])
     assert here.exit_code == there.exit_code == 2, there.output
     assert said in " ".join(there.output.split()) and there.stdout == here.stdout
+
+
+def test_a_table_without_a_column_its_schema_declares_fails_on_it_where_a_table_check_reads_it(mimic4_table,
+                                                                                             tmp_path):
+    """The table lacks itemid, which the schema declares and its z_explained groups by: pandera's missing column is
+    the one finding (exit 1); the table check, which cannot read it, is neither a failure of the rows nor a check
+    that cannot run."""
+    path, frame = mimic4_table
+    frame.drop(columns=["itemid"]).to_csv(tmp_path / "t.csv", index=False)
+    schema = yaml_schema(tmp_path / "s.yaml", "  - column: z\n    values: valuenum\n    by: itemid\n"
+                                              "    options: {check_name: z_explained}\n")
+    run = check_table(tmp_path / "t.csv", str(schema), load_config())
+    assert run.exit_code == 1
+    assert [(f.check, f.column) for f in run.report.findings] == [("table_schema", "itemid")]
