@@ -232,13 +232,14 @@ def _meds_run(err: Console, data_dir: Path, settings: Config, *, compare: Option
 
 def _reported(console: Console, err: Console, result: Any, settings: Config, *, quiet: bool,
               json_path: Optional[Path], html_path: Optional[Path], junit_path: Optional[Path],
-              show_values: bool) -> None:
-    """A validation's report in every form asked for: the terminal's findings and summary, JSON, HTML, JUnit."""
+              show_values: bool, kind: str = "validate", checks: Optional[tuple[str, ...]] = None) -> None:
+    """A validation's report (or, ``kind`` "check", a check run's, ``checks`` those it ran) in every form asked
+    for: the terminal's findings and summary, JSON, HTML, JUnit."""
     print_report(console, result.report, quiet=quiet)
     print_summary(console, result.report)
     _write_json(err, result.report, json_path)
-    _write_html(err, result, settings, html_path, show_values=show_values)
-    _write_junit(err, result.report, junit_path, name="badpoints validate")
+    _write_html(err, result, settings, html_path, show_values=show_values, kind=kind)
+    _write_junit(err, result.report, junit_path, name=f"badpoints {kind}", checks=checks)
 
 
 @app.command(cls=_Command)
@@ -358,7 +359,7 @@ def check(
         result = _checked_task(err, table, settings, meds_dir, label_code, engine=engine, workers=workers) if task \
             else guarded_run(err, lambda: check_graphs(table, settings, num_classes=num_classes))
         _reported(console, err, result, settings, quiet=quiet, json_path=json_path, html_path=html_path,
-                  junit_path=junit_path, show_values=show_values)
+                  junit_path=junit_path, show_values=show_values, kind="check", checks=result.checks)
         raise typer.Exit(result.exit_code)
     if (schema is None) == (infer is None):
         err.print("[bold red]badpoints: cannot run:[/] give --schema SCHEMA to check the table, or --infer FILE to "
@@ -368,9 +369,11 @@ def check(
         if infer is not None:
             inferred = guarded_run(err, lambda: infer_schema(
                 lambda: (block for path in tables_in(table) for block in TableBlocks(path, path.name))))
-            text = inferred.to_yaml().rstrip("\n") + "\n"
+            text = inferred.to_yaml()
             _write_file(err, infer, lambda: infer.write_text(text, encoding="utf-8"))
-            err.print(f"wrote a starter schema of {len(inferred.columns)} columns to {escape(str(infer))}")
+            err.print(f"wrote a starter schema of {len(inferred.schema.columns)} columns to {escape(str(infer))}")
+            for line in inferred.seen:  # what no real table holds: the schema passes it; the line says the edit
+                err.print(f"[yellow]badpoints: warning:[/] {escape(line)}")
             raise typer.Exit(0)
         load_schema(schema)  # refused here, before any table is read, when it cannot be used
     except StageError as problem:  # a schema or a table that cannot be read: nothing was checked
@@ -382,7 +385,7 @@ def check(
         result = guarded_run(err, lambda: check_table(table, schema, settings, engine=running, progress=progress,
                                                        show_values=show_values))
     _reported(console, err, result, settings, quiet=quiet, json_path=json_path, html_path=html_path,
-              junit_path=junit_path, show_values=show_values)
+              junit_path=junit_path, show_values=show_values, kind="check", checks=result.checks)
     raise typer.Exit(result.exit_code)
 
 
@@ -437,7 +440,8 @@ def _write_json(err: Console, report: Report, json_path: Optional[Path]) -> None
         raise typer.Exit(2)
 
 
-def _write_html(err: Console, result, config: Config, html_path: Optional[Path], *, show_values: bool) -> None:
+def _write_html(err: Console, result, config: Config, html_path: Optional[Path], *, show_values: bool,
+                kind: Optional[str] = None) -> None:
     """The HTML report at ``html_path``. A build's own OUT_DIR/report.html (listed in the manifest) never shows
     raw values; with --show-values, ``html_path`` gets a page that does."""
     if html_path is None:
@@ -451,17 +455,18 @@ def _write_html(err: Console, result, config: Config, html_path: Optional[Path],
         if written is not None and not show_values:  # the build's page: the same bytes, not rendered twice
             HtmlReport((written / REPORT_HTML).read_text(encoding="utf-8")).write(html_path)
         else:
-            HtmlReport(render(result, config, show_values=show_values)).write(html_path)
+            HtmlReport(render(result, config, show_values=show_values, kind=kind)).write(html_path)
 
     _write_file(err, html_path, write)
 
 
-def _write_junit(err: Console, report: Report, junit_path: Optional[Path], *, name: str) -> None:
+def _write_junit(err: Console, report: Report, junit_path: Optional[Path], *, name: str,
+                 checks: Optional[tuple[str, ...]] = None) -> None:
     if junit_path is None:
         return
     from pipeline.reporting.junit import write_junit
 
-    _write_file(err, junit_path, lambda: write_junit(report, junit_path, name=name))
+    _write_file(err, junit_path, lambda: write_junit(report, junit_path, name=name, checks=checks))
 
 
 def _write_file(err: Console, path: Path, write) -> None:

@@ -206,16 +206,16 @@ def _merged_moments(parts: list) -> pd.DataFrame:
 
 
 def _degenerate(moments: pd.DataFrame, *, min_ratio: float | None = MIN_RATIO, **_: Any) -> set:
-    """The groups whose z implies a scale below ``min_ratio`` times the spread of their own values: z varies where
-    the values do not, or varies millions of times more than they do."""
+    """The groups whose z no z-score of their own values can be: with ``s_x`` and ``s_z`` the spreads (population
+    std) of a group's finite values and z, a group of two rows or more fails when ``s_z > 0`` and (``s_x == 0`` or
+    ``s_z > 1 / min_ratio``). A z-score divides by a scale ``s_x / s_z``; below ``min_ratio * s_x`` it is a std
+    guard that failed (``std + 1e-7`` on an item constant in train), which is ``s_z > 1 / min_ratio``."""
     if moments is None or not len(moments):
         return set()
     min_ratio = MIN_RATIO if min_ratio is None else min_ratio
     spread_x = np.sqrt(moments["m2_x"] / moments["n"])
     spread_z = np.sqrt(moments["m2_z"] / moments["n"])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scale = spread_x / spread_z
-    bad = (moments["n"] > 1) & (spread_z > 0) & ((spread_x == 0) | (scale < min_ratio * spread_x))
+    bad = (moments["n"] > 1) & (spread_z > 0) & ((spread_x == 0) | (spread_z * min_ratio > 1))
     return set(moments.index[bad.to_numpy()])
 
 
@@ -224,12 +224,13 @@ def _degenerate(moments: pd.DataFrame, *, min_ratio: float | None = MIN_RATIO, *
 def z_explained(frame: pd.DataFrame, *, column: str, values: str, by: str,
                 min_ratio: float | None = MIN_RATIO) -> pd.Series:
     """Per group (``by``, the item), the z in ``column`` is what a z-score of the group's ``values`` can be: a
-    group whose z implies a scale below ``min_ratio`` times its values' spread (a std guard that failed, the
-    ``std + 1e-7`` of a constant item) fails on its rows whose |z| passes 1."""
+    group whose z implies a scale below ``min_ratio`` times its values' spread (:func:`_degenerate`: a std guard
+    that failed, the ``std + 1e-7`` of a constant item) fails on its rows whose z is finite and |z| passes 1 (an
+    inf or NaN z is :func:`finite`'s, and counted there only)."""
     statistics = dict(column=column, values=values, by=by, min_ratio=min_ratio)
     bad = _state("z_explained", frame, statistics)
     z = np.abs(_numbers(frame[column]))
-    return pd.Series(~(frame[by].isin(bad).to_numpy() & (z > 1)), index=frame.index)
+    return pd.Series(~(frame[by].isin(bad).to_numpy() & np.isfinite(z) & (z > 1)), index=frame.index)
 
 
 # keys_unique: the keys seen more than once in all the rows (their hashes)

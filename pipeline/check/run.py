@@ -21,6 +21,7 @@ from typing import Any, Iterator
 import pandas as pd
 import pandera.pandas as pa
 
+from pipeline.check.schema import checks_run, usable
 from pipeline.check.stage import (ORDER, STAGE, Failures, SchemaSource, check_spilled, checked_block, prepared,
                                   read_block, table_fits)
 from pipeline.check.table import TableBlocks, is_table, number_columns
@@ -32,6 +33,12 @@ from pipeline.reporting.findings import finding_from_error, summary_finding
 from pipeline.reporting.progress import NO_PROGRESS, Progress
 from pipeline.reporting.report import InputFile, Report
 from schemas.errors import StageError, require_validation
+
+
+GRAPH_FILE_CHECKS = ("graph_unsafe", "graph_finite", "graph_edge_index", "graph_index_bounds", "graph_edge_rows",
+                     "graph_node_rows", "graph_isolated_nodes", "graph_bytes", "graph_pyg")
+"""The guard's checks of a graph file (:func:`check_graphs`), ``graph_label_range`` besides when the labels' class
+count is given; a build's own (its batches' memory, its manifest, its node and edge rules) are not run."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class CheckRun:
     tables: Any = None
     prepared: Any = None
     names: dict = field(default_factory=dict)
+    checks: tuple[str, ...] = ()  # the checks the run ran, by id: what its JUnit lists
 
     @property
     def exit_code(self) -> int:
@@ -81,7 +89,7 @@ def check_table(path: Path, schema: pa.DataFrameSchema | str, config: Any, *, en
     ``block_bytes`` of its text at a time."""
     require_validation()
     source = SchemaSource(spec=str(schema)) if isinstance(schema, (str, Path)) else SchemaSource(schema=schema)
-    loaded = source.load()
+    loaded = usable(source.load())
     engine, progress = engine or PANDAS, progress or NO_PROGRESS
     report = Report(stages=ORDER.colours)
     paths = tables_in(path) if Path(path).exists() else []
@@ -94,7 +102,8 @@ def check_table(path: Path, schema: pa.DataFrameSchema | str, config: Any, *, en
         _check_one(report, TableBlocks(table, table.name, block_bytes=block_bytes, numbers=number_columns(loaded)),
                    source, loaded, config, engine=engine, progress=progress, show_values=show_values)
     progress.end()
-    return CheckRun(report.with_severities(dict(config.severity)), config=config, engine=engine)
+    return CheckRun(report.with_severities(dict(config.severity)), config=config, engine=engine,
+                    checks=checks_run(loaded))
 
 
 def is_graphs(path: Path) -> bool:
@@ -121,7 +130,8 @@ def check_graphs(path: Path, config: Any, *, num_classes: int | None = None, lab
     else:
         report.inputs.extend(found.inputs)
         report.add(found.findings)
-    return CheckRun(report.with_severities(dict(config.severity)), config=config)
+    checks = GRAPH_FILE_CHECKS + (("graph_label_range",) if num_classes is not None else ())
+    return CheckRun(report.with_severities(dict(config.severity)), config=config, checks=checks)
 
 
 def _check_one(report: Report, table: TableBlocks, source: SchemaSource, schema: pa.DataFrameSchema, config: Any,
@@ -130,19 +140,20 @@ def _check_one(report: Report, table: TableBlocks, source: SchemaSource, schema:
     schema with table checks takes two passes: the first types every block, takes the checks' partials and writes
     the typed rows aside; the second checks them with the whole table's state. Without, one pass checks each
     block as it is read."""
-    settings = dict(source=source, max_lines=config.report.max_lines, show_values=show_values)
+    settings = dict(source=source, max_lines=config.report.max_lines, show_values=show_values, table=table.name)
     fits = bool(table_fits(schema))
     try:
         with tempfile.TemporaryDirectory(prefix="badpoints-check-") as spill:
             progress.step(f"{STAGE.steps[0 if fits else 1]} {table.name}")
             read = list(engine.blocks(read_block, _blocks(table, progress), spill=Path(spill) if fits else None,
                                       **settings))
-            failures = sum((r.failures for r in read), Failures.none())
+            failures = sum((r.failures for r in read), Failures.none()).raise_refused()
             states = STAGE.fit.finish(STAGE.fit.combine([r.partial for r in read]), schema) if fits else {}
             if fits:
                 progress.step(f"{STAGE.steps[1]} {table.name}", rows=table.rows)
                 for part in engine.each(check_spilled, [r.path for r in read], states=states, **settings):
                     failures = failures + part
+                failures.raise_refused()
     except StageError as problem:
         if problem.check != "table_empty":
             report.add([finding_from_error(problem)])
@@ -150,8 +161,12 @@ def _check_one(report: Report, table: TableBlocks, source: SchemaSource, schema:
         failures, states = Failures.none(), {}  # a header and no row: what the schema says of an empty table
     if not table.rows:
         empty, _ = prepared(_no_rows(schema), schema, max_lines=config.report.max_lines)
-        failures = checked_block(empty, schema=schema, states=states, max_lines=config.report.max_lines,
-                                 show_values=show_values)
+        try:
+            failures = checked_block(empty, schema=schema, states=states, max_lines=config.report.max_lines,
+                                     show_values=show_values, table=table.name)
+        except StageError as problem:  # a check that cannot run on the table's columns
+            report.add([finding_from_error(problem)])
+            return
     report.inputs.append(InputFile(table.name, str(table.path), table.sha256, table.rows))
     report.add(failures.findings(table.name, max_lines=config.report.max_lines))
 

@@ -19,8 +19,11 @@ import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 import pyarrow as pa_arrow
+from pandera.errors import SchemaErrorReason
 
+from pipeline.check.schema import could_not_run, label, load_schema, named_columns, runnable, usable
 from pipeline.check.table import typed
+from pipeline.engines.base import error_as_data
 from pipeline.kernel.calls import Fit
 from pipeline.kernel.finding import Finding
 from pipeline.kernel.handed import write_part
@@ -28,6 +31,7 @@ from pipeline.kernel.stage import Order, Stage
 from pipeline.reading.locate import LOAD
 from pipeline.reporting.findings import format_items, summary_finding
 from schemas.catalogue import CHECKS
+from schemas.errors import StageError
 from schemas.registered import GROUPED, STAGE as NAME, TABLE_FITS, fitted_on, key_of
 
 SCHEMA_CHECK = "table_schema"  # a check of the schema that is not one of badpoints' own: pandera's, or a dtype
@@ -44,9 +48,18 @@ def _statistics(check: pa.Check) -> dict[str, Any]:
 
 
 def fit_partial(block: pd.DataFrame, schema: pa.DataFrameSchema) -> dict:
-    """One typed block's partial of every table check of ``schema``."""
-    return {key_of(check.name, _statistics(check)): TABLE_FITS[check.name].partial(block, **_statistics(check))
-            for check in table_fits(schema)}
+    """One typed block's partial of every table check of ``schema`` (none of one that names a column the block
+    lacks: pandera names it missing)."""
+    return {key_of(check.name, _statistics(check)): _fitting(check, TABLE_FITS[check.name].partial, block)
+            for check in table_fits(schema) if not _lacks_a_column(check, block)}
+
+
+def _fitting(check: pa.Check, step: Any, *args: Any) -> Any:
+    """A step of ``check``'s fit; one that raises is a check that cannot run, as pandera's ``CHECK_ERROR`` is."""
+    try:
+        return step(*args, **_statistics(check))
+    except Exception as exc:  # noqa: BLE001 - whatever a check's arguments make its fit raise
+        raise could_not_run(check, f"{type(exc).__name__}: {exc}", where="schema") from None
 
 
 def fit_combine(partials: list[dict]) -> dict:
@@ -67,7 +80,7 @@ def fit_finish(gathered: dict, schema: pa.DataFrameSchema) -> dict:
     states = {}
     for check in table_fits(schema):
         key, fit = key_of(check.name, _statistics(check)), TABLE_FITS[check.name]
-        states[key] = fit.finish(fit.combine(list(gathered.get(key, []))), **_statistics(check))
+        states[key] = _fitting(check, fit.finish, fit.combine(list(gathered.get(key, []))))
     return states
 
 
@@ -96,16 +109,28 @@ class Failures:
     """Every (check id, what, column) that fails, as :class:`Failed`; they add up over blocks."""
 
     failed: Mapping[tuple[str, str, str | None], Failed] = field(default_factory=dict)
+    refused: dict | None = None  # a schema that cannot run, as a worker hands it back (error_as_data)
 
     @classmethod
     def none(cls) -> "Failures":
         return cls({})
 
+    @classmethod
+    def refusing(cls, error: StageError) -> "Failures":
+        """What a worker hands back of a schema that cannot run: the error as data, never raised across processes."""
+        return cls({}, {**error_as_data(error), "whole_file": error.whole_file})
+
     def __add__(self, other: "Failures") -> "Failures":
         merged = dict(self.failed)
         for key, failed in other.failed.items():
             merged[key] = merged[key] + failed if key in merged else failed
-        return Failures(merged)
+        return Failures(merged, self.refused or other.refused)
+
+    def raise_refused(self) -> "Failures":
+        """These failures; a schema that could not run on a block is raised here, where the run is."""
+        if self.refused is not None:
+            raise StageError(**self.refused)
+        return self
 
     def findings(self, table: str, *, max_lines: int, stage: str = NAME) -> list[Finding]:
         """One finding per (check, column): its rows, the first lines, the groups named (all of them in the
@@ -133,16 +158,32 @@ def prepared(block: pd.DataFrame, schema: pa.DataFrameSchema, *, max_lines: int)
 
 
 def checked_block(block: pd.DataFrame, *, schema: pa.DataFrameSchema, states: Mapping[Any, Any], max_lines: int,
-                  show_values: bool, inplace: bool = True) -> Failures:
+                  show_values: bool, inplace: bool = True, table: str = "schema") -> Failures:
     """The call on one typed block: validated by pandera (lazily, the table checks reading the whole table's
     ``states``), and what fails kept small. ``inplace``: pandera may coerce the block itself rather than a copy
-    (the check's own blocks; a frame of the user's is validated as a copy where the schema would change it)."""
+    (the check's own blocks; a frame of the user's is validated as a copy where the schema would change it).
+    A check that cannot run on ``table`` (it names a column neither there nor in the schema, or it raised as it
+    ran; a check of badpoints' lacks an argument it needs) is a schema that cannot be used
+    (:func:`pipeline.check.schema.usable`), not rows that fail."""
+    usable(schema, where=table)
+    runnable(schema, block, where=table)
     try:
         with fitted_on(states):
             schema.validate(block, lazy=True, inplace=inplace)
     except pa.errors.SchemaErrors as errors:
-        return Failures(_failed(errors.failure_cases, schema, block, max_lines, show_values))
+        unrun = [error for error in errors.schema_errors if error.reason_code == SchemaErrorReason.CHECK_ERROR]
+        for error in unrun:
+            if not _lacks_a_column(error.check, block):
+                raise could_not_run(error.check, str(error.failure_cases), where=table) from None
+        cases = errors.failure_cases  # a check that read a missing column: the column's missing is the finding
+        unread = cases["check"].astype(str).isin({label(error.check) for error in unrun}) & cases["index"].isna()
+        return Failures(_failed(cases[~unread], schema, block, max_lines, show_values))
     return Failures.none()
+
+
+def _lacks_a_column(check: pa.Check | None, block: pd.DataFrame) -> bool:
+    """Whether ``check`` names a column ``block`` lacks (pandera names the schema's columns missing)."""
+    return any(column not in block.columns for column in named_columns(check))
 
 
 def _no_groups() -> pd.Series:
@@ -169,7 +210,7 @@ def _failed(cases: pd.DataFrame, schema: pa.DataFrameSchema, block: pd.DataFrame
         key = (name if name in CHECKS and CHECKS[name].stage == NAME else SCHEMA_CHECK, what,
                None if column is None or pd.isna(column) else str(column))
         index = pd.to_numeric(rows["index"], errors="coerce").dropna().astype("int64").unique()
-        by = statistics.get("by") if name in GROUPED else None
+        by = statistics.get("by") if name in GROUPED and statistics.get("by") in block.columns else None
         groups = (block.loc[index, by].value_counts() if by is not None and len(index) else _no_groups())
         samples = tuple(map(str, rows["failure_case"].head(max_lines))) if show_values and len(index) else ()
         part = Failed(len(index), np.sort(index)[:max_lines], groups.astype("int64"), samples)
@@ -208,8 +249,6 @@ class SchemaSource:
 
 @functools.lru_cache(maxsize=4)
 def _loaded(spec: str) -> pa.DataFrameSchema:
-    from pipeline.check.schema import load_schema
-
     return load_schema(spec)
 
 
@@ -225,25 +264,34 @@ class Read:
 
 
 def read_block(block: pd.DataFrame, *, source: SchemaSource, spill: Path | None, max_lines: int,
-               show_values: bool) -> Read:
+               show_values: bool, table: str = "schema") -> Read:
     """The first pass's call on one block of text: typed as the schema says; with table checks, their partial
     taken and the typed rows written to ``spill`` (one file a block) for the second pass; without, checked at once."""
-    schema = source.load()
-    block, failures = prepared(block, schema, max_lines=max_lines)
-    if spill is None:
-        return Read(None, failures + checked_block(block, schema=schema, states={}, max_lines=max_lines,
-                                                   show_values=show_values), {})
+    try:
+        schema = source.load()
+        block, failures = prepared(block, schema, max_lines=max_lines)
+        if spill is None:
+            return Read(None, failures + checked_block(block, schema=schema, states={}, max_lines=max_lines,
+                                                       show_values=show_values, table=table), {})
+        runnable(schema, block, where=table)  # before the table checks' partials read the columns they name
+        partial = fit_partial(block, schema)
+    except StageError as refused:  # carried back as data: it may be a worker's
+        return Read(None, Failures.refusing(refused), {})
     path = spill / f"{block.index[0] if len(block) else 0:012d}-{uuid.uuid4().hex}.arrow"
     write_part(block, path)
-    return Read(path, failures, fit_partial(block, schema))
+    return Read(path, failures, partial)
 
 
 def check_spilled(path: Path, *, source: SchemaSource, states: Mapping[Any, Any], max_lines: int,
-                  show_values: bool) -> Failures:
+                  show_values: bool, table: str = "schema") -> Failures:
     """The second pass's call on one typed block the first wrote (:func:`read_block`)."""
     with pa_arrow.OSFile(str(path)) as handle:
         block = pa_arrow.ipc.open_file(handle).read_all().to_pandas()
-    return checked_block(block, schema=source.load(), states=states, max_lines=max_lines, show_values=show_values)
+    try:
+        return checked_block(block, schema=source.load(), states=states, max_lines=max_lines,
+                             show_values=show_values, table=table)
+    except StageError as refused:  # carried back as data: it may be a worker's
+        return Failures.refusing(refused)
 
 
 STAGE = Stage(NAME, colour="#393b79", progress=("fit", "check"),

@@ -1,6 +1,7 @@
 """JUnit XML for CI: one test case per check, so a CI system lists the checks that failed and why.
 
-Each check of the catalogue (``schemas.checks.CHECKS``) is a ``<testcase>`` with
+Each check the run ran (a validation or a build: every check of the catalogue, ``schemas.catalogue.CHECKS``; a
+``badpoints check``: its schema's, or the graph guard's) is a ``<testcase>`` with
 ``classname`` = its stage and ``name`` = its id, in a ``<testsuite>`` per stage.
 Findings of severity error are its ``<failure>`` (every message, with its
 lines); warnings and notes go to ``<system-out>``, which CI systems show with the
@@ -14,6 +15,7 @@ import io
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Sequence
 
 from pipeline.reporting.report import Finding, Report, write_atomic
 from schemas.catalogue import in_flow_order
@@ -37,13 +39,16 @@ def _line(finding: Finding) -> str:
     return text
 
 
-def junit_tree(report: Report, *, name: str = "badpoints") -> ET.ElementTree:
-    """The report as a JUnit tree: ``<testsuites>``, a ``<testsuite>`` per stage, a ``<testcase>`` per check."""
+def junit_tree(report: Report, *, name: str = "badpoints", checks: Sequence[str] | None = None) -> ET.ElementTree:
+    """The report as a JUnit tree: ``<testsuites>``, a ``<testsuite>`` per stage, a ``<testcase>`` per check:
+    each of ``checks`` (the ids of the checks the run ran; None: every check of the catalogue), and any check a
+    finding names besides."""
     by_check: dict[str, list[Finding]] = {}
     for finding in sorted(report.findings, key=lambda f: (f.stage, f.table or "", f.column or "", f.message)):
         by_check.setdefault(finding.check, []).append(finding)
+    listed = set(CHECKS) if checks is None else set(checks) | set(by_check)
     stages: dict[str, list[str]] = {}
-    for info in in_flow_order(CHECKS.values(), list(report.stages)):
+    for info in in_flow_order([info for check, info in CHECKS.items() if check in listed], list(report.stages)):
         stages.setdefault(info.stage, []).append(info.id)
     for check in sorted(set(by_check) - set(CHECKS)):  # a check the catalogue does not know still shows
         stages.setdefault(by_check[check][0].stage, []).append(check)
@@ -89,15 +94,16 @@ def junit_tree(report: Report, *, name: str = "badpoints") -> ET.ElementTree:
     return ET.ElementTree(root)
 
 
-def junit_xml(report: Report, *, name: str = "badpoints") -> bytes:
+def junit_xml(report: Report, *, name: str = "badpoints", checks: Sequence[str] | None = None) -> bytes:
     """The JUnit XML document, UTF-8 with an XML declaration."""
     buffer = io.BytesIO()
-    junit_tree(report, name=name).write(buffer, encoding="utf-8", xml_declaration=True)
+    junit_tree(report, name=name, checks=checks).write(buffer, encoding="utf-8", xml_declaration=True)
     return buffer.getvalue() + b"\n"
 
 
-def write_junit(report: Report, path: Path, *, name: str = "badpoints") -> None:
-    """Write the JUnit file atomically (a temp file in the same folder, then rename)."""
+def write_junit(report: Report, path: Path, *, name: str = "badpoints", checks: Sequence[str] | None = None) -> None:
+    """Write the JUnit file atomically (a temp file in the same folder, then rename); ``checks`` as
+    :func:`junit_tree` takes them."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, junit_xml(report, name=name))
+    write_atomic(path, junit_xml(report, name=name, checks=checks))

@@ -4,6 +4,8 @@ on a frame whole and block by block (its state fitted on all the blocks)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pandera.pandas as pa
@@ -137,3 +139,41 @@ def test_a_table_check_reads_nan_and_inf_as_no_number():
     frame = pd.DataFrame({"ITEMID": [1, 1, 1], "X": [np.nan, 1.0, 2.0], "Z": [np.inf, -1.0, 1.0]})
     check = pa.Check.z_explained(column="Z", values="X", by="ITEMID")
     assert failing(pa.DataFrameSchema(checks=[check]), frame) == {}
+
+
+def test_z_explained_fails_only_finite_rows_and_leaves_inf_and_nan_to_finite():
+    """Item 1's values are all 5.0 but its z varies (std + 1e-7): its finite rows with |z| > 1 fail z_explained;
+    its inf, -inf and NaN rows are finite's to name, not counted again."""
+    frame = pd.DataFrame({"ITEMID": [1] * 6 + [2] * 3,
+                          "X": [5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 1.0, 2.0, 3.0],
+                          "Z": [0.0, 1e7, -1e7, np.inf, -np.inf, np.nan, -1.2, 0.0, 1.2]})
+    schema = pa.DataFrameSchema({"Z": pa.Column(float, nullable=True, checks=[pa.Check.finite()])},
+                                checks=[pa.Check.z_explained(column="Z", values="X", by="ITEMID")])
+    assert failing(schema, frame) == {"finite": [3, 4], "z_explained": [1, 2]}
+
+
+def test_z_explained_is_the_rule_docs_check_md_writes():
+    """docs/check.md's rule, computed here from each group's spreads of its finite rows (population std):
+    a group of 2 rows or more fails when s_z > 0 and (s_x = 0 or s_z > 1 / min_ratio); its finite rows with
+    |z| > 1 fail. Real z-scores, shifted ones (fitted on other rows), a constant item under std + 1e-7, a tiny
+    std, a lone row and a constant z: the check fails the rows the rule says."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "check.md").read_text()
+    assert "fails when s_z > 0 and (s_x = 0 or s_z > 1 / min_ratio)" in " ".join(page.replace("`", "").split())
+    rng = np.random.default_rng(5)
+    x = {1: rng.normal(10, 2, 30), 2: rng.normal(10, 2, 30), 3: np.full(20, 4.0), 4: rng.normal(5, 1e-4, 20),
+         5: np.array([7.0]), 6: rng.normal(3, 1, 10)}
+    z = {1: (x[1] - 10) / 2, 2: (x[2] - 14) / 0.1, 3: np.r_[np.zeros(10), np.full(10, 3e7)],
+         4: (x[4] - 5) / (1e-4 / 1e4), 5: np.array([9e9]), 6: np.full(10, 50.0)}
+    frame = pd.DataFrame({"ITEMID": np.concatenate([[g] * len(x[g]) for g in x]), "X": np.concatenate(list(x.values())),
+                          "Z": np.concatenate(list(z.values()))})
+    frame.loc[[75, 3], "Z"] = [np.inf, np.nan]  # in the constant item, and in the real one
+    for min_ratio in (1e-3, 0.1):
+        expected = []
+        for _, group in frame.groupby("ITEMID"):
+            ok = group[np.isfinite(group["X"]) & np.isfinite(group["Z"])]
+            s_x, s_z = ok["X"].std(ddof=0), ok["Z"].std(ddof=0)
+            if len(ok) > 1 and s_z > 0 and (s_x == 0 or s_z > 1 / min_ratio):
+                expected += ok.index[ok["Z"].abs() > 1].tolist()
+        check = pa.Check.z_explained(column="Z", values="X", by="ITEMID", min_ratio=min_ratio)
+        assert failing(pa.DataFrameSchema(checks=[check]), frame).get("z_explained", []) == sorted(expected)
+        assert set(frame.loc[expected, "ITEMID"]) == ({3, 4} if min_ratio == 1e-3 else {2, 3, 4})

@@ -21,6 +21,7 @@ from pipeline.check.run import check_table
 from pipeline.check.schema import load_schema
 from pipeline.cli import app
 from pipeline.config import load_config
+from schemas.errors import StageError
 
 ROOT = Path(__file__).resolve().parents[3]
 runner = CliRunner()
@@ -200,16 +201,23 @@ def test_check_on_saved_graphs_names_each_bad_graph_and_passes_the_good_one(tmp_
     assert result.exit_code == 0, result.output
 
 
+def page_preprocessed(mimic3demo: Path) -> pd.DataFrame:
+    """The table docs/check.md's own ``preprocess`` (its std + 1e-7 script) writes of the MIMIC-III demo's LABEVENTS
+    (VALUENUM read from VALUE)."""
+    namespace: dict = {}
+    script = re.findall(r"```python\n(.*?)```", CHECK_PAGE.read_text(), flags=re.S)[1].split("\nwritten = ")[0]
+    exec(script, namespace)  # noqa: S102
+    labevents = pd.read_csv(mimic3demo / "LABEVENTS.csv")
+    labevents["VALUENUM"] = pd.to_numeric(labevents["VALUE"], errors="coerce")
+    return namespace["preprocess"](labevents)
+
+
 def test_the_page_s_report_of_a_user_s_pipeline_on_the_mimic_iii_demo_is_what_check_prints(mimic3demo, tmp_path,
                                                                                            monkeypatch):
     """docs/check.md's terminal report is a real run: the page's own ``preprocess`` (its std + 1e-7 script) on the
     MIMIC-III demo's LABEVENTS, checked with the page's schema, prints the page's block, figure for figure."""
     text = CHECK_PAGE.read_text()
-    namespace: dict = {}
-    exec(re.findall(r"```python\n(.*?)```", text, flags=re.S)[1].split("\nwritten = ")[0], namespace)  # noqa: S102
-    labevents = pd.read_csv(mimic3demo / "LABEVENTS.csv")
-    labevents["VALUENUM"] = pd.to_numeric(labevents["VALUE"], errors="coerce")
-    preprocessed = namespace["preprocess"](labevents)
+    preprocessed = page_preprocessed(mimic3demo)
     top = f"{preprocessed['VALUENUM_Z-SCORED'].abs().max():.1e}".replace("e+", "e")
     assert re.search(r"it wrote z-scores up to (\S+);", text).group(1) == top  # the page's words on that script
     preprocessed.to_csv(tmp_path / "LABEVENTS_PREPROCESSED.csv", index=False)
@@ -219,3 +227,207 @@ def test_the_page_s_report_of_a_user_s_pipeline_on_the_mimic_iii_demo_is_what_ch
     assert result.exit_code == 1, result.output
     shown = re.search(r"```\n(read LABEVENTS_PREPROCESSED\.csv.*?)```", text, flags=re.S).group(1)
     assert result.stdout == shown
+
+
+def newcomer(labevents: pd.DataFrame) -> pd.DataFrame:
+    """A newcomer's MIMIC-IV preprocessing: log(x) on a skewed item, then z per item with mean and std fitted on
+    the train admissions and guarded with ``std + 1e-7``."""
+    with np.errstate(divide="ignore"):
+        x = labevents["valuenum"].where(labevents["itemid"] != SKEWED, np.log(labevents["valuenum"]))  # log(0): -inf
+    train = labevents["hadm_id"] % 10 < 7
+    fitted = x[train].groupby(labevents["itemid"][train]).agg(["mean", "std"])
+    mean, std = labevents["itemid"].map(fitted["mean"]), labevents["itemid"].map(fitted["std"])
+    return labevents.assign(z=(x - mean) / (std + 1e-7))
+
+
+SKEWED, CONSTANT = 50889, 50983  # C-reactive protein (log-scaled); an item whose train rows are all equal
+
+
+@pytest.fixture
+def mimic4_table(tmp_path) -> tuple[Path, pd.DataFrame]:
+    """The newcomer's table (``hadm_id, itemid, valuenum, z``) as a CSV: creatinine as it should be; CRP whose
+    test rows of 0 became log(0) = -inf and z = -inf; an item equal in every train row, so std + 1e-7 made its
+    other rows' z 3e11."""
+    hadm = np.repeat(np.arange(20_000_000, 20_000_040), 3)
+    items = np.tile([50912, SKEWED, CONSTANT], 40)
+    creatinine = 0.7 + 0.05 * (np.arange(len(hadm)) % 9)
+    crp = np.where(hadm % 10 == 9, 0.0, 2.0 + np.arange(len(hadm)) % 7)
+    constant = np.where(hadm % 10 < 7, 0.0, 30_000.0)
+    valuenum = np.select([items == 50912, items == SKEWED], [creatinine, crp], constant)
+    frame = newcomer(pd.DataFrame({"hadm_id": hadm, "itemid": items, "valuenum": valuenum}))
+    path = tmp_path / "labevents_preprocessed.csv"
+    frame.to_csv(path, index=False)
+    return path, frame
+
+
+def yaml_schema(path: Path, table_checks: str) -> Path:
+    """A pandera YAML schema of the newcomer's table with ``table_checks`` under ``checks:``."""
+    path.write_text("schema_type: dataframe\ncolumns:\n  hadm_id: {dtype: int64}\n  itemid: {dtype: int64}\n"
+                    "  valuenum: {dtype: float64}\n  z: {dtype: float64}\nchecks:\n" + table_checks)
+    return path
+
+
+def test_a_registered_check_without_an_argument_it_needs_cannot_run_and_says_which(mimic4_table, tmp_path):
+    """A z_within with no bound is a schema error, refused before the table is read: exit 2, naming the check,
+    the argument and the edit; not a finding about the data."""
+    path, _ = mimic4_table
+    schema = yaml_schema(tmp_path / "s.yaml", "  - column: z\n    by: itemid\n    options: {check_name: z_within}\n")
+    done = runner.invoke(app, ["check", str(path), "--schema", str(schema), "--json", str(tmp_path / "r.json")])
+    assert done.exit_code == 2, done.output
+    said = " ".join(done.output.split())
+    assert "cannot run" in said and "z_within(column=z, by=itemid)" in said and "lacks its argument bound" in said
+    assert "Add bound: 1000 beside its other arguments" in said and "No real measurement" not in said
+    assert not (tmp_path / "r.json").exists()  # nothing was checked
+
+
+def test_a_schema_object_whose_check_lacks_an_argument_is_refused_before_any_row_is_read(mimic4_table):
+    path, _ = mimic4_table
+    schema = pa.DataFrameSchema({"z": pa.Column(float)}, checks=[pa.Check.z_explained(column="z", by="itemid")])
+    with pytest.raises(StageError) as refused:
+        check_table(path, schema, load_config())
+    assert "z_explained(column=z, by=itemid) lacks its argument values" in str(refused.value)
+
+
+def test_a_check_naming_a_column_the_table_lacks_cannot_run_and_names_the_table_s_columns(mimic4_table, tmp_path):
+    """A check whose group column is neither the schema's nor the table's cannot run (exit 2): the run says which
+    column and which the table has, rather than failing rows or crashing."""
+    path, _ = mimic4_table
+    schema = yaml_schema(tmp_path / "s.yaml", "  - column: z\n    by: item\n    bound: 1000\n"
+                                              "    options: {check_name: z_within}\n")
+    run = check_table(path, str(schema), load_config())
+    assert run.exit_code == 2
+    [finding] = run.report.findings
+    assert ("z_within(column=z, by=item, bound=1000) names the column item, which labevents_preprocessed.csv "
+            "lacks (its columns: hadm_id, itemid, valuenum, z)") in finding.message
+
+
+def test_a_check_that_fails_to_run_on_the_table_cannot_run_and_names_pandera_s_reason(mimic4_table, tmp_path):
+    """A check with every argument that still cannot run (a bound that is text) ends the run as one that cannot
+    run (exit 2) with pandera's reason, not as rows that fail."""
+    path, _ = mimic4_table
+    schema = yaml_schema(tmp_path / "s.yaml", "  - column: z\n    by: itemid\n    bound: a lot\n"
+                                              "    options: {check_name: z_within}\n")
+    run = check_table(path, str(schema), load_config())
+    assert run.exit_code == 2
+    [finding] = run.report.findings
+    assert "z_within(column=z, by=itemid, bound=a lot) could not run (UFuncTypeError" in finding.message
+
+
+def test_an_inferred_schema_passes_on_a_table_with_infs_and_says_what_no_real_table_holds(mimic4_table, tmp_path):
+    """--infer on the newcomer's table writes a schema the table passes as it is (its -inf left to finite, not
+    failed as out of range), and says, on the terminal and atop the file, what no real table holds: the -inf, a
+    |z| of 3e11 its z_within bound now allows, an item whose z varies where its values do not; each with its edit."""
+    path, frame = mimic4_table
+    written = tmp_path / "inferred.yaml"
+    done = runner.invoke(app, ["check", str(path), "--infer", str(written)])
+    assert done.exit_code == 0, done.output
+    said = " ".join(done.output.split())
+    infs = int(np.isinf(frame["z"]).sum())
+    assert infs == 4
+    assert f"z: {infs} values are -inf" in said and "add finite to its checks" in said
+    assert "|z| up to 3.0e11" in said and "set z_within's bound to 1000" in said
+    assert ("z: in 1 itemid group (50983) it is no z-score of valuenum: it varies where valuenum does not, or over "
+            "1,000 times more") in said
+    assert "add the table check z_explained (column: z, values: valuenum, by: itemid)" in said
+    assert "# z: 4 values are -inf" in written.read_text()
+    again = runner.invoke(app, ["check", str(path), "--schema", str(written), "-q"])
+    assert again.exit_code == 0, again.output
+
+
+def test_a_check_run_s_reports_name_it_and_list_the_checks_that_ran(mimic4_table, tmp_path):
+    """JUnit's suites are "badpoints check", with a case for each check of the schema (pandera's own as
+    table_schema) and none for the checks of a MIMIC run; the HTML page's title says check."""
+    path, _ = mimic4_table
+    schema = yaml_schema(tmp_path / "s.yaml", "  - column: z\n    by: itemid\n    bound: 1000\n"
+                                              "    options: {check_name: z_within}\n")
+    done = runner.invoke(app, ["check", str(path), "--schema", str(schema), "--junit", str(tmp_path / "r.xml"),
+                               "--html", str(tmp_path / "r.html"), "-q"])
+    assert done.exit_code == 1, done.output
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(tmp_path / "r.xml").getroot()
+    cases = {case.get("name"): case for case in root.iter("testcase")}
+    assert root.get("name") == "badpoints check" and set(cases) == {"table_schema", "z_within"}
+    assert cases["z_within"].find("failure") is not None and cases["table_schema"].find("failure") is None
+    assert re.search(r"<title>badpoints check: errors</title>", (tmp_path / "r.html").read_text())
+
+
+def test_a_graph_check_run_s_junit_lists_the_graph_checks_that_ran(tmp_path):
+    """Saved graphs checked with --num-classes: JUnit's cases are the guard's checks of a graph file (its labels'
+    among them), the bad graph's failing; no case of a MIMIC run's stages."""
+    import xml.etree.ElementTree as ET
+
+    import torch
+    from torch_geometric.data import Data
+
+    torch.save(Data(x=torch.tensor([[float("nan")]]), edge_index=torch.tensor([[0], [0]]),
+                    y=torch.tensor([3])).to_dict(), tmp_path / "bad.pt")
+    done = runner.invoke(app, ["check", str(tmp_path / "bad.pt"), "--num-classes", "2", "--junit",
+                               str(tmp_path / "r.xml"), "-q"])
+    assert done.exit_code == 1, done.output
+    root = ET.parse(tmp_path / "r.xml").getroot()
+    cases = {case.get("name"): case for case in root.iter("testcase")}
+    assert root.get("name") == "badpoints check" and {"graph_finite", "graph_label_range", "graph_pyg"} <= set(cases)
+    assert all(name.startswith("graph_") for name in cases) and "graph_manifest" not in cases
+    assert {name for name, case in cases.items() if case.find("failure") is not None} == {"graph_finite",
+                                                                                           "graph_label_range"}
+
+
+def _page_block(starting: str) -> str:
+    """docs/check.md's output block that starts with ``starting``, its lines joined as one text."""
+    block = re.search(rf"```\n({re.escape(starting)}.*?)```", CHECK_PAGE.read_text(), flags=re.S).group(1)
+    return " ".join(block.split())
+
+
+def test_the_page_s_schema_without_its_bound_cannot_run_as_the_page_prints(tmp_path, monkeypatch):
+    """docs/check.md's refusal of its own schema with `bound: 1000` taken out is what check prints."""
+    assert "    bound: 1000\n" in SCHEMA
+    (tmp_path / "lab_schema.yaml").write_text(SCHEMA.replace("    bound: 1000\n", ""))
+    (tmp_path / "LABEVENTS_PREPROCESSED.csv").write_text("HADM_ID,ITEMID,VALUENUM,VALUENUM_Z-SCORED\n1,50912,1.0,0.5\n")
+    monkeypatch.chdir(tmp_path)
+    done = runner.invoke(app, ["check", "LABEVENTS_PREPROCESSED.csv", "--schema", "lab_schema.yaml"])
+    assert done.exit_code == 2
+    assert " ".join(done.output.split()) == _page_block("badpoints: cannot run:")
+
+
+def test_the_page_s_infer_of_a_user_s_pipeline_on_the_mimic_iii_demo_is_what_check_prints(mimic3demo, tmp_path,
+                                                                                           monkeypatch):
+    """docs/check.md's --infer of its own std + 1e-7 script's table on the MIMIC-III demo prints the page's lines:
+    the |z| of 1.4e10 and the 23 items whose z no z-score of their values is (those the page's z_explained names)."""
+    page_preprocessed(mimic3demo).to_csv(tmp_path / "LABEVENTS_PREPROCESSED.csv", index=False)
+    monkeypatch.chdir(tmp_path)
+    done = runner.invoke(app, ["check", "LABEVENTS_PREPROCESSED.csv", "--infer", "lab_schema.yaml"])
+    assert done.exit_code == 0, done.output
+    assert " ".join(done.output.split()) == _page_block("wrote a starter schema")
+
+
+@pytest.mark.parametrize(("checks", "said"), [
+    ("  - column: z\n    by: item\n    bound: 1000\n    options: {check_name: z_within}\n", "names the column item"),
+    ("  - column: z\n    values: valuenum\n    by: itemid\n    min_ratio: tiny\n"
+     "    options: {check_name: z_explained}\n", "could not run"),
+])
+def test_a_check_that_cannot_run_in_worker_processes_cannot_run_as_it_does_here(mimic4_table, tmp_path, checks,
+                                                                                said):
+    """Checked in two worker processes (--engine parts), a schema that cannot run on the table's blocks ends the
+    run with exit 2 and the same words as in this process, carried back from the worker."""
+    path, _ = mimic4_table
+    schema = yaml_schema(tmp_path / "s.yaml", checks)
+    here = runner.invoke(app, ["check", str(path), "--schema", str(schema), "-q"])
+    there = runner.invoke(app, ["check", str(path), "--schema", str(schema), "-q", "--engine", "parts", "--workers",
+                                "2"])
+    assert here.exit_code == there.exit_code == 2, there.output
+    assert said in " ".join(there.output.split()) and there.stdout == here.stdout
+
+
+def test_a_table_without_a_column_its_schema_declares_fails_on_it_where_a_table_check_reads_it(mimic4_table,
+                                                                                             tmp_path):
+    """The table lacks itemid, which the schema declares and its z_explained groups by: pandera's missing column is
+    the one finding (exit 1); the table check, which cannot read it, is neither a failure of the rows nor a check
+    that cannot run."""
+    path, frame = mimic4_table
+    frame.drop(columns=["itemid"]).to_csv(tmp_path / "t.csv", index=False)
+    schema = yaml_schema(tmp_path / "s.yaml", "  - column: z\n    values: valuenum\n    by: itemid\n"
+                                              "    options: {check_name: z_explained}\n")
+    run = check_table(tmp_path / "t.csv", str(schema), load_config())
+    assert run.exit_code == 1
+    assert [(f.check, f.column) for f in run.report.findings] == [("table_schema", "itemid")]
