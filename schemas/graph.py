@@ -33,6 +33,13 @@ CHECKS = (  # what the graph stage finds (schemas.checks puts them into the cata
     CheckInfo("graph_finite", "graph", ERROR, "float tensor with inf or NaN",
               "A non-finite value poisons every loss it touches; find the code or stage that let it through.",
               locked=GRAPH_FILE),
+    CheckInfo("graph_magnitude", "graph", ERROR, "float value above max_abs in magnitude",
+              "Finite, and no value a model should read: a z-score this far out is a std guard that failed "
+              "(std + 1e-7 on a constant item) or a unit error. Fix the scaling of what is named; if the values are "
+              "real, scale them, or give check_graph a max_abs of yours (None: no bound).", locked=GRAPH_FILE),
+    CheckInfo("graph_labels_unchecked", "graph", INFO, "labels not checked against a number of classes",
+              "Without it a label past the classes cannot be told: give check_graph num_classes=N "
+              "(badpoints check --num-classes N)."),
     CheckInfo("graph_edge_index", "graph", ERROR, "edge index that is not int64 of shape [2, E]",
               "PyG expects int64 [2, E]; rebuild the graph with badpoints or fix the code that made it.",
               locked=GRAPH_FILE),
@@ -84,7 +91,8 @@ EDGE = ("admission", "did", "labitem")
 REVERSE = ("labitem", "rev_did", "admission")
 RAW_IDS = {"admission": "hadm_id", "labitem": "itemid"}  # per node type, the attribute holding its raw identifier
 Problem = Callable[[str, str, int, str], None]  # (check, store.attribute, count, detail): one problem, recorded
-WHOLE = ("graph_isolated_nodes", "graph_bytes")  # checks about a whole store or graph: a count, no failing rows
+# checks about a whole store or graph: a count, no failing rows
+WHOLE = ("graph_isolated_nodes", "graph_bytes", "graph_labels_unchecked")
 # A Data's tensors that hold one row per node, by name, as PyG's storage reads them (its N_KEYS), and those of
 # one row per edge besides the names that start with "edge" (its E_KEYS).
 NODE_KEYS = frozenset({"x", "feat", "pos", "batch", "node_type", "n_id"})
@@ -155,7 +163,9 @@ class GraphRules:
     """What a kind of graph is held to beyond what every PyG graph must satisfy.
 
     ``num_classes``: the labels (the attribute ``label`` of any store) are whole numbers in ``[0, num_classes)``,
-    unchecked when None; ``max_bytes``: a warning above that many bytes of tensors, none when None;
+    unchecked when None (a note says so, where ``unchecked_labels``); ``max_abs``: every float tensor but the
+    labels holds no finite value above it in magnitude, none when None; ``max_bytes``: a warning above that many
+    bytes of tensors, none when None;
     ``isolated``: nodes in no edge are a note; ``require_edges``: an edge type without edges is an error
     (``graph_empty``); ``node`` and ``edge``: the kind's own checks of a node store (after its rows:
     ``(store, node_type, num_nodes, problem)``) and of an edge store (after its rows: ``(store, name, edges,
@@ -163,6 +173,8 @@ class GraphRules:
 
     num_classes: int | None = None
     label: str = "y"
+    max_abs: float | None = None
+    unchecked_labels: bool = False
     max_bytes: int | None = None
     isolated: bool = True
     require_edges: bool = False
@@ -404,17 +416,28 @@ class _Walk:
         return _store_name(key) if key is not None else ("global" if self.hetero else "data")
 
     def finite(self) -> None:
-        """graph_finite: every float tensor of every store (the graph's own, each node and edge type's) is finite."""
+        """graph_finite: every float tensor of every store (the graph's own, each node and edge type's) is finite;
+        graph_magnitude: but for the labels, none of its finite values is above the rules' ``max_abs``."""
         import torch
 
+        bound = self.rules.max_abs
         for store in self.data.stores:
             name = self.name(store)
             for attr, value in store.items():
                 if isinstance(value, torch.Tensor) and value.is_floating_point():
-                    bad = ~torch.isfinite(_stored(value)[-1])  # a sparse tensor's rows: those of its values
+                    values = _stored(value)[-1]  # a sparse tensor's rows: those of its values
+                    finite = torch.isfinite(values)
+                    bad = ~finite
                     if bad.any():
                         self.problem("graph_finite", f"{name}.{attr}", int(_failing_rows(bad).sum()),
                                      f"{int(bad.sum())} non-finite values {_positions(bad)}")
+                    if bound is None or attr == self.rules.label:
+                        continue
+                    big = finite & (values.abs() > bound)
+                    if big.any():
+                        self.problem("graph_magnitude", f"{name}.{attr}", int(_failing_rows(big).sum()),
+                                     f"{int(big.sum())} values with |value| above {bound:g} (max_abs) "
+                                     f"{_positions(big)}")
 
     def node_store(self, store) -> None:
         """A node store: its per-node tensors' rows, the rules' own node checks, its labels."""
@@ -449,6 +472,10 @@ class _Walk:
         import torch
 
         y, classes = store.get(self.rules.label), self.rules.num_classes
+        if classes is None and self.rules.unchecked_labels and isinstance(y, torch.Tensor):
+            self.problem("graph_labels_unchecked", f"{name}.{self.rules.label}", 1,
+                         f"{self.rules.label} not checked against a number of classes: none was given "
+                         "(num_classes; badpoints check --num-classes)")
         if classes is None or not isinstance(y, torch.Tensor) or y.is_complex() or y.layout != torch.strided:
             return
         y = y.to(torch.int64) if y.dtype == torch.bool else y

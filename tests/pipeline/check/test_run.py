@@ -200,6 +200,29 @@ def test_check_on_saved_graphs_names_each_bad_graph_and_passes_the_good_one(tmp_
     assert result.exit_code == 0, result.output
 
 
+def test_check_of_graphs_counts_graphs_says_when_labels_went_unchecked_and_bounds_their_magnitudes(tmp_path):
+    """A .pt file holds graphs: its read line counts them. Without --num-classes the labels are not checked, and
+    the report says so; a finite z of 3e11 in edge_attr is an error naming the attribute and its rows."""
+    import torch
+    from torch_geometric.data import Data
+
+    one = Data(x=torch.ones(3, 2), edge_index=torch.tensor([[0, 1], [1, 2]]), y=torch.tensor([0, 1, 7]),
+               edge_attr=torch.tensor([[0.5], [3e11]], dtype=torch.float32))
+    torch.save(one.to_dict(), tmp_path / "bad.pt")
+    torch.save([one.to_dict(), one.to_dict()], tmp_path / "two.pt")
+    result = runner.invoke(app, ["check", str(tmp_path / "bad.pt"), "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == 1, result.output
+    (read,) = [line for line in result.output.splitlines() if line.startswith("read ")]
+    assert read.split()[1:4] == [str(tmp_path / "bad.pt"), "1", "graph"]
+    found = {(f["check"], f["column"], f["severity"]): f for f in json.loads((tmp_path / "r.json").read_text())["findings"]}
+    assert set(found) == {("graph_magnitude", "data.edge_attr", "error"), ("graph_labels_unchecked", "data.y", "info")}
+    assert "1 values with |value| above 1e+06 (max_abs) at rows 1" in found["graph_magnitude", "data.edge_attr", "error"][
+        "message"]
+    result = runner.invoke(app, ["check", str(tmp_path / "two.pt"), "--num-classes", "8"])
+    (read,) = [line for line in result.output.splitlines() if line.startswith("read ")]
+    assert read.split()[2:4] == ["2", "graphs"] and "graph_labels_unchecked" not in result.output
+
+
 def test_the_page_s_report_of_a_user_s_pipeline_on_the_mimic_iii_demo_is_what_check_prints(mimic3demo, tmp_path,
                                                                                            monkeypatch):
     """docs/check.md's terminal report is a real run: the page's own ``preprocess`` (its std + 1e-7 script) on the
