@@ -248,7 +248,8 @@ def test_an_input_the_schema_refuses_is_not_handed_to_the_function_unless_the_gu
     error = raised.value
     assert calls == [] and (error.stage, error.side, error.check, error.column, error.table) == (
         "zscore", "input", "table_schema", "ITEMID", "call 1 input")
-    assert str(error).startswith("[zscore:input] call 1 input.ITEMID table_schema: the table fails dtype('int64')")
+    assert str(error).startswith("[zscore:input] call 1 input.ITEMID table_schema: the table fails dtype('int64'): "
+                                 "found str (the column's dtype)")  # what it was, and what it should be
     found = {(f["table"], f["column"], f["check"]) for f in guard.report.as_json()["findings"]}
     assert found == {("call 1 input", "ITEMID", "table_schema"), ("call 1 input", "VALUENUM", "table_schema")}
     assert "also: call 1 input." in str(raised.value)

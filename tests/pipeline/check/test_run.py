@@ -200,6 +200,24 @@ def test_check_on_saved_graphs_names_each_bad_graph_and_passes_the_good_one(tmp_
     assert result.exit_code == 0, result.output
 
 
+def test_a_dtype_failure_names_what_was_found_never_the_values(tmp_path):
+    """Text that is not of its column's type is named by its classes (a decimal number where whole numbers are
+    due, a word); a Parquet column of the wrong dtype by that dtype."""
+    schema = pa.DataFrameSchema({"HADM_ID": pa.Column("int64"), "Z": pa.Column("float64", nullable=True)})
+    (tmp_path / "t.csv").write_text("HADM_ID,Z\n101,0.5\n102.5,1.5\nsecret,2.5\n")
+    run = check_table(tmp_path / "t.csv", schema, load_config())
+    (finding,) = [f for f in run.report.findings if "dtype(" in f.message]
+    assert (finding.check, finding.column, finding.count, finding.lines) == ("table_schema", "HADM_ID", 2, [3, 4])
+    assert "2 rows fail dtype('int64'): found " in finding.message
+    assert "non-numeric text, 6 chars ×1" in finding.message and "secret" not in finding.message
+    pd.DataFrame({"HADM_ID": [True, False], "Z": pd.to_datetime(["2150-01-01", "2150-01-02"])}).to_parquet(
+        tmp_path / "t.parquet")
+    run = check_table(tmp_path / "t.parquet", schema, load_config())
+    said = {f.column: f.message for f in run.report.findings}
+    assert "fails dtype('int64'): found bool (the column's dtype)" in said["HADM_ID"]
+    assert "2 rows fail dtype('float64'): found datetime64[" in said["Z"]  # ns or us, as pyarrow reads it
+
+
 def test_check_of_graphs_counts_graphs_says_when_labels_went_unchecked_and_bounds_their_magnitudes(tmp_path):
     """A .pt file holds graphs: its read line counts them. Without --num-classes the labels are not checked, and
     the report says so; a finite z of 3e11 in edge_attr is an error naming the attribute and its rows."""
