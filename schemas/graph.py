@@ -35,8 +35,9 @@ CHECKS = (  # what the graph stage finds (schemas.checks puts them into the cata
               locked=GRAPH_FILE),
     CheckInfo("graph_magnitude", "graph", ERROR, "float value above max_abs in magnitude",
               "Finite, and no value a model should read: a z-score this far out is a std guard that failed "
-              "(std + 1e-7 on a constant item) or a unit error. Fix the scaling of what is named; if the values are "
-              "real, scale them, or give check_graph a max_abs of yours (None: no bound).", locked=GRAPH_FILE),
+              "(std + 1e-7 on a constant item) or a unit error. Fix the scaling of what is named; values that are "
+              "real want scaling too, or a max_abs of yours (check_graph's; None: no bound) or a [severity] of "
+              "yours for badpoints check."),
     CheckInfo("graph_labels_unchecked", "graph", INFO, "labels not checked against a number of classes",
               "Without it a label past the classes cannot be told: give check_graph num_classes=N "
               "(badpoints check --num-classes N)."),
@@ -436,7 +437,8 @@ class _Walk:
                     big = finite & (values.abs() > bound)
                     if big.any():
                         self.problem("graph_magnitude", f"{name}.{attr}", int(_failing_rows(big).sum()),
-                                     f"{int(big.sum())} values with |value| above {bound:g} (max_abs) "
+                                     f"{int(big.sum())} value{'s' * (int(big.sum()) != 1)} with |value| "
+                                     f"above {bound:g} (max_abs) "
                                      f"{_positions(big)}")
 
     def node_store(self, store) -> None:

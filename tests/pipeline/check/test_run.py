@@ -234,7 +234,7 @@ def test_check_of_graphs_counts_graphs_says_when_labels_went_unchecked_and_bound
     assert read.split()[1:4] == [str(tmp_path / "bad.pt"), "1", "graph"]
     found = {(f["check"], f["column"], f["severity"]): f for f in json.loads((tmp_path / "r.json").read_text())["findings"]}
     assert set(found) == {("graph_magnitude", "data.edge_attr", "error"), ("graph_labels_unchecked", "data.y", "info")}
-    assert "1 values with |value| above 1e+06 (max_abs) at rows 1" in found["graph_magnitude", "data.edge_attr", "error"][
+    assert "1 value with |value| above 1e+06 (max_abs) at rows 1" in found["graph_magnitude", "data.edge_attr", "error"][
         "message"]
     result = runner.invoke(app, ["check", str(tmp_path / "two.pt"), "--num-classes", "8"])
     (read,) = [line for line in result.output.splitlines() if line.startswith("read ")]
