@@ -244,9 +244,9 @@ class _AsGiven:
 
     def schema_names(self, frame: pd.DataFrame, model: type[pa.DataFrameModel]) -> pd.DataFrame:
         """``frame`` with the schema's names and its absent columns, empty (a copy; the frame is left alone)."""
-        columns = model.to_schema().columns
+        dtypes = _columns(model)
         renamed = frame.rename(columns=dict(self.renames))
-        return renamed.assign(**{name: pd.Series(pd.NA, index=frame.index, dtype=_empty_dtype(columns[name]))
+        return renamed.assign(**{name: pd.Series(pd.NA, index=frame.index, dtype=dtypes[name])
                                  for name in self.absent})
 
     def given_names(self, result: Any, before: pd.Index) -> Any:
@@ -267,15 +267,17 @@ class _AsGiven:
         return result.drop(columns=[name for name in self.absent if name in result]).rename(columns=back)
 
 
-def _empty_dtype(column: Any) -> Any:
-    """The dtype an absent column is added as, empty: its schema's (object for text)."""
-    name = str(column.dtype)
-    return object if name in ("str", "object") or name.startswith("string") else name
+@functools.lru_cache(maxsize=None)
+def _columns(model: type[pa.DataFrameModel]) -> dict[str, Any]:
+    """``model``'s columns named in full (not by a pattern), each with the dtype it is added as when absent and
+    empty (object for text); once per model, as a stage is called once per part."""
+    return {name: object if str(column.dtype) in ("str", "object") or str(column.dtype).startswith("string")
+            else str(column.dtype) for name, column in model.to_schema().columns.items() if not column.regex}
 
 
 def _as_given(frame: pd.DataFrame, model: type[pa.DataFrameModel], optional: Sequence[str]) -> _AsGiven | None:
     """How ``frame`` differs from ``model``'s names (None when it does not)."""
-    names = [name for name, column in model.to_schema().columns.items() if not column.regex]
+    names = list(_columns(model))
     renames = case_renames(list(frame.columns), names)
     absent = tuple(name for name in optional if name not in frame.columns and name not in renames.values())
     lower = bool(renames) and all(column == column.lower() for column in renames) and not any(
