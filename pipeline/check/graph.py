@@ -1,7 +1,7 @@
 """Guard any PyG graph: :func:`check_graph` checks one ``Data`` or ``HeteroData`` in memory, and
 :func:`check_graph_files` the ``.pt`` files that hold graphs (one file, or every ``*.pt`` under a folder).
 
-Both run the guard badpoints runs on its own graphs (:func:`schemas.graph.pyg_problems`) and give badpoints
+Both run the guard badpoints runs on its own graphs (:func:`schemas.pyg.pyg_problems`) and give badpoints
 :class:`~pipeline.kernel.finding.Finding` records, as a run reports them. A file is read once, hashed, and loaded
 only with ``torch.load(..., weights_only=True)`` (:func:`pipeline.output.write.load_plain`): a file that needs
 more is refused as ``graph_unsafe`` and nothing in it runs. torch and PyG load when a graph is checked, not when
@@ -24,7 +24,7 @@ from pipeline.reporting.findings import finding_from_error
 from pipeline.reporting.report import InputFile
 from schemas.catalogue import ERROR, INFO, WARNING, check_info
 from schemas.errors import StageError
-from schemas.graph import GraphRules, pyg_problems, size_text, tensor_bytes
+from schemas.pyg import GraphRules, pyg_problems, size_text, tensor_bytes
 from schemas.scale import Z_ERROR_BOUND
 
 if TYPE_CHECKING:  # torch and PyG load when a graph is checked
