@@ -83,7 +83,7 @@ def stage_error(cases: pd.DataFrame, *, stage: str, side: str, model: type, fram
     advice = _advice(model, side=side, caller=caller, reads=reads, missing=bool(missing))
     if missing:
         return _missing_columns(missing, cases[~whole_frame.reindex(cases.index)], stage=stage, side=side,
-                                model=model, table=table, advice=advice)
+                                model=model, table=table, advice=advice, present=list(frame.columns))
     first = cases.iloc[0]
     same = cases[(cases["check"] == first["check"]) & (cases["column"] == first["column"])]
     lines = pd.to_numeric(same["index"], errors="coerce").dropna().astype("int64")
@@ -102,13 +102,19 @@ def stage_error(cases: pd.DataFrame, *, stage: str, side: str, model: type, fram
 
 
 def _missing_columns(missing: list[str], cases: pd.DataFrame, *, stage: str, side: str, model: type,
-                     table: str | None, advice: str) -> StageError:
+                     table: str | None, advice: str, present: Sequence[Any] = ()) -> StageError:
     """The error of a frame that lacks the ``missing`` columns: each of them, its dtype and what it holds (its
-    schema's description), and the present columns' failing checks (``cases``; the frame-wide checks, which read
-    the missing columns, left out)."""
+    schema's description), the rename that gives it where several of the ``present`` columns match it but for
+    letter case (:func:`case_renames` reads none of them), and the present columns' failing checks (``cases``; the
+    frame-wide checks, which read the missing columns, left out)."""
     columns = model.to_schema().columns
     described = [f"{name} ({_dtype(columns[name])}): {columns[name].description}"
                  if name in columns and columns[name].description else name for name in missing]
+    for at, name in enumerate(missing):
+        alike = [str(column) for column in present if isinstance(column, str) and column.casefold() == name.casefold()]
+        if len(alike) > 1:
+            described[at] += (f" (the frame has {', '.join(alike[:-1])} and {alike[-1]}: rename the one that holds it "
+                              f"to {name})")
     others = _others(cases[cases["check"] != "column_in_dataframe"])
     word = "column" if len(missing) == 1 else "columns"
     return StageError(

@@ -303,6 +303,7 @@ def test_a_name_two_columns_match_without_case_is_read_from_neither():
     with pytest.raises(StageError) as raised:
         scale.fit_zscore(rows)
     assert raised.value.check == "column_in_dataframe" and raised.value.detail.startswith("1 column missing: HADM_ID")
+    assert "(the frame has hadm_id and Hadm_Id: rename the one that holds it to HADM_ID)" in str(raised.value)
 
 
 def test_apply_zscore_reads_no_value_or_code_where_the_frame_has_none_and_adds_none():
