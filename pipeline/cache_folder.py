@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.cache import ENTRY, FOLDERS, MAX_BYTES, TAG, TEMPORARY, CacheError, recognised, tag_of, write_tag
-from schemas.graph import size_text
+from schemas.pyg import size_text
 
 
 @dataclass(frozen=True)

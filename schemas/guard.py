@@ -4,7 +4,9 @@ A failing schema becomes one :class:`StageError` naming the stage, the side
 (``input`` or ``output``), the check, the column, how many rows failed and
 their source lines (the frames' index), so a notebook user sees at once which
 stage made the bad point. A frame that lacks columns gets one message naming
-each of them with what it holds (the schema's column descriptions). A fit is
+each of them with what it holds (the schema's column descriptions). Columns are
+matched without letter case (MIMIC-IV's ``hadm_id`` is ``HADM_ID``), and a
+frame comes back in its own case (:func:`case_renames`). A fit is
 guarded on the columns it reads, and refuses the numbers it cannot learn from
 (:func:`refuse_non_finite`).
 """
@@ -13,8 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -80,7 +83,7 @@ def stage_error(cases: pd.DataFrame, *, stage: str, side: str, model: type, fram
     advice = _advice(model, side=side, caller=caller, reads=reads, missing=bool(missing))
     if missing:
         return _missing_columns(missing, cases[~whole_frame.reindex(cases.index)], stage=stage, side=side,
-                                model=model, table=table, advice=advice)
+                                model=model, table=table, advice=advice, present=list(frame.columns))
     first = cases.iloc[0]
     same = cases[(cases["check"] == first["check"]) & (cases["column"] == first["column"])]
     lines = pd.to_numeric(same["index"], errors="coerce").dropna().astype("int64")
@@ -99,13 +102,19 @@ def stage_error(cases: pd.DataFrame, *, stage: str, side: str, model: type, fram
 
 
 def _missing_columns(missing: list[str], cases: pd.DataFrame, *, stage: str, side: str, model: type,
-                     table: str | None, advice: str) -> StageError:
+                     table: str | None, advice: str, present: Sequence[Any] = ()) -> StageError:
     """The error of a frame that lacks the ``missing`` columns: each of them, its dtype and what it holds (its
-    schema's description), and the present columns' failing checks (``cases``; the frame-wide checks, which read
-    the missing columns, left out)."""
+    schema's description), the rename that gives it where several of the ``present`` columns match it but for
+    letter case (:func:`case_renames` reads none of them), and the present columns' failing checks (``cases``; the
+    frame-wide checks, which read the missing columns, left out)."""
     columns = model.to_schema().columns
     described = [f"{name} ({_dtype(columns[name])}): {columns[name].description}"
                  if name in columns and columns[name].description else name for name in missing]
+    for at, name in enumerate(missing):
+        alike = [str(column) for column in present if isinstance(column, str) and column.casefold() == name.casefold()]
+        if len(alike) > 1:
+            described[at] += (f" (the frame has {', '.join(alike[:-1])} and {alike[-1]}: rename the one that holds it "
+                              f"to {name})")
     others = _others(cases[cases["check"] != "column_in_dataframe"])
     word = "column" if len(missing) == 1 else "columns"
     return StageError(
@@ -216,8 +225,75 @@ def _passed_as_output(frame: pd.DataFrame, model: type) -> bool:
     return isinstance(last, tuple) and last[0] is frame and issubclass(last[1], model)
 
 
+def case_renames(columns: Sequence[Any], names: Sequence[str]) -> dict[str, str]:
+    """The columns that are one of ``names`` but for letter case (``hadm_id`` for ``HADM_ID``), each to that name:
+    only where no column is the name itself and exactly one matches it (``hadm_id`` beside ``Hadm_Id`` is
+    neither)."""
+    present = set(columns)
+    folded: dict[str, list[str]] = {}
+    for column in columns:
+        if isinstance(column, str):
+            folded.setdefault(column.casefold(), []).append(column)
+    return {match[0]: name for name in names if name not in present
+            for match in [folded.get(name.casefold(), [])] if len(match) == 1}
+
+
+@dataclasses.dataclass(frozen=True)
+class _AsGiven:
+    """How a frame handed to a stage differs from its schema's names: its columns renamed to them, and the
+    ``absent`` columns it lacks whose absence means none (added empty on the way in, dropped on the way out);
+    ``lower`` when it names every column of the schema it has in lower case."""
+
+    renames: Mapping[str, str]
+    absent: tuple[str, ...]
+    lower: bool = False
+
+    def schema_names(self, frame: pd.DataFrame, model: type[pa.DataFrameModel]) -> pd.DataFrame:
+        """``frame`` with the schema's names and its absent columns, empty (a copy; the frame is left alone)."""
+        dtypes = _columns(model)
+        renamed = frame.rename(columns=dict(self.renames))
+        return renamed.assign(**{name: pd.Series(pd.NA, index=frame.index, dtype=dtypes[name])
+                                 for name in self.absent})
+
+    def given_names(self, result: Any, before: pd.Index) -> Any:
+        """``result`` (a frame, an object whose ``frame`` is one, or a fitted state) as the caller named the frame:
+        the renamed columns back, the absent ones dropped, and the columns the stage added in lower case where every
+        schema column it has was (a frame in MIMIC-IV's case gets ``z``, not ``Z``)."""
+        if not isinstance(result, pd.DataFrame):
+            inner = getattr(result, "frame", None)
+            if isinstance(inner, pd.DataFrame) and dataclasses.is_dataclass(result):
+                return dataclasses.replace(result, frame=self.given_names(inner, before))
+            return result
+        back = {name: column for column, name in self.renames.items()}
+        added = [column for column in result.columns if column not in before and isinstance(column, str)]
+        if self.lower:
+            taken = set(result.columns) | set(back.values())
+            back.update({column: column.lower() for column in added
+                         if column.lower() not in taken and column.lower() != column})
+        return result.drop(columns=[name for name in self.absent if name in result]).rename(columns=back)
+
+
+@functools.lru_cache(maxsize=None)
+def _columns(model: type[pa.DataFrameModel]) -> dict[str, Any]:
+    """``model``'s columns named in full (not by a pattern), each with the dtype it is added as when absent and
+    empty (object for text); once per model, as a stage is called once per part."""
+    return {name: object if str(column.dtype) in ("str", "object") or str(column.dtype).startswith("string")
+            else str(column.dtype) for name, column in model.to_schema().columns.items() if not column.regex}
+
+
+def _as_given(frame: pd.DataFrame, model: type[pa.DataFrameModel], optional: Sequence[str]) -> _AsGiven | None:
+    """How ``frame`` differs from ``model``'s names (None when it does not)."""
+    names = list(_columns(model))
+    renames = case_renames(list(frame.columns), names)
+    absent = tuple(name for name in optional if name not in frame.columns and name not in renames.values())
+    lower = bool(renames) and all(column == column.lower() for column in renames) and not any(
+        name in frame.columns and name != name.lower() for name in names)
+    return _AsGiven(renames, absent, lower) if renames or absent else None
+
+
 def guarded(*, stage: str, takes: type[pa.DataFrameModel] | None = None,
-            gives: type[pa.DataFrameModel] | None = None, reads: Sequence[str] | None = None) -> Callable[[F], F]:
+            gives: type[pa.DataFrameModel] | None = None, reads: Sequence[str] | None = None,
+            optional: Sequence[str] = ()) -> Callable[[F], F]:
     """Validate the first argument against ``takes`` and the returned frame against ``gives``.
 
     A stage that returns an object with a ``frame`` attribute (such as
@@ -225,6 +301,12 @@ def guarded(*, stage: str, takes: type[pa.DataFrameModel] | None = None,
     its stage takes and returns a state, declares them in ``reads``: its input is validated on those
     (:func:`reading`); a fit that reads no rows (handed ``None``) has nothing to validate. An error names the
     function as ``<stage>.<name>``, the way a notebook calls it.
+
+    The frame's columns are matched to ``takes``' names without letter case (:func:`case_renames`): the function
+    sees the schema's names, and the caller gets its own back (the stage's new columns in lower case where the
+    frame's were). ``optional`` names columns of ``takes`` whose absence means none (a frame of numbers has no
+    VALUE text and no category CODE): a frame without them is handled as if they were there and empty, and comes
+    back without them.
     """
 
     def decorate(function: F) -> F:
@@ -232,6 +314,10 @@ def guarded(*, stage: str, takes: type[pa.DataFrameModel] | None = None,
 
         @functools.wraps(function)
         def wrapper(frame: pd.DataFrame, *args: Any, **kwargs: Any) -> Any:
+            given = (_as_given(frame, takes, optional)
+                     if takes is not None and isinstance(frame, pd.DataFrame) else None)
+            if given is not None:
+                frame = given.schema_names(frame, takes)
             if takes is not None and frame is not None and not _passed_as_output(frame, takes):
                 check_frame(takes, frame, stage=stage, side="input", caller=caller, reads=reads)
             result = function(frame, *args, **kwargs)
@@ -240,7 +326,7 @@ def guarded(*, stage: str, takes: type[pa.DataFrameModel] | None = None,
                 check_frame(gives, out, stage=stage, side="output")
                 if _LAST_OUTPUT.get() is not _OUTSIDE:
                     _LAST_OUTPUT.set((out, gives))
-            return result
+            return given.given_names(result, frame.columns) if given is not None else result
 
         wrapper.stage = stage  # type: ignore[attr-defined]
         wrapper.takes = takes  # type: ignore[attr-defined]

@@ -49,6 +49,11 @@ CHECKS = (  # what the scale stage finds (schemas.checks puts them into the cata
 )
 
 
+Z_ERROR_BOUND = 1e6
+"""[scale] error_bound's default: a |z| above it is no measurement (a failed std guard, a unit error). The graph
+check holds any graph's float tensors to it by default."""
+
+
 class ScaledEvents(EncodedEvents):
     """Z: the z-score of VALUENUM with train-fitted stats (float64, finite); Z_BOUNDED and Z_UNSEEN: 0/1 marks of a
     z the bound drew in and of an item unseen in train."""

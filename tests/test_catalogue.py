@@ -42,6 +42,7 @@ from schemas.catalogue import CHECKS, INFO, OFF, WARNING
 from schemas.errors import StageError
 from schemas.graph import EDGE, REVERSE, GraphRules, graph_problems, pyg_problems
 from schemas.guard import check_frame
+from schemas.scale import Z_ERROR_BOUND
 from schemas.split import SplitAssignment
 from tests.corpus import Dataset, build
 from tests.meds import CASES as MEDS_CASES
@@ -288,7 +289,7 @@ def any_graph(breaking: Callable, **rules) -> Callable[[], Run]:
 
         data = KarateClub()[0]
         breaking(data)
-        problems = pyg_problems(data, GraphRules(num_classes=4, **rules))
+        problems = pyg_problems(data, GraphRules(**{"num_classes": 4, **rules}))
         errors = any(CHECKS[p.check].severity == "error" for p in problems)
         return Run(int(errors), tuple(finding_from_error(p).as_json() for p in problems))
     return run
@@ -597,6 +598,10 @@ FIRES: dict[str, Fires] = {
     "graph_pyg": Fires(pyg_rejects, 1),
     "graph_isolated_nodes": Fires(any_graph(lambda g: _without_node(g, 11)), 1, exit_code=0),
     "graph_bytes": Fires(any_graph(lambda g: None, max_bytes=1024), 1, exit_code=0),  # 7.3 KiB of tensors
+    "graph_magnitude": Fires(any_graph(lambda g: g.x.__setitem__(([3, 5], 0), 3e11), max_abs=Z_ERROR_BOUND), 2,
+                             exit_code=1),
+    "graph_labels_unchecked": Fires(any_graph(lambda g: None, num_classes=None, unchecked_labels=True), 1,
+                                    exit_code=0),
     "feature_known_after_admission": config('[graph]\nadmission_features = ["ADMISSION_TYPE", "DISCHARGE_LOCATION"]\n',
                                             1, exit_code=0),
     "graph_memory": config("[graph]\nmemory_budget_mb = 0.01\n", 3, command="build", exit_code=0),  # 3 batches

@@ -1,7 +1,7 @@
 """Guard any PyG graph: :func:`check_graph` checks one ``Data`` or ``HeteroData`` in memory, and
 :func:`check_graph_files` the ``.pt`` files that hold graphs (one file, or every ``*.pt`` under a folder).
 
-Both run the guard badpoints runs on its own graphs (:func:`schemas.graph.pyg_problems`) and give badpoints
+Both run the guard badpoints runs on its own graphs (:func:`schemas.pyg.pyg_problems`) and give badpoints
 :class:`~pipeline.kernel.finding.Finding` records, as a run reports them. A file is read once, hashed, and loaded
 only with ``torch.load(..., weights_only=True)`` (:func:`pipeline.output.write.load_plain`): a file that needs
 more is refused as ``graph_unsafe`` and nothing in it runs. torch and PyG load when a graph is checked, not when
@@ -24,7 +24,8 @@ from pipeline.reporting.findings import finding_from_error
 from pipeline.reporting.report import InputFile
 from schemas.catalogue import ERROR, INFO, WARNING, check_info
 from schemas.errors import StageError
-from schemas.graph import GraphRules, pyg_problems, size_text, tensor_bytes
+from schemas.pyg import GraphRules, pyg_problems, size_text, tensor_bytes
+from schemas.scale import Z_ERROR_BOUND
 
 if TYPE_CHECKING:  # torch and PyG load when a graph is checked
     from torch_geometric.data import Data, HeteroData
@@ -67,10 +68,12 @@ class GraphCheck:
 
 
 def check_graph(data: Data | HeteroData, *, num_classes: int | None = None, label: str = "y",
-                max_bytes: int | None = MAX_BYTES, isolated: bool = True, where: str | None = None,
-                raise_error: bool = False) -> GraphCheck:
-    """Guard one PyG graph: finite floats, edge indices int64 [2, E] inside the node counts, one row per edge and
-    per node, the labels (``label``) whole and in ``[0, num_classes)`` when ``num_classes`` is given, nodes in no
+                max_abs: float | None = Z_ERROR_BOUND, max_bytes: int | None = MAX_BYTES, isolated: bool = True,
+                where: str | None = None, raise_error: bool = False) -> GraphCheck:
+    """Guard one PyG graph: finite floats, none but the labels above ``max_abs`` in magnitude (by default the error
+    bound badpoints' scale stage holds z to: [scale] error_bound's default; None: no bound), edge indices int64
+    [2, E] inside the node counts, one row per edge and per node, the labels (``label``) whole and in
+    ``[0, num_classes)`` when ``num_classes`` is given (without it, a note says they were not checked), nodes in no
     edge (a note, unless ``isolated`` is False), at most ``max_bytes`` of tensors (a warning; None: no bound), and
     PyG's ``validate()``.
 
@@ -80,7 +83,8 @@ def check_graph(data: Data | HeteroData, *, num_classes: int | None = None, labe
 
     if not isinstance(data, (Data, HeteroData)):
         raise TypeError(f"check_graph takes a torch_geometric Data or HeteroData, not {type(data).__name__}")
-    rules = GraphRules(num_classes=num_classes, label=label, max_bytes=max_bytes, isolated=isolated)
+    rules = GraphRules(num_classes=num_classes, label=label, max_abs=max_abs, unchecked_labels=True,
+                       max_bytes=max_bytes, isolated=isolated)
     problems = pyg_problems(data, rules, where=where, side="input")
     if raise_error:
         first = next((p for p in problems if check_info(p.check).severity == ERROR), None)
@@ -99,7 +103,8 @@ class GraphFiles(NamedTuple):
 
 
 def check_graph_files(path: Path | str, *, num_classes: int | None = None, label: str = "y",
-                      max_bytes: int | None = MAX_BYTES, isolated: bool = True) -> GraphFiles:
+                      max_abs: float | None = Z_ERROR_BOUND, max_bytes: int | None = MAX_BYTES,
+                      isolated: bool = True) -> GraphFiles:
     """Guard the graphs of a ``.pt`` file, or of every ``*.pt`` under a folder (in name order), each as
     :func:`check_graph` does. A file must hold a graph's ``to_dict()`` (a ``Data``'s or a ``HeteroData``'s),
     or a list of them (the i-th named ``FILE[i]``), loaded with ``weights_only=True`` only: anything else is
@@ -115,8 +120,8 @@ def check_graph_files(path: Path | str, *, num_classes: int | None = None, label
     findings: list[Finding] = []
     inputs: list[InputFile] = []
     for file, name in files:
-        found, read = _check_file(file, name, num_classes=num_classes, label=label, max_bytes=max_bytes,
-                                  isolated=isolated)
+        found, read = _check_file(file, name, num_classes=num_classes, label=label, max_abs=max_abs,
+                                  max_bytes=max_bytes, isolated=isolated)
         findings += found
         if read is not None:
             inputs.append(read)
@@ -129,13 +134,13 @@ def _check_file(file: Path, name: str, **options: Any) -> tuple[list[Finding], I
         content = file.read_bytes()
     except OSError as exc:
         return [finding_from_error(_file_problem("load", "file_unreadable", name, os_reason(exc)))], None
-    read = InputFile(table=name, path=str(file), sha256=sha256_of(content), rows=0)
+    read = InputFile(table=name, path=str(file), sha256=sha256_of(content), rows=0, counts="graph")
     try:
         graphs = _graphs_of(load_plain(content, name), name)
     except StageError as refused:
         return [finding_from_error(refused)], read
     findings = [f for where, data in graphs for f in check_graph(data, where=where, **options).findings]
-    return findings, replace(read, rows=len(graphs))
+    return findings, replace(read, rows=len(graphs), counts="graph")
 
 
 def _graphs_of(record: Any, name: str) -> list[tuple[str, Data | HeteroData]]:

@@ -14,8 +14,10 @@ and made into findings as ``badpoints check`` makes them. It counts the rows in 
 stage may do to the rows: keep at least a share (``keeps``: :func:`schemas.registered.kept_share`), add at most a
 share (``adds``: :func:`schemas.registered.added_share`; 0, a join that must not repeat a row), and never empty the
 frame (:func:`schemas.registered.not_empty`) unless ``empties``. Its findings (stage: the function's name; table:
-``call N input`` or ``call N output``, N counting the guard's calls) and its step (rows in and out) go into the
-guard, call after call. ``guard.report`` is a :class:`~pipeline.reporting.report.Report` (status, exit code, JSON,
+``call N input`` or ``call N output``, N counting the function's calls, named by ``key`` where it is given:
+``call 3 (ITEMID=50912) output``) and its step (rows in and out) go into the guard, call after call; a finding
+handed on from call to call (the same check failing the same rows the same way) is reported once, where it first
+appears. ``guard.report`` is a :class:`~pipeline.reporting.report.Report` (status, exit code, JSON,
 ``findings_frame()``, JUnit), ``guard.ledger()`` the rows in and out per call, and a notebook shows the guard as
 the HTML report.
 
@@ -106,16 +108,42 @@ class Expected:
         return found
 
 
+Key = str | Callable[..., Any]
+
+
 @dataclass(frozen=True)
 class GuardedStage:
     """One guarded function: its name (the findings' stage), what it takes and gives, what it may do to the rows,
-    and the name of its first parameter (the frame, when it is given by keyword)."""
+    its signature (the first parameter is the frame, when it is given by keyword) and what names a call
+    (:meth:`called`)."""
 
     name: str
     takes: pa.DataFrameSchema | None
     gives: pa.DataFrameSchema | None
     expected: Expected
-    frame: str | None
+    signature: inspect.Signature
+    key: Key | None = None
+
+    @property
+    def frame(self) -> str | None:
+        return next(iter(self.signature.parameters), None)
+
+    def called(self, frame: pd.DataFrame, args: tuple, kwargs: dict) -> str:
+        """What names one call besides its number: ``key=value`` for a parameter named ``key`` (its argument) or a
+        column of the frame holding one value (the group a per-group loop hands it); what ``key`` gives where it
+        is a function of the call's arguments; nothing without a key (or a column of several values)."""
+        if self.key is None:
+            return ""
+        if callable(self.key):
+            return f" ({self.key(*args, **kwargs)})"
+        if self.key in self.signature.parameters:
+            bound = self.signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return f" ({self.key}={bound.arguments[self.key]})"
+        if self.key in frame.columns:
+            values = pd.unique(frame[self.key].dropna())
+            return f" ({self.key}={values[0]})" if len(values) == 1 else ""
+        raise ValueError(f"key names a parameter of {self.name} or a column of its frame: {self.key!r} is neither")
 
 
 class Guard:
@@ -153,24 +181,28 @@ class Guard:
     def clear(self) -> None:
         """Forget every call (the functions stay guarded): a notebook starting over."""
         self.calls = 0
-        self._findings: list[tuple[int, Finding]] = []  # by call number
+        self._findings: list[tuple[int, Finding]] = []  # by call number (the guard's, in call order)
         self._steps: list[tuple[int, Step]] = []
+        self._counted: dict[str, int] = {}  # each function's calls
+        self._said: set[tuple] = set()  # what the findings reported say (:func:`_same`)
 
     def stage(self, function: F | None = None, *, takes: Schema | None = None, gives: Schema | None = None,
-              keeps: float | None = None, adds: float | None = None, empties: bool = False) -> Any:
+              keeps: float | None = None, adds: float | None = None, empties: bool = False,
+              key: Key | None = None) -> Any:
         """Guard ``function(frame, ...) -> frame``: its first argument validated against ``takes``, what it returns
         against ``gives``; it keeps at least ``keeps`` of the rows it is handed (a share, 0 to 1), adds at most
         ``adds`` of them (a share; 0: a join that must not repeat a row) and never empties the frame unless
         ``empties``. Used bare (``@guard.stage``) it counts the rows and holds the frame to not emptying. The
-        findings name the function as their stage."""
+        findings name the function as their stage, and the call by its number among the function's calls and by
+        ``key``: a parameter (``key="item"``: ``call 3 (item=50912)``), a column holding one value in the call
+        (``key="ITEMID"`` in a per-item loop), or a function of the call's arguments giving its name."""
         if function is not None:
-            return self.stage(takes=takes, gives=gives, keeps=keeps, adds=adds, empties=empties)(function)
+            return self.stage(takes=takes, gives=gives, keeps=keeps, adds=adds, empties=empties, key=key)(function)
         schemas = as_schema(takes, what="takes"), as_schema(gives, what="gives")
         expected = Expected(keeps, adds, empties)
 
         def decorate(function: F) -> F:
-            parameters = list(inspect.signature(function).parameters)
-            guarded = GuardedStage(function.__name__, *schemas, expected, parameters[0] if parameters else None)
+            guarded = GuardedStage(function.__name__, *schemas, expected, inspect.signature(function), key)
             self._colours.setdefault(guarded.name, COLOURS[len(self._colours) % len(COLOURS)])
 
             @functools.wraps(function)
@@ -190,10 +222,12 @@ class Guard:
         require_validation()
         frame = args[0] if args else kwargs.get(guarded.frame) if guarded.frame else None
         _require_frame(frame, f"{guarded.name}'s first argument")
+        called = f"call {self._counted.get(guarded.name, 0) + 1}{guarded.called(frame, args, kwargs)}"
         self.calls += 1
+        self._counted[guarded.name] = self._counted.get(guarded.name, 0) + 1
         number = self.calls
         seen = {"input": _numbered(frame, guarded.takes)}  # the frames as their findings name rows
-        found = self._validated(seen["input"], guarded.takes, stage=guarded.name, table=f"call {number} input")
+        found = self._validated(seen["input"], guarded.takes, stage=guarded.name, table=f"{called} input")
         if self.errors == RAISE and self._has_error(found):
             raise self._reported(number, guarded.name, found, seen)
         try:
@@ -203,10 +237,10 @@ class Guard:
         except BaseException:
             self._reported(number, guarded.name, found, seen)
             raise
-        table, seen["output"] = f"call {number} output", _numbered(out, guarded.gives)
+        table, seen["output"] = f"{called} output", _numbered(out, guarded.gives)
         found += self._validated(seen["output"], guarded.gives, stage=guarded.name, table=table)
         found += guarded.expected.findings(out, len(frame), stage=guarded.name, table=table)
-        step = Step(stage=guarded.name, step=f"call {number}", rows_in=len(frame), rows_out=len(out), table=FRAME)
+        step = Step(stage=guarded.name, step=called, rows_in=len(frame), rows_out=len(out), table=FRAME)
         error = self._reported(number, guarded.name, found, seen, step)
         if self.errors == RAISE and error is not None:
             raise error
@@ -229,10 +263,16 @@ class Guard:
 
     def _reported(self, number: int, stage: str, found: list[Finding], frames: Mapping[str, pd.DataFrame],
                   step: Step | None = None) -> StageError | None:
-        """The call's findings (with the guard's severities) and step added to the guard; the error it raises
-        where the guard raises, None when it has none."""
+        """The call's findings (with the guard's severities) and step added to the guard, each but those an earlier
+        call reported already (:func:`_same`); the error it raises where the guard raises, None when it has
+        none."""
         found = self._severe(found)
-        self._findings.extend((number, f) for f in found)
+        for finding in found:
+            said = _same(finding)
+            if said is None or said not in self._said:
+                self._findings.append((number, finding))
+            if said is not None:
+                self._said.add(said)
         if step is not None:
             self._steps.append((number, step))
         errors = [f for f in found if f.severity == ERROR]
@@ -257,10 +297,11 @@ class Guard:
         rows removed (negative: added), and its errors and warnings."""
         report = self.report
         ledger = report.attrition_frame()[["stage", "step", "rows_in", "rows_out", "removed"]]
+        steps = pd.MultiIndex.from_frame(ledger[["stage", "step"]])
         for severity, column in ((ERROR, "errors"), ("warning", "warnings")):
-            counted = pd.Series([f"call {number}" for number, f in self._findings if f.severity == severity],
-                                dtype="str").value_counts()
-            ledger[column] = ledger["step"].map(counted).fillna(0).astype("int64")
+            counted = pd.Series([(f.stage, f.table.rsplit(" ", 1)[0]) for _, f in self._findings
+                                 if f.severity == severity], dtype="object").value_counts()
+            ledger[column] = counted.reindex(steps, fill_value=0).to_numpy("int64")
         return ledger
 
     def html(self) -> HtmlReport:
@@ -296,6 +337,17 @@ def stage_error(stage: str, errors: list[Finding], frames: Mapping[str, pd.DataF
                       failure_cases=failure_cases, table=first.table,
                       detail=_said(first) + also + "; every finding of the call is in the guard's report",
                       advice=CHECKS[first.check].advice, whole_file=not first.lines)
+
+
+def _same(finding: Finding) -> tuple | None:
+    """What makes a finding of rows the same as another's: its check, column and rows and what it says of them
+    (its message without the call it names). A finding of no rows (a frame emptied, a share kept) is a call's own:
+    None."""
+    if not finding.lines:
+        return None
+    where = ".".join(p for p in (finding.table, finding.column) if p)
+    return (finding.check, finding.column, finding.count, tuple(finding.lines), finding.severity,
+            finding.message.removeprefix(f"{where}: "))
 
 
 def _said(finding: Finding) -> str:

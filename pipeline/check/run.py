@@ -36,9 +36,9 @@ from schemas.errors import StageError, require_validation
 
 
 GRAPH_FILE_CHECKS = ("graph_unsafe", "graph_finite", "graph_edge_index", "graph_index_bounds", "graph_edge_rows",
-                     "graph_node_rows", "graph_isolated_nodes", "graph_bytes", "graph_pyg")
+                     "graph_node_rows", "graph_isolated_nodes", "graph_bytes", "graph_pyg", "graph_magnitude")
 """The guard's checks of a graph file (:func:`check_graphs`), ``graph_label_range`` besides when the labels' class
-count is given; a build's own (its batches' memory, its manifest, its node and edge rules) are not run."""
+count is given (else ``graph_labels_unchecked``, the note that says so); a build's own (its batches' memory, its manifest, its node and edge rules) are not run."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def check_graphs(path: Path, config: Any, *, num_classes: int | None = None, lab
     else:
         report.inputs.extend(found.inputs)
         report.add(found.findings)
-    checks = GRAPH_FILE_CHECKS + (("graph_label_range",) if num_classes is not None else ())
+    checks = GRAPH_FILE_CHECKS + (("graph_label_range",) if num_classes is not None else ("graph_labels_unchecked",))
     return CheckRun(report.with_severities(dict(config.severity)), config=config, checks=checks)
 
 

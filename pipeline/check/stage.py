@@ -32,6 +32,7 @@ from pipeline.reading.locate import LOAD
 from pipeline.reporting.findings import format_items, summary_finding
 from schemas.catalogue import CHECKS
 from schemas.errors import StageError
+from schemas.errors import value_classes
 from schemas.registered import GROUPED, STAGE as NAME, TABLE_FITS, fitted_on, key_of
 
 SCHEMA_CHECK = "table_schema"  # a check of the schema that is not one of badpoints' own: pandera's, or a dtype
@@ -92,16 +93,29 @@ def fit_blocks(blocks: Iterable[pd.DataFrame], schema: pa.DataFrameSchema) -> di
 @dataclass(frozen=True)
 class Failed:
     """What fails one (check, column) of the schema: its rows, the first lines, the rows per group (for a check
-    that names groups) and the first values (kept only when asked for)."""
+    that names groups), the first values (kept only when asked for) and, for a dtype, what was found instead
+    (``found``: rows per class of the text, or the column's own dtype with 0 rows: never a value)."""
 
     rows: int
     lines: np.ndarray
     groups: pd.Series
     samples: tuple[str, ...] = ()
+    found: pd.Series = field(default_factory=lambda: _no_groups())
 
     def __add__(self, other: "Failed") -> "Failed":
         return Failed(self.rows + other.rows, np.union1d(self.lines, other.lines),
-                      self.groups.add(other.groups, fill_value=0).astype("int64"), self.samples + other.samples)
+                      self.groups.add(other.groups, fill_value=0).astype("int64"), self.samples + other.samples,
+                      self.found.add(other.found, fill_value=0).astype("int64"))
+
+    def found_text(self, cap: int = 3) -> str:
+        """': found decimal number ×2, non-numeric text, 6 chars ×1' (the most rows first), or
+        ': found float64 (the column's dtype)'; empty where nothing was recorded."""
+        if self.found.empty:
+            return ""
+        counts = self.found.sort_index().sort_values(ascending=False, kind="stable")
+        named = [label if n == 0 else f"{label} ×{n}" for label, n in counts.head(cap).items()]
+        more = f", {len(counts) - cap} more classes" if len(counts) > cap else ""
+        return ": found " + ", ".join(named) + more
 
 
 @dataclass(frozen=True)
@@ -144,17 +158,21 @@ class Failures:
             finding = summary_finding(
                 stage=stage, check=check, table=table, column=column, count=max(failed.rows, 1),
                 lines=[int(line) for line in np.sort(failed.lines)[:max_lines]],
-                message=f"{rows} fail{'s' if failed.rows == 1 or not failed.rows else ''} {what}{groups}",
+                message=f"{rows} fail{'s' if failed.rows == 1 or not failed.rows else ''} {what}"
+                        f"{failed.found_text()}{groups}",
                 items=failed.groups.sort_index() if len(failed.groups) else None)
             found.append(replace(finding, samples=list(failed.samples[:max_lines])) if failed.samples else finding)
         return found
 
 
 def prepared(block: pd.DataFrame, schema: pa.DataFrameSchema, *, max_lines: int) -> tuple[pd.DataFrame, Failures]:
-    """A block of the table typed as the schema says, and its values whose text is not of their column's type."""
-    block, untyped = typed(block, schema)
-    return block, Failures({(SCHEMA_CHECK, u.dtype, u.column): Failed(len(u.lines), np.sort(u.lines)[:max_lines],
-                                                                     _no_groups()) for u in untyped})
+    """A block of the table typed as the schema says, and its values whose text is not of their column's type
+    (with the classes of that text: :func:`schemas.errors.value_classes`)."""
+    text = block
+    block, untyped = typed(text, schema)
+    return block, Failures({(SCHEMA_CHECK, u.dtype, u.column): Failed(
+        len(u.lines), np.sort(u.lines)[:max_lines], _no_groups(),
+        found=value_classes(text.loc[u.lines, u.column]).value_counts().astype("int64")) for u in untyped})
 
 
 def checked_block(block: pd.DataFrame, *, schema: pa.DataFrameSchema, states: Mapping[Any, Any], max_lines: int,
@@ -213,7 +231,9 @@ def _failed(cases: pd.DataFrame, schema: pa.DataFrameSchema, block: pd.DataFrame
         by = statistics.get("by") if name in GROUPED and statistics.get("by") in block.columns else None
         groups = (block.loc[index, by].value_counts() if by is not None and len(index) else _no_groups())
         samples = tuple(map(str, rows["failure_case"].head(max_lines))) if show_values and len(index) else ()
-        part = Failed(len(index), np.sort(index)[:max_lines], groups.astype("int64"), samples)
+        instead = (pd.Series({f"{block[column].dtype} (the column's dtype)": 0}, dtype="int64")
+                   if str(what).startswith("dtype(") and column in block else _no_groups())
+        part = Failed(len(index), np.sort(index)[:max_lines], groups.astype("int64"), samples, instead)
         found[key] = found[key] + part if key in found else part
     return found
 

@@ -30,10 +30,21 @@ def as_shown(text: str) -> str:
 
 @dataclass(frozen=True)
 class InputFile:
+    """A file a run read: the name findings give it, its path, its sha256, and how many ``rows`` it held, each a
+    ``counts`` (a table's row; a graph of a .pt file's)."""
+
     table: str
     path: str
     sha256: str
     rows: int
+    counts: str = "row"
+
+    def as_json(self) -> dict[str, Any]:
+        """Its record; ``counts`` only where it is not a row (a report of tables reads as it always has)."""
+        record = asdict(self)
+        if self.counts == "row":
+            del record["counts"]
+        return record
 
 
 @dataclass
@@ -125,7 +136,7 @@ class Report:
                                                         f.table or "", f.check, f.column or ""))
         return {
             "status": self.status,
-            "inputs": [asdict(i) for i in self.inputs],
+            "inputs": [i.as_json() for i in self.inputs],
             "findings": [f.as_json() for f in findings],
             "overrides": dict(sorted(self.overrides.items())),
             "attrition": self.attrition,

@@ -71,7 +71,8 @@ def print_report(console: Console, report: Report, *, quiet: bool = False) -> No
     first = [] if quiet else [f for f in findings if CHECKS[f["check"]].announce]
     if not quiet:
         for source in report.inputs:
-            console.print(f"read {source.table:<10} {source.rows:>10,} rows  {source.path}", markup=False)
+            counted = f"{source.counts}{'s' if source.rows != 1 else ''}"
+            console.print(f"read {source.table:<10} {source.rows:>10,} {counted:<4}  {source.path}", markup=False)
     for finding in first:
         _print_whole(console, finding)
     notes = 0

@@ -216,9 +216,9 @@ def test_the_other_failures_named_are_capped_and_the_rest_counted():
 
 # -- a user's own frame, handed to a stage function directly --------------------------------------------------
 def _users_frame() -> pd.DataFrame:
-    """Lab rows as a reader makes them in a notebook: four columns, lines 2-7."""
-    return pd.DataFrame({"HADM_ID": [1, 1, 2, 2, 3, 3], "ITEMID": [50912] * 6,
-                         "VALUENUM": [1.0, 1.2, 0.9, 1.1, 1.3, 1.0], "SPLIT": ["train"] * 4 + ["val", "test"]},
+    """Lab rows as a reader makes them in a notebook, with MIMIC-IV's lower-case names: four columns, lines 2-7."""
+    return pd.DataFrame({"hadm_id": [1, 1, 2, 2, 3, 3], "itemid": [50912] * 6,
+                         "valuenum": [1.0, 1.2, 0.9, 1.1, 1.3, 1.0], "split": ["train"] * 4 + ["val", "test"]},
                         index=pd.RangeIndex(2, 8, name="line"))
 
 
@@ -229,12 +229,12 @@ def test_a_frame_missing_columns_gets_one_message_naming_each_column_with_what_i
     with pytest.raises(StageError) as raised:
         scale.apply_zscore(_users_frame(), None)  # the guard stops it before the stats are read
     error = raised.value
-    missing = ["CHARTTIME", "VALUE", "FLAG", "KIND", "CODE"]
+    missing = ["CHARTTIME", "FLAG", "KIND"]  # hadm_id, itemid, valuenum and split are there, in lower case
     assert (error.stage, error.side, error.check, error.column, error.count) == (
         "scale", "input", "column_in_dataframe", None, len(missing))
-    dtypes = {"CHARTTIME": "datetime64[ns]", "CODE": "Int64"}
+    dtypes = {"CHARTTIME": "datetime64[ns]"}
     listed = "; ".join(f"{name} ({dtypes.get(name, 'str')}): {ABOUT[name]}" for name in missing)
-    assert str(error) == (f"[scale:input] EncodedEvents column_in_dataframe: 5 columns missing: {listed}. "
+    assert str(error) == (f"[scale:input] EncodedEvents column_in_dataframe: 3 columns missing: {listed}. "
                           "scale.apply_zscore takes EncodedEvents (schemas.encode): give the frame these columns")
 
 
@@ -242,7 +242,7 @@ def test_a_frame_missing_columns_names_the_present_columns_failures_too():
     from pipeline.stages import scale
 
     with pytest.raises(StageError) as raised:
-        scale.fit_zscore(_users_frame().assign(SPLIT="training", ITEMID=-1))
+        scale.fit_zscore(_users_frame().assign(split="training", itemid=-1))
     error = raised.value
     assert error.detail.startswith("2 columns missing: FLAG (str): ")
     assert error.detail.endswith("; also failed: ITEMID greater_than(0) (6 rows), "
@@ -267,6 +267,59 @@ def test_a_direct_call_is_told_the_function_and_the_schema_it_takes_and_the_flow
         scale.fit_zscore(_users_frame())
     assert fit.value.advice == ("scale.fit_zscore reads SPLIT, VALUENUM, ITEMID, FLAG, HADM_ID, KIND of SplitEvents "
                                 "(schemas.split): give the frame these columns")
+
+
+def _lab_rows() -> pd.DataFrame:
+    """Eight lab rows of one numeric item with every column the scale stage takes, in MIMIC-III's upper case."""
+    return pd.DataFrame({
+        "HADM_ID": [101, 102, 103, 104, 105, 106, 107, 108], "ITEMID": [50912] * 8,
+        "CHARTTIME": pd.Timestamp("2150-01-01 08:00") + pd.to_timedelta(range(8), unit="D"),
+        "VALUENUM": [0.9, 1.1, 1.0, 1.3, 0.8, 2.4, 1.2, 1.0], "FLAG": [None] * 5 + ["abnormal", None, None],
+        "KIND": "numeric", "SPLIT": ["train"] * 6 + ["val", "test"], "NOTE": "kept as it is",
+    }, index=pd.RangeIndex(2, 10, name="line"))
+
+
+def test_a_frame_with_mimic_iv_s_lower_case_names_is_read_without_case_and_comes_back_in_its_own_case():
+    from pipeline.stages import scale
+
+    upper = _lab_rows().assign(VALUE=lambda rows: rows["VALUENUM"].astype("str"),
+                               CODE=pd.array([pd.NA] * 8, dtype="Int64"))
+    lower = upper.rename(columns=str.lower)
+    stats = scale.fit_zscore(lower)
+    assert stats == scale.fit_zscore(upper)  # hadm_id is HADM_ID, valuenum VALUENUM, ...
+    scaled = scale.apply_zscore(lower, stats)
+    assert list(scaled.columns) == [*lower.columns, "z", "z_bounded", "z_unseen"]  # the stage's columns too
+    expected = scale.apply_zscore(upper, stats).rename(columns=str.lower)
+    pd.testing.assert_frame_equal(scaled, expected)
+    mixed = upper.rename(columns={"HADM_ID": "hadm_id", "NOTE": "note"})  # one renamed: the stage's stay upper
+    assert list(scale.apply_zscore(mixed, stats).columns) == [*mixed.columns, "Z", "Z_BOUNDED", "Z_UNSEEN"]
+    assert list(lower.columns) == [name.lower() for name in upper.columns]  # the frame handed in is unchanged
+
+
+def test_a_name_two_columns_match_without_case_is_read_from_neither():
+    from pipeline.stages import scale
+
+    rows = _lab_rows().rename(columns={"HADM_ID": "hadm_id"}).assign(Hadm_Id=1)
+    with pytest.raises(StageError) as raised:
+        scale.fit_zscore(rows)
+    assert raised.value.check == "column_in_dataframe" and raised.value.detail.startswith("1 column missing: HADM_ID")
+    assert "(the frame has hadm_id and Hadm_Id: rename the one that holds it to HADM_ID)" in str(raised.value)
+
+
+def test_apply_zscore_reads_no_value_or_code_where_the_frame_has_none_and_adds_none():
+    """VALUE and CODE carry a categorical result: a frame without them holds none, and comes back without them."""
+    from pipeline.stages import scale
+
+    rows = _lab_rows()
+    stats = scale.fit_zscore(rows)
+    scaled = scale.apply_zscore(rows, stats)
+    assert list(scaled.columns) == [*rows.columns, "Z", "Z_BOUNDED", "Z_UNSEEN"]
+    with_both = rows.assign(VALUE=rows["VALUENUM"].astype("str"), CODE=pd.array([pd.NA] * 8, dtype="Int64"))
+    pd.testing.assert_series_equal(scaled["Z"], scale.apply_zscore(with_both, stats)["Z"])
+    categorical = rows.assign(KIND=["numeric"] * 7 + ["categorical"])  # a categorical row needs its CODE
+    with pytest.raises(StageError) as raised:
+        scale.apply_zscore(categorical, stats)
+    assert (raised.value.check, raised.value.failure_cases["line"].tolist()) == ("categorical_rows_have_code", [9])
 
 
 def _stage_functions() -> list:

@@ -66,13 +66,14 @@ def soft_bound(z: pd.Series, bound: float, rows: pd.Series) -> tuple[pd.Series, 
     return z.where(~drawn, inside), drawn
 
 
-@guarded(stage=NAME, takes=EncodedEvents, gives=ScaledEvents)
+@guarded(stage=NAME, takes=EncodedEvents, gives=ScaledEvents, optional=("VALUE", "CODE"))
 def apply_zscore(events: pd.DataFrame, stats: ZScoreStats, *, warn_bound: float = Options.warn_bound,
                  error_bound: float = Options.error_bound) -> pd.DataFrame:
     """Z for every row with a number from the fitted stats (:func:`scaled`), with two 0/1 marks: Z_BOUNDED (the
     bound drew it in) and Z_UNSEEN (its item has no training row, or is rare: Z = 0 carries no measurement). Every
     row is held to the error bound, a censored one too: in flow, :func:`scale_events` sets aside the censored rows
-    off their item's scale first."""
+    off their item's scale first. A frame without VALUE and CODE (a frame of numbers) has no text and no category
+    code, and comes back without them."""
     return _zscored(events, stats, warn_bound=warn_bound, error_bound=error_bound)
 
 

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from pipeline.kernel.options import POSITIVE, Section, require, setting, table, typed
+from schemas.scale import Z_ERROR_BOUND
 
 NAME = "scale"
 # The fallback chain, in order; an item is scaled by the first rule that fits it ("rare": seen in fewer than
@@ -55,7 +56,7 @@ class Options(Section):
         beyond any real measurement, the mark of a failed std guard or a unit error. The error bound is held
         against the z before [scale] bound draws it in (a bound never hides a unit error), the warning bound
         against the z handed on. Both at most 1e15.""")
-    error_bound: float = setting(float, 1e6, low=0, high=MAX_Z_BOUND, above=True)
+    error_bound: float = setting(float, Z_ERROR_BOUND, low=0, high=MAX_Z_BOUND, above=True)
     range_widths: float = setting(float, 10.0, **POSITIVE, doc="""
         Where LABEVENTS has reference ranges (MIMIC-IV's ref_range_lower / ref_range_upper), each row above
         warn_bound is a real extreme when its value lies more than range_widths range widths beyond the nearer

@@ -202,7 +202,16 @@ def test_check_graph_does_not_change_the_graph(kind):
 def test_a_label_attribute_is_named_and_labels_unchecked_without_num_classes():
     data = karate()
     data.y[0] = 9
-    assert check_graph(data).ok  # no number of classes, no label range
+    result = check_graph(data)
+    assert result.ok  # no number of classes, no label range: a note says the labels were not checked
+    assert [(f.severity, f.check, f.column, f.count) for f in result.findings] == [
+        ("info", "graph_labels_unchecked", "data.y", 1)]
+    assert "y not checked against a number of classes: none was given" in result.findings[0].message
+    assert "num_classes" in result.findings[0].message and "--num-classes" in result.findings[0].message
+    assert [f.column for f in check_graph(shop()).findings] == ["user.y"]  # per store that holds labels
+    data.y = None
+    assert check_graph(data).findings == ()  # no labels, nothing unchecked
+    data = karate()
     data.edge_label = torch.ones(data.num_edges)
     data.edge_label[[3, 8]] = 2.0
     (finding,) = check_graph(data, num_classes=2, label="edge_label").findings
@@ -247,6 +256,40 @@ def test_edge_label_has_a_row_per_column_of_edge_label_index(link):
     assert f"edge_label has {labels - 1} rows for {labels} edges of edge_label_index" in finding.message
 
 
+# -- magnitudes no model should read ---------------------------------------------------------------------------
+def test_a_float_beyond_the_build_s_error_bound_is_an_error_naming_the_attribute_and_rows():
+    """A z-score of 3e11 is finite, and no measurement: the std guard failed. Above the error bound badpoints'
+    own scale stage stops at (1e6 by default), a float tensor's value is an error, in float32 as in float64."""
+    from schemas.scale import Z_ERROR_BOUND
+
+    data = karate()
+    data.edge_attr[[7, 40, 41], 0] = torch.tensor([3e11, -2e6, 9e5])  # 9e5 is below the bound
+    result, finding = found(data, 4, "graph_magnitude")
+    assert (finding.column, finding.count) == ("data.edge_attr", 2) and not result.ok
+    assert f"2 values with |value| above {Z_ERROR_BOUND:g} (max_abs) at rows 7, 40" in finding.message
+    assert "3e+11" not in finding.message and "2e+06" not in finding.message  # no raw value
+    hetero = shop()
+    hetero[BUYS].edge_attr[2, 1] = 1e30
+    _, finding = found(hetero, 3, "graph_magnitude")
+    assert (finding.column, finding.count) == ("user__buys__item.edge_attr", 1) and "at rows 2" in finding.message
+    assert check_graph(data, num_classes=4, max_abs=1e12).ok  # a bound of the caller's
+    assert check_graph(data, num_classes=4, max_abs=None).ok  # none
+    data.edge_attr[7, 0] = float("inf")  # not finite: graph_finite's, not counted twice
+    assert {f.check: f.count for f in check_graph(data, num_classes=4).findings} == {
+        "graph_finite": 1, "graph_magnitude": 1}
+    with pytest.raises(StageError, match="graph_magnitude"):
+        check_graph(hetero, num_classes=3, raise_error=True)
+
+
+def test_the_bound_is_held_in_files_too(tmp_path):
+    data = karate()
+    data.edge_attr[3, 1] = 5e7
+    torch.save(data.to_dict(), tmp_path / "z.pt")
+    findings, _ = check_graph_files(tmp_path, num_classes=4)
+    assert [(f.check, f.table, f.column) for f in findings] == [("graph_magnitude", "z.pt", "data.edge_attr")]
+    assert check_graph_files(tmp_path, num_classes=4, max_abs=None).findings == []
+
+
 # -- notes and warnings ------------------------------------------------------------------------------------------
 def test_nodes_in_no_edge_are_a_note_naming_them():
     data = karate()
@@ -268,11 +311,11 @@ def test_bytes_are_reported_and_a_graph_above_max_bytes_is_a_warning_that_never_
     data = karate()
     tensors = sum(v.numel() * v.element_size() for v in data.to_dict().values() if isinstance(v, torch.Tensor))
     assert check_graph(data).bytes == tensors
-    result = check_graph(data, max_bytes=1024, raise_error=True)
+    result = check_graph(data, num_classes=4, max_bytes=1024, raise_error=True)
     (finding,) = result.findings
     assert result.ok and finding.severity == "warning" and finding.check == "graph_bytes"
     assert f"({result.bytes:,} bytes), above max_bytes 1.0 KiB" in finding.message
-    assert check_graph(data, max_bytes=None).findings == ()
+    assert check_graph(data, num_classes=4, max_bytes=None).findings == ()
 
 
 def test_pyg_validate_runs_on_a_graph_with_only_notes(monkeypatch):
@@ -280,7 +323,7 @@ def test_pyg_validate_runs_on_a_graph_with_only_notes(monkeypatch):
         raise ValueError("'edge_index' of 'Data' is odd\nsecond line")
 
     monkeypatch.setattr(Data, "validate", rejects)
-    result = check_graph(karate(), max_bytes=1)
+    result = check_graph(karate(), num_classes=4, max_bytes=1)
     assert [(f.check, f.column) for f in result.findings] == [("graph_bytes", "graph"), ("graph_pyg", "graph")]
     assert "'edge_index' of 'Data' is odd" in result.findings[1].message and "second" not in result.findings[1].message
 
@@ -295,7 +338,7 @@ def test_the_result_reads_as_text_and_html():
     assert "\n  error: [graph:input] data.x graph_finite failed on 1 row" in text
     page = result._repr_html_()
     assert "<table>" in page and "<code>graph_finite</code>" in page and "<code>data.x</code>" in page
-    assert repr(check_graph(karate())).startswith("GraphCheck(ok=True: 0 errors, 0 warnings, 0 notes;")
+    assert repr(check_graph(karate(), num_classes=4)).startswith("GraphCheck(ok=True: 0 errors, 0 warnings, 0 notes;")
 
 
 def test_findings_are_what_a_report_holds():
@@ -354,7 +397,7 @@ def test_a_file_of_several_graphs_names_each(tmp_path):
 def test_a_saved_data_object_is_refused_unread_and_its_to_dict_accepted(tmp_path):
     torch.save(karate(), tmp_path / "object.pt")  # needs PyG's classes unpickled: more than weights_only
     torch.save(shop().to_dict(), tmp_path / "plain.pt")
-    findings, inputs = check_graph_files(tmp_path)
+    findings, inputs = check_graph_files(tmp_path, num_classes=3)
     assert [(f.check, f.table, f.severity) for f in findings] == [("graph_unsafe", "object.pt", "error")]
     assert "refused by torch.load(weights_only=True)" in findings[0].message
     assert [(i.table, i.rows) for i in inputs] == [("object.pt", 0), ("plain.pt", 1)]

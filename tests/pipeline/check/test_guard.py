@@ -139,7 +139,7 @@ def test_the_fixed_pipeline_passes_and_each_call_hands_back_what_the_function_re
     ledger = guard.ledger()
     assert ledger.to_dict("list") == {
         "stage": ["in_study_period", "with_admissions", "zscore", "log_value"],
-        "step": ["call 1", "call 2", "call 3", "call 4"], "rows_in": [len(labs)] * 4, "rows_out": [len(labs)] * 4,
+        "step": ["call 1"] * 4, "rows_in": [len(labs)] * 4, "rows_out": [len(labs)] * 4,  # each function's first
         "removed": [0] * 4, "errors": [0] * 4, "warnings": [0] * 4}
     assert repr(guard) == "<Guard: 4 calls of 4 guarded functions, status ok (0 errors, 0 warnings, 0 notes)>"
 
@@ -248,7 +248,8 @@ def test_an_input_the_schema_refuses_is_not_handed_to_the_function_unless_the_gu
     error = raised.value
     assert calls == [] and (error.stage, error.side, error.check, error.column, error.table) == (
         "zscore", "input", "table_schema", "ITEMID", "call 1 input")
-    assert str(error).startswith("[zscore:input] call 1 input.ITEMID table_schema: the table fails dtype('int64')")
+    assert str(error).startswith("[zscore:input] call 1 input.ITEMID table_schema: the table fails dtype('int64'): "
+                                 "found str (the column's dtype)")  # what it was, and what it should be
     found = {(f["table"], f["column"], f["check"]) for f in guard.report.as_json()["findings"]}
     assert found == {("call 1 input", "ITEMID", "table_schema"), ("call 1 input", "VALUENUM", "table_schema")}
     assert "also: call 1 input." in str(raised.value)
@@ -317,15 +318,16 @@ def test_collected_calls_add_up_to_one_report_with_every_finding_and_an_exit_cod
     report = guard.report
     assert report.status == "errors" and guard.exit_code == 1
     assert [(f.stage, f.table, f.check) for f in report.findings] == [
-        ("in_study_period", "call 1 output", "not_empty"), ("with_admissions", "call 2 output", "added_share"),
-        ("zscore", "call 3 output", "z_explained"), ("zscore", "call 3 output", "z_within"),
-        ("log_value", "call 4 output", "finite")]
+        ("in_study_period", "call 1 output", "not_empty"), ("with_admissions", "call 1 output", "added_share"),
+        ("zscore", "call 1 output", "z_explained"), ("zscore", "call 1 output", "z_within"),
+        ("log_value", "call 1 output", "finite")]
     ledger = guard.ledger()
     assert ledger["errors"].tolist() == [1, 1, 2, 1] and ledger["rows_out"].tolist()[0] == 0
     report.write_json(tmp_path / "report.json")
     written = json.loads((tmp_path / "report.json").read_text())
     assert written["status"] == "errors"
-    assert [step["step"] for step in written["attrition"]["steps"]] == ["call 1", "call 2", "call 3", "call 4"]
+    assert [(step["stage"], step["step"]) for step in written["attrition"]["steps"]] == [
+        ("in_study_period", "call 1"), ("with_admissions", "call 1"), ("zscore", "call 1"), ("log_value", "call 1")]
     assert {step["table"] for step in written["attrition"]["steps"]} == {FRAME}
     frame = report.findings_frame()
     assert frame["stage"].tolist() == ["in_study_period", "with_admissions", "zscore", "zscore", "log_value"]
@@ -345,6 +347,80 @@ def test_calls_of_the_same_function_are_told_apart_by_their_number(labs):
         ["log_value", "call 1", 0], ["log_value", "call 2", 1]]
     guard.clear()
     assert guard.calls == 0 and guard.report.findings == [] and guard.ledger().empty
+
+
+def test_calls_in_a_per_item_loop_are_named_by_their_group_and_numbered_per_function(labs):
+    """A per-item outlier filter run item by item: each call is named by the item it was handed (``key``: a column
+    holding one value in the call, or a parameter), and counted among the calls of its own function."""
+    guard = Guard(errors=COLLECT)
+
+    @guard.stage
+    def numbers_only(labs: pd.DataFrame) -> pd.DataFrame:
+        return labs.dropna(subset=["VALUENUM"])
+
+    @guard.stage(key="ITEMID")
+    def within_three_sigma(rows: pd.DataFrame) -> pd.DataFrame:
+        """z by the item's own rows: an item of one row, or of equal values, has no std and loses every row."""
+        z = (rows["VALUENUM"] - rows["VALUENUM"].mean()) / rows["VALUENUM"].std()
+        return rows[z.abs() < 3]
+
+    numbers = numbers_only(labs)
+    items = sorted(numbers["ITEMID"].unique())
+    for item in items:
+        within_three_sigma(numbers[numbers["ITEMID"] == item])
+    spread = numbers.groupby("ITEMID")["VALUENUM"].std()
+    emptied = [item for item in items if not spread[item] > 0]  # counted here: no std, or none at all
+    assert emptied  # the sample has such items
+    assert [(f.stage, f.table, f.check) for f in guard.report.findings] == [
+        ("within_three_sigma", f"call {items.index(item) + 1} (ITEMID={item}) output", "not_empty")
+        for item in emptied]
+    steps = guard.ledger()[["stage", "step"]].values.tolist()
+    assert steps == [["numbers_only", "call 1"], *(["within_three_sigma", f"call {i} (ITEMID={item})"]
+                                                   for i, item in enumerate(items, 1))]
+    assert guard.ledger()["errors"].sum() == len(emptied) and guard.calls == len(items) + 1
+
+    @guard.stage(key="item")  # a parameter of the function: its argument names the call
+    def rows_of(labs: pd.DataFrame, item: int) -> pd.DataFrame:
+        return labs[labs["ITEMID"] == item]
+
+    @guard.stage(key=lambda labs, fluid: fluid.lower())  # or a function of the call's arguments
+    def of_fluid(labs: pd.DataFrame, fluid: str) -> pd.DataFrame:
+        return labs
+
+    rows_of(labs, item=-1)
+    of_fluid(labs, "URINE")
+    assert [f.table for f in guard.report.findings[-1:]] == ["call 1 (item=-1) output"]
+    assert guard.ledger()["step"].tolist()[-2:] == ["call 1 (item=-1)", "call 1 (urine)"]
+    with pytest.raises(ValueError, match="key names a parameter of rows_of or a column of its frame"):
+        guard.stage(key="nothing")(rows_of.__wrapped__)(labs, 1)
+
+
+def test_a_finding_handed_on_from_call_to_call_is_reported_once_where_it_first_appears(labs):
+    """Collected, the z-scores a call blew up reach the next call's input and output: the same rows fail the same
+    check there, and the report names them once, at the call that made them. Fewer of them, after a filter, are a
+    finding of the call that filtered."""
+    guard = Guard(errors=COLLECT)
+    zscore = user_pipeline(guard).zscore
+
+    @guard.stage(takes=Scored, gives=Scored)
+    def by_time(scored: pd.DataFrame) -> pd.DataFrame:
+        return scored.sort_values("CHARTTIME", kind="stable").sort_index()
+
+    @guard.stage(takes=Scored, gives=Scored)
+    def even_lines(scored: pd.DataFrame) -> pd.DataFrame:
+        return scored[scored.index % 2 == 0]
+
+    even_lines(by_time(zscore(labs)))
+    bad = bad_z(labs)
+    found = [(f.stage, f.table, f.check) for f in guard.report.findings]
+    assert found[:2] == [("zscore", "call 1 output", "z_explained"), ("zscore", "call 1 output", "z_within")]
+    assert {stage for stage, _, _ in found[2:]} == {"even_lines"} and ("even_lines", "call 1 output", "z_within") in \
+        found[2:]  # by_time handed on the very rows: nothing of its own; even_lines' input was zscore's output
+    assert [f.count for f in guard.report.findings if f.check == "z_within"] == [
+        int(bad.sum()), int(bad[labs.index % 2 == 0].sum())]
+    assert guard.ledger()["errors"].tolist() == [2, 0, len(found) - 2]
+    zscore(labs)  # called again on the same rows: what it finds, the report holds already
+    assert len(guard.report.findings) == len(found) and guard.ledger()["errors"].tolist()[-1] == 0
 
 
 def test_the_same_calls_give_the_same_report_ledger_and_page(labs, admissions):

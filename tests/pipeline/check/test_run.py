@@ -201,6 +201,47 @@ def test_check_on_saved_graphs_names_each_bad_graph_and_passes_the_good_one(tmp_
     assert result.exit_code == 0, result.output
 
 
+def test_a_dtype_failure_names_what_was_found_never_the_values(tmp_path):
+    """Text that is not of its column's type is named by its classes (a decimal number where whole numbers are
+    due, a word); a Parquet column of the wrong dtype by that dtype."""
+    schema = pa.DataFrameSchema({"HADM_ID": pa.Column("int64"), "Z": pa.Column("float64", nullable=True)})
+    (tmp_path / "t.csv").write_text("HADM_ID,Z\n101,0.5\n102.5,1.5\nsecret,2.5\n")
+    run = check_table(tmp_path / "t.csv", schema, load_config())
+    (finding,) = [f for f in run.report.findings if "dtype(" in f.message]
+    assert (finding.check, finding.column, finding.count, finding.lines) == ("table_schema", "HADM_ID", 2, [3, 4])
+    assert "2 rows fail dtype('int64'): found " in finding.message
+    assert "non-numeric text, 6 chars ×1" in finding.message and "secret" not in finding.message
+    pd.DataFrame({"HADM_ID": [True, False], "Z": pd.to_datetime(["2150-01-01", "2150-01-02"])}).to_parquet(
+        tmp_path / "t.parquet")
+    run = check_table(tmp_path / "t.parquet", schema, load_config())
+    said = {f.column: f.message for f in run.report.findings}
+    assert "fails dtype('int64'): found bool (the column's dtype)" in said["HADM_ID"]
+    assert "2 rows fail dtype('float64'): found datetime64[" in said["Z"]  # ns or us, as pyarrow reads it
+
+
+def test_check_of_graphs_counts_graphs_says_when_labels_went_unchecked_and_bounds_their_magnitudes(tmp_path):
+    """A .pt file holds graphs: its read line counts them. Without --num-classes the labels are not checked, and
+    the report says so; a finite z of 3e11 in edge_attr is an error naming the attribute and its rows."""
+    import torch
+    from torch_geometric.data import Data
+
+    one = Data(x=torch.ones(3, 2), edge_index=torch.tensor([[0, 1], [1, 2]]), y=torch.tensor([0, 1, 7]),
+               edge_attr=torch.tensor([[0.5], [3e11]], dtype=torch.float32))
+    torch.save(one.to_dict(), tmp_path / "bad.pt")
+    torch.save([one.to_dict(), one.to_dict()], tmp_path / "two.pt")
+    result = runner.invoke(app, ["check", str(tmp_path / "bad.pt"), "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == 1, result.output
+    (read,) = [line for line in result.output.splitlines() if line.startswith("read ")]
+    assert read.split()[1:4] == [str(tmp_path / "bad.pt"), "1", "graph"]
+    findings = json.loads((tmp_path / "r.json").read_text())["findings"]
+    found = {(f["check"], f["column"], f["severity"]): f["message"] for f in findings}
+    assert set(found) == {("graph_magnitude", "data.edge_attr", "error"), ("graph_labels_unchecked", "data.y", "info")}
+    assert "1 value with |value| above 1e+06 (max_abs) at rows 1" in found["graph_magnitude", "data.edge_attr", "error"]
+    result = runner.invoke(app, ["check", str(tmp_path / "two.pt"), "--num-classes", "8"])
+    (read,) = [line for line in result.output.splitlines() if line.startswith("read ")]
+    assert read.split()[2:4] == ["2", "graphs"] and "graph_labels_unchecked" not in result.output
+
+
 def page_preprocessed(mimic3demo: Path) -> pd.DataFrame:
     """The table docs/check.md's own ``preprocess`` (its std + 1e-7 script) writes of the MIMIC-III demo's LABEVENTS
     (VALUENUM read from VALUE)."""
