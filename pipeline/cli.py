@@ -347,10 +347,8 @@ def check(
     it saved, a task defined elsewhere (a MEDS label file against its MEDS dataset, an ACES task config), and
     report every finding at once (exit 0, 1 on an error, 2 when it cannot run), as validate does."""
     from pipeline.check.aces import is_task_config
-    from pipeline.check.run import check_graphs, check_table, is_graphs, table_size, tables_in
-    from pipeline.check.schema import infer as infer_schema
+    from pipeline.check.run import check_graphs, check_table, is_graphs, table_size
     from pipeline.check.schema import load_schema
-    from pipeline.check.table import TableBlocks
 
     console, err = _consoles()
     settings = guarded_run(err, lambda: load_config(config))
@@ -367,13 +365,7 @@ def check(
         raise typer.Exit(2)
     try:
         if infer is not None:
-            inferred = guarded_run(err, lambda: infer_schema(
-                lambda: (block for path in tables_in(table) for block in TableBlocks(path, path.name))))
-            text = inferred.to_yaml()
-            _write_file(err, infer, lambda: infer.write_text(text, encoding="utf-8"))
-            err.print(f"wrote a starter schema of {len(inferred.schema.columns)} columns to {escape(str(infer))}")
-            for line in inferred.seen:  # what no real table holds: the schema passes it; the line says the edit
-                err.print(f"[yellow]badpoints: warning:[/] {escape(line)}")
+            _write_inferred(err, table, infer)
             raise typer.Exit(0)
         load_schema(schema)  # refused here, before any table is read, when it cannot be used
     except StageError as problem:  # a schema or a table that cannot be read: nothing was checked
@@ -387,6 +379,22 @@ def check(
     _reported(console, err, result, settings, quiet=quiet, json_path=json_path, html_path=html_path,
               junit_path=junit_path, show_values=show_values, kind="check", checks=result.checks)
     raise typer.Exit(result.exit_code)
+
+
+def _write_inferred(err: Console, table: Path, infer: Path) -> None:
+    """``check --infer FILE``: a starter schema of ``table`` written to ``infer``, and what it saw that no real table
+    holds (the schema passes it: each line says the edit to make)."""
+    from pipeline.check.run import tables_in
+    from pipeline.check.schema import infer as infer_schema
+    from pipeline.check.table import TableBlocks
+
+    inferred = guarded_run(err, lambda: infer_schema(
+        lambda: (block for path in tables_in(table) for block in TableBlocks(path, path.name))))
+    text = inferred.to_yaml()
+    _write_file(err, infer, lambda: infer.write_text(text, encoding="utf-8"))
+    err.print(f"wrote a starter schema of {len(inferred.schema.columns)} columns to {escape(str(infer))}")
+    for line in inferred.seen:
+        err.print(f"[yellow]badpoints: warning:[/] {escape(line)}")
 
 
 _ITEMS = typer.Option("--items", help="Also list the lab items of the edges, by max |z|: ITEMID, name, rule, "

@@ -92,11 +92,11 @@ def test_python_guide_blocks_run_in_order(capsys, monkeypatch):
     assert ("[scale:input] SplitEvents.KIND column_in_dataframe: 1 column missing: KIND (str): the kind of its lab "
             "item") in out
     assert "scale.fit_zscore reads SPLIT, VALUENUM, ITEMID, FLAG, HADM_ID, KIND of SplitEvents" in out
-    assert ("[scale:input] EncodedEvents column_in_dataframe: 3 columns missing: CHARTTIME (datetime64[ns]): when "
-            "the lab was charted; VALUE (str): ") in out
+    assert ("[scale:input] EncodedEvents.CHARTTIME column_in_dataframe: 1 column missing: CHARTTIME "
+            "(datetime64[ns]): when the lab was charted.") in out
     assert "scale.apply_zscore takes EncodedEvents (schemas.encode): give the frame these columns" in out
     assert namespace["my_stats"].items_ == (50912,) and namespace["my_stats"].rule_ == ("all",)
-    assert namespace["my_scaled"]["Z"].notna().all() and len(namespace["my_scaled"]) == 8
+    assert namespace["my_scaled"]["z"].notna().all() and len(namespace["my_scaled"]) == 8
     assert ("[scale:input] LABEVENTS.VALUENUM fit_finite failed on 1 row (line 4): inf ×1. In ITEMID 50912 (1 row) "
             "of the rows handed to scale.fit_zscore.") in out
     # "Your own functions": the filter that empties raises; collected, the join that repeats rows and the std guard
