@@ -384,12 +384,12 @@ PINS = {
 # Numbers the pages say beside the demo that are no figure of a run here, with why.
 NOT_PINNED = {
     ("README.md", "MIMIC-IV demo within 9 h"): "the MIMIC-IV demo is not here to run",
-    ("README.md", "under 8 KB with no line over 200 characters"): "bounds tests/test_actions.py holds",
+    ("docs/guarantees.md", "under 8 KB with no line over 200 characters"): "bounds tests/test_actions.py holds",
     ("docs/stages.md", "9,588 rows of the MIMIC-IV demo"): "the MIMIC-IV demo is not here to run",
     ("docs/stages.md", "the MIMIC-IV demo lost 7 admissions"): "the MIMIC-IV demo is not here to run",
     ("docs/stages.md", "MIMIC has stays of 200+ days"): "all of MIMIC, not the demo",
     ("docs/stages.md", "`max_stay_days` (1000 days)"): "a setting's default",
-    ("README.md", "[0, cardinality) in `x_cat`"): "a range of indices, in a promise the demo's test holds",
+    ("docs/guarantees.md", "[0, cardinality) in `x_cat`"): "a range of indices, in a promise the demo's test holds",
     ("docs/check.md", "ends in 0 to 6) and guarded with `std + 1e-7`"): "what the page's own script does, in its code",
     ("docs/check.md", "z-scores up to 1.4e10"): "tests/pipeline/check/test_run.py runs the page's script on the demo",
 }

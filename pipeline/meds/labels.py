@@ -38,7 +38,9 @@ from pipeline.reporting.findings import LISTED, summary_finding
 from pipeline.reporting.report import InputFile, Report
 from schemas.errors import out_of_memory, require_validation
 from schemas.meds import STAGE
-from schemas.meds_labels import MedsLabelTimes
+from schemas.meds_labels import CHECKS as LABEL_CHECK_INFO, MedsLabelTimes
+
+LABEL_CHECKS = tuple(info.id for info in LABEL_CHECK_INFO)  # what a label check runs: its JUnit's cases
 
 SUBJECT_TIMES = ["subject_id", "rows", "first_time", "last_time", "label_code_time"]
 NEVER = np.iinfo(np.int64).min  # the time of an event with none (static): visible at every prediction time
@@ -206,7 +208,8 @@ def check_labels(labels: Path, root: Path, config: Any, *, codes: tuple[str, ...
     missing = _missing(Path(labels), Path(root))
     if missing:
         report.add(missing)
-        return MedsValidation(report.with_severities(dict(config.severity)), config=config, engine=engine)
+        return MedsValidation(report.with_severities(dict(config.severity)), config=config, engine=engine,
+                              checks=LABEL_CHECKS)
     data = Path(root) / meds.data_subdirectory
     names = [(str(p), shard_name(data, p)) for p in sorted(data.rglob("*.parquet"))]
     shards = list(engine.each(shard_times, names, codes=tuple(codes)))
@@ -227,7 +230,8 @@ def check_labels(labels: Path, root: Path, config: Any, *, codes: tuple[str, ...
         report.attrition = {**ledger([_partial(s) for s in shards], assigned), "MEDS labels": _ledger(made.times)}
     checked = report.with_severities(dict(config.severity))
     made = made or LabelsMade(pd.DataFrame())
-    return MedsValidation(replace(checked, summary=_summary(checked, made, config)), made, config=config, engine=engine)
+    return MedsValidation(replace(checked, summary=_summary(checked, made, config)), made, config=config, engine=engine,
+                          checks=LABEL_CHECKS)
 
 
 def _missing(labels: Path, root: Path) -> list[Finding]:

@@ -85,6 +85,7 @@ class MedsValidation:
     order: Order = ORDER
     tables: Any = None  # a MEDS run keeps no typed tables
     names: dict = field(default_factory=dict)  # its findings name codes and subjects as they are
+    checks: tuple[str, ...] | None = None  # the checks it ran, by id (a label check's); None: the catalogue's
 
     @property
     def prepared(self) -> Made | None:
