@@ -706,7 +706,8 @@ def _hadm_rows(d: Dataset, hadm: str) -> list[int]:
 @case
 def admission_without_labs(d: Dataset) -> Expect:
     hadm = d.rows["ADMISSIONS"][0][d.col("ADMISSIONS", "HADM_ID")]
-    d.rows["LABEVENTS"] = [r for n, r in enumerate(d.rows["LABEVENTS"]) if n not in set(_hadm_rows(d, hadm))]
+    its = set(_hadm_rows(d, hadm))
+    d.rows["LABEVENTS"] = [r for n, r in enumerate(d.rows["LABEVENTS"]) if n not in its]
     d.plant("ADMISSIONS", 0, "DIAGNOSIS")
     return Expect(0, "admission_no_labs", "ADMISSIONS", lines=(2,), severity="info", secret=CANARY)
 
