@@ -16,7 +16,7 @@ import functools
 import hashlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import meds
 import numpy as np
@@ -68,13 +68,7 @@ def shard_times(shard: tuple[str, str], *, codes: tuple[str, ...]) -> ShardTimes
     split = name.split("/")[0]
     columns = ["subject_id", "time", *(["code"] if codes else [])]
     try:
-        with opened(path) as handle:
-            digest = hashlib.file_digest(handle, "sha256").hexdigest()
-            handle.seek(0)
-            schema = pq.read_schema(handle)
-            handle.seek(0)
-            lacking = _lacking(schema, columns)
-            table = pq.read_table(handle, columns=columns) if lacking is None else None
+        digest, lacking, table = _read_parquet(path, columns, lambda schema: _lacking(schema, columns))
     except NotRegular as exc:
         return ShardTimes(name, str(path), split, unreadable=str(exc))
     except (OSError, pa.ArrowException) as exc:
@@ -97,6 +91,18 @@ def shard_times(shard: tuple[str, str], *, codes: tuple[str, ...]) -> ShardTimes
                              "last_time": grouped["time_max"].to_pandas(types_mapper=nullable),
                              "label_code_time": grouped["label_code_time_min"].to_pandas(types_mapper=nullable)})
     return ShardTimes(name, str(path), split, digest, table.num_rows, subjects=subjects)
+
+
+def _read_parquet(path: Path, columns: list[str],
+                  problem: Callable[[pa.Schema], str | None]) -> tuple[str, str | None, pa.Table | None]:
+    """A Parquet file opened once (a regular file only): its sha256, what ``problem`` says of its schema, and its
+    ``columns`` where it says nothing (else None)."""
+    with opened(path) as handle:
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        handle.seek(0)
+        found = problem(pq.read_schema(handle))
+        handle.seek(0)
+        return digest, found, pq.read_table(handle, columns=columns) if found is None else None
 
 
 def _lacking(schema: pa.Schema, columns: list[str]) -> str | None:
@@ -149,13 +155,7 @@ def read_labels(path: Path, splits: Iterable[str], *, max_lines: int) -> LabelFi
 
 def _label_file(file: Path, name: str, *, max_lines: int) -> tuple[pd.DataFrame, str] | Finding:
     try:
-        with opened(file) as handle:
-            digest = hashlib.file_digest(handle, "sha256").hexdigest()
-            handle.seek(0)
-            schema = pq.read_schema(handle)
-            handle.seek(0)
-            shape = _shape_problem(schema)
-            table = pq.read_table(handle, columns=list(KEYS)) if shape is None else None
+        digest, shape, table = _read_parquet(file, list(KEYS), _shape_problem)
     except (OSError, pa.ArrowException) as exc:
         if out_of_memory(exc):
             raise
