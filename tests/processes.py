@@ -17,16 +17,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# A terminal's command takes Ctrl-C: a pytest started in the background of a script (``make test &``) ignores
+# SIGINT, and a process inherits that, so the command sets Python's own handler back before anything else.
+CTRL_C = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); import sys; sys.argv[0] = 'badpoints'"
 # ``badpoints`` for which every input is large: ``--engine auto`` works on parts whatever it weighs
-LARGE = "import sys; from pipeline.engines import registry; registry.AUTO_PARTS_BYTES = 0; " \
-        "sys.argv[0] = 'badpoints'; from pipeline.cli import main; main()"
+LARGE = "from pipeline.engines import registry; registry.AUTO_PARTS_BYTES = 0"
 
 
 def badpoints(*args: str, large: bool = False) -> subprocess.Popen:
-    """``badpoints ARGS`` started in a session (a process group) of its own; ``large``: as if its input were large
-    (``--engine auto`` chooses the parts engine)."""
-    command = ["-c", LARGE] if large else ["-m", "pipeline.cli"]
-    return subprocess.Popen([sys.executable, *command, *args], cwd=ROOT, stdout=subprocess.PIPE,
+    """``badpoints ARGS`` started in a session (a process group) of its own, taking Ctrl-C as in a terminal;
+    ``large``: as if its input were large (``--engine auto`` chooses the parts engine)."""
+    command = "; ".join([CTRL_C, *([LARGE] if large else []), "from pipeline.cli import main; main()"])
+    return subprocess.Popen([sys.executable, "-c", command, *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
